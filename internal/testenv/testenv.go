@@ -1,0 +1,238 @@
+// Package testenv gives tests real, isolated servers: a fresh PostgreSQL
+// database cloned from a migrated template, a unique Redis key prefix on the
+// shared Redis, or a private redis-server the test may kill and restart.
+//
+// The shared servers come from TALLY_TEST_DATABASE_URL (default
+// postgres://postgres@127.0.0.1:5432/postgres) and TALLY_TEST_REDIS_URL
+// (default redis://127.0.0.1:6379/0). Everything a test creates is removed
+// in t.Cleanup.
+package testenv
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/redis/go-redis/v9"
+
+	"tally/migrations"
+)
+
+// DatabaseURL is the admin URL of the shared PostgreSQL.
+func DatabaseURL() string {
+	if u := os.Getenv("TALLY_TEST_DATABASE_URL"); u != "" {
+		return u
+	}
+	return "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+}
+
+// RedisURL is the URL of the shared Redis.
+func RedisURL() string {
+	if u := os.Getenv("TALLY_TEST_REDIS_URL"); u != "" {
+		return u
+	}
+	return "redis://127.0.0.1:6379/0"
+}
+
+// RandomName returns prefix followed by 12 random hex digits.
+func RandomName(prefix string) string {
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err)
+	}
+	return prefix + hex.EncodeToString(b[:])
+}
+
+var (
+	templateOnce sync.Once
+	templateName string
+	templateErr  error
+)
+
+// templateDB creates, once per schema version and shared by every test
+// binary, a database with the migrations applied. Its name carries a hash
+// of the migration files, so a changed schema gets a new template.
+func templateDB(ctx context.Context) (string, error) {
+	templateOnce.Do(func() {
+		h := sha256.New()
+		err := fs.WalkDir(migrations.FS, ".", func(path string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			b, err := fs.ReadFile(migrations.FS, path)
+			h.Write([]byte(path))
+			h.Write(b)
+			return err
+		})
+		if err != nil {
+			templateErr = err
+			return
+		}
+		templateName = "tally_tpl_" + hex.EncodeToString(h.Sum(nil))[:16]
+		templateErr = createTemplate(ctx, templateName)
+	})
+	return templateName, templateErr
+}
+
+func createTemplate(ctx context.Context, name string) error {
+	admin, err := pgx.Connect(ctx, DatabaseURL())
+	if err != nil {
+		return fmt.Errorf("connect to the test PostgreSQL at %s (set TALLY_TEST_DATABASE_URL): %w", DatabaseURL(), err)
+	}
+	defer admin.Close(ctx)
+	// One creator at a time across test binaries.
+	if _, err := admin.Exec(ctx, `SELECT pg_advisory_lock(727101)`); err != nil {
+		return err
+	}
+	defer admin.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock(727101)`)
+	var ready bool
+	err = admin.QueryRow(ctx, `SELECT datistemplate FROM pg_database WHERE datname = $1`, name).Scan(&ready)
+	if err == nil && ready {
+		return nil
+	}
+	if err == nil { // a creator died half-way
+		if _, err := admin.Exec(ctx, `DROP DATABASE `+pgx.Identifier{name}.Sanitize()+` WITH (FORCE)`); err != nil {
+			return err
+		}
+	}
+	if _, err := admin.Exec(ctx, `CREATE DATABASE `+pgx.Identifier{name}.Sanitize()); err != nil {
+		return err
+	}
+	db, err := sql.Open("pgx", withDatabase(DatabaseURL(), name))
+	if err != nil {
+		return err
+	}
+	if err := migrations.Up(ctx, db); err != nil {
+		db.Close()
+		return err
+	}
+	db.Close()
+	_, err = admin.Exec(ctx, `ALTER DATABASE `+pgx.Identifier{name}.Sanitize()+` WITH is_template true`)
+	return err
+}
+
+var _ = stdlib.GetDefaultDriver // registers the "pgx" database/sql driver
+
+// withDatabase returns url with its database name replaced.
+func withDatabase(url, db string) string {
+	cfg, err := pgconn.ParseConfig(url)
+	if err != nil {
+		panic(err)
+	}
+	rest := ""
+	if i := strings.IndexByte(url, '?'); i >= 0 {
+		rest = url[i:]
+	}
+	host := cfg.Host
+	if strings.Contains(host, ":") {
+		host = "[" + host + "]"
+	}
+	user := cfg.User
+	if cfg.Password != "" {
+		user += ":" + cfg.Password
+	}
+	return fmt.Sprintf("postgres://%s@%s:%d/%s%s", user, host, cfg.Port, db, rest)
+}
+
+// DB is a fresh, migrated database of one test.
+type DB struct {
+	Name string
+	URL  string
+	Pool *pgxpool.Pool
+}
+
+// Postgres creates a fresh migrated database for t, and drops it when t
+// ends.
+func Postgres(t testing.TB) DB {
+	t.Helper()
+	ctx := context.Background()
+	tpl, err := templateDB(ctx)
+	if err != nil {
+		t.Fatalf("test template database: %v", err)
+	}
+	name := RandomName("tally_test_")
+	admin, err := pgx.Connect(ctx, DatabaseURL())
+	if err != nil {
+		t.Fatalf("connect to the test PostgreSQL: %v", err)
+	}
+	defer admin.Close(ctx)
+	create := `CREATE DATABASE ` + pgx.Identifier{name}.Sanitize() + ` TEMPLATE ` + pgx.Identifier{tpl}.Sanitize()
+	for attempt := 0; ; attempt++ {
+		_, err = admin.Exec(ctx, create)
+		var pgErr *pgconn.PgError
+		// 55006: the template is in use by another clone for a moment.
+		if err == nil || !errors.As(err, &pgErr) || pgErr.Code != "55006" || attempt > 50 {
+			break
+		}
+		time.Sleep(time.Duration(20+attempt*10) * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("create test database: %v", err)
+	}
+	url := withDatabase(DatabaseURL(), name)
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatalf("open test database: %v", err)
+	}
+	t.Cleanup(func() {
+		pool.Close()
+		DropDatabase(t, name)
+	})
+	return DB{Name: name, URL: url, Pool: pool}
+}
+
+// DropDatabase drops a test database, closing any connection left to it.
+func DropDatabase(t testing.TB, name string) {
+	ctx := context.Background()
+	admin, err := pgx.Connect(ctx, DatabaseURL())
+	if err != nil {
+		t.Errorf("drop test database %s: %v", name, err)
+		return
+	}
+	defer admin.Close(ctx)
+	if _, err := admin.Exec(ctx, `DROP DATABASE IF EXISTS `+pgx.Identifier{name}.Sanitize()+` WITH (FORCE)`); err != nil {
+		t.Errorf("drop test database %s: %v", name, err)
+	}
+}
+
+// Redis returns a client of the shared Redis and a key prefix unique to t;
+// every key under the prefix's hash tags is deleted when t ends.
+func Redis(t testing.TB) (*redis.Client, string) {
+	t.Helper()
+	opt, err := redis.ParseURL(RedisURL())
+	if err != nil {
+		t.Fatalf("TALLY_TEST_REDIS_URL: %v", err)
+	}
+	rdb := redis.NewClient(opt)
+	if err := rdb.Ping(context.Background()).Err(); err != nil {
+		t.Fatalf("connect to the test Redis at %s (set TALLY_TEST_REDIS_URL): %v", RedisURL(), err)
+	}
+	prefix := RandomName("t")
+	t.Cleanup(func() {
+		ctx := context.Background()
+		iter := rdb.Scan(ctx, 0, "{"+prefix+":*", 1000).Iterator()
+		var keys []string
+		for iter.Next(ctx) {
+			keys = append(keys, iter.Val())
+		}
+		if len(keys) > 0 {
+			rdb.Del(ctx, keys...)
+		}
+		rdb.Close()
+	})
+	return rdb, prefix
+}

@@ -1,0 +1,447 @@
+package ledger
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Event is one vote to append: the authenticated principal, the client's
+// idempotency key (scoped to the principal), the choice, and when intake
+// received it.
+type Event struct {
+	PrincipalID   string
+	ClientEventID string
+	PollID        string
+	CandidateID   string
+	ReceivedAt    time.Time
+}
+
+// Status is where an event stands.
+type Status string
+
+// The statuses of DESIGN.md's outcomes table. Append returns the last three;
+// pending is for events still on their way to the ledger.
+const (
+	StatusPending   Status = "pending"
+	StatusRecorded  Status = "recorded"
+	StatusDuplicate Status = "duplicate"
+	StatusRejected  Status = "rejected"
+)
+
+// Reason says why an event was rejected.
+type Reason string
+
+// Reasons for a rejection. unknown_poll and not_eligible catch events that
+// intake refuses up front (404, 403) but that can still reach the ledger
+// through import or a catalog change while the event waited in the stream.
+const (
+	ReasonAlreadyResponded Reason = "already_responded"
+	ReasonKeyReused        Reason = "key_reused"
+	ReasonPollClosed       Reason = "poll_closed"
+	ReasonInvalidChoice    Reason = "invalid_choice"
+	ReasonUnknownPoll      Reason = "unknown_poll"
+	ReasonNotEligible      Reason = "not_eligible"
+)
+
+// Outcome is what Append did with one event.
+type Outcome struct {
+	Status Status
+	Reason Reason // set when Status is rejected
+	Seq    int64  // the ledger row's sequence when Status is recorded or duplicate
+}
+
+func (o Outcome) String() string {
+	if o.Status == StatusRejected {
+		return string(o.Status) + ": " + string(o.Reason)
+	}
+	return string(o.Status)
+}
+
+// Fingerprint is the SHA-256 of an event's payload, the part a client key
+// must always carry the same: the poll and the candidate.
+func Fingerprint(pollID, candidateID string) [32]byte {
+	return sha256.Sum256([]byte(pollID + "\x00" + candidateID))
+}
+
+// FingerprintHex is Fingerprint in lowercase hex, as the stream carries it.
+func FingerprintHex(pollID, candidateID string) string {
+	fp := Fingerprint(pollID, candidateID)
+	return hex.EncodeToString(fp[:])
+}
+
+// InvalidEventError reports an event Append refused to look at: a malformed
+// id or a missing receive time. Nothing of its batch was applied.
+type InvalidEventError struct {
+	Index int // position in the batch
+	Field string
+	Value string
+}
+
+func (e *InvalidEventError) Error() string {
+	return fmt.Sprintf("event %d: %s %q is invalid: ids are 1-64 characters of [A-Za-z0-9_-] and received_at must be set", e.Index, e.Field, e.Value)
+}
+
+func (e *InvalidEventError) Unwrap() error { return ErrInvalid }
+
+func validateEvent(i int, e Event) error {
+	for _, f := range []struct{ name, v string }{
+		{"principal_id", e.PrincipalID},
+		{"event_id", e.ClientEventID},
+		{"poll_id", e.PollID},
+		{"candidate_id", e.CandidateID},
+	} {
+		if !validID(f.v) {
+			return &InvalidEventError{Index: i, Field: f.name, Value: f.v}
+		}
+	}
+	if e.ReceivedAt.IsZero() {
+		return &InvalidEventError{Index: i, Field: "received_at", Value: ""}
+	}
+	return nil
+}
+
+func validID(s string) bool {
+	if len(s) < 1 || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// Append applies events in one transaction and returns one outcome per
+// event, in order. See the package documentation for the rules.
+//
+// On error nothing of the batch is applied, unless the error came while
+// committing: then the batch may or may not have committed, and applying it
+// again is the way to find out (what committed answers duplicate).
+// IsRetryable tells transient errors from permanent ones; an
+// *InvalidEventError names the event that made the batch unusable.
+func (s *Store) Append(ctx context.Context, events []Event) ([]Outcome, error) {
+	if len(events) == 0 {
+		return nil, nil
+	}
+	if len(events) > s.cfg.MaxBatch {
+		return nil, fmt.Errorf("append batch of %d events: %w (at most %d)", len(events), ErrBatchTooLarge, s.cfg.MaxBatch)
+	}
+	for i, e := range events {
+		if err := validateEvent(i, e); err != nil {
+			return nil, fmt.Errorf("append batch: %w", err)
+		}
+	}
+	var outcomes []Outcome
+	err := s.runTx(ctx, "append batch", pgx.TxOptions{}, func(tx pgx.Tx) error {
+		var err error
+		outcomes, err = appendTx(ctx, tx, events)
+		return err
+	})
+	if err == nil && s.cfg.afterCommit != nil {
+		err = s.cfg.afterCommit()
+	}
+	if err != nil {
+		return nil, err
+	}
+	return outcomes, nil
+}
+
+type keyOf struct{ principal, key string }
+type pollPrincipal struct{ poll, principal string }
+
+// owner is what holds a (principal, client key): a ledger row or a
+// rejection record, with the payload it was made with and the outcome an
+// exact replay gets.
+type owner struct {
+	fp     [32]byte
+	replay Outcome
+}
+
+// facts are what the database knows about one event before it is applied.
+type facts struct {
+	pollExists, pollOpen, choiceValid, eligible bool
+	keySeq                                      *int64 // ledger row with the same (principal, key)
+	keyFP                                       [32]byte
+	rejReason                                   *string // rejection record with the same (principal, key)
+	rejFP                                       [32]byte
+	answeredSeq                                 *int64 // ledger row with the same (poll, principal)
+}
+
+type rejection struct {
+	e      Event
+	fp     [32]byte
+	reason Reason
+}
+
+// errRaced: a concurrent transaction committed a row this batch meant to
+// insert, between this batch's read of the facts and its insert. The
+// transaction is rolled back and run again, and then sees that row.
+var errRaced = errors.New("a concurrent append inserted the same key first")
+
+// appendTx classifies and applies events inside tx.
+//
+// It reads the facts of every event whose key is new to the batch in one
+// query, classifies all events in batch order against those facts and what
+// the batch itself already claimed, inserts the new ledger rows (with the
+// projection deltas in the same statement), and records the rejections.
+// When a concurrent transaction pre-empted one of the inserts (ON CONFLICT
+// DO NOTHING returned no row for it), the classification of the whole batch
+// is void: appendTx returns errRaced and runTx starts over.
+func appendTx(ctx context.Context, tx pgx.Tx, events []Event) ([]Outcome, error) {
+	outcomes := make([]Outcome, len(events))
+	fps := make([][32]byte, len(events))
+	var primaries []int // the first event of each (principal, key)
+	seen := make(map[keyOf]bool, len(events))
+	for i, e := range events {
+		fps[i] = Fingerprint(e.PollID, e.CandidateID)
+		k := keyOf{e.PrincipalID, e.ClientEventID}
+		if !seen[k] {
+			seen[k] = true
+			primaries = append(primaries, i)
+		}
+	}
+	fs, err := loadFacts(ctx, tx, events, primaries)
+	if err != nil {
+		return nil, err
+	}
+	owners := make(map[keyOf]*owner, len(primaries))
+	claimed := make(map[pollPrincipal]bool, len(primaries))
+	var inserts []int
+	var rejections []rejection
+	for i, e := range events {
+		k := keyOf{e.PrincipalID, e.ClientEventID}
+		f, primary := fs[i]
+		if primary {
+			// The database's record of the key, if any, owns it.
+			switch {
+			case f.keySeq != nil:
+				owners[k] = &owner{fp: f.keyFP, replay: Outcome{Status: StatusDuplicate, Seq: *f.keySeq}}
+			case f.rejReason != nil:
+				owners[k] = &owner{fp: f.rejFP, replay: Outcome{Status: StatusRejected, Reason: Reason(*f.rejReason)}}
+			}
+		}
+		if o := owners[k]; o != nil {
+			if o.fp == fps[i] {
+				outcomes[i] = o.replay
+			} else {
+				outcomes[i] = Outcome{Status: StatusRejected, Reason: ReasonKeyReused}
+				rejections = append(rejections, rejection{e, fps[i], ReasonKeyReused})
+			}
+			continue
+		}
+		pp := pollPrincipal{e.PollID, e.PrincipalID}
+		var reason Reason
+		switch {
+		case !f.pollExists:
+			reason = ReasonUnknownPoll
+		case !f.pollOpen:
+			reason = ReasonPollClosed
+		case !f.choiceValid:
+			reason = ReasonInvalidChoice
+		case !f.eligible:
+			reason = ReasonNotEligible
+		case f.answeredSeq != nil || claimed[pp]:
+			reason = ReasonAlreadyResponded
+		}
+		if reason != "" {
+			outcomes[i] = Outcome{Status: StatusRejected, Reason: reason}
+			rejections = append(rejections, rejection{e, fps[i], reason})
+			owners[k] = &owner{fp: fps[i], replay: outcomes[i]}
+			continue
+		}
+		claimed[pp] = true
+		inserts = append(inserts, i)
+		outcomes[i] = Outcome{Status: StatusRecorded}
+		owners[k] = &owner{fp: fps[i], replay: Outcome{Status: StatusDuplicate}} // Seq set below
+	}
+	seqs, err := insertEvents(ctx, tx, events, fps, inserts)
+	if err != nil {
+		return nil, err
+	}
+	if len(seqs) != len(inserts) {
+		return nil, errRaced
+	}
+	for _, i := range inserts {
+		outcomes[i].Seq = seqs[i]
+		owners[keyOf{events[i].PrincipalID, events[i].ClientEventID}].replay.Seq = seqs[i]
+	}
+	// Exact repeats of an event inserted by this batch are its duplicates.
+	for i, e := range events {
+		if outcomes[i].Status == StatusDuplicate && outcomes[i].Seq == 0 {
+			outcomes[i].Seq = owners[keyOf{e.PrincipalID, e.ClientEventID}].replay.Seq
+		}
+	}
+	if err := insertRejections(ctx, tx, rejections); err != nil {
+		return nil, err
+	}
+	return outcomes, nil
+}
+
+const loadFactsSQL = `
+SELECT i.ord,
+       p.id IS NOT NULL,
+       coalesce(p.opens_at <= i.received_at AND (p.closes_at IS NULL OR i.received_at < p.closes_at), false),
+       c.candidate_id IS NOT NULL,
+       coalesce(p.eligibility = 'any' OR el.principal_id IS NOT NULL, false),
+       k.seq, k.fingerprint,
+       r.reason, r.fingerprint,
+       a.seq
+FROM unnest($1::int[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[])
+       AS i(ord, principal_id, client_event_id, poll_id, candidate_id, received_at)
+LEFT JOIN polls p ON p.id = i.poll_id
+LEFT JOIN poll_choices c ON c.poll_id = i.poll_id AND c.candidate_id = i.candidate_id
+LEFT JOIN poll_eligible el ON el.poll_id = i.poll_id AND el.principal_id = i.principal_id
+LEFT JOIN poll_events k ON k.principal_id = i.principal_id AND k.client_event_id = i.client_event_id
+LEFT JOIN poll_event_rejections r ON r.principal_id = i.principal_id AND r.client_event_id = i.client_event_id
+LEFT JOIN poll_events a ON a.poll_id = i.poll_id AND a.principal_id = i.principal_id`
+
+func loadFacts(ctx context.Context, tx pgx.Tx, events []Event, idx []int) (map[int]facts, error) {
+	n := len(idx)
+	ords := make([]int32, n)
+	principals, keys, polls, candidates := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	received := make([]time.Time, n)
+	for j, i := range idx {
+		e := events[i]
+		ords[j] = int32(i)
+		principals[j], keys[j], polls[j], candidates[j], received[j] = e.PrincipalID, e.ClientEventID, e.PollID, e.CandidateID, e.ReceivedAt
+	}
+	rows, err := tx.Query(ctx, loadFactsSQL, ords, principals, keys, polls, candidates, received)
+	if err != nil {
+		return nil, interpretError("append batch: load facts", err)
+	}
+	defer rows.Close()
+	out := make(map[int]facts, n)
+	for rows.Next() {
+		var (
+			ord          int32
+			f            facts
+			keyFP, rejFP []byte
+		)
+		if err := rows.Scan(&ord, &f.pollExists, &f.pollOpen, &f.choiceValid, &f.eligible,
+			&f.keySeq, &keyFP, &f.rejReason, &rejFP, &f.answeredSeq); err != nil {
+			return nil, interpretError("append batch: load facts", err)
+		}
+		if f.keyFP, err = fixedFingerprint(keyFP); err != nil {
+			return nil, err
+		}
+		if f.rejFP, err = fixedFingerprint(rejFP); err != nil {
+			return nil, err
+		}
+		out[int(ord)] = f
+	}
+	if err := rows.Err(); err != nil {
+		return nil, interpretError("append batch: load facts", err)
+	}
+	return out, nil
+}
+
+func fixedFingerprint(b []byte) ([32]byte, error) {
+	if b == nil {
+		return [32]byte{}, nil
+	}
+	if len(b) != 32 {
+		return [32]byte{}, fmt.Errorf("append batch: a stored fingerprint has %d bytes, want 32", len(b))
+	}
+	return [32]byte(b), nil
+}
+
+// insertEventsSQL appends the ledger rows and, in the same statement, adds
+// the count of rows it really inserted to the projection, per (poll,
+// candidate) in a fixed order. Rows are inserted in principal order so two
+// batches meet on the unique indexes in the same order.
+const insertEventsSQL = `
+WITH input AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::timestamptz[])
+        AS i(principal_id, client_event_id, poll_id, candidate_id, fingerprint, received_at)
+), ins AS (
+    INSERT INTO poll_events (poll_id, candidate_id, principal_id, client_event_id, fingerprint, received_at)
+    SELECT poll_id, candidate_id, principal_id, client_event_id, fingerprint, received_at
+    FROM input ORDER BY principal_id, poll_id, client_event_id
+    ON CONFLICT DO NOTHING
+    RETURNING seq, principal_id, client_event_id, poll_id, candidate_id
+), proj AS (
+    INSERT INTO poll_results AS r (poll_id, candidate_id, vote_count)
+    SELECT poll_id, candidate_id, count(*) FROM ins
+    GROUP BY poll_id, candidate_id ORDER BY poll_id, candidate_id
+    ON CONFLICT (poll_id, candidate_id) DO UPDATE SET vote_count = r.vote_count + EXCLUDED.vote_count
+)
+SELECT principal_id, client_event_id, seq FROM ins`
+
+// insertEvents inserts events[idx] and returns the seq of each one inserted,
+// by index. An index missing from the map lost a race to a concurrent
+// transaction.
+func insertEvents(ctx context.Context, tx pgx.Tx, events []Event, fps [][32]byte, idx []int) (map[int]int64, error) {
+	if len(idx) == 0 {
+		return nil, nil
+	}
+	n := len(idx)
+	principals, keys, polls, candidates := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	fpb := make([][]byte, n)
+	received := make([]time.Time, n)
+	byKey := make(map[keyOf]int, n)
+	for j, i := range idx {
+		e := events[i]
+		principals[j], keys[j], polls[j], candidates[j], received[j] = e.PrincipalID, e.ClientEventID, e.PollID, e.CandidateID, e.ReceivedAt
+		fpb[j] = fps[i][:]
+		byKey[keyOf{e.PrincipalID, e.ClientEventID}] = i
+	}
+	rows, err := tx.Query(ctx, insertEventsSQL, principals, keys, polls, candidates, fpb, received)
+	if err != nil {
+		return nil, interpretError("append batch: insert events", err)
+	}
+	seqs := make(map[int]int64, n)
+	var p, k string
+	var seq int64
+	_, err = pgx.ForEachRow(rows, []any{&p, &k, &seq}, func() error {
+		seqs[byKey[keyOf{p, k}]] = seq
+		return nil
+	})
+	if err != nil {
+		return nil, interpretError("append batch: insert events", err)
+	}
+	return seqs, nil
+}
+
+const insertRejectionsSQL = `
+INSERT INTO poll_event_rejections (principal_id, client_event_id, poll_id, candidate_id, fingerprint, reason, received_at)
+SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::text[], $7::timestamptz[])
+ORDER BY 1, 2
+ON CONFLICT DO NOTHING`
+
+// insertRejections records rejections, once per (principal, client key):
+// the first of a key in the batch wins, and a key already recorded keeps
+// its record.
+func insertRejections(ctx context.Context, tx pgx.Tx, rs []rejection) error {
+	if len(rs) == 0 {
+		return nil
+	}
+	seen := make(map[keyOf]bool, len(rs))
+	var principals, keys, polls, candidates, reasons []string
+	var fpb [][]byte
+	var received []time.Time
+	for i := range rs {
+		r := &rs[i]
+		k := keyOf{r.e.PrincipalID, r.e.ClientEventID}
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
+		principals = append(principals, r.e.PrincipalID)
+		keys = append(keys, r.e.ClientEventID)
+		polls = append(polls, r.e.PollID)
+		candidates = append(candidates, r.e.CandidateID)
+		fpb = append(fpb, r.fp[:])
+		reasons = append(reasons, string(r.reason))
+		received = append(received, r.e.ReceivedAt)
+	}
+	_, err := tx.Exec(ctx, insertRejectionsSQL, principals, keys, polls, candidates, fpb, reasons, received)
+	return interpretError("append batch: record rejections", err)
+}

@@ -1,0 +1,38 @@
+// Package ledger owns everything tally keeps in PostgreSQL: the append-only
+// ledger of votes (poll_events), the records of events that had no tally
+// effect (poll_event_rejections), the poll_results projection, and the
+// catalog of polls, choices and principals.
+//
+// # What it promises
+//
+// Store.Append applies a batch of events in ONE transaction and returns one
+// Outcome per event:
+//
+//   - recorded: a new ledger row; its poll_results row grows by one in the
+//     same transaction. Only new ledger rows change tallies (I3).
+//   - duplicate: the identical event (same principal, client key and payload)
+//     is already in the ledger, or earlier in the same batch. Applying a
+//     batch a second time, as a retry after an uncertain commit does, yields
+//     duplicate for every event and changes nothing (I2).
+//   - rejected, with a Reason: already_responded, key_reused, poll_closed,
+//     invalid_choice, unknown_poll or not_eligible. The rejection is recorded
+//     once per (principal, client key); replaying the same event returns the
+//     recorded rejection again.
+//
+// A rejected event never fails the rest of its batch. A batch costs a few
+// round trips whatever its size: the events travel as arrays (unnest), and
+// the projection deltas are aggregated per (poll, candidate) and applied in
+// a fixed order, so concurrent appenders do not deadlock each other. A
+// deadlock or serialization failure that PostgreSQL still reports makes the
+// whole batch retry, a bounded number of times.
+//
+// The database itself refuses UPDATE, DELETE and TRUNCATE on poll_events
+// (I5). Store.Rebuild recomputes every tally from the ledger in one
+// REPEATABLE READ snapshot and diffs it against the projection; Store.Repair
+// rewrites the projection from the ledger while appends go on.
+//
+// The package knows nothing of Redis or HTTP. Its methods take a context and
+// run on a pgx pool; errors from PostgreSQL are translated in one place
+// (interpretError) into this package's errors, which callers test with
+// errors.Is and IsRetryable.
+package ledger

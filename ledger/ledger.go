@@ -1,0 +1,128 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// DB is the narrow seam every query goes through: a *pgxpool.Pool, a
+// *pgx.Conn or a pgx.Tx.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// txBeginner is what runTx needs of the pool.
+type txBeginner interface {
+	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
+}
+
+// Config tunes a Store. The zero value is usable.
+type Config struct {
+	// MaxBatch bounds the events one Append takes. Default 5000.
+	MaxBatch int
+	// MaxAttempts bounds how often a batch is tried when PostgreSQL reports
+	// a deadlock or serialization failure. Default 5.
+	MaxAttempts int
+	// Logger receives retries and repairs. Default: discard.
+	Logger *slog.Logger
+
+	// afterCommit, when set (tests only), runs after a successful commit of
+	// Append; an error from it is returned as if the commit's answer had
+	// been lost.
+	afterCommit func() error
+}
+
+func (c Config) withDefaults() Config {
+	if c.MaxBatch == 0 {
+		c.MaxBatch = 5000
+	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = 5
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	if c.MaxBatch < 1 || c.MaxBatch > 100_000 {
+		return fmt.Errorf("ledger: MaxBatch must be between 1 and 100000, got %d", c.MaxBatch)
+	}
+	if c.MaxAttempts < 1 {
+		return fmt.Errorf("ledger: MaxAttempts must be at least 1, got %d", c.MaxAttempts)
+	}
+	return nil
+}
+
+// Store is the ledger on one PostgreSQL database.
+type Store struct {
+	pool *pgxpool.Pool
+	cfg  Config
+}
+
+// New returns a Store on pool. The schema must be migrated (package
+// migrations).
+func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Store{pool: pool, cfg: cfg}, nil
+}
+
+// Pool returns the pool the store runs on.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// MaxBatch is the most events one Append takes.
+func (s *Store) MaxBatch() int { return s.cfg.MaxBatch }
+
+// Ping checks that PostgreSQL answers.
+func (s *Store) Ping(ctx context.Context) error {
+	return interpretError("ping", s.pool.Ping(ctx))
+}
+
+// runTx runs fn in one transaction through pgx.BeginTxFunc, and runs it
+// again, up to MaxAttempts times with a jittered backoff, when PostgreSQL
+// reports a deadlock or serialization failure. Connection errors are not
+// retried here: the caller decides, since a commit may have happened.
+func (s *Store) runTx(ctx context.Context, what string, opts pgx.TxOptions, fn func(pgx.Tx) error) error {
+	var err error
+	for attempt := 1; ; attempt++ {
+		err = interpretError(what, pgx.BeginTxFunc(ctx, s.pool, opts, fn))
+		if err == nil || !isConflict(err) || attempt >= s.cfg.MaxAttempts {
+			return err
+		}
+		s.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "transaction conflict, retrying",
+			slog.String("component", "ledger"), slog.String("op", what),
+			slog.Int("attempt", attempt), slog.String("error", err.Error()))
+		backoff := time.Duration(attempt*attempt) * 5 * time.Millisecond
+		backoff += time.Duration(rand.Int64N(int64(backoff)))
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: %w", what, ctx.Err())
+		case <-time.After(backoff):
+		}
+	}
+}
+
+// isConflict reports a deadlock or serialization failure: the transaction
+// certainly rolled back, and running it again is safe.
+func isConflict(err error) bool {
+	if errors.Is(err, errRaced) {
+		return true
+	}
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) &&
+		(pgErr.Code == codeDeadlockDetected || pgErr.Code == codeSerializationFailure)
+}

@@ -1,0 +1,101 @@
+package ledger_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"tally/internal/testenv"
+	"tally/ledger"
+)
+
+type bundle struct {
+	db    testenv.DB
+	store *ledger.Store
+	ctx   context.Context
+}
+
+func setup(t *testing.T) bundle {
+	t.Helper()
+	db := testenv.Postgres(t)
+	store, err := ledger.New(db.Pool, ledger.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bundle{db: db, store: store, ctx: context.Background()}
+}
+
+func (b bundle) poll(t *testing.T, id string, choices ...string) {
+	t.Helper()
+	if err := b.store.CreatePoll(b.ctx, ledger.Poll{ID: id, Title: "poll " + id, OpensAt: time.Unix(0, 0), Choices: choices}); err != nil {
+		t.Fatalf("create poll %s: %v", id, err)
+	}
+}
+
+func ev(principal, key, poll, cand string) ledger.Event {
+	return ledger.Event{PrincipalID: principal, ClientEventID: key, PollID: poll, CandidateID: cand, ReceivedAt: time.Now()}
+}
+
+func statuses(os []ledger.Outcome) []string {
+	out := make([]string, len(os))
+	for i, o := range os {
+		out[i] = o.String()
+	}
+	return out
+}
+
+func TestAppendOutcomes(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.poll(t, "lunch", "pizza", "sushi")
+	batch := []ledger.Event{
+		ev("alice", "k1", "lunch", "pizza"),
+		ev("bob", "k1", "lunch", "sushi"),
+		ev("alice", "k1", "lunch", "pizza"),  // exact repeat in batch
+		ev("alice", "k1", "lunch", "sushi"),  // key reused
+		ev("alice", "k2", "lunch", "sushi"),  // second response
+		ev("carol", "k1", "lunch", "tacos"),  // invalid choice
+		ev("carol", "k2", "nopoll", "pizza"), // unknown poll
+		ev("carol", "k3", "lunch", "sushi"),  // recorded after an invalid one
+	}
+	got, err := b.store.Append(b.ctx, batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"recorded", "recorded", "duplicate", "rejected: key_reused", "rejected: already_responded",
+		"rejected: invalid_choice", "rejected: unknown_poll", "recorded"}
+	for i := range want {
+		if got[i].String() != want[i] {
+			t.Errorf("event %d: got %s, want %s", i, got[i], want[i])
+		}
+	}
+	if got[2].Seq != got[0].Seq || got[0].Seq == 0 {
+		t.Errorf("in-batch duplicate has seq %d, want %d", got[2].Seq, got[0].Seq)
+	}
+	// The retry after an uncertain commit.
+	again, err := b.store.Append(b.ctx, batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want2 := []string{"duplicate", "duplicate", "duplicate", "rejected: key_reused", "rejected: already_responded",
+		"rejected: invalid_choice", "rejected: unknown_poll", "duplicate"}
+	for i := range want2 {
+		if again[i].String() != want2[i] {
+			t.Errorf("retry event %d: got %s, want %s", i, again[i], want2[i])
+		}
+	}
+	res, err := b.store.Results(b.ctx, "lunch")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Total != 3 || res.Results[0].Votes != 1 || res.Results[1].Votes != 2 {
+		t.Errorf("results %+v, want pizza 1 sushi 2", res)
+	}
+	rep, err := b.store.Rebuild(b.ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Differing != 0 || rep.LedgerEvents != 3 {
+		t.Errorf("rebuild %+v", rep)
+	}
+}

@@ -1,0 +1,90 @@
+package ledger
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// CandidateVotes is one candidate's tally.
+type CandidateVotes struct {
+	CandidateID string `json:"candidate_id"`
+	Votes       int64  `json:"votes"`
+}
+
+// Results are a poll's tallies from the projection.
+type Results struct {
+	PollID  string           `json:"poll_id"`
+	Results []CandidateVotes `json:"results"`
+	Total   int64            `json:"total"`
+	AsOf    time.Time        `json:"as_of"` // the database's clock when read
+}
+
+const resultsSQL = `
+SELECT c.candidate_id, coalesce(r.vote_count, 0), now()
+FROM poll_choices c
+LEFT JOIN poll_results r ON r.poll_id = c.poll_id AND r.candidate_id = c.candidate_id
+WHERE c.poll_id = $1
+ORDER BY c.position`
+
+// Results reads a poll's tallies from the projection, in choice order.
+func (s *Store) Results(ctx context.Context, pollID string) (Results, error) {
+	rows, err := s.pool.Query(ctx, resultsSQL, pollID)
+	if err != nil {
+		return Results{}, interpretError("read results", err)
+	}
+	res := Results{PollID: pollID, Results: []CandidateVotes{}}
+	var cv CandidateVotes
+	_, err = pgx.ForEachRow(rows, []any{&cv.CandidateID, &cv.Votes, &res.AsOf}, func() error {
+		res.Results = append(res.Results, cv)
+		res.Total += cv.Votes
+		return nil
+	})
+	if err != nil {
+		return Results{}, interpretError("read results", err)
+	}
+	if len(res.Results) == 0 {
+		return Results{}, fmt.Errorf("read results of poll %s: %w", pollID, ErrNotFound)
+	}
+	return res, nil
+}
+
+// EventRecord is what the ledger knows of one client event id.
+type EventRecord struct {
+	PrincipalID   string
+	ClientEventID string
+	PollID        string
+	CandidateID   string
+	Status        Status // recorded or rejected
+	Reason        Reason // for rejected
+	Seq           int64  // for recorded
+	ReceivedAt    time.Time
+	RecordedAt    time.Time
+}
+
+// eventSQL prefers the ledger row: a key_reused rejection can sit beside
+// the ledger row of the same key.
+const eventSQL = `
+SELECT poll_id, candidate_id, status, reason, seq, received_at, recorded_at FROM (
+    SELECT 1 AS pri, poll_id, candidate_id, 'recorded' AS status, '' AS reason, seq, received_at, recorded_at
+    FROM poll_events WHERE principal_id = $1 AND client_event_id = $2
+    UNION ALL
+    SELECT 2, poll_id, candidate_id, 'rejected', reason, 0, received_at, recorded_at
+    FROM poll_event_rejections WHERE principal_id = $1 AND client_event_id = $2
+) e ORDER BY pri LIMIT 1`
+
+// Event returns the ledger's record of a principal's client event id: the
+// ledger row if there is one, otherwise its rejection record, otherwise
+// ErrNotFound. The client key is scoped to the principal: another
+// principal's key is not found.
+func (s *Store) Event(ctx context.Context, principalID, clientEventID string) (EventRecord, error) {
+	r := EventRecord{PrincipalID: principalID, ClientEventID: clientEventID}
+	err := s.pool.QueryRow(ctx, eventSQL, principalID, clientEventID).
+		Scan(&r.PollID, &r.CandidateID, &r.Status, &r.Reason, &r.Seq, &r.ReceivedAt, &r.RecordedAt)
+	if err != nil {
+		return EventRecord{}, interpretError("read event", err)
+	}
+	return r, nil
+}

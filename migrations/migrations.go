@@ -1,0 +1,51 @@
+// Package migrations holds tally's PostgreSQL schema as goose SQL files,
+// embedded in the binary. The same files apply with the goose command-line
+// tool (goose -dir migrations postgres URL up).
+//
+// Up creates, and Down removes, everything tally keeps in PostgreSQL: polls,
+// choices, principals, the append-only ledger poll_events (its trigger
+// refuses UPDATE, DELETE and TRUNCATE), the rejection records and the
+// poll_results projection.
+package migrations
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"fmt"
+
+	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/lock"
+)
+
+// FS holds the SQL migrations.
+//
+//go:embed *.sql
+var FS embed.FS
+
+// NewProvider returns a goose provider over the embedded migrations. A
+// PostgreSQL session lock serialises providers, so two daemons that migrate
+// at start do not race.
+func NewProvider(db *sql.DB) (*goose.Provider, error) {
+	locker, err := lock.NewPostgresSessionLocker()
+	if err != nil {
+		return nil, fmt.Errorf("migrations: session locker: %w", err)
+	}
+	p, err := goose.NewProvider(goose.DialectPostgres, db, FS, goose.WithSessionLocker(locker))
+	if err != nil {
+		return nil, fmt.Errorf("migrations: %w", err)
+	}
+	return p, nil
+}
+
+// Up applies every pending migration.
+func Up(ctx context.Context, db *sql.DB) error {
+	p, err := NewProvider(db)
+	if err != nil {
+		return err
+	}
+	if _, err := p.Up(ctx); err != nil {
+		return fmt.Errorf("migrate up: %w", err)
+	}
+	return nil
+}
