@@ -1,0 +1,161 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
+	ucli "github.com/urfave/cli/v2"
+
+	"tally/migrations"
+)
+
+func migrateCommand() *ucli.Command {
+	sub := func(name, usage, argsUsage string, run func(ctx context.Context, c *ucli.Context, p *goose.Provider) error) *ucli.Command {
+		return &ucli.Command{
+			Name: name, Usage: usage, ArgsUsage: argsUsage, Flags: commonFlags(),
+			Action: func(c *ucli.Context) error {
+				return withProvider(c, name == "up", func(p *goose.Provider) error { return run(c.Context, c, p) })
+			},
+		}
+	}
+	printResults := func(c *ucli.Context, rs []*goose.MigrationResult) {
+		if len(rs) == 0 {
+			fmt.Fprintln(c.App.ErrWriter, "nothing to do")
+		}
+		for _, r := range rs {
+			fmt.Fprintln(c.App.Writer, r.String())
+		}
+	}
+	return &ucli.Command{
+		Name:  "migrate",
+		Usage: "apply or roll back the database schema (goose migrations embedded in tally)",
+		Subcommands: []*ucli.Command{
+			sub("up", "apply every pending migration (creates the database when missing)", "", func(ctx context.Context, c *ucli.Context, p *goose.Provider) error {
+				rs, err := p.Up(ctx)
+				printResults(c, rs)
+				return err
+			}),
+			sub("down", "roll back the newest migration", "", func(ctx context.Context, c *ucli.Context, p *goose.Provider) error {
+				r, err := p.Down(ctx)
+				if r != nil {
+					printResults(c, []*goose.MigrationResult{r})
+				}
+				return err
+			}),
+			sub("down-to", "roll back to VERSION (0 removes everything)", "VERSION", func(ctx context.Context, c *ucli.Context, p *goose.Provider) error {
+				v, err := versionArg(c)
+				if err != nil {
+					return err
+				}
+				rs, err := p.DownTo(ctx, v)
+				printResults(c, rs)
+				return err
+			}),
+			sub("reset", "roll back every migration: drops all of tally's tables, the ledger with them", "", func(ctx context.Context, c *ucli.Context, p *goose.Provider) error {
+				rs, err := p.DownTo(ctx, 0)
+				printResults(c, rs)
+				return err
+			}),
+			sub("redo", "roll back the newest migration and apply it again", "", func(ctx context.Context, c *ucli.Context, p *goose.Provider) error {
+				r, err := p.Down(ctx)
+				if err != nil {
+					return err
+				}
+				r2, err := p.UpByOne(ctx)
+				printResults(c, []*goose.MigrationResult{r, r2})
+				return err
+			}),
+			sub("status", "list the migrations and whether each is applied", "", func(ctx context.Context, c *ucli.Context, p *goose.Provider) error {
+				st, err := p.Status(ctx)
+				if err != nil {
+					return err
+				}
+				t := newTable(c.App.Writer, "VERSION", "STATE", "APPLIED AT", "FILE")
+				for _, s := range st {
+					at := ""
+					if !s.AppliedAt.IsZero() {
+						at = s.AppliedAt.UTC().Format("2006-01-02 15:04:05Z")
+					}
+					t.row(strconv.FormatInt(s.Source.Version, 10), string(s.State), at, s.Source.Path)
+				}
+				return t.flush()
+			}),
+			sub("version", "print the version the database is at", "", func(ctx context.Context, c *ucli.Context, p *goose.Provider) error {
+				v, err := p.GetDBVersion(ctx)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintln(c.App.Writer, v)
+				return nil
+			}),
+		},
+	}
+}
+
+func versionArg(c *ucli.Context) (int64, error) {
+	if c.NArg() != 1 {
+		return 0, fmt.Errorf("give one VERSION, e.g. tally migrate down-to 1 (tally migrate status lists them)")
+	}
+	v, err := strconv.ParseInt(c.Args().First(), 10, 64)
+	if err != nil || v < 0 {
+		return 0, fmt.Errorf("VERSION %q is not a migration version; tally migrate status lists them", c.Args().First())
+	}
+	return v, nil
+}
+
+// withProvider opens the database and runs fn with a goose provider on it.
+// With create, a missing database is created first.
+func withProvider(c *ucli.Context, create bool, fn func(*goose.Provider) error) error {
+	dbURL := c.String(flagDatabaseURL.Name)
+	cfg, err := pgx.ParseConfig(dbURL)
+	if err != nil {
+		return fmt.Errorf("--database-url: %w", err)
+	}
+	if create {
+		if err := createDatabaseIfMissing(c, cfg); err != nil {
+			return err
+		}
+	}
+	db := stdlib.OpenDB(*cfg)
+	defer db.Close()
+	if err := db.PingContext(c.Context); err != nil {
+		return fmt.Errorf("cannot reach PostgreSQL at %s: %w (is it running? set --database-url or TALLY_DATABASE_URL)", redactURL(dbURL), err)
+	}
+	p, err := migrations.NewProvider(db)
+	if err != nil {
+		return err
+	}
+	return fn(p)
+}
+
+// createDatabaseIfMissing creates cfg's database, connecting to the
+// "postgres" database of the same server, when the server says it does not
+// exist.
+func createDatabaseIfMissing(c *ucli.Context, cfg *pgx.ConnConfig) error {
+	conn, err := pgx.ConnectConfig(c.Context, cfg)
+	if err == nil {
+		return conn.Close(c.Context)
+	}
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "3D000" {
+		return nil // the ping that follows reports it
+	}
+	admin := cfg.Copy()
+	admin.Database = "postgres"
+	conn, err = pgx.ConnectConfig(c.Context, admin)
+	if err != nil {
+		return fmt.Errorf("database %q does not exist, and connecting to database postgres to create it failed: %w", cfg.Database, err)
+	}
+	defer conn.Close(c.Context)
+	if _, err := conn.Exec(c.Context, "CREATE DATABASE "+pgx.Identifier{cfg.Database}.Sanitize()); err != nil {
+		return fmt.Errorf("create database %q: %w", cfg.Database, err)
+	}
+	fmt.Fprintf(c.App.ErrWriter, "created database %s\n", cfg.Database)
+	return nil
+}
