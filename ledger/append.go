@@ -145,9 +145,6 @@ func (s *Store) Append(ctx context.Context, events []Event) ([]Outcome, error) {
 		outcomes, err = appendTx(ctx, tx, events)
 		return err
 	})
-	if err == nil && s.cfg.afterCommit != nil {
-		err = s.cfg.afterCommit()
-	}
 	if err != nil {
 		return nil, err
 	}

@@ -35,11 +35,6 @@ type Config struct {
 	MaxAttempts int
 	// Logger receives retries and repairs. Default: discard.
 	Logger *slog.Logger
-
-	// afterCommit, when set (tests only), runs after a successful commit of
-	// Append; an error from it is returned as if the commit's answer had
-	// been lost.
-	afterCommit func() error
 }
 
 func (c Config) withDefaults() Config {
