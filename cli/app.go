@@ -48,7 +48,7 @@ func checkFailed(err error) error { return &exitError{code: ExitCheck, err: err}
 // returns the exit code.
 func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	app := newApp(stdin, stdout, stderr)
-	err := app.RunContext(ctx, args)
+	err := app.RunContext(ctx, interspersed(app, args))
 	if err == nil {
 		return ExitOK
 	}

@@ -96,7 +96,7 @@ func validateEvent(i int, e Event) error {
 		{"poll_id", e.PollID},
 		{"candidate_id", e.CandidateID},
 	} {
-		if !validID(f.v) {
+		if !ValidID(f.v) {
 			return &InvalidEventError{Index: i, Field: f.name, Value: f.v}
 		}
 	}
@@ -106,7 +106,9 @@ func validateEvent(i int, e Event) error {
 	return nil
 }
 
-func validID(s string) bool {
+// ValidID reports whether s is a valid poll, candidate, principal or client
+// event id: 1-64 characters of [A-Za-z0-9_-].
+func ValidID(s string) bool {
 	if len(s) < 1 || len(s) > 64 {
 		return false
 	}

@@ -40,7 +40,7 @@ func (p Poll) OpenAt(t time.Time) bool {
 // tally for each choice. Eligibility is EligibleList when Eligible is not
 // empty.
 func (s *Store) CreatePoll(ctx context.Context, p Poll) error {
-	if !validID(p.ID) {
+	if !ValidID(p.ID) {
 		return fmt.Errorf("create poll: %w: poll id %q must be 1-64 characters of [A-Za-z0-9_-]", ErrInvalid, p.ID)
 	}
 	if p.Title == "" {
@@ -51,7 +51,7 @@ func (s *Store) CreatePoll(ctx context.Context, p Poll) error {
 	}
 	dup := map[string]bool{}
 	for _, c := range p.Choices {
-		if !validID(c) {
+		if !ValidID(c) {
 			return fmt.Errorf("create poll %s: %w: choice %q must be 1-64 characters of [A-Za-z0-9_-]", p.ID, ErrInvalid, c)
 		}
 		if dup[c] {
@@ -60,7 +60,7 @@ func (s *Store) CreatePoll(ctx context.Context, p Poll) error {
 		dup[c] = true
 	}
 	for _, e := range p.Eligible {
-		if !validID(e) {
+		if !ValidID(e) {
 			return fmt.Errorf("create poll %s: %w: eligible principal %q must be 1-64 characters of [A-Za-z0-9_-]", p.ID, ErrInvalid, e)
 		}
 	}
