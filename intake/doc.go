@@ -1,0 +1,53 @@
+// Package intake is tally's HTTP daemon: it authenticates a vote, checks it
+// against the catalog, rate-limits it and durably enqueues it on the
+// principal's Redis stream shard. It never writes the ledger; the projector
+// applies what intake enqueued.
+//
+// # HTTP surface
+//
+//	POST /v1/votes                  enqueue one vote; 202 + status URL
+//	GET  /v1/votes/{event_id}       the caller's own event and its outcome
+//	GET  /v1/polls/{poll_id}/results tallies from the projection
+//	GET  /healthz                   the process is up
+//	GET  /readyz                    PostgreSQL and Redis answer, breaker closed
+//	GET  /metrics                   Prometheus metrics
+//
+// Every /v1 route needs "Authorization: Bearer TOKEN". Every error is an RFC
+// 9457 application/problem+json document whose detail says what was wrong
+// and what to do about it; a 401 carries "WWW-Authenticate: Bearer".
+//
+// # What it promises
+//
+//   - 202 only after Redis acknowledged the XADD, and with
+//     Config.WaitReplicas > 0 only after WAIT confirmed it on that many
+//     replicas. 202 means accepted for processing, never counted.
+//   - One vote is one Redis round trip: a single Lua script (EVALSHA) checks
+//     and records the idempotency key, applies the per-principal rate limit
+//     (GCRA on Redis' own clock), refuses when the shard's backlog is over
+//     Config.MaxBacklog, and XADDs the entry. Streams are never trimmed.
+//     Every key the script touches carries the shard's hash tag, so it also
+//     runs on Redis Cluster.
+//   - Idempotency keys (the client's event_id) are scoped to the principal.
+//     The same key with the same payload answers 202 again with the same
+//     event_id and enqueues nothing; the same key with another payload
+//     answers 409 and enqueues nothing. A replay or a conflict is answered
+//     before the rate limit, since it enqueues nothing; only what is enqueued
+//     consumes the rate. Records expire after Config.IdempotencyWindow;
+//     past it the ledger still refuses a second effect.
+//   - The identity comes from the bearer token only, never from the body.
+//     Tokens are cached by their SHA-256 (never in clear, never logged) for
+//     at most Config.AuthTTL, so a revocation takes effect within that
+//     time; a change to the principals table clears the cache at once.
+//   - Polls, choices and eligibility are served from an in-process catalog,
+//     refreshed on every NOTIFY on channel tally_catalog and every
+//     Config.CatalogRefresh, so a vote costs no PostgreSQL round trip in the
+//     steady state. The ledger stays the arbiter: an event that raced a
+//     catalog change is rejected there with a reason.
+//   - While Redis fails, a circuit breaker opens and POST answers 503 with
+//     Retry-After at once instead of piling up goroutines; /readyz says so.
+//   - Metrics carry bounded labels only (route template, status code,
+//     outcome), never a principal, token or event id.
+//
+// Server.Run serves until its context is cancelled, then stops accepting,
+// drains requests in flight within Config.ShutdownTimeout and returns.
+package intake

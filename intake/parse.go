@@ -1,0 +1,172 @@
+package intake
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+
+	"tally/stream"
+)
+
+// maxBodyBytes bounds the body of POST /v1/votes.
+const maxBodyBytes = 4 << 10
+
+// vote is the body of POST /v1/votes.
+type vote struct {
+	EventID     string // the client's idempotency key
+	PollID      string
+	CandidateID string
+}
+
+// Keys of a vote body, in the order details name them.
+const (
+	keyEventID     = "event_id"
+	keyPollID      = "poll_id"
+	keyCandidateID = "candidate_id"
+)
+
+// parseError is a body parseVote refused; its message is the detail of the
+// 400 answer.
+type parseError struct{ detail string }
+
+func (e *parseError) Error() string { return e.detail }
+
+func refuse(format string, args ...any) error {
+	return &parseError{detail: fmt.Sprintf(format, args...)}
+}
+
+// parseVote reads a vote body strictly: one JSON object with exactly the keys
+// event_id, poll_id and candidate_id, each once, each a string of 1-64
+// characters of [A-Za-z0-9_-], and nothing but whitespace after it. Every
+// error is a *parseError that says what was wrong.
+func parseVote(body []byte) (vote, error) {
+	if len(body) > maxBodyBytes {
+		return vote{}, refuse("the body is %d bytes, the limit is %d", len(body), maxBodyBytes)
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		return vote{}, refuse(`the body is empty: send {"event_id": "...", "poll_id": "...", "candidate_id": "..."}`)
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	syntax := func(err error) error {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return refuse("the body is not valid JSON: it ends before the object is closed")
+		}
+		return refuse("the body is not valid JSON at byte %d: %v", dec.InputOffset(), err)
+	}
+
+	tok, err := dec.Token()
+	if err != nil {
+		return vote{}, syntax(err)
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '{' {
+		return vote{}, refuse("the body must be a JSON object, got %s", kindOf(tok))
+	}
+	var v vote
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return vote{}, syntax(err)
+		}
+		key, ok := tok.(string)
+		if !ok { // the decoder only yields strings here; be safe anyway
+			return vote{}, refuse("the body is not valid JSON at byte %d: object keys must be strings", dec.InputOffset())
+		}
+		var dst *string
+		switch key {
+		case keyEventID:
+			dst = &v.EventID
+		case keyPollID:
+			dst = &v.PollID
+		case keyCandidateID:
+			dst = &v.CandidateID
+		default:
+			return vote{}, refuse(`key %s is not allowed: the body takes exactly "event_id", "poll_id" and "candidate_id"`, quoteKey(key))
+		}
+		if seen[key] {
+			return vote{}, refuse("key %q appears more than once: give each key once", key)
+		}
+		seen[key] = true
+		tok, err = dec.Token()
+		if err != nil {
+			return vote{}, syntax(err)
+		}
+		s, ok := tok.(string)
+		if !ok {
+			return vote{}, refuse("%q must be a string, got %s", key, kindOf(tok))
+		}
+		if !stream.ValidID(s) {
+			return vote{}, refuse("%q must be 1-64 characters of [A-Za-z0-9_-], got %s", key, describeID(s))
+		}
+		*dst = s
+	}
+	if _, err := dec.Token(); err != nil { // the closing brace
+		return vote{}, syntax(err)
+	}
+	for _, k := range []string{keyEventID, keyPollID, keyCandidateID} {
+		if !seen[k] {
+			return vote{}, refuse(`key %q is missing: the body takes exactly "event_id", "poll_id" and "candidate_id"`, k)
+		}
+	}
+	if tok, err := dec.Token(); !errors.Is(err, io.EOF) {
+		if err != nil {
+			return vote{}, refuse("unexpected data after the JSON object at byte %d: send one object and nothing else", dec.InputOffset())
+		}
+		return vote{}, refuse("unexpected %s after the JSON object: send one object and nothing else", kindOf(tok))
+	}
+	return v, nil
+}
+
+// kindOf names the JSON kind of a token for a detail.
+func kindOf(tok json.Token) string {
+	switch t := tok.(type) {
+	case json.Delim:
+		switch t {
+		case '{':
+			return "an object"
+		case '[':
+			return "an array"
+		}
+		return "a stray " + strconv.QuoteRune(rune(t))
+	case string:
+		return "a string"
+	case json.Number, float64:
+		return "a number"
+	case bool:
+		return "a boolean"
+	case nil:
+		return "null"
+	}
+	return fmt.Sprintf("%T", tok)
+}
+
+// quoteKey quotes a client's key for a detail, shortened so a detail stays
+// small whatever the client sent.
+func quoteKey(k string) string {
+	if len(k) > 40 {
+		return strconv.Quote(k[:40]) + "..."
+	}
+	return strconv.Quote(k)
+}
+
+// describeID says what is wrong with an invalid id, without echoing a long
+// one back.
+func describeID(s string) string {
+	switch {
+	case s == "":
+		return "an empty string"
+	case len(s) > 64:
+		return fmt.Sprintf("%d bytes", len(s))
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return fmt.Sprintf("%q with a forbidden character at position %d", s, i+1)
+		}
+	}
+	return strconv.Quote(s)
+}

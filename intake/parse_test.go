@@ -1,0 +1,163 @@
+package intake
+
+import (
+	"encoding/json"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+var parseCases = []struct {
+	name   string
+	body   string
+	want   vote   // when detail is empty
+	detail string // a substring of the refusal's detail
+}{
+	{name: "ok", body: `{"event_id":"e1","poll_id":"p1","candidate_id":"c1"}`, want: vote{"e1", "p1", "c1"}},
+	{name: "ok any order and whitespace", body: " \n{ \"candidate_id\" : \"c_1\", \"poll_id\":\"P-1\",\t\"event_id\":\"e\" }\r\n", want: vote{"e", "P-1", "c_1"}},
+	{name: "ok 64 chars", body: `{"event_id":"` + strings.Repeat("a", 64) + `","poll_id":"p","candidate_id":"c"}`, want: vote{strings.Repeat("a", 64), "p", "c"}},
+	{name: "ok escaped key", body: `{"event\u005fid":"e","poll_id":"p","candidate_id":"c"}`, want: vote{"e", "p", "c"}},
+	{name: "empty", body: ``, detail: "the body is empty"},
+	{name: "blank", body: "  \n", detail: "the body is empty"},
+	{name: "array", body: `[]`, detail: "must be a JSON object, got an array"},
+	{name: "string", body: `"x"`, detail: "must be a JSON object, got a string"},
+	{name: "null", body: `null`, detail: "must be a JSON object, got null"},
+	{name: "not json", body: `event_id=e1`, detail: "not valid JSON"},
+	{name: "truncated", body: `{"event_id":"e1"`, detail: "ends before the object is closed"},
+	{name: "trailing comma", body: `{"event_id":"e1","poll_id":"p","candidate_id":"c",}`, detail: "not valid JSON"},
+	{name: "unknown key", body: `{"event_id":"e1","poll_id":"p","candidate_id":"c","principal":"x"}`, detail: `key "principal" is not allowed`},
+	{name: "long unknown key", body: `{"` + strings.Repeat("k", 100) + `":"x"}`, detail: `"... is not allowed`},
+	{name: "duplicate key", body: `{"event_id":"e1","poll_id":"p","event_id":"e2","candidate_id":"c"}`, detail: `key "event_id" appears more than once`},
+	{name: "duplicate escaped", body: `{"poll_id":"p","poll\u005fid":"p","event_id":"e","candidate_id":"c"}`, detail: `key "poll_id" appears more than once`},
+	{name: "missing key", body: `{"event_id":"e1","poll_id":"p"}`, detail: `key "candidate_id" is missing`},
+	{name: "empty object", body: `{}`, detail: `key "event_id" is missing`},
+	{name: "number", body: `{"event_id":1,"poll_id":"p","candidate_id":"c"}`, detail: `"event_id" must be a string, got a number`},
+	{name: "bool", body: `{"event_id":"e","poll_id":true,"candidate_id":"c"}`, detail: `"poll_id" must be a string, got a boolean`},
+	{name: "null value", body: `{"event_id":"e","poll_id":"p","candidate_id":null}`, detail: `"candidate_id" must be a string, got null`},
+	{name: "object value", body: `{"event_id":{"a":"b"},"poll_id":"p","candidate_id":"c"}`, detail: `must be a string, got an object`},
+	{name: "array value", body: `{"event_id":["e"],"poll_id":"p","candidate_id":"c"}`, detail: `must be a string, got an array`},
+	{name: "empty id", body: `{"event_id":"","poll_id":"p","candidate_id":"c"}`, detail: `"event_id" must be 1-64 characters of [A-Za-z0-9_-], got an empty string`},
+	{name: "long id", body: `{"event_id":"` + strings.Repeat("a", 65) + `","poll_id":"p","candidate_id":"c"}`, detail: "got 65 bytes"},
+	{name: "bad char", body: `{"event_id":"e 1","poll_id":"p","candidate_id":"c"}`, detail: "forbidden character at position 2"},
+	{name: "unicode id", body: `{"event_id":"é","poll_id":"p","candidate_id":"c"}`, detail: "forbidden character"},
+	{name: "newline escape id", body: `{"event_id":"e\n","poll_id":"p","candidate_id":"c"}`, detail: "forbidden character"},
+	{name: "trailing object", body: `{"event_id":"e","poll_id":"p","candidate_id":"c"}{}`, detail: "after the JSON object"},
+	{name: "trailing garbage", body: `{"event_id":"e","poll_id":"p","candidate_id":"c"} x`, detail: "after the JSON object"},
+	{name: "trailing string", body: `{"event_id":"e","poll_id":"p","candidate_id":"c"}"x"`, detail: "unexpected a string after the JSON object"},
+	{name: "too large", body: `{"event_id":"e","poll_id":"p","candidate_id":"c"}` + strings.Repeat(" ", maxBodyBytes), detail: "the limit is 4096"},
+}
+
+func TestParseVote(t *testing.T) {
+	t.Parallel()
+	for _, tc := range parseCases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := parseVote([]byte(tc.body))
+			if tc.detail == "" {
+				if err != nil {
+					t.Fatalf("parseVote(%q): %v", tc.body, err)
+				}
+				if got != tc.want {
+					t.Fatalf("parseVote(%q) = %+v, want %+v", tc.body, got, tc.want)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("parseVote(%q) accepted %+v, want a refusal containing %q", tc.body, got, tc.detail)
+			}
+			if _, ok := err.(*parseError); !ok {
+				t.Fatalf("parseVote(%q) error is %T, want *parseError", tc.body, err)
+			}
+			if !strings.Contains(err.Error(), tc.detail) {
+				t.Fatalf("parseVote(%q) = %q, want it to contain %q", tc.body, err, tc.detail)
+			}
+		})
+	}
+}
+
+var fuzzIDRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// FuzzParseVote checks that parseVote never panics and that whatever it
+// accepts satisfies the rules, re-checked independently: valid JSON, one
+// object with exactly three members (counted on the raw bytes), the three
+// keys each a string matching the id pattern and equal to what was parsed,
+// at most maxBodyBytes.
+func FuzzParseVote(f *testing.F) {
+	for _, tc := range parseCases {
+		f.Add([]byte(tc.body))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		v, err := parseVote(body)
+		if err != nil {
+			if _, ok := err.(*parseError); !ok {
+				t.Fatalf("error %T (%v), want *parseError", err, err)
+			}
+			if err.Error() == "" {
+				t.Fatal("empty detail")
+			}
+			return
+		}
+		if len(body) > maxBodyBytes {
+			t.Fatalf("accepted %d bytes", len(body))
+		}
+		if !json.Valid(body) {
+			t.Fatalf("accepted invalid JSON %q", body)
+		}
+		var m map[string]any
+		if err := json.Unmarshal(body, &m); err != nil {
+			t.Fatalf("accepted %q, which is not an object: %v", body, err)
+		}
+		if len(m) != 3 {
+			t.Fatalf("accepted %q with %d distinct keys", body, len(m))
+		}
+		if n := topLevelMembers(body); n != 3 {
+			t.Fatalf("accepted %q with %d members (duplicate keys?)", body, n)
+		}
+		for k, want := range map[string]string{"event_id": v.EventID, "poll_id": v.PollID, "candidate_id": v.CandidateID} {
+			s, ok := m[k].(string)
+			if !ok {
+				t.Fatalf("accepted %q where %s is %T", body, k, m[k])
+			}
+			if s != want || !fuzzIDRE.MatchString(s) {
+				t.Fatalf("accepted %q: %s = %q, parsed %q", body, k, s, want)
+			}
+		}
+	})
+}
+
+// topLevelMembers counts the members of the JSON object in body by counting
+// the commas outside strings at depth one; it assumes body is valid JSON.
+func topLevelMembers(body []byte) int {
+	depth, commas, inString, escaped, empty := 0, 0, false, false, true
+	for _, c := range body {
+		switch {
+		case inString:
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+			continue
+		case c == '"':
+			inString = true
+		case c == '{' || c == '[':
+			depth++
+			continue
+		case c == '}' || c == ']':
+			depth--
+			continue
+		case c == ',' && depth == 1:
+			commas++
+		}
+		if depth == 1 && c != ' ' && c != '\t' && c != '\n' && c != '\r' {
+			empty = false
+		}
+	}
+	if empty {
+		return 0
+	}
+	return commas + 1
+}
