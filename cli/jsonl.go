@@ -24,22 +24,50 @@ type ledgerLine struct {
 	RecordedAt  *time.Time `json:"recorded_at,omitempty"`
 }
 
-// parseImportLine reads one line of an import file. now stands in for a
-// missing received_at. Its errors say what is wrong with the line.
+// parseImportLine reads one line of an import file: one JSON object with
+// the keys of ledgerLine, each at most once, spelt exactly, nothing after
+// it. now stands in for a missing received_at. Its errors say what is wrong
+// with the line.
 func parseImportLine(line []byte, now time.Time) (ledger.Event, error) {
 	dec := json.NewDecoder(bytes.NewReader(line))
-	dec.DisallowUnknownFields()
+	dec.UseNumber()
+	tok, err := dec.Token()
+	if errors.Is(err, io.EOF) {
+		return ledger.Event{}, errors.New("the line is empty; each line must be one JSON object")
+	}
+	if d, ok := tok.(json.Delim); err != nil || !ok || d != '{' {
+		return ledger.Event{}, errors.New("the line is not a JSON object; each line must be one object like tally export writes")
+	}
 	var l ledgerLine
-	if err := dec.Decode(&l); err != nil {
-		var typeErr *json.UnmarshalTypeError
-		switch {
-		case errors.As(err, &typeErr):
-			return ledger.Event{}, fmt.Errorf("field %q must be a %s", typeErr.Field, wantType(typeErr.Field))
-		case errors.Is(err, io.EOF):
-			return ledger.Event{}, errors.New("the line is empty; each line must be one JSON object")
-		default:
-			return ledger.Event{}, fmt.Errorf("not a JSON object of the export format: %v", err)
+	fields := map[string]any{
+		"seq": &l.Seq, "event_id": &l.EventID, "poll_id": &l.PollID, "candidate_id": &l.CandidateID,
+		"principal_id": &l.PrincipalID, "received_at": &l.ReceivedAt, "recorded_at": &l.RecordedAt,
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return ledger.Event{}, fmt.Errorf("malformed JSON: %v", err)
 		}
+		key, _ := tok.(string)
+		dst, known := fields[key]
+		if !known {
+			return ledger.Event{}, fmt.Errorf("unknown field %q; the fields are event_id, poll_id, candidate_id, principal_id, received_at (and seq, recorded_at, which import ignores)", key)
+		}
+		if seen[key] {
+			return ledger.Event{}, fmt.Errorf("field %q is given twice", key)
+		}
+		seen[key] = true
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return ledger.Event{}, fmt.Errorf("malformed JSON: %v", err)
+		}
+		if err := json.Unmarshal(raw, dst); err != nil || string(raw) == "null" && key != "received_at" && key != "recorded_at" {
+			return ledger.Event{}, fmt.Errorf("field %q must be a %s", key, wantType(key))
+		}
+	}
+	if _, err := dec.Token(); err != nil {
+		return ledger.Event{}, fmt.Errorf("malformed JSON: %v", err)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return ledger.Event{}, errors.New("data follows the JSON object; each line must hold exactly one object")

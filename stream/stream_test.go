@@ -1,0 +1,101 @@
+package stream_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"tally/stream"
+)
+
+func entry() stream.Entry {
+	return stream.Entry{PrincipalID: "p-1", ClientEventID: "e_1", PollID: "lunch", CandidateID: "pizza",
+		Fingerprint: strings.Repeat("ab", 32), ReceivedAt: time.UnixMicro(1_790_000_000_123_456).UTC()}
+}
+
+func toMap(values []string) map[string]any {
+	m := map[string]any{}
+	for i := 0; i+1 < len(values); i += 2 {
+		m[values[i]] = values[i+1]
+	}
+	return m
+}
+
+func TestRoundTrip(t *testing.T) {
+	e := entry()
+	got, err := stream.Decode(toMap(e.Values()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != e {
+		t.Fatalf("decoded %+v, want %+v", got, e)
+	}
+}
+
+func TestDecodeRefuses(t *testing.T) {
+	for name, mutate := range map[string]func(map[string]any){
+		"no version":     func(m map[string]any) { delete(m, stream.FieldVersion) },
+		"future version": func(m map[string]any) { m[stream.FieldVersion] = "2" },
+		"no principal":   func(m map[string]any) { delete(m, stream.FieldPrincipal) },
+		"bad poll":       func(m map[string]any) { m[stream.FieldPoll] = "a b" },
+		"not a string":   func(m map[string]any) { m[stream.FieldCandidate] = 7 },
+		"short fp":       func(m map[string]any) { m[stream.FieldFingerprint] = "abcd" },
+		"bad time":       func(m map[string]any) { m[stream.FieldReceivedAt] = "soon" },
+		"zero time":      func(m map[string]any) { m[stream.FieldReceivedAt] = "0" },
+	} {
+		t.Run(name, func(t *testing.T) {
+			m := toMap(entry().Values())
+			mutate(m)
+			if _, err := stream.Decode(m); !errors.Is(err, stream.ErrUndecodable) {
+				t.Fatalf("Decode = %v, want ErrUndecodable", err)
+			}
+		})
+	}
+}
+
+func TestKeysShareTheShardTag(t *testing.T) {
+	k, err := stream.NewKeys("tally", 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tag := func(key string) string { return key[:strings.IndexByte(key, '}')+1] }
+	for _, p := range []string{"alice", "bob", "p-0123", "zed"} {
+		s := k.Stream(k.ShardOf(p))
+		if tag(k.Idempotency(p, "e1")) != tag(s) || tag(k.RateLimit(p)) != tag(s) || tag(k.DeadLetter(k.ShardOf(p))) != tag(s) {
+			t.Errorf("keys of %s do not share the hash tag of %s", p, s)
+		}
+	}
+	if _, err := stream.NewKeys("bad prefix", 1); err == nil {
+		t.Error("NewKeys accepted a prefix with a space")
+	}
+}
+
+// FuzzDecode checks that Decode never panics and that what it accepts
+// encodes back to the same entry.
+func FuzzDecode(f *testing.F) {
+	e := entry()
+	f.Add("1", e.PrincipalID, e.ClientEventID, e.PollID, e.CandidateID, e.Fingerprint, "1790000000123456")
+	f.Add("1", "", "x", "y", "z", "00", "-1")
+	f.Add("2", "a", "b", "c", "d", strings.Repeat("0", 64), "1")
+	f.Fuzz(func(t *testing.T, v, principal, key, poll, cand, fp, rat string) {
+		m := map[string]any{stream.FieldVersion: v, stream.FieldPrincipal: principal, stream.FieldEventID: key,
+			stream.FieldPoll: poll, stream.FieldCandidate: cand, stream.FieldFingerprint: fp, stream.FieldReceivedAt: rat}
+		got, err := stream.Decode(m)
+		if err != nil {
+			if !errors.Is(err, stream.ErrUndecodable) {
+				t.Fatalf("error %v does not wrap ErrUndecodable", err)
+			}
+			return
+		}
+		for _, id := range []string{got.PrincipalID, got.ClientEventID, got.PollID, got.CandidateID} {
+			if !stream.ValidID(id) {
+				t.Fatalf("accepted invalid id %q", id)
+			}
+		}
+		again, err := stream.Decode(toMap(got.Values()))
+		if err != nil || again != got {
+			t.Fatalf("re-decoding %+v gave %+v, %v", got, again, err)
+		}
+	})
+}
