@@ -236,3 +236,29 @@ func Redis(t testing.TB) (*redis.Client, string) {
 	})
 	return rdb, prefix
 }
+
+// EmptyPostgres creates an empty database (no migrations) for t, and drops
+// it when t ends.
+func EmptyPostgres(t testing.TB) DB {
+	t.Helper()
+	ctx := context.Background()
+	name := RandomName("tally_test_")
+	admin, err := pgx.Connect(ctx, DatabaseURL())
+	if err != nil {
+		t.Fatalf("connect to the test PostgreSQL: %v", err)
+	}
+	defer admin.Close(ctx)
+	if _, err := admin.Exec(ctx, `CREATE DATABASE `+pgx.Identifier{name}.Sanitize()); err != nil {
+		t.Fatalf("create test database: %v", err)
+	}
+	url := withDatabase(DatabaseURL(), name)
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatalf("open test database: %v", err)
+	}
+	t.Cleanup(func() {
+		pool.Close()
+		DropDatabase(t, name)
+	})
+	return DB{Name: name, URL: url, Pool: pool}
+}
