@@ -1,18 +1,149 @@
 package cli
 
 import (
-	"errors"
+	"context"
+	"fmt"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
 	ucli "github.com/urfave/cli/v2"
+
+	"tally/intake"
+	"tally/ledger"
 )
 
 func intakeCommand() *ucli.Command {
+	def := intake.DefaultConfig()
+	dur := func(name, env string, value time.Duration, usage string) *ucli.DurationFlag {
+		return &ucli.DurationFlag{Name: name, EnvVars: []string{env}, Value: value, Usage: usage}
+	}
 	return &ucli.Command{
 		Name:  "intake",
-		Usage: "run the HTTP intake daemon (not built yet)",
-		Flags: commonFlags(),
-		Action: func(*ucli.Context) error {
-			return errors.New("intake is not built yet")
-		},
+		Usage: "run the HTTP intake daemon: authenticate, validate, rate-limit and enqueue votes",
+		Description: "intake serves POST /v1/votes, GET /v1/votes/{event_id}, GET /v1/polls/{poll_id}/results, " +
+			"/healthz, /readyz and /metrics. It answers 202 only after Redis acknowledged the vote. " +
+			"SIGTERM or SIGINT stops it: it stops accepting, drains the requests in flight within " +
+			"--shutdown-timeout and exits 0.",
+		Flags: commonFlags(
+			&ucli.StringFlag{Name: "listen", EnvVars: []string{"TALLY_LISTEN"}, Value: def.Listen,
+				Usage: "TCP `ADDR`ess to serve HTTP on"},
+			&ucli.Float64Flag{Name: "rate", EnvVars: []string{"TALLY_RATE"}, Value: def.Rate,
+				Usage: "votes per second one principal may enqueue, sustained"},
+			&ucli.IntFlag{Name: "burst", EnvVars: []string{"TALLY_BURST"}, Value: def.Burst,
+				Usage: "votes one principal may enqueue at once before --rate applies"},
+			&ucli.Int64Flag{Name: "max-backlog", EnvVars: []string{"TALLY_MAX_BACKLOG"}, Value: def.MaxBacklog,
+				Usage: "entries one stream shard may hold; beyond it votes get 503 + Retry-After"},
+			dur("backlog-retry-after", "TALLY_BACKLOG_RETRY_AFTER", def.BacklogRetryAfter,
+				"Retry-After of a refusal for a full backlog"),
+			dur("idempotency-window", "TALLY_IDEMPOTENCY_WINDOW", def.IdempotencyWindow,
+				"how long Redis remembers a client event id"),
+			&ucli.IntFlag{Name: "redis-wait-replicas", EnvVars: []string{"TALLY_REDIS_WAIT_REPLICAS"}, Value: def.WaitReplicas,
+				Usage: "answer 202 only after WAIT confirmed the vote on `N` replicas (0: off)"},
+			dur("redis-wait-timeout", "TALLY_REDIS_WAIT_TIMEOUT", def.WaitTimeout,
+				"how long WAIT may take; unconfirmed votes get 503"),
+			dur("request-timeout", "TALLY_REQUEST_TIMEOUT", def.RequestTimeout, "bound on the work of one request"),
+			dur("redis-timeout", "TALLY_REDIS_TIMEOUT", def.RedisTimeout, "bound on one Redis round trip"),
+			dur("postgres-timeout", "TALLY_POSTGRES_TIMEOUT", def.PostgresTimeout, "bound on one PostgreSQL query"),
+			dur("auth-cache-ttl", "TALLY_AUTH_CACHE_TTL", def.AuthTTL,
+				"how long an authenticated token is cached; a revocation takes effect within it"),
+			dur("auth-negative-ttl", "TALLY_AUTH_NEGATIVE_TTL", def.AuthNegativeTTL,
+				"how long an unknown or revoked token is cached"),
+			&ucli.IntFlag{Name: "auth-cache-size", EnvVars: []string{"TALLY_AUTH_CACHE_SIZE"}, Value: def.AuthCacheSize,
+				Usage: "most tokens cached"},
+			dur("catalog-refresh", "TALLY_CATALOG_REFRESH", def.CatalogRefresh,
+				"period of the full reload of polls, beside LISTEN tally_catalog"),
+			dur("unknown-poll-ttl", "TALLY_UNKNOWN_POLL_TTL", def.UnknownPollTTL,
+				"how long an unknown poll id is remembered as unknown"),
+			&ucli.IntFlag{Name: "breaker-failures", EnvVars: []string{"TALLY_BREAKER_FAILURES"}, Value: def.BreakerFailures,
+				Usage: "consecutive Redis failures that open the circuit breaker"},
+			dur("breaker-open-for", "TALLY_BREAKER_OPEN_FOR", def.BreakerOpenFor,
+				"how long the breaker stays open before a trial request"),
+			dur("read-header-timeout", "TALLY_READ_HEADER_TIMEOUT", def.ReadHeaderTimeout, "HTTP server read header timeout"),
+			dur("read-timeout", "TALLY_READ_TIMEOUT", def.ReadTimeout, "HTTP server read timeout"),
+			dur("write-timeout", "TALLY_WRITE_TIMEOUT", def.WriteTimeout, "HTTP server write timeout"),
+			dur("idle-timeout", "TALLY_IDLE_TIMEOUT", def.IdleTimeout, "HTTP server keep-alive idle timeout"),
+			&ucli.IntFlag{Name: "max-header-bytes", EnvVars: []string{"TALLY_MAX_HEADER_BYTES"}, Value: def.MaxHeaderBytes,
+				Usage: "most bytes of request headers"},
+			dur("shutdown-timeout", "TALLY_SHUTDOWN_TIMEOUT", def.ShutdownTimeout,
+				"bound on draining requests in flight at shutdown"),
+		),
+		Action: runIntake,
 	}
+}
+
+func runIntake(c *ucli.Context) error {
+	log, err := logger(c)
+	if err != nil {
+		return err
+	}
+	cfg := intake.Config{
+		Listen:            c.String("listen"),
+		Rate:              c.Float64("rate"),
+		Burst:             c.Int("burst"),
+		MaxBacklog:        c.Int64("max-backlog"),
+		BacklogRetryAfter: c.Duration("backlog-retry-after"),
+		IdempotencyWindow: c.Duration("idempotency-window"),
+		WaitReplicas:      c.Int("redis-wait-replicas"),
+		WaitTimeout:       c.Duration("redis-wait-timeout"),
+		RequestTimeout:    c.Duration("request-timeout"),
+		RedisTimeout:      c.Duration("redis-timeout"),
+		PostgresTimeout:   c.Duration("postgres-timeout"),
+		AuthTTL:           c.Duration("auth-cache-ttl"),
+		AuthNegativeTTL:   c.Duration("auth-negative-ttl"),
+		AuthCacheSize:     c.Int("auth-cache-size"),
+		CatalogRefresh:    c.Duration("catalog-refresh"),
+		UnknownPollTTL:    c.Duration("unknown-poll-ttl"),
+		BreakerFailures:   c.Int("breaker-failures"),
+		BreakerOpenFor:    c.Duration("breaker-open-for"),
+		ReadHeaderTimeout: c.Duration("read-header-timeout"),
+		ReadTimeout:       c.Duration("read-timeout"),
+		WriteTimeout:      c.Duration("write-timeout"),
+		IdleTimeout:       c.Duration("idle-timeout"),
+		MaxHeaderBytes:    c.Int("max-header-bytes"),
+		ShutdownTimeout:   c.Duration("shutdown-timeout"),
+	}
+	keys, err := streamKeys(c)
+	if err != nil {
+		return err
+	}
+	store, err := openStore(c, ledger.Config{Logger: log})
+	if err != nil {
+		return err
+	}
+	defer store.Pool().Close()
+	rdb, err := openIntakeRedis(c)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	srv, err := intake.New(cfg, store, rdb, keys, log, reg)
+	if err != nil {
+		return err
+	}
+	return srv.Run(c.Context)
+}
+
+// openIntakeRedis connects to Redis like openRedis, with the request's
+// context bounding every command, so a hung Redis costs a vote at most its
+// deadline.
+func openIntakeRedis(c *ucli.Context) (*redis.Client, error) {
+	redisURL := c.String(flagRedisURL.Name)
+	opt, err := redis.ParseURL(redisURL)
+	if err != nil {
+		return nil, fmt.Errorf("--redis-url: %w", err)
+	}
+	opt.ContextTimeoutEnabled = true
+	rdb := redis.NewClient(opt)
+	ctx, cancel := context.WithTimeout(c.Context, 10*time.Second)
+	defer cancel()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		rdb.Close()
+		return nil, fmt.Errorf("cannot reach Redis at %s: %w (is it running? set --redis-url or TALLY_REDIS_URL)", redactURL(redisURL), err)
+	}
+	return rdb, nil
 }

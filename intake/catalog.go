@@ -1,0 +1,223 @@
+package intake
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"tally/ledger"
+)
+
+// catalogChannel is the channel migration 00002 notifies on; the payload is
+// the name of the table that changed.
+const catalogChannel = "tally_catalog"
+
+// pollInfo is one poll as intake checks votes against it.
+type pollInfo struct {
+	poll     ledger.Poll
+	choices  map[string]struct{}
+	eligible map[string]struct{} // nil for ledger.EligibleAny
+}
+
+func newPollInfo(p ledger.Poll) *pollInfo {
+	pi := &pollInfo{poll: p, choices: make(map[string]struct{}, len(p.Choices))}
+	for _, c := range p.Choices {
+		pi.choices[c] = struct{}{}
+	}
+	if p.Eligibility == ledger.EligibleList {
+		pi.eligible = make(map[string]struct{}, len(p.Eligible))
+		for _, e := range p.Eligible {
+			pi.eligible[e] = struct{}{}
+		}
+	}
+	return pi
+}
+
+func (pi *pollInfo) hasChoice(c string) bool { _, ok := pi.choices[c]; return ok }
+
+func (pi *pollInfo) mayVote(principalID string) bool {
+	if pi.eligible == nil {
+		return true
+	}
+	_, ok := pi.eligible[principalID]
+	return ok
+}
+
+// catalog is the in-process copy of polls, choices and eligibility. It is
+// reloaded whole on every NOTIFY on catalogChannel and every refreshEvery;
+// a poll it does not hold is looked up once and remembered, and an unknown
+// id is remembered as unknown for unknownTTL.
+type catalog struct {
+	store        *ledger.Store
+	log          *slog.Logger
+	refreshEvery time.Duration
+	unknownTTL   time.Duration
+	timeout      time.Duration
+	// onPrincipals runs when the principals table changed.
+	onPrincipals func()
+	// onRefresh, when set, runs after each successful reload (tests).
+	onRefresh func()
+
+	mu      sync.RWMutex
+	polls   map[string]*pollInfo
+	unknown map[string]time.Time // poll id -> forget after
+
+	kick chan struct{} // a reload is wanted
+}
+
+// maxUnknownPolls bounds the ids remembered as unknown.
+const maxUnknownPolls = 4096
+
+func newCatalog(store *ledger.Store, log *slog.Logger, cfg Config, onPrincipals func()) *catalog {
+	return &catalog{
+		store: store, log: log, refreshEvery: cfg.CatalogRefresh, unknownTTL: cfg.UnknownPollTTL,
+		timeout: cfg.PostgresTimeout, onPrincipals: onPrincipals,
+		polls: map[string]*pollInfo{}, unknown: map[string]time.Time{},
+		kick: make(chan struct{}, 1),
+	}
+}
+
+// lookup returns the poll id, or an error wrapping ledger.ErrNotFound, or
+// another error when PostgreSQL could not tell.
+func (c *catalog) lookup(ctx context.Context, id string) (*pollInfo, error) {
+	c.mu.RLock()
+	pi, ok := c.polls[id]
+	forget, isUnknown := c.unknown[id]
+	c.mu.RUnlock()
+	if ok {
+		return pi, nil
+	}
+	if isUnknown && time.Now().Before(forget) {
+		return nil, ledger.ErrNotFound
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	p, err := c.store.Poll(ctx, id)
+	if errors.Is(err, ledger.ErrNotFound) {
+		c.mu.Lock()
+		if len(c.unknown) >= maxUnknownPolls {
+			clear(c.unknown)
+		}
+		c.unknown[id] = time.Now().Add(c.unknownTTL)
+		c.mu.Unlock()
+		return nil, err
+	}
+	if err != nil {
+		return nil, err
+	}
+	pi = newPollInfo(p)
+	c.mu.Lock()
+	c.polls[id] = pi
+	delete(c.unknown, id)
+	c.mu.Unlock()
+	return pi, nil
+}
+
+// reload replaces the whole catalog with what PostgreSQL holds now.
+func (c *catalog) reload(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	ps, err := c.store.Polls(ctx)
+	if err != nil {
+		return err
+	}
+	polls := make(map[string]*pollInfo, len(ps))
+	for _, p := range ps {
+		polls[p.ID] = newPollInfo(p)
+	}
+	c.mu.Lock()
+	c.polls = polls
+	clear(c.unknown)
+	c.mu.Unlock()
+	if c.onRefresh != nil {
+		c.onRefresh()
+	}
+	return nil
+}
+
+// requestReload asks the refresher for a reload without waiting for it.
+func (c *catalog) requestReload() {
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// run keeps the catalog fresh until ctx is done: one goroutine listens on
+// catalogChannel, another reloads when asked and every refreshEvery.
+func (c *catalog) run(ctx context.Context) {
+	var wg sync.WaitGroup
+	wg.Go(func() { c.listen(ctx) })
+	wg.Go(func() { c.refresh(ctx) })
+	wg.Wait()
+}
+
+func (c *catalog) refresh(ctx context.Context) {
+	t := time.NewTicker(c.refreshEvery)
+	defer t.Stop()
+	for {
+		if err := c.reload(ctx); err != nil && ctx.Err() == nil {
+			c.log.LogAttrs(ctx, slog.LevelWarn, "catalog reload failed; serving the cached catalog",
+				slog.String("error", err.Error()))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-c.kick:
+		}
+	}
+}
+
+// listen holds one connection with LISTEN tally_catalog and asks for a
+// reload on every notification, reconnecting with a backoff when the
+// connection fails. Each (re)connection asks for a reload too, since
+// notifications may have been missed meanwhile.
+func (c *catalog) listen(ctx context.Context) {
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		err := c.listenOnce(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		c.log.LogAttrs(ctx, slog.LevelWarn, "catalog listener lost; reconnecting",
+			slog.String("error", err.Error()), slog.Duration("backoff", backoff))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 10*time.Second)
+	}
+}
+
+func (c *catalog) listenOnce(ctx context.Context) error {
+	pconn, err := c.store.Pool().Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	conn := pconn.Hijack() // a LISTENing connection must not go back to the pool
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, "LISTEN "+catalogChannel); err != nil {
+		return err
+	}
+	c.requestReload()
+	if c.onPrincipals != nil {
+		c.onPrincipals()
+	}
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		if n.Payload == "principals" {
+			if c.onPrincipals != nil {
+				c.onPrincipals()
+			}
+			continue
+		}
+		c.requestReload()
+	}
+}

@@ -1,0 +1,184 @@
+package intake
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+)
+
+// Config tunes a Server. The zero value of a field means its default.
+type Config struct {
+	// Listen is the TCP address Run serves on. Default "127.0.0.1:8080".
+	Listen string
+
+	// Rate is the sustained number of votes per second one principal may
+	// enqueue. Default 5.
+	Rate float64
+	// Burst is the number of votes one principal may enqueue at once before
+	// Rate applies. Default 10.
+	Burst int
+	// MaxBacklog bounds the entries waiting in one stream shard: a vote that
+	// would take the shard past it is refused with 503. Default 1,000,000.
+	MaxBacklog int64
+	// BacklogRetryAfter is the Retry-After of a backlog refusal. Default 2s.
+	BacklogRetryAfter time.Duration
+	// IdempotencyWindow is how long Redis keeps the record of a client
+	// event id. Default 24h.
+	IdempotencyWindow time.Duration
+
+	// WaitReplicas, when above zero, makes a vote wait for WAIT to confirm
+	// the write on that many replicas before 202; unconfirmed is 503.
+	// Default 0: Redis' own acknowledgement (with appendfsync always, the
+	// documented durability) is enough.
+	WaitReplicas int
+	// WaitTimeout bounds WAIT. Default 500ms.
+	WaitTimeout time.Duration
+
+	// RequestTimeout bounds the work of one request. Default 3s.
+	RequestTimeout time.Duration
+	// RedisTimeout bounds one Redis round trip. Default 1s.
+	RedisTimeout time.Duration
+	// PostgresTimeout bounds one PostgreSQL query (authentication on a cache
+	// miss, event status, results). Default 2s.
+	PostgresTimeout time.Duration
+
+	// AuthTTL is how long a successful authentication is cached: a revoked
+	// token is refused at the latest that long after the revocation.
+	// Default 5s.
+	AuthTTL time.Duration
+	// AuthNegativeTTL is how long an unknown or revoked token is cached.
+	// Default 1s.
+	AuthNegativeTTL time.Duration
+	// AuthCacheSize bounds the cached tokens. Default 100,000.
+	AuthCacheSize int
+
+	// CatalogRefresh is the period of the full catalog reload, the safety
+	// net beside LISTEN tally_catalog. Default 30s.
+	CatalogRefresh time.Duration
+	// UnknownPollTTL is how long a poll id that PostgreSQL does not know is
+	// remembered as unknown. Default 1s.
+	UnknownPollTTL time.Duration
+
+	// BreakerFailures is the number of consecutive Redis failures that opens
+	// the circuit breaker. Default 5.
+	BreakerFailures int
+	// BreakerOpenFor is how long the breaker stays open before it lets a
+	// trial request through; it is also the Retry-After while open.
+	// Default 5s.
+	BreakerOpenFor time.Duration
+
+	// ReadHeaderTimeout, ReadTimeout, WriteTimeout and IdleTimeout are the
+	// http.Server timeouts. Defaults 2s, 5s, 10s and 60s.
+	ReadHeaderTimeout time.Duration
+	ReadTimeout       time.Duration
+	WriteTimeout      time.Duration
+	IdleTimeout       time.Duration
+	// MaxHeaderBytes bounds the request headers. Default 16 KiB.
+	MaxHeaderBytes int
+	// ShutdownTimeout bounds the drain of requests in flight once Run's
+	// context is cancelled. Default 10s.
+	ShutdownTimeout time.Duration
+}
+
+func (c Config) withDefaults() Config {
+	setDur := func(d *time.Duration, def time.Duration) {
+		if *d == 0 {
+			*d = def
+		}
+	}
+	if c.Listen == "" {
+		c.Listen = "127.0.0.1:8080"
+	}
+	if c.Rate == 0 {
+		c.Rate = 5
+	}
+	if c.Burst == 0 {
+		c.Burst = 10
+	}
+	if c.MaxBacklog == 0 {
+		c.MaxBacklog = 1_000_000
+	}
+	setDur(&c.BacklogRetryAfter, 2*time.Second)
+	setDur(&c.IdempotencyWindow, 24*time.Hour)
+	setDur(&c.WaitTimeout, 500*time.Millisecond)
+	setDur(&c.RequestTimeout, 3*time.Second)
+	setDur(&c.RedisTimeout, time.Second)
+	setDur(&c.PostgresTimeout, 2*time.Second)
+	setDur(&c.AuthTTL, 5*time.Second)
+	setDur(&c.AuthNegativeTTL, time.Second)
+	if c.AuthCacheSize == 0 {
+		c.AuthCacheSize = 100_000
+	}
+	setDur(&c.CatalogRefresh, 30*time.Second)
+	setDur(&c.UnknownPollTTL, time.Second)
+	if c.BreakerFailures == 0 {
+		c.BreakerFailures = 5
+	}
+	setDur(&c.BreakerOpenFor, 5*time.Second)
+	setDur(&c.ReadHeaderTimeout, 2*time.Second)
+	setDur(&c.ReadTimeout, 5*time.Second)
+	setDur(&c.WriteTimeout, 10*time.Second)
+	setDur(&c.IdleTimeout, 60*time.Second)
+	if c.MaxHeaderBytes == 0 {
+		c.MaxHeaderBytes = 16 << 10
+	}
+	setDur(&c.ShutdownTimeout, 10*time.Second)
+	return c
+}
+
+func (c Config) validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if c.Rate <= 0 || math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0) || c.Rate > 1e6 {
+		bad("Rate must be above 0 and at most 1000000 votes per second, got %v", c.Rate)
+	}
+	if c.Burst < 1 || c.Burst > 1_000_000 {
+		bad("Burst must be between 1 and 1000000, got %d", c.Burst)
+	}
+	if c.MaxBacklog < 1 {
+		bad("MaxBacklog must be at least 1, got %d", c.MaxBacklog)
+	}
+	if c.IdempotencyWindow < time.Second {
+		bad("IdempotencyWindow must be at least 1s, got %s", c.IdempotencyWindow)
+	}
+	if c.WaitReplicas < 0 {
+		bad("WaitReplicas must be 0 (off) or more, got %d", c.WaitReplicas)
+	}
+	if c.AuthCacheSize < 1 {
+		bad("AuthCacheSize must be at least 1, got %d", c.AuthCacheSize)
+	}
+	if c.BreakerFailures < 1 {
+		bad("BreakerFailures must be at least 1, got %d", c.BreakerFailures)
+	}
+	if c.MaxHeaderBytes < 1<<10 {
+		bad("MaxHeaderBytes must be at least 1024, got %d", c.MaxHeaderBytes)
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"BacklogRetryAfter", c.BacklogRetryAfter}, {"WaitTimeout", c.WaitTimeout},
+		{"RequestTimeout", c.RequestTimeout}, {"RedisTimeout", c.RedisTimeout},
+		{"PostgresTimeout", c.PostgresTimeout}, {"AuthTTL", c.AuthTTL},
+		{"AuthNegativeTTL", c.AuthNegativeTTL}, {"CatalogRefresh", c.CatalogRefresh},
+		{"UnknownPollTTL", c.UnknownPollTTL}, {"BreakerOpenFor", c.BreakerOpenFor},
+		{"ReadHeaderTimeout", c.ReadHeaderTimeout}, {"ReadTimeout", c.ReadTimeout},
+		{"WriteTimeout", c.WriteTimeout}, {"IdleTimeout", c.IdleTimeout},
+		{"ShutdownTimeout", c.ShutdownTimeout},
+	} {
+		if d.v < 0 {
+			bad("%s must not be negative, got %s", d.name, d.v)
+		}
+	}
+	if c.WriteTimeout > 0 && c.RequestTimeout > c.WriteTimeout {
+		bad("RequestTimeout (%s) must not exceed WriteTimeout (%s), or answers would be cut off", c.RequestTimeout, c.WriteTimeout)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("intake config: %w", err)
+	}
+	return nil
+}
+
+// DefaultConfig returns the configuration with every default filled in.
+func DefaultConfig() Config { return Config{}.withDefaults() }

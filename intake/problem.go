@@ -1,0 +1,82 @@
+package intake
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// problem is an RFC 9457 problem details document.
+type problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail"`
+}
+
+// problemType names a kind of problem: its type URI and title.
+type problemType struct {
+	slug  string
+	title string
+}
+
+// The problems intake answers.
+var (
+	probBadRequest     = problemType{"invalid-request", "The request body is invalid"}
+	probBadID          = problemType{"invalid-id", "The id in the path is invalid"}
+	probUnauthorized   = problemType{"unauthorized", "Authentication is required"}
+	probNotEligible    = problemType{"not-eligible", "Not eligible for this poll"}
+	probNotFound       = problemType{"not-found", "Not found"}
+	probUnknownPoll    = problemType{"unknown-poll", "Unknown poll"}
+	probMethod         = problemType{"method-not-allowed", "Method not allowed"}
+	probKeyReused      = problemType{"key-reused", "The event id was used with another payload"}
+	probTooLarge       = problemType{"body-too-large", "The request body is too large"}
+	probMediaType      = problemType{"unsupported-media-type", "The request body must be JSON"}
+	probPollClosed     = problemType{"poll-closed", "The poll is not open"}
+	probInvalidChoice  = problemType{"invalid-choice", "The candidate is not a choice of this poll"}
+	probRateLimited    = problemType{"rate-limited", "Too many votes"}
+	probBacklog        = problemType{"backlog-full", "The queue is full"}
+	probUnavailable    = problemType{"unavailable", "Temporarily unavailable"}
+	probInternal       = problemType{"internal", "Internal error"}
+	problemTypeBaseURI = "urn:tally:problem:"
+)
+
+// writeProblem answers a problem+json document. retryAfter, when positive,
+// becomes a Retry-After header in whole seconds, rounded up.
+func writeProblem(w http.ResponseWriter, status int, pt problemType, detail string, retryAfter time.Duration) {
+	h := w.Header()
+	h.Set("Content-Type", "application/problem+json")
+	h.Set("Cache-Control", "no-store")
+	if status == http.StatusUnauthorized {
+		h.Set("WWW-Authenticate", `Bearer realm="tally"`)
+	}
+	if retryAfter > 0 {
+		h.Set("Retry-After", strconv.FormatInt(retryAfterSeconds(retryAfter), 10))
+	}
+	b, _ := json.Marshal(problem{Type: problemTypeBaseURI + pt.slug, Title: pt.title, Status: status, Detail: detail})
+	w.WriteHeader(status)
+	w.Write(append(b, '\n'))
+}
+
+// retryAfterSeconds rounds d up to whole seconds, at least 1.
+func retryAfterSeconds(d time.Duration) int64 {
+	s := int64((d + time.Second - 1) / time.Second)
+	if s < 1 {
+		s = 1
+	}
+	return s
+}
+
+// writeJSON answers v as JSON.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		writeProblem(w, http.StatusInternalServerError, probInternal, "the answer could not be encoded; report this", 0)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	w.Write(append(b, '\n'))
+}

@@ -1,0 +1,552 @@
+package intake
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+	"github.com/sony/gobreaker/v2"
+
+	"tally/ledger"
+	"tally/stream"
+)
+
+// Server is the intake daemon. Create it with New; serve with Run or Serve.
+type Server struct {
+	cfg      Config
+	store    *ledger.Store
+	rdb      redis.UniversalClient
+	keys     stream.Keys
+	log      *slog.Logger
+	metrics  *metrics
+	gatherer prometheus.Gatherer // nil when reg does not gather
+	breaker  *gobreaker.CircuitBreaker[any]
+	auth     *authCache
+	catalog  *catalog
+	handler  http.Handler
+
+	emissionUS  float64 // GCRA emission interval, µs
+	toleranceUS float64 // GCRA burst tolerance, µs
+
+	runOnce sync.Once
+}
+
+// New returns a Server on store and rdb. keys must match the projector's.
+// Metrics are registered on reg, and /metrics serves reg when it is also a
+// prometheus.Gatherer (a *prometheus.Registry is both); a nil reg gets a
+// fresh registry. New does no I/O.
+func New(cfg Config, store *ledger.Store, rdb redis.UniversalClient, keys stream.Keys, logger *slog.Logger, reg prometheus.Registerer) (*Server, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if store == nil || rdb == nil {
+		return nil, errors.New("intake: a ledger store and a Redis client are required")
+	}
+	if keys.Shards() == 0 {
+		return nil, errors.New("intake: stream keys are not set; use stream.NewKeys")
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{
+		cfg: cfg, store: store, rdb: rdb, keys: keys,
+		log:         logger.With(slog.String("component", "intake")),
+		metrics:     m,
+		emissionUS:  1e6 / cfg.Rate,
+		toleranceUS: 1e6 / cfg.Rate * float64(cfg.Burst),
+	}
+	s.gatherer, _ = reg.(prometheus.Gatherer)
+	s.breaker = newBreaker(cfg, func(from, to gobreaker.State) {
+		m.breakerState.Set(breakerValue(to))
+		s.log.LogAttrs(context.Background(), slog.LevelWarn, "redis circuit breaker changed state",
+			slog.String("from", from.String()), slog.String("to", to.String()))
+	})
+	s.auth = newAuthCache(store, cfg)
+	s.catalog = newCatalog(store, s.log, cfg, s.auth.clear)
+	s.handler = s.routes()
+	return s, nil
+}
+
+// Handler is the HTTP handler of every route, for tests and embedding. The
+// catalog is only kept fresh (NOTIFY and periodic reloads) while Run or
+// Serve runs.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Run listens on Config.Listen and serves until ctx is cancelled; see
+// Serve.
+func (s *Server) Run(ctx context.Context) error {
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", s.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("intake: listen on %s: %w (is another process using it? set --listen)", s.cfg.Listen, err)
+	}
+	return s.Serve(ctx, ln)
+}
+
+// Serve serves on ln until ctx is cancelled, then stops accepting, drains
+// the requests in flight within Config.ShutdownTimeout (closing whatever is
+// left after it) and returns nil. It returns an error when serving failed.
+// A Server serves once.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	served := false
+	s.runOnce.Do(func() { served = true })
+	if !served {
+		ln.Close()
+		return errors.New("intake: a Server serves once")
+	}
+	srv := &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
+		ReadTimeout:       s.cfg.ReadTimeout,
+		WriteTimeout:      s.cfg.WriteTimeout,
+		IdleTimeout:       s.cfg.IdleTimeout,
+		MaxHeaderBytes:    s.cfg.MaxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+	}
+
+	bgCtx, stopBackground := context.WithCancel(ctx)
+	var bg sync.WaitGroup
+	bg.Go(func() { s.catalog.run(bgCtx) })
+	defer func() {
+		stopBackground()
+		bg.Wait()
+	}()
+
+	s.log.LogAttrs(ctx, slog.LevelInfo, "intake serving", slog.String("addr", ln.Addr().String()),
+		slog.Int("shards", s.keys.Shards()), slog.String("stream_prefix", s.keys.Prefix()))
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	select {
+	case err := <-serveErr:
+		return fmt.Errorf("intake: serve: %w", err)
+	case <-ctx.Done():
+	}
+
+	s.log.LogAttrs(ctx, slog.LevelInfo, "intake shutting down", slog.Duration("drain_within", s.cfg.ShutdownTimeout))
+	drainCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(drainCtx); err != nil {
+		s.log.LogAttrs(ctx, slog.LevelWarn, "drain did not finish in time; closing the remaining connections",
+			slog.String("error", err.Error()))
+		srv.Close()
+	}
+	if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("intake: serve: %w", err)
+	}
+	s.log.LogAttrs(ctx, slog.LevelInfo, "intake stopped")
+	return nil
+}
+
+// Route templates, also the route label of the metrics.
+const (
+	routeVotes   = "/v1/votes"
+	routeVote    = "/v1/votes/{event_id}"
+	routeResults = "/v1/polls/{poll_id}/results"
+	routeHealth  = "/healthz"
+	routeReady   = "/readyz"
+	routeMetrics = "/metrics"
+	routeOther   = "other"
+)
+
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle(routeVotes, allow(http.MethodPost, s.handleVote))
+	mux.Handle(routeVote, allow(http.MethodGet, s.handleStatus))
+	mux.Handle(routeResults, allow(http.MethodGet, s.handleResults))
+	mux.Handle(routeHealth, allow(http.MethodGet, s.handleHealth))
+	mux.Handle(routeReady, allow(http.MethodGet, s.handleReady))
+	if s.gatherer != nil {
+		mux.Handle(routeMetrics, allow(http.MethodGet, promhttp.HandlerFor(s.gatherer, promhttp.HandlerOpts{}).ServeHTTP))
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeProblem(w, http.StatusNotFound, probNotFound,
+			"no such route: intake serves POST /v1/votes, GET /v1/votes/{event_id}, GET /v1/polls/{poll_id}/results, /healthz, /readyz and /metrics", 0)
+	})
+	return s.instrument(mux)
+}
+
+// allow answers 405 to any method but method (and HEAD for GET).
+func allow(method string, h http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != method && !(method == http.MethodGet && r.Method == http.MethodHead) {
+			w.Header().Set("Allow", method)
+			writeProblem(w, http.StatusMethodNotAllowed, probMethod,
+				fmt.Sprintf("%s takes %s, not %s", r.URL.Path, method, r.Method), 0)
+			return
+		}
+		h(w, r)
+	})
+}
+
+// statusWriter remembers the status code written.
+type statusWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.code == 0 {
+		w.code = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// instrument bounds each request by Config.RequestTimeout and counts it by
+// route template and status code.
+func (s *Server) instrument(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
+		defer cancel()
+		r = r.WithContext(ctx)
+		sw := &statusWriter{ResponseWriter: w}
+		next.ServeHTTP(sw, r)
+		route := r.Pattern
+		if route == "" || route == "/" {
+			route = routeOther
+		}
+		code := sw.code
+		if code == 0 {
+			code = http.StatusOK
+		}
+		s.metrics.requests.WithLabelValues(route, strconv.Itoa(code)).Inc()
+		s.metrics.duration.WithLabelValues(route).Observe(time.Since(start).Seconds())
+	})
+}
+
+// principal authenticates the request, or answers 401 or 503 and returns
+// false.
+func (s *Server) principal(w http.ResponseWriter, r *http.Request) (ledger.Principal, bool) {
+	h := r.Header.Get("Authorization")
+	scheme, token, found := strings.Cut(h, " ")
+	token = strings.TrimSpace(token)
+	if h == "" {
+		writeProblem(w, http.StatusUnauthorized, probUnauthorized,
+			"the request has no Authorization header: send \"Authorization: Bearer TOKEN\" with your principal's token", 0)
+		return ledger.Principal{}, false
+	}
+	if !found || !strings.EqualFold(scheme, "Bearer") || token == "" {
+		writeProblem(w, http.StatusUnauthorized, probUnauthorized,
+			"the Authorization header is not of the form \"Bearer TOKEN\": send your principal's token that way", 0)
+		return ledger.Principal{}, false
+	}
+	p, err := s.auth.authenticate(r.Context(), token)
+	switch {
+	case errors.Is(err, errUnauthenticated):
+		writeProblem(w, http.StatusUnauthorized, probUnauthorized,
+			"the bearer token is unknown or revoked: ask an operator for a valid token", 0)
+		return ledger.Principal{}, false
+	case err != nil:
+		s.log.LogAttrs(r.Context(), slog.LevelWarn, "authentication failed: PostgreSQL did not answer",
+			slog.String("error", err.Error()))
+		writeProblem(w, http.StatusServiceUnavailable, probUnavailable,
+			"the token could not be checked because the database did not answer: retry after the Retry-After delay", time.Second)
+		return ledger.Principal{}, false
+	}
+	return p, true
+}
+
+// accepted is the 202 answer of POST /v1/votes.
+type accepted struct {
+	EventID   string `json:"event_id"`
+	Status    string `json:"status"`
+	StatusURL string `json:"status_url"`
+}
+
+func (s *Server) handleVote(w http.ResponseWriter, r *http.Request) {
+	receivedAt := time.Now()
+	p, ok := s.principal(w, r)
+	if !ok {
+		return
+	}
+	if ct := r.Header.Get("Content-Type"); !isJSON(ct) {
+		got := "no Content-Type"
+		if ct != "" {
+			got = "Content-Type " + strconv.Quote(ct)
+		}
+		writeProblem(w, http.StatusUnsupportedMediaType, probMediaType,
+			"the request has "+got+": send the vote as Content-Type: application/json", 0)
+		return
+	}
+	if r.ContentLength > maxBodyBytes {
+		writeProblem(w, http.StatusRequestEntityTooLarge, probTooLarge,
+			fmt.Sprintf("the body is %d bytes; a vote takes at most %d", r.ContentLength, maxBodyBytes), 0)
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			writeProblem(w, http.StatusRequestEntityTooLarge, probTooLarge,
+				fmt.Sprintf("the body is over %d bytes, the most a vote takes", maxBodyBytes), 0)
+			return
+		}
+		writeProblem(w, http.StatusBadRequest, probBadRequest, "the body could not be read: "+err.Error(), 0)
+		return
+	}
+	v, err := parseVote(body)
+	if err != nil {
+		writeProblem(w, http.StatusBadRequest, probBadRequest, err.Error(), 0)
+		return
+	}
+
+	poll, err := s.catalog.lookup(r.Context(), v.PollID)
+	switch {
+	case errors.Is(err, ledger.ErrNotFound):
+		writeProblem(w, http.StatusNotFound, probUnknownPoll,
+			fmt.Sprintf("there is no poll %q: check the poll_id", v.PollID), 0)
+		return
+	case err != nil:
+		s.log.LogAttrs(r.Context(), slog.LevelWarn, "poll lookup failed", slog.String("error", err.Error()))
+		writeProblem(w, http.StatusServiceUnavailable, probUnavailable,
+			"the poll could not be looked up because the database did not answer: retry after the Retry-After delay", time.Second)
+		return
+	}
+	if !poll.mayVote(p.ID) {
+		writeProblem(w, http.StatusForbidden, probNotEligible,
+			fmt.Sprintf("poll %q takes votes only from its list of eligible principals, and yours is not on it", v.PollID), 0)
+		return
+	}
+	if !poll.poll.OpenAt(receivedAt) {
+		detail := fmt.Sprintf("poll %q closed at %s and takes no more votes", v.PollID, poll.poll.ClosesAt.UTC().Format(time.RFC3339))
+		if receivedAt.Before(poll.poll.OpensAt) {
+			detail = fmt.Sprintf("poll %q opens at %s: vote after that", v.PollID, poll.poll.OpensAt.UTC().Format(time.RFC3339))
+		}
+		writeProblem(w, http.StatusUnprocessableEntity, probPollClosed, detail, 0)
+		return
+	}
+	if !poll.hasChoice(v.CandidateID) {
+		writeProblem(w, http.StatusUnprocessableEntity, probInvalidChoice,
+			fmt.Sprintf("%q is not a choice of poll %q: pick one of its choices", v.CandidateID, v.PollID), 0)
+		return
+	}
+
+	entry := stream.Entry{
+		PrincipalID:   p.ID,
+		ClientEventID: v.EventID,
+		PollID:        v.PollID,
+		CandidateID:   v.CandidateID,
+		Fingerprint:   ledger.FingerprintHex(v.PollID, v.CandidateID),
+		ReceivedAt:    receivedAt,
+	}
+	start := time.Now()
+	res, err := s.enqueue(r.Context(), entry)
+	out := res.outcome
+	if err != nil {
+		out = outRedisError
+		if errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests) {
+			out = outBreakerOpen
+		}
+	}
+	s.metrics.enqueue.WithLabelValues(string(out)).Observe(time.Since(start).Seconds())
+
+	switch out {
+	case outAccepted, outReplay:
+		if out == outReplay {
+			s.metrics.replays.Inc()
+		}
+		url := "/v1/votes/" + v.EventID
+		w.Header().Set("Location", url)
+		writeJSON(w, http.StatusAccepted, accepted{EventID: v.EventID, Status: string(ledger.StatusPending), StatusURL: url})
+	case outConflict:
+		writeProblem(w, http.StatusConflict, probKeyReused,
+			fmt.Sprintf("event id %q was already used with another poll or candidate: use a new event id for a new vote", v.EventID), 0)
+	case outLimited:
+		s.metrics.rateLimited.Inc()
+		writeProblem(w, http.StatusTooManyRequests, probRateLimited,
+			fmt.Sprintf("your principal may enqueue %g votes per second with bursts of %d: retry after the Retry-After delay", s.cfg.Rate, s.cfg.Burst), res.wait)
+	case outBacklog:
+		s.metrics.backlogRefusals.Inc()
+		writeProblem(w, http.StatusServiceUnavailable, probBacklog,
+			"the queue of votes waiting to be counted is full: retry after the Retry-After delay", s.cfg.BacklogRetryAfter)
+	case outUnconfirmed:
+		writeProblem(w, http.StatusServiceUnavailable, probUnavailable,
+			fmt.Sprintf("the vote was written but only %d of %d Redis replicas confirmed it in time: retry the same request (same event_id) after the Retry-After delay", res.replicas, s.cfg.WaitReplicas), time.Second)
+	case outBreakerOpen:
+		writeProblem(w, http.StatusServiceUnavailable, probUnavailable,
+			"the queue (Redis) is failing and intake is not trying it for now: retry after the Retry-After delay", s.cfg.BreakerOpenFor)
+	default:
+		s.log.LogAttrs(r.Context(), slog.LevelWarn, "enqueue failed", slog.String("error", err.Error()))
+		writeProblem(w, http.StatusServiceUnavailable, probUnavailable,
+			"the queue (Redis) did not answer; the vote may or may not be queued: retry the same request (same event_id) after the Retry-After delay", time.Second)
+	}
+}
+
+// isJSON reports whether a Content-Type is application/json, with any
+// parameters.
+func isJSON(ct string) bool {
+	mt, _, err := mime.ParseMediaType(ct)
+	return err == nil && mt == "application/json"
+}
+
+// eventStatus is the answer of GET /v1/votes/{event_id}.
+type eventStatus struct {
+	EventID     string `json:"event_id"`
+	PollID      string `json:"poll_id"`
+	CandidateID string `json:"candidate_id"`
+	Status      string `json:"status"`
+	Reason      string `json:"reason,omitempty"`
+}
+
+func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
+	p, ok := s.principal(w, r)
+	if !ok {
+		return
+	}
+	id := r.PathValue("event_id")
+	if !stream.ValidID(id) {
+		writeProblem(w, http.StatusBadRequest, probBadID,
+			fmt.Sprintf("event id %s is invalid: event ids are 1-64 characters of [A-Za-z0-9_-]", describeID(id)), 0)
+		return
+	}
+	notFound := func() {
+		writeProblem(w, http.StatusNotFound, probNotFound,
+			fmt.Sprintf("your principal has no event %q: check the id, or send the vote again (the same event_id is safe to resend)", id), 0)
+	}
+
+	pgCtx, cancel := context.WithTimeout(r.Context(), s.cfg.PostgresTimeout)
+	rec, err := s.store.Event(pgCtx, p.ID, id)
+	cancel()
+	switch {
+	case err == nil:
+		st := eventStatus{EventID: id, PollID: rec.PollID, CandidateID: rec.CandidateID, Status: string(rec.Status)}
+		if rec.Status == ledger.StatusRejected {
+			st.Reason = string(rec.Reason)
+		}
+		writeJSON(w, http.StatusOK, st)
+		return
+	case !errors.Is(err, ledger.ErrNotFound):
+		s.log.LogAttrs(r.Context(), slog.LevelWarn, "event lookup failed", slog.String("error", err.Error()))
+		writeProblem(w, http.StatusServiceUnavailable, probUnavailable,
+			"the ledger did not answer: retry after the Retry-After delay", time.Second)
+		return
+	}
+
+	var fields []any
+	_, err = s.breaker.Execute(func() (any, error) {
+		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RedisTimeout)
+		defer cancel()
+		var err error
+		fields, err = s.rdb.HMGet(ctx, s.keys.Idempotency(p.ID, id), "poll", "candidate").Result()
+		return nil, err
+	})
+	if err != nil {
+		s.log.LogAttrs(r.Context(), slog.LevelWarn, "pending lookup failed", slog.String("error", err.Error()))
+		writeProblem(w, http.StatusServiceUnavailable, probUnavailable,
+			"the queue (Redis) did not answer: retry after the Retry-After delay", time.Second)
+		return
+	}
+	poll, _ := fields[0].(string)
+	cand, _ := fields[1].(string)
+	if poll == "" {
+		notFound()
+		return
+	}
+	writeJSON(w, http.StatusOK, eventStatus{EventID: id, PollID: poll, CandidateID: cand, Status: string(ledger.StatusPending)})
+}
+
+func (s *Server) handleResults(w http.ResponseWriter, r *http.Request) {
+	if _, ok := s.principal(w, r); !ok {
+		return
+	}
+	id := r.PathValue("poll_id")
+	if !stream.ValidID(id) {
+		writeProblem(w, http.StatusBadRequest, probBadID,
+			fmt.Sprintf("poll id %s is invalid: poll ids are 1-64 characters of [A-Za-z0-9_-]", describeID(id)), 0)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.PostgresTimeout)
+	defer cancel()
+	res, err := s.store.Results(ctx, id)
+	switch {
+	case errors.Is(err, ledger.ErrNotFound):
+		writeProblem(w, http.StatusNotFound, probUnknownPoll, fmt.Sprintf("there is no poll %q: check the poll id", id), 0)
+	case err != nil:
+		s.log.LogAttrs(r.Context(), slog.LevelWarn, "results lookup failed", slog.String("error", err.Error()))
+		writeProblem(w, http.StatusServiceUnavailable, probUnavailable,
+			"the ledger did not answer: retry after the Retry-After delay", time.Second)
+	default:
+		writeJSON(w, http.StatusOK, res)
+	}
+}
+
+func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// readiness is the answer of /readyz.
+type readiness struct {
+	Status string            `json:"status"` // ready or not ready
+	Checks map[string]string `json:"checks"` // "ok" or what is wrong
+	Down   []string          `json:"down,omitempty"`
+}
+
+func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
+	var mu sync.Mutex
+	rd := readiness{Status: "ready", Checks: map[string]string{}}
+	set := func(name string, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if err == nil {
+			rd.Checks[name] = "ok"
+			return
+		}
+		rd.Checks[name] = err.Error()
+		rd.Down = append(rd.Down, name)
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.PostgresTimeout)
+		defer cancel()
+		set("postgres", s.store.Ping(ctx))
+	})
+	wg.Go(func() {
+		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RedisTimeout)
+		defer cancel()
+		set("redis", s.rdb.Ping(ctx).Err())
+	})
+	wg.Wait()
+	if st := s.breaker.State(); st != gobreaker.StateClosed {
+		set("redis_breaker", fmt.Errorf("%s: votes are refused until a trial request succeeds", st))
+	} else {
+		set("redis_breaker", nil)
+	}
+	if len(rd.Down) > 0 {
+		slices.Sort(rd.Down)
+		rd.Status = "not ready"
+		w.Header().Set("Retry-After", "1")
+		writeJSON(w, http.StatusServiceUnavailable, rd)
+		return
+	}
+	writeJSON(w, http.StatusOK, rd)
+}
