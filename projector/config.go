@@ -1,0 +1,146 @@
+package projector
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+)
+
+// Config tunes a Projector. The zero value is usable: every zero field
+// takes the default its comment names.
+type Config struct {
+	// Consumer is this projector's name in the consumer group. Two live
+	// projectors must not share it. Default: host name and process id,
+	// "host-1234".
+	Consumer string
+
+	// BatchSize is the most entries applied in one transaction, and the
+	// COUNT of each stream read. Default 1000; at most the ledger's
+	// MaxBatch.
+	BatchSize int
+	// BatchWait is how long a batch waits for more entries after its first
+	// one arrived before it is applied anyway. Default 50ms.
+	BatchWait time.Duration
+
+	// MinIdle is how long an entry must have been pending, unacknowledged,
+	// before another consumer claims it. It must be well above the time a
+	// batch takes to apply, or live consumers steal each other's work.
+	// Default 30s.
+	MinIdle time.Duration
+	// ClaimInterval is how often pending entries are looked for. Default
+	// MinIdle/4, at least 10ms.
+	ClaimInterval time.Duration
+	// MaxDeliveries is how often an entry may be delivered before it is
+	// dead-lettered instead of applied. Default 10.
+	MaxDeliveries int
+
+	// MaxAttempts bounds the tries of one batch on transient errors;
+	// after the last one the batch is left pending for a later claim.
+	// Default 8.
+	MaxAttempts int
+	// BackoffMin and BackoffMax bound the wait between tries, which doubles
+	// from BackoffMin with full jitter. Defaults 100ms and 5s.
+	BackoffMin, BackoffMax time.Duration
+	// ApplyTimeout bounds one Append call; past it the outcome is uncertain
+	// and treated as a transient error. Default 30s.
+	ApplyTimeout time.Duration
+
+	// BreakerFailures is how many consecutive transient failures open the
+	// circuit breaker. Default 5.
+	BreakerFailures int
+	// BreakerOpenFor is how long the breaker stays open before it lets one
+	// probe batch through. Default 5s.
+	BreakerOpenFor time.Duration
+
+	// ShutdownGrace is how long the batch in flight may still take to
+	// commit once Run's context is cancelled. Default 5s.
+	ShutdownGrace time.Duration
+	// StatsInterval is how often the backlog, pending and dead-letter
+	// gauges are refreshed from Redis. Default 5s.
+	StatsInterval time.Duration
+}
+
+func (c Config) withDefaults() Config {
+	if c.Consumer == "" {
+		host, err := os.Hostname()
+		if err != nil || host == "" {
+			host = "projector"
+		}
+		c.Consumer = host + "-" + strconv.Itoa(os.Getpid())
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = 1000
+	}
+	if c.BatchWait == 0 {
+		c.BatchWait = 50 * time.Millisecond
+	}
+	if c.MinIdle == 0 {
+		c.MinIdle = 30 * time.Second
+	}
+	if c.ClaimInterval == 0 {
+		c.ClaimInterval = max(c.MinIdle/4, 10*time.Millisecond)
+	}
+	if c.MaxDeliveries == 0 {
+		c.MaxDeliveries = 10
+	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = 8
+	}
+	if c.BackoffMin == 0 {
+		c.BackoffMin = 100 * time.Millisecond
+	}
+	if c.BackoffMax == 0 {
+		c.BackoffMax = 5 * time.Second
+	}
+	if c.ApplyTimeout == 0 {
+		c.ApplyTimeout = 30 * time.Second
+	}
+	if c.BreakerFailures == 0 {
+		c.BreakerFailures = 5
+	}
+	if c.BreakerOpenFor == 0 {
+		c.BreakerOpenFor = 5 * time.Second
+	}
+	if c.ShutdownGrace == 0 {
+		c.ShutdownGrace = 5 * time.Second
+	}
+	if c.StatsInterval == 0 {
+		c.StatsInterval = 5 * time.Second
+	}
+	return c
+}
+
+// validate checks a Config after withDefaults. maxBatch is the most events
+// the applier takes in one call (0: unknown).
+func (c Config) validate(maxBatch int) error {
+	switch {
+	case c.BatchSize < 1:
+		return fmt.Errorf("projector: batch size must be at least 1, got %d", c.BatchSize)
+	case maxBatch > 0 && c.BatchSize > maxBatch:
+		return fmt.Errorf("projector: batch size %d is more than the ledger takes in one transaction (%d): lower the batch size or raise the ledger's MaxBatch", c.BatchSize, maxBatch)
+	case c.BatchWait < 0:
+		return fmt.Errorf("projector: batch wait must not be negative, got %s", c.BatchWait)
+	case c.MinIdle < time.Millisecond:
+		return fmt.Errorf("projector: min idle must be at least 1ms, got %s", c.MinIdle)
+	case c.ClaimInterval <= 0:
+		return fmt.Errorf("projector: claim interval must be positive, got %s", c.ClaimInterval)
+	case c.MaxDeliveries < 1:
+		return fmt.Errorf("projector: max deliveries must be at least 1, got %d", c.MaxDeliveries)
+	case c.MaxAttempts < 1:
+		return fmt.Errorf("projector: max attempts must be at least 1, got %d", c.MaxAttempts)
+	case c.BackoffMin <= 0 || c.BackoffMax < c.BackoffMin:
+		return fmt.Errorf("projector: backoff bounds must satisfy 0 < min <= max, got min %s max %s", c.BackoffMin, c.BackoffMax)
+	case c.ApplyTimeout <= 0:
+		return fmt.Errorf("projector: apply timeout must be positive, got %s", c.ApplyTimeout)
+	case c.BreakerFailures < 1:
+		return fmt.Errorf("projector: breaker failures must be at least 1, got %d", c.BreakerFailures)
+	case c.BreakerOpenFor <= 0:
+		return fmt.Errorf("projector: breaker open time must be positive, got %s", c.BreakerOpenFor)
+	case c.ShutdownGrace < 0:
+		return fmt.Errorf("projector: shutdown grace must not be negative, got %s", c.ShutdownGrace)
+	case c.StatsInterval <= 0:
+		return fmt.Errorf("projector: stats interval must be positive, got %s", c.StatsInterval)
+	}
+	return nil
+}

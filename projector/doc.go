@@ -1,0 +1,47 @@
+// Package projector owns the consumer side of tally's queue: it reads the
+// votes intake enqueued on the Redis streams, applies them in bounded
+// batches to the ledger, and removes each entry from its stream only once
+// its effect has committed.
+//
+// # What it promises
+//
+//   - One transaction per batch. A batch is flushed when it holds
+//     Config.BatchSize entries or when Config.BatchWait has passed since its
+//     first entry arrived, whichever comes first; a timer independent of the
+//     blocking stream read decides the latter. The batch goes to the ledger
+//     in one Append call, so it is never half-applied.
+//   - Ack after commit (I4). Entries are acknowledged and deleted (XACK and
+//     XDEL in one MULTI per stream) only after Append returned their
+//     outcomes. When Append fails, nothing is acknowledged: the entries
+//     stay pending and are applied again later, and the ledger answers
+//     duplicate for whatever had in fact committed (I2).
+//   - Nothing is dropped silently (I1). An entry that cannot be decoded,
+//     whose fingerprint does not match its payload, that fails in the
+//     ledger for a reason other than a transient error, or that was
+//     delivered more than Config.MaxDeliveries times, is copied to its
+//     shard's dead-letter stream with its original fields and the reason,
+//     and removed from the main stream in the same MULTI. A batch that
+//     fails for a permanent reason is split by bisection so the rest of it
+//     commits. An entry Redis reports as deleted while still pending is
+//     counted and logged as lost.
+//   - Recovery. At start a projector re-reads its own pending entries;
+//     every Config.ClaimInterval it claims (XAUTOCLAIM) entries that another
+//     consumer, dead or stuck, left pending for longer than Config.MinIdle.
+//   - Transient errors (ledger.IsRetryable) are retried with bounded
+//     exponential backoff and full jitter. A circuit breaker stops reading
+//     and claiming while PostgreSQL fails, and lets one probe through after
+//     Config.BreakerOpenFor; the projector resumes by itself.
+//   - Clean stop. Run returns nil once its context is cancelled: it stops
+//     reading, applies what it already holds for at most
+//     Config.ShutdownGrace, acknowledges what committed, and abandons the
+//     rest to a later claim. Streams are never trimmed.
+//
+// Several projectors may share the work as members of one consumer group
+// (stream.Group); the ledger's idempotency makes overlapping deliveries
+// harmless.
+//
+// The package also gives operators what the tally command shows them:
+// Inspect for backlog, pending entries and dead letters, and the
+// dead-letter functions (ListDeadLetters, ReplayDeadLetters,
+// PurgeDeadLetters) to look at and drive failed entries again.
+package projector

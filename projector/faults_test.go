@@ -1,0 +1,429 @@
+package projector_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"tally/ledger"
+	"tally/projector"
+	"tally/stream"
+)
+
+// The happy path, with two shards: everything is recorded, acknowledged and
+// deleted; the gauges see the empty streams.
+func TestAppliesAndAcknowledges(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 2)
+	b.poll("lunch", "pizza", "sushi")
+	b.enqueue(votes("u", 250, "lunch", "pizza", "sushi")...)
+	r := b.start(b.store, fast("p1"))
+	b.waitDrained(20 * time.Second)
+	if got := b.tallies("lunch"); got["pizza"] != 125 || got["sushi"] != 125 {
+		t.Errorf("tallies %v, want pizza 125 sushi 125", got)
+	}
+	if got := r.metric("tally_projector_events_total", "outcome", "recorded"); got != 250 {
+		t.Errorf("recorded metric %v, want 250", got)
+	}
+	b.eventually(5*time.Second, "the backlog gauge does not fall to 0", func() bool {
+		return r.metric("tally_projector_backlog") == 0 && r.metric("tally_projector_pending") == 0
+	})
+	r.stop()
+	r.stop() // stopping twice is safe
+	b.checkInvariants()
+}
+
+// A failure before commit: nothing is acknowledged while Append fails (I4),
+// and everything is applied once it works again.
+func TestFailureBeforeCommit(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1)
+	b.poll("lunch", "pizza", "sushi")
+	fail := transient(t)
+	var down atomic.Bool
+	down.Store(true)
+	var calls atomic.Int64
+	app := applierFunc(func(ctx context.Context, events []ledger.Event) ([]ledger.Outcome, error) {
+		calls.Add(1)
+		if down.Load() {
+			return nil, fail
+		}
+		return b.store.Append(ctx, events)
+	})
+	b.enqueue(votes("u", 40, "lunch", "pizza", "sushi")...)
+	cfg := fast("p1")
+	cfg.BreakerFailures = 1000 // this test is about the retries, not the breaker
+	r := b.start(app, cfg)
+	b.eventually(10*time.Second, "Append is not retried", func() bool { return calls.Load() >= 3 })
+	if got := b.pending(""); got != 40 {
+		t.Errorf("I4: %d entries pending while Append fails, want all 40", got)
+	}
+	if got := b.backlog(); got != 40 {
+		t.Errorf("I4: backlog %d while Append fails, want 40", got)
+	}
+	if got := b.ledgerRows(); got != 0 {
+		t.Fatalf("%d ledger rows after failed appends", got)
+	}
+	down.Store(false)
+	b.waitDrained(20 * time.Second)
+	if got := sum(b.tallies("lunch")); got != 40 {
+		t.Errorf("total votes %d, want 40", got)
+	}
+	if r.metric("tally_projector_apply_errors_total", "kind", "transient") < 3 {
+		t.Errorf("transient errors not counted")
+	}
+	r.stop()
+	b.checkInvariants()
+}
+
+// A commit whose answer was lost: the batch committed, the projector saw an
+// error. It must not acknowledge on a guess (I4); the retry finds the
+// identical events and answers duplicate, without a second effect (I2).
+func TestCommitAnswerLost(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1)
+	b.poll("lunch", "pizza", "sushi")
+	fail := transient(t)
+	var lost atomic.Int64
+	inDoubt, release := make(chan struct{}), make(chan struct{})
+	app := applierFunc(func(ctx context.Context, events []ledger.Event) ([]ledger.Outcome, error) {
+		outcomes, err := b.store.Append(ctx, events)
+		if err == nil && lost.Add(1) == 1 {
+			close(inDoubt)
+			<-release
+			return nil, fail // committed, but the answer never arrives
+		}
+		return outcomes, err
+	})
+	b.enqueue(votes("u", 30, "lunch", "pizza", "sushi")...)
+	r := b.start(app, fast("p1"))
+	select {
+	case <-inDoubt:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no batch was applied")
+	}
+	if got := b.ledgerRows(); got != 30 {
+		t.Errorf("%d ledger rows after the commit, want 30", got)
+	}
+	if got := b.pending(""); got != 30 {
+		t.Errorf("I4: %d entries pending before the outcome is known, want 30", got)
+	}
+	close(release)
+	b.waitDrained(20 * time.Second)
+	if got := sum(b.tallies("lunch")); got != 30 {
+		t.Errorf("I2: total votes %d after the retry, want 30", got)
+	}
+	if got := r.metric("tally_projector_events_total", "outcome", "duplicate"); got != 30 {
+		t.Errorf("duplicate metric %v, want 30: the retry finds every event already recorded", got)
+	}
+	if got := r.metric("tally_projector_events_total", "outcome", "recorded"); got != 0 {
+		t.Errorf("recorded metric %v, want 0: the lost answer was never counted", got)
+	}
+	r.stop()
+	b.checkInvariants()
+}
+
+// readAs delivers up to n new entries of shard 0 to consumer without
+// acknowledging them, as a projector that dies right after reading would.
+func (b *bundle) readAs(consumer string, n int) []redis.XMessage {
+	b.t.Helper()
+	for _, s := range b.keys.Streams() {
+		if err := b.rdb.XGroupCreateMkStream(b.ctx, s, stream.Group, "0").Err(); err != nil && !redis.HasErrorPrefix(err, "BUSYGROUP") {
+			b.t.Fatal(err)
+		}
+	}
+	res, err := b.rdb.XReadGroup(b.ctx, &redis.XReadGroupArgs{
+		Group: stream.Group, Consumer: consumer, Streams: []string{b.keys.Stream(0), ">"}, Count: int64(n), Block: -1,
+	}).Result()
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return res[0].Messages
+}
+
+// Redelivery of entries already applied: a consumer committed them and
+// died before acknowledging; another one claims them, finds them
+// duplicate, and acknowledges them. An entry enqueued twice is a
+// duplicate too.
+func TestRedeliveryOfAppliedEntries(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1)
+	b.poll("lunch", "pizza", "sushi")
+	es := votes("u", 20, "lunch", "pizza", "sushi")
+	b.enqueue(es...)
+	msgs := b.readAs("dead-consumer", 20)
+	events := make([]ledger.Event, len(msgs))
+	for i, m := range msgs {
+		e, err := stream.Decode(m.Values)
+		if err != nil {
+			t.Fatal(err)
+		}
+		events[i] = event(e)
+	}
+	if _, err := b.store.Append(b.ctx, events); err != nil {
+		t.Fatal(err)
+	}
+	b.enqueue(es[0], es[1]) // the same events again, as a replay would
+	r := b.start(b.store, fast("p1"))
+	b.waitDrained(20 * time.Second)
+	if got := r.metric("tally_projector_claimed_total"); got != 20 {
+		t.Errorf("claimed %v entries, want 20", got)
+	}
+	if got := r.metric("tally_projector_events_total", "outcome", "duplicate"); got != 22 {
+		t.Errorf("duplicate metric %v, want 22", got)
+	}
+	if got := sum(b.tallies("lunch")); got != 20 {
+		t.Errorf("I2: total votes %d, want 20", got)
+	}
+	r.stop()
+	b.checkInvariants()
+}
+
+// A conflicting event id: the same key with another payload is rejected as
+// key_reused and changes nothing.
+func TestConflictingEventID(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1)
+	b.poll("lunch", "pizza", "sushi")
+	r := b.start(b.store, fast("p1"))
+	b.enqueue(vote("alice", "k1", "lunch", "pizza"))
+	b.waitDrained(10 * time.Second)
+	b.enqueue(vote("alice", "k1", "lunch", "sushi"))
+	b.waitDrained(10 * time.Second)
+	if got := b.tallies("lunch"); got["pizza"] != 1 || got["sushi"] != 0 {
+		t.Errorf("tallies %v, want pizza 1 sushi 0", got)
+	}
+	var reason string
+	if err := b.db.Pool.QueryRow(b.ctx, `SELECT reason FROM poll_event_rejections WHERE principal_id = 'alice' AND client_event_id = 'k1'`).Scan(&reason); err != nil {
+		t.Fatal(err)
+	}
+	if reason != string(ledger.ReasonKeyReused) {
+		t.Errorf("rejection reason %q, want key_reused", reason)
+	}
+	if got := r.metric("tally_projector_events_total", "outcome", "rejected", "reason", "key_reused"); got != 1 {
+		t.Errorf("key_reused metric %v, want 1", got)
+	}
+	r.stop()
+	b.checkInvariants()
+}
+
+// A full queue: a large backlog is drained in full batches.
+func TestLargeBacklogDrains(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 2)
+	b.poll("lunch", "pizza", "sushi", "tacos")
+	const n = 10_000
+	b.enqueue(votes("u", n, "lunch", "pizza", "sushi", "tacos")...)
+	cfg := fast("p1")
+	cfg.BatchSize = 500
+	r := b.start(b.store, cfg)
+	b.waitDrained(60 * time.Second)
+	if got := sum(b.tallies("lunch")); got != n {
+		t.Errorf("total votes %d, want %d", got, n)
+	}
+	if batches := r.metric("tally_projector_batch_size"); batches > n/100 {
+		t.Errorf("%v batches for %d entries: the batches were not filled", batches, n)
+	}
+	r.stop()
+	b.checkInvariants()
+}
+
+// A consumer killed with entries pending: its batch is abandoned, not
+// acknowledged (I4), and another consumer claims and applies it.
+func TestKilledConsumerEntriesClaimed(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1)
+	b.poll("lunch", "pizza", "sushi")
+	entered := make(chan struct{})
+	var once atomic.Bool
+	stuck := applierFunc(func(ctx context.Context, events []ledger.Event) ([]ledger.Outcome, error) {
+		if once.CompareAndSwap(false, true) {
+			close(entered)
+		}
+		<-ctx.Done() // a database that never answers
+		return nil, ctx.Err()
+	})
+	b.enqueue(votes("u", 30, "lunch", "pizza", "sushi")...)
+	cfgA := fast("victim")
+	cfgA.ShutdownGrace = 50 * time.Millisecond
+	a := b.start(stuck, cfgA)
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the victim applied nothing")
+	}
+	a.stop()
+	if got := b.pending("victim"); got != 30 {
+		t.Fatalf("I4: %d entries pending on the stopped consumer, want 30", got)
+	}
+	if got := b.ledgerRows(); got != 0 {
+		t.Fatalf("%d ledger rows after an abandoned batch", got)
+	}
+	r := b.start(b.store, fast("rescuer"))
+	b.waitDrained(20 * time.Second)
+	if got := r.metric("tally_projector_claimed_total"); got != 30 {
+		t.Errorf("claimed %v, want 30", got)
+	}
+	if got := sum(b.tallies("lunch")); got != 30 {
+		t.Errorf("total votes %d, want 30", got)
+	}
+	r.stop()
+	b.checkInvariants()
+}
+
+// A projector restarted under the same name re-reads its own pending
+// entries at once, without waiting for MinIdle.
+func TestRestartReadsOwnPending(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1)
+	b.poll("lunch", "pizza", "sushi")
+	b.enqueue(votes("u", 10, "lunch", "pizza", "sushi")...)
+	b.readAs("p1", 10)
+	cfg := fast("p1")
+	cfg.MinIdle = time.Hour
+	r := b.start(b.store, cfg)
+	b.waitDrained(10 * time.Second)
+	if got := r.metric("tally_projector_claimed_total"); got != 0 {
+		t.Errorf("claimed %v, want 0: the entries were its own", got)
+	}
+	r.stop()
+	b.checkInvariants()
+}
+
+// Poison: an undecodable entry, one whose fingerprint lies, and one that
+// fails in the database, inside a batch of good ones. The good ones
+// commit; the bad ones end in the dead-letter stream with their reasons.
+func TestPoisonEntriesDeadLettered(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1)
+	b.poll("lunch", "pizza", "sushi")
+	app := applierFunc(func(ctx context.Context, events []ledger.Event) ([]ledger.Outcome, error) {
+		if contains(events, "boom") {
+			return nil, fmt.Errorf("append batch: %w", errPermanent)
+		}
+		return b.store.Append(ctx, events)
+	})
+	good := votes("u", 40, "lunch", "pizza", "sushi")
+	b.enqueue(good[:20]...)
+	badID := b.enqueueRaw(0, stream.FieldVersion, "1", stream.FieldPrincipal, "mallory", "junk", "x")
+	liar := vote("liar", "k1", "lunch", "pizza")
+	liar.Fingerprint = ledger.FingerprintHex("lunch", "sushi")
+	b.enqueue(liar)
+	b.enqueue(vote("bomber", "boom", "lunch", "sushi"))
+	b.enqueue(good[20:]...)
+	cfg := fast("p1")
+	cfg.BatchWait = 300 * time.Millisecond // one batch
+	r := b.start(app, cfg)
+	b.waitDrained(20 * time.Second)
+	time.Sleep(2 * cfg.MinIdle) // nothing comes back
+	r.stop()
+	if got := sum(b.tallies("lunch")); got != 40 {
+		t.Errorf("total votes %d, want the 40 good ones", got)
+	}
+	reasons := map[string]projector.DeadLetter{}
+	for _, d := range b.deadLetters() {
+		reasons[d.Reason] = d
+	}
+	if d, ok := reasons[projector.ReasonUndecodable]; !ok || d.StreamID != badID || d.Fields["junk"] != "x" || d.Error == "" {
+		t.Errorf("undecodable entry: dead letter %+v", d)
+	}
+	if d, ok := reasons[projector.ReasonFingerprintMismatch]; !ok || d.Fields[stream.FieldPrincipal] != "liar" {
+		t.Errorf("lying fingerprint: dead letter %+v", d)
+	}
+	if d, ok := reasons[projector.ReasonFailed]; !ok || d.Fields[stream.FieldEventID] != "boom" || d.Consumer != "p1" || d.Stream != b.keys.Stream(0) {
+		t.Errorf("failing entry: dead letter %+v", d)
+	}
+	if len(reasons) != 3 || len(b.deadLetters()) != 3 {
+		t.Errorf("dead letters %+v, want 3", b.deadLetters())
+	}
+	if got := r.metric("tally_projector_events_total", "outcome", "dead_lettered"); got != 3 {
+		t.Errorf("dead_lettered metric %v, want 3", got)
+	}
+	if got := r.metric("tally_projector_dead_letters"); got != 3 {
+		t.Errorf("dead-letter gauge %v, want 3", got)
+	}
+	b.checkInvariants()
+}
+
+// An entry delivered more than MaxDeliveries times is dead-lettered, not
+// applied.
+func TestMaxDeliveries(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1)
+	b.poll("lunch", "pizza", "sushi")
+	b.enqueue(votes("u", 3, "lunch", "pizza")...)
+	msgs := b.readAs("crashy", 3)
+	// The first entry kept killing its consumers.
+	if err := b.rdb.Do(b.ctx, "XCLAIM", b.keys.Stream(0), stream.Group, "crashy", 0, msgs[0].ID, "RETRYCOUNT", 7).Err(); err != nil {
+		t.Fatal(err)
+	}
+	cfg := fast("p1")
+	cfg.MaxDeliveries = 5
+	r := b.start(b.store, cfg)
+	b.waitDrained(10 * time.Second)
+	ds := b.deadLetters()
+	if len(ds) != 1 || ds[0].Reason != projector.ReasonMaxDeliveries || ds[0].StreamID != msgs[0].ID || ds[0].Deliveries != 8 {
+		t.Fatalf("dead letters %+v, want the first entry with 8 deliveries", ds)
+	}
+	if got := sum(b.tallies("lunch")); got != 2 {
+		t.Errorf("total votes %d, want 2", got)
+	}
+	r.stop()
+	b.checkInvariants()
+}
+
+// PostgreSQL gone and back: the breaker opens, nothing is acknowledged,
+// reading stops; PostgreSQL returns, the breaker closes by itself, and the
+// backlog drains.
+func TestPostgresGoneAndBack(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1)
+	b.poll("lunch", "pizza", "sushi")
+	fail := transient(t)
+	var down atomic.Bool
+	down.Store(true)
+	app := applierFunc(func(ctx context.Context, events []ledger.Event) ([]ledger.Outcome, error) {
+		if down.Load() {
+			return nil, fail
+		}
+		return b.store.Append(ctx, events)
+	})
+	const n = 1000
+	b.enqueue(votes("u", n, "lunch", "pizza", "sushi")...)
+	cfg := fast("p1")
+	cfg.BatchSize = 50
+	cfg.BreakerFailures = 3
+	cfg.BreakerOpenFor = 200 * time.Millisecond
+	cfg.MaxAttempts = 4
+	r := b.start(app, cfg)
+	b.eventually(10*time.Second, "the breaker does not open", func() bool {
+		return r.metric("tally_projector_breaker_state") == 2
+	})
+	time.Sleep(500 * time.Millisecond)
+	if got := b.backlog(); got != n {
+		t.Errorf("I4: backlog %d while PostgreSQL is down, want %d", got, n)
+	}
+	if got := b.pending(""); got >= n/2 {
+		t.Errorf("%d of %d entries read while the breaker is open: reading did not stop", got, n)
+	}
+	if got := b.ledgerRows(); got != 0 {
+		t.Fatalf("%d ledger rows while PostgreSQL is down", got)
+	}
+	down.Store(false)
+	b.waitDrained(30 * time.Second)
+	if got := r.metric("tally_projector_breaker_state"); got != 0 {
+		t.Errorf("breaker state %v after recovery, want 0 (closed)", got)
+	}
+	if got := sum(b.tallies("lunch")); got != n {
+		t.Errorf("total votes %d, want %d", got, n)
+	}
+	if len(b.deadLetters()) != 0 {
+		t.Errorf("dead letters after an outage: %+v", b.deadLetters())
+	}
+	r.stop()
+	b.checkInvariants()
+}

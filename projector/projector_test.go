@@ -1,0 +1,460 @@
+package projector_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"tally/internal/testenv"
+	"tally/ledger"
+	"tally/projector"
+	"tally/stream"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// bundle is what a projector test needs: a fresh ledger, a unique stream
+// prefix on the shared Redis, and the entries the test enqueued.
+type bundle struct {
+	t     *testing.T
+	ctx   context.Context
+	db    testenv.DB
+	store *ledger.Store
+	rdb   *redis.Client
+	keys  stream.Keys
+
+	mu   sync.Mutex
+	sent []stream.Entry // every well-formed entry enqueued, in order
+}
+
+func setup(t *testing.T, shards int) *bundle {
+	t.Helper()
+	db := testenv.Postgres(t)
+	store, err := ledger.New(db.Pool, ledger.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb, prefix := testenv.Redis(t)
+	keys, err := stream.NewKeys(prefix, shards)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &bundle{t: t, ctx: context.Background(), db: db, store: store, rdb: rdb, keys: keys}
+}
+
+func (b *bundle) poll(id string, choices ...string) {
+	b.t.Helper()
+	if err := b.store.CreatePoll(b.ctx, ledger.Poll{ID: id, Title: "poll " + id, OpensAt: time.Unix(0, 0), Choices: choices}); err != nil {
+		b.t.Fatalf("create poll %s: %v", id, err)
+	}
+}
+
+// vote is a well-formed stream entry.
+func vote(principal, key, poll, candidate string) stream.Entry {
+	return stream.Entry{
+		PrincipalID: principal, ClientEventID: key, PollID: poll, CandidateID: candidate,
+		Fingerprint: ledger.FingerprintHex(poll, candidate),
+		ReceivedAt:  time.Now().UTC().Truncate(time.Microsecond),
+	}
+}
+
+func event(e stream.Entry) ledger.Event {
+	return ledger.Event{PrincipalID: e.PrincipalID, ClientEventID: e.ClientEventID,
+		PollID: e.PollID, CandidateID: e.CandidateID, ReceivedAt: e.ReceivedAt}
+}
+
+// enqueue adds entries to their principal's shard stream, as intake does,
+// pipelined in chunks.
+func (b *bundle) enqueue(es ...stream.Entry) {
+	b.t.Helper()
+	for start := 0; start < len(es); start += 5000 {
+		chunk := es[start:min(start+5000, len(es))]
+		_, err := b.rdb.Pipelined(b.ctx, func(pipe redis.Pipeliner) error {
+			for _, e := range chunk {
+				pipe.XAdd(b.ctx, &redis.XAddArgs{Stream: b.keys.Stream(b.keys.ShardOf(e.PrincipalID)), Values: e.Values()})
+			}
+			return nil
+		})
+		if err != nil {
+			b.t.Fatalf("enqueue: %v", err)
+		}
+	}
+	b.mu.Lock()
+	b.sent = append(b.sent, es...)
+	b.mu.Unlock()
+}
+
+// enqueueRaw adds an entry with arbitrary fields to shard's stream.
+func (b *bundle) enqueueRaw(shard int, values ...string) string {
+	b.t.Helper()
+	id, err := b.rdb.XAdd(b.ctx, &redis.XAddArgs{Stream: b.keys.Stream(shard), Values: values}).Result()
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return id
+}
+
+// applierFunc turns a function into a projector.Applier, for fault
+// injection around the real ledger.
+type applierFunc func(ctx context.Context, events []ledger.Event) ([]ledger.Outcome, error)
+
+func (f applierFunc) Append(ctx context.Context, events []ledger.Event) ([]ledger.Outcome, error) {
+	return f(ctx, events)
+}
+
+// fast is a configuration with short waits, for tests.
+func fast(consumer string) projector.Config {
+	return projector.Config{
+		Consumer:      consumer,
+		BatchSize:     100,
+		BatchWait:     20 * time.Millisecond,
+		MinIdle:       300 * time.Millisecond,
+		ClaimInterval: 50 * time.Millisecond,
+		BackoffMin:    5 * time.Millisecond,
+		BackoffMax:    40 * time.Millisecond,
+		ShutdownGrace: 2 * time.Second,
+		StatsInterval: 50 * time.Millisecond,
+	}
+}
+
+// running is a projector running in its own goroutine.
+type running struct {
+	t    *testing.T
+	p    *projector.Projector
+	reg  *prometheus.Registry
+	stop func()
+}
+
+// start runs a projector on app until the test ends or stop is called.
+func (b *bundle) start(app projector.Applier, cfg projector.Config) *running {
+	b.t.Helper()
+	reg := prometheus.NewRegistry()
+	log := slog.New(slog.NewTextHandler(b.t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	p, err := projector.New(app, b.rdb, b.keys, cfg, log, reg)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(b.ctx)
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	var once sync.Once
+	r := &running{t: b.t, p: p, reg: reg}
+	r.stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					b.t.Errorf("Run returned %v, want nil", err)
+				}
+			case <-time.After(15 * time.Second):
+				b.t.Errorf("projector %s did not stop within 15s of its context's end", cfg.Consumer)
+			}
+		})
+	}
+	b.t.Cleanup(r.stop)
+	return r
+}
+
+// metric returns the value of a counter or gauge, or the sample count of a
+// histogram, summed over the series whose labels include labels.
+func (r *running) metric(name string, labels ...string) float64 {
+	r.t.Helper()
+	mfs, err := r.reg.Gather()
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range mf.GetMetric() {
+			for i := 0; i+1 < len(labels); i += 2 {
+				if labelValue(m, labels[i]) != labels[i+1] {
+					continue series
+				}
+			}
+			switch {
+			case m.Counter != nil:
+				sum += m.Counter.GetValue()
+			case m.Gauge != nil:
+				sum += m.Gauge.GetValue()
+			case m.Histogram != nil:
+				sum += float64(m.Histogram.GetSampleCount())
+			}
+		}
+	}
+	return sum
+}
+
+func labelValue(m *dto.Metric, name string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
+}
+
+// eventually fails the test when cond does not hold within d.
+func (b *bundle) eventually(d time.Duration, what string, cond func() bool) {
+	b.t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			b.t.Fatalf("after %s: %s", d, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// backlog is the summed length of the main streams.
+func (b *bundle) backlog() int64 {
+	b.t.Helper()
+	var n int64
+	for _, s := range b.keys.Streams() {
+		l, err := b.rdb.XLen(b.ctx, s).Result()
+		if err != nil {
+			b.t.Fatal(err)
+		}
+		n += l
+	}
+	return n
+}
+
+// pending is the number of delivered, unacknowledged entries, optionally
+// only those of one consumer.
+func (b *bundle) pending(consumer string) int64 {
+	b.t.Helper()
+	var n int64
+	for _, s := range b.keys.Streams() {
+		if consumer == "" {
+			p, err := b.rdb.XPending(b.ctx, s, stream.Group).Result()
+			if err != nil && !redis.HasErrorPrefix(err, "NOGROUP") {
+				b.t.Fatal(err)
+			}
+			if p != nil {
+				n += p.Count
+			}
+			continue
+		}
+		ps, err := b.rdb.XPendingExt(b.ctx, &redis.XPendingExtArgs{Stream: s, Group: stream.Group, Start: "-", End: "+", Count: 1 << 20, Consumer: consumer}).Result()
+		if err != nil {
+			b.t.Fatal(err)
+		}
+		n += int64(len(ps))
+	}
+	return n
+}
+
+// drained reports every entry applied and acknowledged: streams empty,
+// nothing pending.
+func (b *bundle) drained() bool { return b.backlog() == 0 && b.pending("") == 0 }
+
+func (b *bundle) waitDrained(d time.Duration) {
+	b.t.Helper()
+	b.eventually(d, "the streams are not drained", b.drained)
+}
+
+// ledgerRows counts the ledger rows.
+func (b *bundle) ledgerRows() int64 {
+	b.t.Helper()
+	var n int64
+	if err := b.db.Pool.QueryRow(b.ctx, `SELECT count(*) FROM poll_events`).Scan(&n); err != nil {
+		b.t.Fatal(err)
+	}
+	return n
+}
+
+// deadLetters returns every dead letter.
+func (b *bundle) deadLetters() []projector.DeadLetter {
+	b.t.Helper()
+	ds, err := projector.NewDeadLetters(b.rdb, b.keys).List(b.ctx, 0)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return ds
+}
+
+// checkInvariants checks I1-I3 over everything the test enqueued:
+//   - I1: every well-formed entry is in the ledger, recorded as a
+//     rejection, or in a dead-letter stream;
+//   - I2: at most one ledger row per (principal, key) and per (poll,
+//     principal);
+//   - I3: rebuild finds no differing tally.
+func (b *bundle) checkInvariants() {
+	b.t.Helper()
+	type key struct{ principal, key string }
+	fate := map[key]string{}
+	rows, err := b.db.Pool.Query(b.ctx, `
+SELECT principal_id, client_event_id, 'ledger' FROM poll_events
+UNION ALL
+SELECT principal_id, client_event_id, 'rejected: ' || reason FROM poll_event_rejections`)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	for rows.Next() {
+		var p, k, f string
+		if err := rows.Scan(&p, &k, &f); err != nil {
+			b.t.Fatal(err)
+		}
+		if f == "ledger" && fate[key{p, k}] == "ledger" {
+			b.t.Errorf("I2: (%s, %s) has two ledger rows", p, k)
+		}
+		fate[key{p, k}] = f
+	}
+	if err := rows.Err(); err != nil {
+		b.t.Fatal(err)
+	}
+	for _, d := range b.deadLetters() {
+		fate[key{d.Fields[stream.FieldPrincipal], d.Fields[stream.FieldEventID]}] = "dead: " + d.Reason
+	}
+	b.mu.Lock()
+	sent := append([]stream.Entry(nil), b.sent...)
+	b.mu.Unlock()
+	missing := 0
+	for _, e := range sent {
+		if fate[key{e.PrincipalID, e.ClientEventID}] == "" {
+			missing++
+			if missing <= 5 {
+				b.t.Errorf("I1: entry (%s, %s) is neither in the ledger, nor rejected, nor dead-lettered", e.PrincipalID, e.ClientEventID)
+			}
+		}
+	}
+	if missing > 5 {
+		b.t.Errorf("I1: %d entries in all are missing", missing)
+	}
+	var dupPoll int
+	if err := b.db.Pool.QueryRow(b.ctx, `
+SELECT count(*) FROM (SELECT 1 FROM poll_events GROUP BY poll_id, principal_id HAVING count(*) > 1) d`).Scan(&dupPoll); err != nil {
+		b.t.Fatal(err)
+	}
+	if dupPoll != 0 {
+		b.t.Errorf("I2: %d (poll, principal) pairs have more than one ledger row", dupPoll)
+	}
+	rep, err := b.store.Rebuild(b.ctx, "")
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	if rep.Differing != 0 {
+		b.t.Errorf("I3: rebuild finds %d differing tallies: %+v", rep.Differing, rep.Diffs())
+	}
+}
+
+// tallies returns the projection of a poll, candidate -> votes.
+func (b *bundle) tallies(poll string) map[string]int64 {
+	b.t.Helper()
+	res, err := b.store.Results(b.ctx, poll)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	out := map[string]int64{}
+	for _, r := range res.Results {
+		out[r.CandidateID] = r.Votes
+	}
+	return out
+}
+
+var (
+	transientOnce sync.Once
+	transientErr  error
+)
+
+// transient returns an error the ledger itself reports as retryable: an
+// Append on a server that refuses connections.
+func transient(t *testing.T) error {
+	t.Helper()
+	transientOnce.Do(func() {
+		pool, err := pgxpool.New(context.Background(), "postgres://postgres@127.0.0.1:1/none?sslmode=disable&connect_timeout=2")
+		if err != nil {
+			transientErr = err
+			return
+		}
+		defer pool.Close()
+		dead, err := ledger.New(pool, ledger.Config{})
+		if err != nil {
+			transientErr = err
+			return
+		}
+		_, transientErr = dead.Append(context.Background(), []ledger.Event{event(vote("p", "k", "poll", "c"))})
+	})
+	if transientErr == nil || !ledger.IsRetryable(transientErr) {
+		t.Fatalf("want a retryable error from a refused connection, got %v", transientErr)
+	}
+	return transientErr
+}
+
+// votes returns n votes of distinct principals on poll, spread over its
+// choices.
+func votes(prefix string, n int, poll string, choices ...string) []stream.Entry {
+	out := make([]stream.Entry, n)
+	for i := range out {
+		out[i] = vote(fmt.Sprintf("%s%d", prefix, i), "k1", poll, choices[i%len(choices)])
+	}
+	return out
+}
+
+func contains(events []ledger.Event, key string) bool {
+	for _, e := range events {
+		if e.ClientEventID == key {
+			return true
+		}
+	}
+	return false
+}
+
+var errPermanent = errors.New("simulated permanent failure")
+
+func sum(m map[string]int64) int64 {
+	var n int64
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+func TestConfigValidation(t *testing.T) {
+	t.Parallel()
+	rdb, prefix := testenv.Redis(t)
+	keys, _ := stream.NewKeys(prefix, 1)
+	db := testenv.Postgres(t)
+	store, err := ledger.New(db.Pool, ledger.Config{MaxBatch: 500})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		cfg  projector.Config
+		want string // substring of the error, "" for none
+	}{
+		{"defaults above the ledger's max batch", projector.Config{}, "more than the ledger takes"},
+		{"fits", projector.Config{BatchSize: 500}, ""},
+		{"negative batch", projector.Config{BatchSize: -1}, "batch size must be at least 1"},
+		{"backoff bounds", projector.Config{BatchSize: 10, BackoffMin: time.Second, BackoffMax: time.Millisecond}, "backoff bounds"},
+		{"max deliveries", projector.Config{BatchSize: 10, MaxDeliveries: -1}, "max deliveries"},
+		{"negative wait", projector.Config{BatchSize: 10, BatchWait: -time.Second}, "batch wait"},
+	} {
+		_, err := projector.New(store, rdb, keys, tc.cfg, nil, nil)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: unexpected error %v", tc.name, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%s: got error %v, want one containing %q", tc.name, err, tc.want)
+		}
+	}
+}
