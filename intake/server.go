@@ -9,6 +9,7 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -230,18 +231,36 @@ func (s *Server) instrument(next http.Handler) http.Handler {
 		defer cancel()
 		r = r.WithContext(ctx)
 		sw := &statusWriter{ResponseWriter: w}
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				s.log.LogAttrs(ctx, slog.LevelError, "handler panicked", slog.String("route", r.Pattern),
+					slog.Any("panic", v), slog.String("stack", string(debug.Stack())))
+				if sw.code == 0 {
+					writeProblem(sw, http.StatusInternalServerError, probInternal,
+						"intake failed on this request; it has been logged: retry later, and report it if it persists", 0)
+				}
+			}
+			s.observe(r, sw, start)
+		}()
 		next.ServeHTTP(sw, r)
-		route := r.Pattern
-		if route == "" || route == "/" {
-			route = routeOther
-		}
-		code := sw.code
-		if code == 0 {
-			code = http.StatusOK
-		}
-		s.metrics.requests.WithLabelValues(route, strconv.Itoa(code)).Inc()
-		s.metrics.duration.WithLabelValues(route).Observe(time.Since(start).Seconds())
 	})
+}
+
+// observe counts a request by route template and status code.
+func (s *Server) observe(r *http.Request, sw *statusWriter, start time.Time) {
+	route := r.Pattern
+	if route == "" || route == "/" {
+		route = routeOther
+	}
+	code := sw.code
+	if code == 0 {
+		code = http.StatusOK
+	}
+	s.metrics.requests.WithLabelValues(route, strconv.Itoa(code)).Inc()
+	s.metrics.duration.WithLabelValues(route).Observe(time.Since(start).Seconds())
 }
 
 // principal authenticates the request, or answers 401 or 503 and returns
@@ -338,9 +357,9 @@ func (s *Server) handleVote(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !poll.poll.OpenAt(receivedAt) {
-		detail := fmt.Sprintf("poll %q closed at %s and takes no more votes", v.PollID, poll.poll.ClosesAt.UTC().Format(time.RFC3339))
-		if receivedAt.Before(poll.poll.OpensAt) {
-			detail = fmt.Sprintf("poll %q opens at %s: vote after that", v.PollID, poll.poll.OpensAt.UTC().Format(time.RFC3339))
+		detail := fmt.Sprintf("poll %q opens at %s: vote after that", v.PollID, poll.poll.OpensAt.UTC().Format(time.RFC3339))
+		if closes := poll.poll.ClosesAt; closes != nil && !receivedAt.Before(*closes) {
+			detail = fmt.Sprintf("poll %q closed at %s and takes no more votes", v.PollID, closes.UTC().Format(time.RFC3339))
 		}
 		writeProblem(w, http.StatusUnprocessableEntity, probPollClosed, detail, 0)
 		return
