@@ -284,23 +284,28 @@ func appendTx(ctx context.Context, tx pgx.Tx, events []Event) ([]Outcome, error)
 	return outcomes, nil
 }
 
+// loadFactsSQL reads, for each event, what decides its outcome. Each
+// lookup is a correlated subquery on a unique index (LIMIT 1 keeps the
+// planner from flattening it into a join), so the plan is a nested loop of
+// index probes whatever the batch size, and PostgreSQL's generic plan of
+// the prepared statement is as good as a custom one: no planning per batch.
 const loadFactsSQL = `
 SELECT i.ord,
        p.id IS NOT NULL,
        coalesce(p.opens_at <= i.received_at AND (p.closes_at IS NULL OR i.received_at < p.closes_at), false),
-       c.candidate_id IS NOT NULL,
-       coalesce(p.eligibility = 'any' OR el.principal_id IS NOT NULL, false),
+       EXISTS (SELECT 1 FROM poll_choices c WHERE c.poll_id = i.poll_id AND c.candidate_id = i.candidate_id),
+       coalesce(p.eligibility = 'any', false)
+           OR EXISTS (SELECT 1 FROM poll_eligible el WHERE el.poll_id = i.poll_id AND el.principal_id = i.principal_id),
        k.seq, k.fingerprint,
        r.reason, r.fingerprint,
-       a.seq
+       (SELECT a.seq FROM poll_events a WHERE a.poll_id = i.poll_id AND a.principal_id = i.principal_id LIMIT 1)
 FROM unnest($1::int[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[])
        AS i(ord, principal_id, client_event_id, poll_id, candidate_id, received_at)
-LEFT JOIN polls p ON p.id = i.poll_id
-LEFT JOIN poll_choices c ON c.poll_id = i.poll_id AND c.candidate_id = i.candidate_id
-LEFT JOIN poll_eligible el ON el.poll_id = i.poll_id AND el.principal_id = i.principal_id
-LEFT JOIN poll_events k ON k.principal_id = i.principal_id AND k.client_event_id = i.client_event_id
-LEFT JOIN poll_event_rejections r ON r.principal_id = i.principal_id AND r.client_event_id = i.client_event_id
-LEFT JOIN poll_events a ON a.poll_id = i.poll_id AND a.principal_id = i.principal_id`
+LEFT JOIN LATERAL (SELECT seq, fingerprint FROM poll_events
+                   WHERE principal_id = i.principal_id AND client_event_id = i.client_event_id LIMIT 1) k ON true
+LEFT JOIN LATERAL (SELECT reason, fingerprint FROM poll_event_rejections
+                   WHERE principal_id = i.principal_id AND client_event_id = i.client_event_id LIMIT 1) r ON true
+LEFT JOIN LATERAL (SELECT id, opens_at, closes_at, eligibility FROM polls WHERE id = i.poll_id LIMIT 1) p ON true`
 
 func loadFacts(ctx context.Context, tx pgx.Tx, events []Event, idx []int) (map[int]facts, error) {
 	n := len(idx)

@@ -98,7 +98,11 @@ func (s *Store) runTx(ctx context.Context, what string, opts pgx.TxOptions, fn f
 		if err == nil || !isConflict(err) || attempt >= s.cfg.MaxAttempts {
 			return err
 		}
-		s.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "transaction conflict, retrying",
+		level := slog.LevelWarn
+		if errors.Is(err, errRaced) { // expected when entries are redelivered
+			level = slog.LevelDebug
+		}
+		s.cfg.Logger.LogAttrs(ctx, level, "transaction conflict, retrying",
 			slog.String("component", "ledger"), slog.String("op", what),
 			slog.Int("attempt", attempt), slog.String("error", err.Error()))
 		backoff := time.Duration(attempt*attempt) * 5 * time.Millisecond

@@ -1,0 +1,229 @@
+package ledger_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"tally/ledger"
+)
+
+// checkInvariants asserts I2 and I3 on the whole database: at most one
+// ledger row per (principal, key) and per (poll, principal), and the
+// projection equal to the count of ledger rows.
+func checkInvariants(t *testing.T, b bundle) ledger.Report {
+	t.Helper()
+	var dupKeys, dupAnswers int
+	if err := b.db.Pool.QueryRow(b.ctx, `SELECT
+		(SELECT count(*) FROM (SELECT 1 FROM poll_events GROUP BY principal_id, client_event_id HAVING count(*) > 1) d),
+		(SELECT count(*) FROM (SELECT 1 FROM poll_events GROUP BY poll_id, principal_id HAVING count(*) > 1) d)`).
+		Scan(&dupKeys, &dupAnswers); err != nil {
+		t.Fatal(err)
+	}
+	if dupKeys != 0 || dupAnswers != 0 {
+		t.Errorf("I2: %d keys and %d (poll, principal) pairs have more than one ledger row", dupKeys, dupAnswers)
+	}
+	rep, err := b.store.Rebuild(b.ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Differing != 0 {
+		t.Errorf("I3: projection differs from the ledger: %+v", rep.Diffs())
+	}
+	return rep
+}
+
+// TestConcurrentAppends runs several appenders on overlapping batches (the
+// same principals, keys and polls, exact retries) at once. Every batch must
+// succeed (no deadlock surfaces), every (principal, key) is recorded by at
+// most one of them, and the tallies equal the recorded outcomes.
+func TestConcurrentAppends(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.poll(t, "p1", "a", "b", "c")
+	b.poll(t, "p2", "a", "b")
+	const workers, batches, size = 6, 25, 200
+	var mu sync.Mutex
+	recorded := map[[2]string]int{}  // (principal, key) -> times recorded
+	tallies := map[[2]string]int64{} // (poll, candidate) -> recorded outcomes
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 42))
+			var last []ledger.Event
+			for i := 0; i < batches; i++ {
+				batch := make([]ledger.Event, size)
+				for j := range batch {
+					batch[j] = ledger.Event{
+						PrincipalID:   fmt.Sprintf("u%d", rng.IntN(400)),
+						ClientEventID: fmt.Sprintf("k%d", rng.IntN(3)),
+						PollID:        []string{"p1", "p2"}[rng.IntN(2)],
+						CandidateID:   []string{"a", "b", "c"}[rng.IntN(3)],
+						ReceivedAt:    time.Now(),
+					}
+				}
+				if last != nil && rng.IntN(4) == 0 {
+					batch = last
+				}
+				outs, err := b.store.Append(context.Background(), batch)
+				if err != nil {
+					errs <- fmt.Errorf("worker %d batch %d: %w", w, i, err)
+					return
+				}
+				mu.Lock()
+				for j, o := range outs {
+					if o.Status == ledger.StatusRecorded {
+						recorded[[2]string{batch[j].PrincipalID, batch[j].ClientEventID}]++
+						tallies[[2]string{batch[j].PollID, batch[j].CandidateID}]++
+					}
+				}
+				mu.Unlock()
+				last = batch
+			}
+		}(w)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	for k, n := range recorded {
+		if n > 1 {
+			t.Errorf("I2: %v recorded %d times", k, n)
+		}
+	}
+	rep := checkInvariants(t, b)
+	var total int64
+	for _, r := range rep.Rows {
+		if want := tallies[[2]string{r.PollID, r.CandidateID}]; r.Ledger != want {
+			t.Errorf("%s/%s: ledger has %d rows, appenders were told %d recorded", r.PollID, r.CandidateID, r.Ledger, want)
+		}
+		total += r.Ledger
+	}
+	if total == 0 || int(total) != len(recorded) {
+		t.Errorf("ledger has %d rows, %d keys were recorded", total, len(recorded))
+	}
+}
+
+// TestLedgerIsAppendOnly checks I5 at the database: UPDATE, DELETE and
+// TRUNCATE on poll_events fail, with a message that says why, and change
+// nothing.
+func TestLedgerIsAppendOnly(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.poll(t, "p", "a", "b")
+	if _, err := b.store.Append(b.ctx, []ledger.Event{ev("u1", "k1", "p", "a"), ev("u2", "k1", "p", "b")}); err != nil {
+		t.Fatal(err)
+	}
+	for _, stmt := range []string{
+		`UPDATE poll_events SET candidate_id = 'b' WHERE principal_id = 'u1'`,
+		`DELETE FROM poll_events WHERE principal_id = 'u1'`,
+		`TRUNCATE poll_events`,
+		`TRUNCATE poll_events CASCADE`,
+	} {
+		_, err := b.db.Pool.Exec(b.ctx, stmt)
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != "42501" || !strings.Contains(pgErr.Message, "append-only") {
+			t.Errorf("%s: got %v, want the append-only refusal (42501)", stmt, err)
+		}
+	}
+	var n int
+	var cand string
+	if err := b.db.Pool.QueryRow(b.ctx, `SELECT count(*), min(candidate_id) FILTER (WHERE principal_id = 'u1') FROM poll_events`).Scan(&n, &cand); err != nil {
+		t.Fatal(err)
+	}
+	if n != 2 || cand != "a" {
+		t.Errorf("ledger changed: %d rows, u1 voted %q", n, cand)
+	}
+	checkInvariants(t, b)
+}
+
+// TestRebuildFindsAndRepairsDrift changes the projection behind the
+// ledger's back, checks that Rebuild names the row, and repairs it with
+// Repair while appends continue: afterwards no append is lost or counted
+// twice.
+func TestRebuildFindsAndRepairsDrift(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.poll(t, "p", "a", "b")
+	b.poll(t, "q", "x")
+	var seed []ledger.Event
+	for i := 0; i < 50; i++ {
+		seed = append(seed, ev(fmt.Sprintf("s%d", i), "k", "p", []string{"a", "b"}[i%2]))
+	}
+	if _, err := b.store.Append(b.ctx, seed); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.db.Pool.Exec(b.ctx, `UPDATE poll_results SET vote_count = vote_count + 7 WHERE poll_id = 'p' AND candidate_id = 'b'`); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := b.store.Rebuild(b.ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	diffs := rep.Diffs()
+	if len(diffs) != 1 || diffs[0] != (ledger.TallyRow{PollID: "p", CandidateID: "b", Ledger: 25, Projection: 32}) {
+		t.Fatalf("diffs %+v, want p/b ledger 25 projection 32", diffs)
+	}
+	if only, err := b.store.Rebuild(b.ctx, "q"); err != nil || only.Differing != 0 || len(only.Rows) != 1 {
+		t.Fatalf("rebuild of poll q: %+v, %v", only, err)
+	}
+
+	// Appends go on while Repair runs several times.
+	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	recorded := 0
+	for w := 0; w < 3; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for i := 0; i < 40; i++ {
+				batch := make([]ledger.Event, 20)
+				for j := range batch {
+					batch[j] = ev(fmt.Sprintf("w%d-%d-%d", w, i, j), "k", "p", []string{"a", "b"}[j%2])
+				}
+				outs, err := b.store.Append(ctx, batch)
+				if err != nil {
+					t.Errorf("append during repair: %v", err)
+					return
+				}
+				mu.Lock()
+				for _, o := range outs {
+					if o.Status == ledger.StatusRecorded {
+						recorded++
+					}
+				}
+				mu.Unlock()
+			}
+		}(w)
+	}
+	var repaired []ledger.TallyRow
+	for i := 0; i < 5; i++ {
+		changed, err := b.store.Repair(ctx, "")
+		if err != nil {
+			t.Fatalf("repair: %v", err)
+		}
+		repaired = append(repaired, changed...)
+		time.Sleep(10 * time.Millisecond)
+	}
+	wg.Wait()
+	if len(repaired) != 1 || repaired[0].PollID != "p" || repaired[0].CandidateID != "b" || repaired[0].Projection-repaired[0].Ledger != 7 {
+		t.Errorf("repairs %+v, want exactly the one drifted row, 7 too high", repaired)
+	}
+	rep = checkInvariants(t, b)
+	if rep.LedgerEvents != int64(50+recorded) || recorded != 3*40*20 {
+		t.Errorf("ledger has %d events, want 50 + %d recorded (of %d sent)", rep.LedgerEvents, recorded, 3*40*20)
+	}
+}

@@ -1,0 +1,105 @@
+package migrations_test
+
+import (
+	"context"
+	"os"
+	"testing"
+
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
+
+	"tally/internal/testenv"
+	"tally/migrations"
+)
+
+func tables(t *testing.T, db testenv.DB) []string {
+	t.Helper()
+	rows, err := db.Pool.Query(context.Background(), `
+SELECT tablename FROM pg_tables WHERE schemaname = 'public' AND tablename <> 'goose_db_version' ORDER BY 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// TestUpResetUp: the migrations go up from empty, back down to nothing,
+// and up again cleanly.
+func TestUpResetUp(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.EmptyPostgres(t)
+	sqlDB := stdlib.OpenDBFromPool(db.Pool)
+	defer sqlDB.Close()
+	p, err := migrations.NewProvider(sqlDB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"poll_choices", "poll_eligible", "poll_event_rejections", "poll_events", "poll_results", "polls", "principals"}
+	for round := 0; round < 2; round++ {
+		if _, err := p.Up(ctx); err != nil {
+			t.Fatalf("round %d up: %v", round, err)
+		}
+		if got := tables(t, db); len(got) != len(want) {
+			t.Fatalf("round %d: tables %v, want %v", round, got, want)
+		}
+		if _, err := p.DownTo(ctx, 0); err != nil {
+			t.Fatalf("round %d reset: %v", round, err)
+		}
+		if got := tables(t, db); len(got) != 0 {
+			t.Fatalf("round %d: tables left after reset: %v", round, got)
+		}
+		var fns int
+		if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_proc WHERE pronamespace = 'public'::regnamespace`).Scan(&fns); err != nil || fns != 0 {
+			t.Fatalf("round %d: %d functions left after reset (%v)", round, fns, err)
+		}
+	}
+	// Down one step at a time from the top works too.
+	if _, err := p.Up(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := p.Down(ctx); err != nil {
+			break // no more migrations to roll back
+		}
+	}
+	if got := tables(t, db); len(got) != 0 {
+		t.Fatalf("tables left after stepping down: %v", got)
+	}
+}
+
+// TestFilesApplyWithPlainGoose: the files in this directory, read from disk
+// the way the goose command-line tool reads them, give the same schema.
+func TestFilesApplyWithPlainGoose(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.EmptyPostgres(t)
+	sqlDB := stdlib.OpenDBFromPool(db.Pool)
+	defer sqlDB.Close()
+	p, err := goose.NewProvider(goose.DialectPostgres, sqlDB, os.DirFS("."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := p.Up(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	embedded, err := migrations.NewProvider(sqlDB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != len(embedded.ListSources()) {
+		t.Fatalf("applied %d files from disk, %d are embedded", len(res), len(embedded.ListSources()))
+	}
+	if pending, err := embedded.HasPending(ctx); err != nil || pending {
+		t.Fatalf("embedded migrations pending after the files were applied: %v %v", pending, err)
+	}
+}
