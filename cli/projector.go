@@ -1,40 +1,376 @@
 package cli
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	ucli "github.com/urfave/cli/v2"
+
+	"tally/ledger"
+	"tally/projector"
+	"tally/stream"
 )
 
 func projectorCommand() *ucli.Command {
+	dur := func(name, env string, value time.Duration, usage string) *ucli.DurationFlag {
+		return &ucli.DurationFlag{Name: name, EnvVars: []string{"TALLY_PROJECTOR_" + env}, Value: value, Usage: usage}
+	}
+	num := func(name, env string, value int, usage string) *ucli.IntFlag {
+		return &ucli.IntFlag{Name: name, EnvVars: []string{"TALLY_PROJECTOR_" + env}, Value: value, Usage: usage}
+	}
 	return &ucli.Command{
 		Name:  "projector",
-		Usage: "run the projector daemon (not built yet)",
-		Flags: commonFlags(),
-		Action: func(*ucli.Context) error {
-			return errors.New("projector is not built yet")
+		Usage: "run the projector daemon: apply queued votes to the ledger in batches, one transaction each",
+		Description: "projector joins the consumer group of the streams (creating it when missing), applies bounded\n" +
+			"batches in one transaction each, and acknowledges and deletes the entries only after COMMIT. It claims\n" +
+			"entries left pending by a dead consumer after --min-idle, dead-letters what cannot be applied, and\n" +
+			"pauses while PostgreSQL fails. SIGTERM or SIGINT stops it: it stops reading, lets the batch in flight\n" +
+			"commit within --shutdown-grace, acknowledges what committed and exits 0.\n\n" +
+			"Run several with distinct --consumer names to share the work. --metrics-listen serves /metrics and\n" +
+			"/healthz.",
+		Flags: commonFlags(
+			&ucli.StringFlag{Name: "consumer", EnvVars: []string{"TALLY_PROJECTOR_CONSUMER"},
+				Usage: "`NAME` in the consumer group, unique per live projector (default: host-pid)"},
+			num("batch-size", "BATCH_SIZE", 1000, "most entries applied in one transaction"),
+			dur("batch-wait", "BATCH_WAIT", 50*time.Millisecond, "how long a batch waits to fill before it is applied anyway"),
+			dur("min-idle", "MIN_IDLE", 30*time.Second, "how long an entry stays pending on a consumer before another claims it"),
+			dur("claim-interval", "CLAIM_INTERVAL", 0, "how often idle pending entries are looked for (0: a quarter of --min-idle)"),
+			num("max-deliveries", "MAX_DELIVERIES", 10, "deliveries after which an entry is dead-lettered instead of applied"),
+			num("max-attempts", "MAX_ATTEMPTS", 8, "tries of a batch on transient PostgreSQL errors before it is left pending"),
+			dur("backoff-min", "BACKOFF_MIN", 100*time.Millisecond, "first wait between tries (doubles, with jitter)"),
+			dur("backoff-max", "BACKOFF_MAX", 5*time.Second, "longest wait between tries"),
+			dur("apply-timeout", "APPLY_TIMEOUT", 30*time.Second, "bound on one batch's transaction"),
+			num("breaker-failures", "BREAKER_FAILURES", 5, "consecutive transient failures that open the PostgreSQL circuit breaker"),
+			dur("breaker-open-for", "BREAKER_OPEN_FOR", 5*time.Second, "how long the breaker stays open before a probe batch"),
+			dur("shutdown-grace", "SHUTDOWN_GRACE", 5*time.Second, "how long the batch in flight may take to commit at shutdown"),
+			dur("stats-interval", "STATS_INTERVAL", 5*time.Second, "how often the backlog and dead-letter gauges are refreshed"),
+			&ucli.StringFlag{Name: "metrics-listen", EnvVars: []string{"TALLY_PROJECTOR_METRICS_LISTEN"},
+				Usage: "TCP `ADDR`ess to serve /metrics and /healthz on (empty: none)"},
+		),
+		Action: runProjector,
+	}
+}
+
+func runProjector(c *ucli.Context) error {
+	log, err := logger(c)
+	if err != nil {
+		return err
+	}
+	cfg := projector.Config{
+		Consumer:        c.String("consumer"),
+		BatchSize:       c.Int("batch-size"),
+		BatchWait:       c.Duration("batch-wait"),
+		MinIdle:         c.Duration("min-idle"),
+		ClaimInterval:   c.Duration("claim-interval"),
+		MaxDeliveries:   c.Int("max-deliveries"),
+		MaxAttempts:     c.Int("max-attempts"),
+		BackoffMin:      c.Duration("backoff-min"),
+		BackoffMax:      c.Duration("backoff-max"),
+		ApplyTimeout:    c.Duration("apply-timeout"),
+		BreakerFailures: c.Int("breaker-failures"),
+		BreakerOpenFor:  c.Duration("breaker-open-for"),
+		ShutdownGrace:   c.Duration("shutdown-grace"),
+		StatsInterval:   c.Duration("stats-interval"),
+	}
+	keys, err := streamKeys(c)
+	if err != nil {
+		return err
+	}
+	store, err := openStore(c, ledger.Config{Logger: log, MaxBatch: max(cfg.BatchSize, 1)})
+	if err != nil {
+		return err
+	}
+	defer store.Pool().Close()
+	rdb, err := openRedis(c)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	p, err := projector.New(store, rdb, keys, cfg, log, reg)
+	if err != nil {
+		return err
+	}
+	if addr := c.String("metrics-listen"); addr != "" {
+		stop, err := serveMetrics(c.Context, addr, reg, log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+	return p.Run(c.Context)
+}
+
+// serveMetrics serves /metrics and /healthz on addr until stop is called.
+func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry, log *slog.Logger) (stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-listen %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		io.WriteString(w, "ok\n")
+	})
+	srv := &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       60 * time.Second,
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.LogAttrs(ctx, slog.LevelError, "metrics server failed", slog.String("component", "projector"), slog.String("error", err.Error()))
+		}
+	}()
+	log.LogAttrs(ctx, slog.LevelInfo, "serving metrics", slog.String("component", "projector"), slog.String("addr", ln.Addr().String()))
+	return func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+		<-done
+	}, nil
+}
+
+func deadletterCommand() *ucli.Command {
+	open := func(c *ucli.Context, run func(*projector.DeadLetters) error) error {
+		keys, err := streamKeys(c)
+		if err != nil {
+			return err
+		}
+		rdb, err := openRedis(c)
+		if err != nil {
+			return err
+		}
+		defer rdb.Close()
+		return run(projector.NewDeadLetters(rdb, keys))
+	}
+	flagAll := &ucli.BoolFlag{Name: "all", Usage: "every dead letter of every shard"}
+	refs := func(c *ucli.Context, verb string) ([]string, bool, error) {
+		args := c.Args().Slice()
+		all := c.Bool("all")
+		switch {
+		case all && len(args) > 0:
+			return nil, false, fmt.Errorf("%s: give IDs or --all, not both", verb)
+		case !all && len(args) == 0:
+			return nil, false, fmt.Errorf("%s: give the IDs to %s (see tally deadletter list), or --all", verb, verb)
+		}
+		return args, all, nil
+	}
+	return &ucli.Command{
+		Name:  "deadletter",
+		Usage: "inspect, replay and purge the entries the projector could not apply",
+		Description: "The projector moves an entry it cannot apply (undecodable, fingerprint mismatch, failing in the\n" +
+			"ledger, delivered too often, or deleted while pending) to its shard's dead-letter stream with the\n" +
+			"reason. ID is the dead-letter stream id as list shows it, SHARD/ID or the bare ID.",
+		Subcommands: []*ucli.Command{
+			{
+				Name:  "list",
+				Usage: "list dead letters, oldest first",
+				Flags: commonFlags(
+					&ucli.IntFlag{Name: "limit", EnvVars: []string{"TALLY_DEADLETTER_LIMIT"}, Value: 100, Usage: "show at most `N` (0: all)"},
+					flagFormat,
+				),
+				Action: func(c *ucli.Context) error {
+					asJSON, err := outputJSON(c)
+					if err != nil {
+						return err
+					}
+					return open(c, func(dl *projector.DeadLetters) error {
+						ds, err := dl.List(c.Context, c.Int("limit"))
+						if err != nil {
+							return err
+						}
+						if asJSON {
+							if ds == nil {
+								ds = []projector.DeadLetter{}
+							}
+							return writeJSON(c.App.Writer, ds)
+						}
+						if len(ds) == 0 {
+							fmt.Fprintln(c.App.ErrWriter, "no dead letters")
+							return nil
+						}
+						t := newTable(c.App.Writer, "ID", "REASON", "POLL", "PRINCIPAL", "TIME")
+						for _, d := range ds {
+							t.row(d.Ref(), d.Reason, orDash(d.Fields[stream.FieldPoll]), orDash(d.Fields[stream.FieldPrincipal]), d.Time.Format(time.RFC3339))
+						}
+						return t.flush()
+					})
+				},
+			},
+			{
+				Name:      "show",
+				Usage:     "print one dead letter with all its fields",
+				ArgsUsage: "ID",
+				Flags:     commonFlags(flagFormat),
+				Action: func(c *ucli.Context) error {
+					asJSON, err := outputJSON(c)
+					if err != nil {
+						return err
+					}
+					if c.NArg() != 1 {
+						return errors.New("show: give one ID (see tally deadletter list)")
+					}
+					return open(c, func(dl *projector.DeadLetters) error {
+						d, err := dl.Get(c.Context, c.Args().First())
+						if err != nil {
+							return err
+						}
+						if asJSON {
+							return writeJSON(c.App.Writer, d)
+						}
+						t := newTable(c.App.Writer, "FIELD", "VALUE")
+						t.row("id", d.Ref())
+						t.row("reason", d.Reason)
+						t.row("error", d.Error)
+						t.row("stream", d.Stream)
+						t.row("stream id", d.StreamID)
+						t.row("consumer", d.Consumer)
+						t.row("time", d.Time.Format(time.RFC3339Nano))
+						t.row("deliveries", strconv.FormatInt(d.Deliveries, 10))
+						names := make([]string, 0, len(d.Fields))
+						for k := range d.Fields {
+							names = append(names, k)
+						}
+						slices.Sort(names)
+						for _, k := range names {
+							t.row("field "+k, d.Fields[k])
+						}
+						return t.flush()
+					})
+				},
+			},
+			{
+				Name:      "replay",
+				Usage:     "enqueue dead letters on their main stream again, and remove them from the dead-letter stream",
+				ArgsUsage: "ID... | --all",
+				Flags:     commonFlags(flagAll),
+				Action: func(c *ucli.Context) error {
+					ids, all, err := refs(c, "replay")
+					if err != nil {
+						return err
+					}
+					return open(c, func(dl *projector.DeadLetters) error {
+						var out []string
+						if all {
+							out, err = dl.ReplayAll(c.Context)
+						} else {
+							out, err = dl.Replay(c.Context, ids...)
+						}
+						fmt.Fprintf(c.App.Writer, "replayed %d dead letters\n", len(out))
+						return err
+					})
+				},
+			},
+			{
+				Name:      "purge",
+				Usage:     "delete dead letters for good (needs --yes)",
+				ArgsUsage: "ID... | --all",
+				Flags: commonFlags(flagAll,
+					&ucli.BoolFlag{Name: "yes", Usage: "really delete; without it purge only says what it would delete"}),
+				Action: func(c *ucli.Context) error {
+					ids, all, err := refs(c, "purge")
+					if err != nil {
+						return err
+					}
+					return open(c, func(dl *projector.DeadLetters) error {
+						if !c.Bool("yes") {
+							what := strings.Join(ids, " ")
+							if all {
+								ds, err := dl.List(c.Context, 0)
+								if err != nil {
+									return err
+								}
+								what = fmt.Sprintf("all %d dead letters", len(ds))
+							}
+							return fmt.Errorf("purge deletes %s for good, and nothing can bring them back: add --yes to do it", what)
+						}
+						var n int
+						if all {
+							n, err = dl.PurgeAll(c.Context)
+						} else {
+							n, err = dl.Purge(c.Context, ids...)
+						}
+						fmt.Fprintf(c.App.Writer, "purged %d dead letters\n", n)
+						return err
+					})
+				},
+			},
 		},
 	}
 }
 
-func deadletterCommand() *ucli.Command {
-	return &ucli.Command{
-		Name:  "deadletter",
-		Usage: "inspect and replay dead-lettered stream entries (not built yet)",
-		Flags: commonFlags(),
-		Action: func(*ucli.Context) error {
-			return errors.New("deadletter is not built yet")
-		},
+func orDash(s string) string {
+	if s == "" {
+		return "-"
 	}
+	return s
 }
 
 func statusCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:  "status",
-		Usage: "print backlog, pending entries and dead letters (not built yet)",
-		Flags: commonFlags(),
-		Action: func(*ucli.Context) error {
-			return errors.New("status is not built yet")
+		Usage: "print, per stream shard, the backlog, pending entries, oldest pending age, consumers and dead letters",
+		Flags: commonFlags(flagFormat),
+		Action: func(c *ucli.Context) error {
+			asJSON, err := outputJSON(c)
+			if err != nil {
+				return err
+			}
+			keys, err := streamKeys(c)
+			if err != nil {
+				return err
+			}
+			rdb, err := openRedis(c)
+			if err != nil {
+				return err
+			}
+			defer rdb.Close()
+			st, err := projector.Inspect(c.Context, rdb, keys)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return writeJSON(c.App.Writer, st)
+			}
+			t := newTable(c.App.Writer, "SHARD", "BACKLOG", "PENDING", "OLDEST PENDING", "CONSUMERS", "DEAD LETTERS")
+			row := func(name string, s projector.ShardStatus) {
+				age := "-"
+				if s.Pending > 0 {
+					age = s.OldestPending.Round(time.Millisecond).String()
+				}
+				consumers := strconv.FormatInt(s.Consumers, 10)
+				if !s.GroupExists {
+					consumers = "no group"
+				}
+				t.row(name, strconv.FormatInt(s.Backlog, 10), strconv.FormatInt(s.Pending, 10), age, consumers, strconv.FormatInt(s.DeadLetters, 10))
+			}
+			for _, s := range st.Shards {
+				row(strconv.Itoa(s.Shard), s)
+			}
+			if len(st.Shards) > 1 {
+				row("total", st.Total)
+			}
+			return t.flush()
 		},
 	}
 }
