@@ -183,8 +183,14 @@ func Postgres(t testing.TB) DB {
 	if err != nil {
 		t.Fatalf("create test database: %v", err)
 	}
+	return open(t, name)
+}
+
+// open connects to the test database name and drops it when t ends.
+func open(t testing.TB, name string) DB {
+	t.Helper()
 	url := withDatabase(DatabaseURL(), name)
-	pool, err := pgxpool.New(ctx, url)
+	pool, err := pgxpool.New(context.Background(), url)
 	if err != nil {
 		t.Fatalf("open test database: %v", err)
 	}
@@ -251,14 +257,5 @@ func EmptyPostgres(t testing.TB) DB {
 	if _, err := admin.Exec(ctx, `CREATE DATABASE `+pgx.Identifier{name}.Sanitize()); err != nil {
 		t.Fatalf("create test database: %v", err)
 	}
-	url := withDatabase(DatabaseURL(), name)
-	pool, err := pgxpool.New(ctx, url)
-	if err != nil {
-		t.Fatalf("open test database: %v", err)
-	}
-	t.Cleanup(func() {
-		pool.Close()
-		DropDatabase(t, name)
-	})
-	return DB{Name: name, URL: url, Pool: pool}
+	return open(t, name)
 }
