@@ -52,14 +52,14 @@ type bundle struct {
 
 type option func(*intake.Config)
 
-func setup(t *testing.T, opts ...option) *bundle {
+func setup(t testing.TB, opts ...option) *bundle {
 	t.Helper()
 	db := testenv.Postgres(t)
 	rdb, prefix := testenv.Redis(t)
 	return setupOn(t, db, rdb, prefix, opts...)
 }
 
-func setupOn(t *testing.T, db testenv.DB, rdb redis.UniversalClient, prefix string, opts ...option) *bundle {
+func setupOn(t testing.TB, db testenv.DB, rdb redis.UniversalClient, prefix string, opts ...option) *bundle {
 	t.Helper()
 	store, err := ledger.New(db.Pool, ledger.Config{})
 	if err != nil {
@@ -106,7 +106,7 @@ func testLogger() *slog.Logger {
 	return slog.New(slog.DiscardHandler)
 }
 
-func (b *bundle) principal(t *testing.T, name string) (ledger.Principal, string) {
+func (b *bundle) principal(t testing.TB, name string) (ledger.Principal, string) {
 	t.Helper()
 	p, token, err := b.store.AddPrincipal(context.Background(), name)
 	if err != nil {
@@ -115,7 +115,7 @@ func (b *bundle) principal(t *testing.T, name string) (ledger.Principal, string)
 	return p, token
 }
 
-func (b *bundle) poll(t *testing.T, p ledger.Poll) {
+func (b *bundle) poll(t testing.TB, p ledger.Poll) {
 	t.Helper()
 	if err := b.store.CreatePoll(context.Background(), p); err != nil {
 		t.Fatal(err)

@@ -1,0 +1,93 @@
+package intake_test
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"tally/intake"
+)
+
+// BenchmarkPostVote measures POST /v1/votes end to end on loopback: HTTP,
+// authentication (cached), catalog check and the enqueue script on the
+// test Redis. Every vote has a new event id; the rate limit is set out of
+// the way. It reports votes/s and the p50 and p99 latency.
+func BenchmarkPostVote(b *testing.B) {
+	bd := setup(b, func(c *intake.Config) { c.Rate = 1e6; c.Burst = 1_000_000 })
+	benchPost(b, bd.url+"/v1/votes", bd.token)
+}
+
+// BenchmarkBareHandler is the baseline of BenchmarkPostVote: the same
+// client and body against a net/http handler that only reads the body and
+// answers 202.
+func BenchmarkBareHandler(b *testing.B) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusAccepted)
+		w.Write([]byte(`{"event_id":"e","status":"pending","status_url":"/v1/votes/e"}` + "\n"))
+	})}
+	go srv.Serve(ln)
+	b.Cleanup(func() { srv.Close() })
+	benchPost(b, "http://"+ln.Addr().String()+"/v1/votes", "tly_bare")
+}
+
+// benchPost posts b.N votes with unique event ids from GOMAXPROCS*4
+// goroutines over keep-alive connections.
+func benchPost(b *testing.B, url, token string) {
+	tr := &http.Transport{MaxIdleConnsPerHost: 256}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	var seq atomic.Int64
+	var mu sync.Mutex
+	var lat []time.Duration
+	prefix := fmt.Sprintf("b%d-", time.Now().UnixNano())
+	b.SetParallelism(4)
+	b.ResetTimer()
+	start := time.Now()
+	b.RunParallel(func(pb *testing.PB) {
+		var mine []time.Duration
+		for pb.Next() {
+			body := voteBody(fmt.Sprintf("%s%d", prefix, seq.Add(1)), "p1", "a")
+			req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+			req.Header.Set("Authorization", "Bearer "+token)
+			req.Header.Set("Content-Type", "application/json")
+			t0 := time.Now()
+			resp, err := client.Do(req)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			mine = append(mine, time.Since(t0))
+			if resp.StatusCode != http.StatusAccepted {
+				b.Errorf("status %d", resp.StatusCode)
+				return
+			}
+		}
+		mu.Lock()
+		lat = append(lat, mine...)
+		mu.Unlock()
+	})
+	elapsed := time.Since(start)
+	b.StopTimer()
+	if len(lat) == 0 {
+		return
+	}
+	slices.Sort(lat)
+	b.ReportMetric(float64(len(lat))/elapsed.Seconds(), "req/s")
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+}
