@@ -1,33 +1,104 @@
 #!/usr/bin/env bash
-# make run: set up PostgreSQL and Redis, migrate, create a demo poll and
-# principal, import a few demo events through the ledger's batch path, and
-# print the rebuild table.
+# make run: the whole pipeline on this machine as it is.
+#
+#   services (found or started), migrations, a demo poll and a demo principal,
+#   then tally intake and tally projector in the background. It prints the
+#   URL, the token and a curl line that casts a vote, casts a few demo votes,
+#   and waits. Ctrl-C stops everything it started and prints the rebuild table.
+#
+# TALLY_RUN_LISTEN sets intake's address (default 127.0.0.1:8080);
+# TALLY_RUN_FOR=30 stops by itself after 30 seconds instead of waiting.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 eval "$(scripts/services.sh env)"
+listen="${TALLY_RUN_LISTEN:-127.0.0.1:8080}"
+metrics="${TALLY_RUN_METRICS:-127.0.0.1:9090}"
+logs=".local/run"
+mkdir -p "$logs"
+
+echo "== building tally"
 go build -o tally .
 ./tally migrate up >/dev/null
 if ! ./tally poll show demo >/dev/null 2>&1; then
 	./tally poll create demo --title "Which topic should the next docs sprint cover?" \
 		--choice install --choice tutorial --choice reference --choice faq
 fi
-token="$(./tally principal add demo-voter 2>/dev/null)"
-echo "demo principal token: $token (stored only as its SHA-256)"
-tmp="$(mktemp)"
-trap 'rm -f "$tmp"' EXIT
-i=0
-for choice in tutorial reference tutorial faq tutorial install reference tutorial; do
-	i=$((i + 1))
-	echo "{\"event_id\":\"demo-$i\",\"poll_id\":\"demo\",\"candidate_id\":\"$choice\",\"principal_id\":\"demo-user-$i\"}"
-done >"$tmp"
-echo '{"event_id":"demo-1","poll_id":"demo","candidate_id":"tutorial","principal_id":"demo-user-1"}' >>"$tmp" # an exact retry
-echo '{"event_id":"demo-x","poll_id":"demo","candidate_id":"faq","principal_id":"demo-user-2"}' >>"$tmp"   # a second response
+token="$(./tally principal add "demo-$(date +%s)")"
+
+pids=()
+stop() {
+	trap - INT TERM
+	echo
+	echo "== stopping intake and projector"
+	for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+	for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+	echo
+	echo "== tally poll show demo"
+	./tally poll show demo || true
+	echo
+	echo "== tally rebuild (every tally recomputed from the ledger and diffed against the projection)"
+	./tally rebuild
+	exit $?
+}
+trap stop INT TERM
+
+./tally intake --listen "$listen" --log-format json >"$logs/intake.log" 2>&1 &
+pids+=($!)
+./tally projector --batch-wait 20ms --metrics-listen "$metrics" --log-format json >"$logs/projector.log" 2>&1 &
+pids+=($!)
+
+for _ in $(seq 1 100); do
+	curl -fs "http://$listen/readyz" >/dev/null 2>&1 && break
+	if ! kill -0 "${pids[0]}" 2>/dev/null; then
+		echo "intake did not start; its log:" >&2
+		cat "$logs/intake.log" >&2
+		stop
+	fi
+	sleep 0.1
+done
+
+vote() { # vote EVENT_ID CANDIDATE
+	curl -s -X POST "http://$listen/v1/votes" -H "Authorization: Bearer $token" \
+		-H 'Content-Type: application/json' \
+		-d "{\"event_id\":\"$1\",\"poll_id\":\"demo\",\"candidate_id\":\"$2\"}"
+}
+
+cat <<EOF
+
+tally is running.
+  intake     http://$listen      (log: $logs/intake.log)
+  projector  metrics on http://$metrics/metrics  (log: $logs/projector.log)
+  token      $token
+
+Cast a vote (each principal answers a poll once; use a new event_id for each try):
+  curl -s -X POST http://$listen/v1/votes -H 'Authorization: Bearer $token' -H 'Content-Type: application/json' -d '{"event_id":"my-first-vote","poll_id":"demo","candidate_id":"tutorial"}'
+Its status, and the tallies:
+  curl -s -H 'Authorization: Bearer $token' http://$listen/v1/votes/my-first-vote
+  curl -s -H 'Authorization: Bearer $token' http://$listen/v1/polls/demo/results
+
+EOF
+
+echo "== a demo vote, its exact retry, and the same key with another choice"
+demo_key="demo-$(date +%s%N)"
+vote "$demo_key" reference
+vote "$demo_key" reference
+vote "$demo_key" faq
+sleep 0.5
+echo "== its status"
+curl -s -H "Authorization: Bearer $token" "http://$listen/v1/votes/$demo_key"
 echo
-echo "== tally import (each event through the ledger's batch path)"
-./tally import "$tmp"
 echo
-echo "== tally poll show demo"
-./tally poll show demo
-echo
-echo "== tally rebuild (the tallies recomputed from the ledger, diffed against the projection)"
-./tally rebuild
+echo "Press Ctrl-C to stop intake and projector and print the rebuild table."
+if [[ -n "${TALLY_RUN_FOR:-}" ]]; then
+	sleep "$TALLY_RUN_FOR"
+	stop
+fi
+while true; do
+	for pid in "${pids[@]}"; do
+		if ! kill -0 "$pid" 2>/dev/null; then
+			echo "a daemon exited; see $logs/" >&2
+			stop
+		fi
+	done
+	sleep 1
+done
