@@ -1,0 +1,312 @@
+// Command benchtool measures how fast the projector drains a preloaded
+// stream, and its peak memory.
+//
+// For each run it creates a fresh database, migrates it with the tally
+// binary, creates a few polls, preloads the stream under a unique prefix,
+// starts `tally projector` with the run's batch size, and waits until the
+// stream is empty and nothing is pending. It then stops the projector with
+// SIGTERM, checks that the ledger holds every event and that rebuild finds
+// no difference, and drops the database and the keys it created.
+//
+//	go build -o /tmp/tally . && go run ./projector/internal/benchtool -tally /tmp/tally
+//
+// The rate is events applied per second from the first applied event to the
+// last acknowledgement; peak RSS is the projector process's maximum
+// resident set size (getrusage, as /usr/bin/time -v reports it).
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"tally/ledger"
+	"tally/stream"
+)
+
+type run struct {
+	batch  int
+	events int
+}
+
+type result struct {
+	run
+	preload   time.Duration
+	startup   time.Duration // process start to the first applied event
+	drain     time.Duration // first applied event to the last acknowledgement
+	maxRSSKiB int64
+}
+
+func main() {
+	var (
+		tallyBin  = flag.String("tally", "", "path of the tally binary (default: go build it into a temporary directory)")
+		adminURL  = flag.String("admin-url", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "PostgreSQL URL of a database to create and drop the benchmark database from")
+		redisURL  = flag.String("redis-url", "redis://127.0.0.1:6379/0", "Redis URL")
+		dbName    = flag.String("database", "tally_bench_proj", "name of the benchmark database (dropped and created for every run)")
+		events    = flag.Int("events", 1_000_000, "events preloaded for the large-batch run")
+		batch     = flag.Int("batch", 1000, "batch size of the large-batch run")
+		events1   = flag.Int("events-batch1", 20_000, "events preloaded for the batch-size-1 run (0: skip it)")
+		timeout   = flag.Duration("timeout", 15*time.Minute, "bound on the whole benchmark")
+		polls     = flag.Int("polls", 10, "polls the events are spread over")
+		batchWait = flag.Duration("batch-wait", 50*time.Millisecond, "the projector's --batch-wait")
+	)
+	flag.Parse()
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	ctx, cancelT := context.WithTimeout(ctx, *timeout)
+	defer cancelT()
+
+	b := &bench{adminURL: *adminURL, redisURL: *redisURL, dbName: *dbName, polls: *polls, batchWait: *batchWait}
+	if err := b.init(ctx, *tallyBin); err != nil {
+		fail(err)
+	}
+	defer b.close()
+	runs := []run{{batch: *batch, events: *events}}
+	if *events1 > 0 {
+		runs = append(runs, run{batch: 1, events: *events1})
+	}
+	var results []result
+	for _, r := range runs {
+		fmt.Fprintf(os.Stderr, "run: batch %d, %d events\n", r.batch, r.events)
+		res, err := b.run(ctx, r)
+		if err != nil {
+			fail(fmt.Errorf("batch %d: %w", r.batch, err))
+		}
+		results = append(results, res)
+	}
+	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "BATCH\tEVENTS\tPRELOAD/S\tSTARTUP\tDRAIN\tAPPLIED/S\tPEAK RSS")
+	for _, r := range results {
+		fmt.Fprintf(tw, "%d\t%d\t%.0f\t%s\t%s\t%.0f\t%.1f MiB\n", r.batch, r.events,
+			float64(r.events)/r.preload.Seconds(), r.startup.Round(time.Millisecond), r.drain.Round(time.Millisecond),
+			float64(r.events)/r.drain.Seconds(), float64(r.maxRSSKiB)/1024)
+	}
+	tw.Flush()
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "benchtool:", err)
+	os.Exit(1)
+}
+
+type bench struct {
+	adminURL, redisURL, dbName string
+	polls                      int
+	batchWait                  time.Duration
+	tally                      string
+	tmp                        string
+	rdb                        *redis.Client
+}
+
+func (b *bench) init(ctx context.Context, tallyBin string) error {
+	opt, err := redis.ParseURL(b.redisURL)
+	if err != nil {
+		return err
+	}
+	b.rdb = redis.NewClient(opt)
+	if err := b.rdb.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("redis: %w", err)
+	}
+	b.tally = tallyBin
+	if b.tally == "" {
+		if b.tmp, err = os.MkdirTemp("", "benchtool"); err != nil {
+			return err
+		}
+		b.tally = filepath.Join(b.tmp, "tally")
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", b.tally, ".")
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("go build (run benchtool from the module root): %w", err)
+		}
+	}
+	return nil
+}
+
+func (b *bench) close() {
+	b.rdb.Close()
+	if b.tmp != "" {
+		os.RemoveAll(b.tmp)
+	}
+}
+
+func (b *bench) dbURL() string {
+	u := b.adminURL
+	i := strings.LastIndex(u, "/")
+	q := ""
+	if j := strings.IndexByte(u[i:], '?'); j >= 0 {
+		q = u[i+j:]
+	}
+	return u[:i+1] + b.dbName + q
+}
+
+func (b *bench) dropDB(ctx context.Context) error {
+	admin, err := pgx.Connect(ctx, b.adminURL)
+	if err != nil {
+		return err
+	}
+	defer admin.Close(ctx)
+	_, err = admin.Exec(ctx, `DROP DATABASE IF EXISTS `+pgx.Identifier{b.dbName}.Sanitize()+` WITH (FORCE)`)
+	return err
+}
+
+func (b *bench) run(ctx context.Context, r run) (res result, err error) {
+	res.run = r
+	cleanup := context.WithoutCancel(ctx)
+	if err := b.dropDB(ctx); err != nil {
+		return res, fmt.Errorf("drop %s: %w", b.dbName, err)
+	}
+	defer func() {
+		if e := b.dropDB(cleanup); e != nil && err == nil {
+			err = fmt.Errorf("drop %s: %w", b.dbName, e)
+		}
+	}()
+	migrate := exec.CommandContext(ctx, b.tally, "migrate", "up", "--database-url", b.dbURL(), "--log-format", "text")
+	if out, err := migrate.CombinedOutput(); err != nil {
+		return res, fmt.Errorf("migrate: %w\n%s", err, out)
+	}
+	pool, err := pgxpool.New(ctx, b.dbURL())
+	if err != nil {
+		return res, err
+	}
+	defer pool.Close()
+	store, err := ledger.New(pool, ledger.Config{})
+	if err != nil {
+		return res, err
+	}
+	choices := []string{"a", "b", "c", "d"}
+	for i := range b.polls {
+		if err := store.CreatePoll(ctx, ledger.Poll{ID: fmt.Sprintf("poll%d", i), Title: "bench", OpensAt: time.Unix(0, 0), Choices: choices}); err != nil {
+			return res, err
+		}
+	}
+
+	prefix := "bench-" + rand.Text()[:12]
+	keys, err := stream.NewKeys(prefix, 1)
+	if err != nil {
+		return res, err
+	}
+	defer b.rdb.Del(cleanup, keys.Stream(0), keys.DeadLetter(0))
+	start := time.Now()
+	if err := b.preload(ctx, keys, r.events, choices); err != nil {
+		return res, err
+	}
+	res.preload = time.Since(start)
+
+	cmd := exec.Command(b.tally, "projector",
+		"--database-url", b.dbURL(), "--redis-url", b.redisURL, "--stream-prefix", prefix,
+		"--consumer", "bench", "--batch-size", strconv.Itoa(r.batch), "--batch-wait", b.batchWait.String(),
+		"--log-level", "warn", "--log-format", "text")
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	started := time.Now()
+	if err := cmd.Start(); err != nil {
+		return res, err
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	stop := func() error {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case err := <-exited:
+			return err
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+			return errors.New("the projector did not stop within 30s of SIGTERM")
+		}
+	}
+
+	var first time.Time
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			_ = stop()
+			return res, ctx.Err()
+		case err := <-exited:
+			return res, fmt.Errorf("the projector exited early: %v", err)
+		case <-tick.C:
+		}
+		n, err := b.rdb.XLen(ctx, keys.Stream(0)).Result()
+		if err != nil {
+			_ = stop()
+			return res, err
+		}
+		if first.IsZero() && n < int64(r.events) {
+			first = time.Now()
+		}
+		if n > 0 {
+			continue
+		}
+		p, err := b.rdb.XPending(ctx, keys.Stream(0), stream.Group).Result()
+		if err == nil && p.Count == 0 {
+			break
+		}
+	}
+	end := time.Now()
+	res.startup, res.drain = first.Sub(started), end.Sub(first)
+	if err := stop(); err != nil {
+		return res, fmt.Errorf("projector exit: %w", err)
+	}
+	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		res.maxRSSKiB = ru.Maxrss // KiB on Linux
+	}
+
+	var rows int64
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM poll_events`).Scan(&rows); err != nil {
+		return res, err
+	}
+	if rows != int64(r.events) {
+		return res, fmt.Errorf("the ledger holds %d events, want %d", rows, r.events)
+	}
+	rep, err := store.Rebuild(ctx, "")
+	if err != nil {
+		return res, err
+	}
+	if rep.Differing != 0 {
+		return res, fmt.Errorf("rebuild finds %d differing tallies", rep.Differing)
+	}
+	if dl, _ := b.rdb.XLen(ctx, keys.DeadLetter(0)).Result(); dl != 0 {
+		return res, fmt.Errorf("%d dead letters", dl)
+	}
+	return res, nil
+}
+
+// preload adds events with distinct principals, spread over the polls and
+// choices, in pipelines of 10000.
+func (b *bench) preload(ctx context.Context, keys stream.Keys, events int, choices []string) error {
+	now := time.Now()
+	const chunk = 10_000
+	for start := 0; start < events; start += chunk {
+		_, err := b.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+			for i := start; i < min(start+chunk, events); i++ {
+				poll, choice := fmt.Sprintf("poll%d", i%b.polls), choices[(i/b.polls)%len(choices)]
+				e := stream.Entry{
+					PrincipalID: fmt.Sprintf("u%d", i), ClientEventID: "k1", PollID: poll, CandidateID: choice,
+					Fingerprint: ledger.FingerprintHex(poll, choice), ReceivedAt: now,
+				}
+				pipe.XAdd(ctx, &redis.XAddArgs{Stream: keys.Stream(0), Values: e.Values()})
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("preload: %w", err)
+		}
+	}
+	return nil
+}
