@@ -1,0 +1,309 @@
+package loadtest_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/goleak"
+
+	"tally/intake"
+	"tally/internal/loadtest"
+	"tally/internal/testenv"
+	"tally/ledger"
+	"tally/projector"
+	"tally/stream"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// pipeline is an intake and a projector, in process, on a fresh database
+// and a unique stream prefix.
+type pipeline struct {
+	db    testenv.DB
+	store *ledger.Store
+	queue loadtest.Queue
+	url   string
+}
+
+func testLogger(t *testing.T) *slog.Logger {
+	if os.Getenv("TALLY_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+// setup starts an intake, and a projector when withProjector.
+func setup(t *testing.T, withProjector bool) *pipeline {
+	t.Helper()
+	db := testenv.Postgres(t)
+	rdb, prefix := testenv.Redis(t)
+	keys, err := stream.NewKeys(prefix, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := ledger.New(db.Pool, ledger.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := testLogger(t)
+
+	srv, err := intake.New(intake.Config{Rate: 10_000, Burst: 10_000}, store, rdb, keys, log, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	proj, err := projector.New(store, rdb, keys, projector.Config{
+		Consumer: "lt-test", BatchSize: 500, BatchWait: 10 * time.Millisecond,
+		MinIdle: 5 * time.Second, BackoffMin: 5 * time.Millisecond, BackoffMax: 100 * time.Millisecond,
+		StatsInterval: time.Second,
+	}, log, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := srv.Serve(ctx, ln); err != nil {
+			t.Errorf("intake: %v", err)
+		}
+	})
+	if withProjector {
+		wg.Go(func() {
+			if err := proj.Run(ctx); err != nil {
+				t.Errorf("projector: %v", err)
+			}
+		})
+	}
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+	})
+	return &pipeline{db: db, store: store, queue: loadtest.RedisQueue(rdb, keys), url: "http://" + ln.Addr().String()}
+}
+
+func (p *pipeline) deps() loadtest.Deps {
+	return loadtest.Deps{Store: p.store, Queue: p.queue}
+}
+
+// A mixed load through a real intake and projector verifies: nothing lost,
+// nothing counted twice, and every count is what the mix implies.
+func TestLoadtestVerifies(t *testing.T) {
+	t.Parallel()
+	p := setup(t, true)
+	var progress []loadtest.Progress
+	var mu sync.Mutex
+	cfg := loadtest.Config{
+		Targets:             []string{p.url},
+		Votes:               2000,
+		Concurrency:         16,
+		Principals:          50,
+		PollChoices:         4,
+		RetryShare:          0.10,
+		KeyReuseShare:       0.05,
+		SecondResponseShare: 0.10,
+		DrainTimeout:        30 * time.Second,
+		ProgressEvery:       50 * time.Millisecond,
+		Progress: func(pr loadtest.Progress) {
+			mu.Lock()
+			progress = append(progress, pr)
+			mu.Unlock()
+		},
+		Seed:   42,
+		Logger: testLogger(t),
+	}
+	rep, err := loadtest.Run(context.Background(), cfg, p.deps())
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	t.Logf("report: %+v", rep)
+	if !rep.Passed() {
+		t.Fatalf("verification failed: %s", strings.Join(rep.Failures(), "\n"))
+	}
+	if rep.Lost != 0 || rep.CountedTwice != 0 {
+		t.Errorf("lost %d, counted twice %d; want 0 and 0", rep.Lost, rep.CountedTwice)
+	}
+	by := rep.AttemptedByKind
+	ok := rep.AcceptedByKind
+	if rep.Attempted != 2000 || by["first_response"]+by["second_response"]+by["exact_retry"]+by["key_reuse"] != 2000 {
+		t.Errorf("attempted %d by kind %v; want 2000", rep.Attempted, by)
+	}
+	for _, k := range []string{"second_response", "exact_retry", "key_reuse"} {
+		if by[k] == 0 {
+			t.Errorf("no %s was sent: %v", k, by)
+		}
+	}
+	// Every vote but key reuse is answered 202; key reuse 409.
+	if rep.Accepted != rep.Attempted-by["key_reuse"] || ok["key_reuse"] != 0 {
+		t.Errorf("accepted %d (%v) of %d; want all but the %d key reuses", rep.Accepted, ok, rep.Attempted, by["key_reuse"])
+	}
+	if got := rep.Refused["409 key-reused"]; got != by["key_reuse"] || len(rep.Refused) != 1 {
+		t.Errorf("refused %v; want only 409 key-reused, %d times", rep.Refused, by["key_reuse"])
+	}
+	if rep.Recorded != ok["first_response"] {
+		t.Errorf("recorded %d; want one per accepted first response, %d", rep.Recorded, ok["first_response"])
+	}
+	if got := rep.Rejected["already_responded"]; got != ok["second_response"] || len(rep.Rejected) != 1 {
+		t.Errorf("rejected %v; want already_responded for each of the %d second responses", rep.Rejected, ok["second_response"])
+	}
+	if rep.DuplicatesAbsorbed != ok["exact_retry"] {
+		t.Errorf("duplicates absorbed %d; want one per exact retry, %d", rep.DuplicatesAbsorbed, ok["exact_retry"])
+	}
+	if rep.AcceptedEvents != ok["first_response"]+ok["second_response"] || rep.Uncertain != 0 {
+		t.Errorf("accepted events %d, uncertain %d; want %d and 0", rep.AcceptedEvents, rep.Uncertain, ok["first_response"]+ok["second_response"])
+	}
+	if want := int((by["first_response"] + 49) / 50); rep.Polls < want {
+		t.Errorf("%d polls for %d first responses of 50 principals; want at least %d", rep.Polls, by["first_response"], want)
+	}
+	if rep.AcceptLatency.Count != rep.Accepted || rep.AcceptLatency.P50 <= 0 || rep.AcceptLatency.P99 < rep.AcceptLatency.P50 {
+		t.Errorf("accept latency %+v", rep.AcceptLatency)
+	}
+	if rep.RecordLatency.Count != rep.Recorded || rep.RecordLatency.P99 < rep.RecordLatency.P50 {
+		t.Errorf("accept-to-recorded latency %+v", rep.RecordLatency)
+	}
+	if !rep.Drained || rep.Throughput <= 0 {
+		t.Errorf("drained %v, throughput %v", rep.Drained, rep.Throughput)
+	}
+	// The tallies of the polls add up to the recorded events.
+	var total int64
+	for r := range rep.Polls {
+		res, err := p.store.Results(context.Background(), fmt.Sprintf("%s-%d", rep.PollPrefix, r))
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += res.Total
+	}
+	if total != rep.Recorded {
+		t.Errorf("the polls' tallies sum to %d; want %d", total, rep.Recorded)
+	}
+	// Close closed the polls and revoked the tokens.
+	poll, err := p.store.Poll(context.Background(), rep.PollPrefix+"-0")
+	if err != nil || poll.OpenAt(time.Now()) {
+		t.Errorf("poll %s-0 is still open after the run (err %v)", rep.PollPrefix, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(progress) == 0 {
+		t.Errorf("no progress was reported")
+	}
+}
+
+// The verification fails when the ledger holds what the ground truth does
+// not: an extra row (counted twice), a tampered projection (rebuild
+// differs), or nothing at all of what was accepted (lost).
+func TestVerificationFails(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cfg := func(url string) loadtest.Config {
+		return loadtest.Config{
+			Targets: []string{url}, Votes: 300, Concurrency: 8, Principals: 20,
+			RetryShare: 0.1, KeyReuseShare: 0.05, SecondResponseShare: 0.1,
+			DrainTimeout: 20 * time.Second, Logger: testLogger(t),
+		}
+	}
+
+	t.Run("tampered", func(t *testing.T) {
+		t.Parallel()
+		p := setup(t, true)
+		s, err := loadtest.New(cfg(p.url), p.deps())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Setup(ctx); err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close(ctx)
+		if err := s.Send(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Drain(ctx); err != nil {
+			t.Fatal(err)
+		}
+		rep, err := s.Verify(ctx)
+		if err != nil || !rep.Passed() {
+			t.Fatalf("before tampering: err %v, failures %v", err, rep.Failures())
+		}
+		poll := s.PollPrefix() + "-0"
+
+		// A vote behind the loadtest's back, through the ledger: the
+		// ledger and the projection agree, but the ground truth does not.
+		out, err := p.store.Append(ctx, []ledger.Event{{PrincipalID: "intruder", ClientEventID: "x1", PollID: poll, CandidateID: "c1", ReceivedAt: time.Now()}})
+		if err != nil || out[0].Status != ledger.StatusRecorded {
+			t.Fatalf("append: %v %v", out, err)
+		}
+		rep, err = s.Verify(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Passed() || rep.CountedTwice != 1 || !contains(rep.Failures(), "counted twice") || !contains(rep.Failures(), "tallies differ") {
+			t.Errorf("after an extra ledger row: counted twice %d, failures %q", rep.CountedTwice, rep.Failures())
+		}
+		if contains(rep.Failures(), "rebuild differs") {
+			t.Errorf("rebuild differs, but only the ledger and the projection together were changed: %q", rep.Failures())
+		}
+
+		// The projection changed without the ledger.
+		if _, err := p.db.Pool.Exec(ctx, `UPDATE poll_results SET vote_count = vote_count + 2 WHERE poll_id = $1 AND candidate_id = 'c2'`, poll); err != nil {
+			t.Fatal(err)
+		}
+		rep, err = s.Verify(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Passed() || !contains(rep.Failures(), "rebuild differs from the projection in 1 rows") {
+			t.Errorf("after tampering with the projection: failures %q", rep.Failures())
+		}
+	})
+
+	t.Run("lost", func(t *testing.T) {
+		t.Parallel()
+		// Nothing applies the queue, and the verification does not wait
+		// for it: every accepted vote is missing from the ledger.
+		p := setup(t, false)
+		deps := p.deps()
+		deps.Queue = nil
+		rep, err := loadtest.Run(ctx, cfg(p.url), deps)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Passed() || rep.Lost != rep.AcceptedEvents || rep.Lost == 0 || !contains(rep.Failures(), "lost: answered 202") {
+			t.Errorf("lost %d of %d accepted events; failures %q", rep.Lost, rep.AcceptedEvents, rep.Failures())
+		}
+	})
+
+	t.Run("undrained", func(t *testing.T) {
+		t.Parallel()
+		p := setup(t, false)
+		c := cfg(p.url)
+		c.Votes = 50
+		c.DrainTimeout = 300 * time.Millisecond
+		rep, err := loadtest.Run(ctx, c, p.deps())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Passed() || rep.Drained || !contains(rep.Failures(), "did not drain") {
+			t.Errorf("drained %v; failures %q", rep.Drained, rep.Failures())
+		}
+	})
+}
+
+func contains(fs []string, sub string) bool {
+	for _, f := range fs {
+		if strings.Contains(f, sub) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,277 @@
+package loadtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"tally/ledger"
+)
+
+// ledgerRow is what the verification keeps of one ledger row of a key.
+type ledgerRow struct {
+	candidate  int16 // -1: not a candidate of the poll
+	recordedAt time.Time
+}
+
+// verification is the state of one Verify.
+type verification struct {
+	rows      map[uint32]ledgerRow // key -> its ledger row
+	ppRow     map[uint32]uint32    // first response of a principal and poll -> the key recorded for them
+	rejected  map[string]int64
+	recLatUS  []uint32
+	anomalies anomalies
+
+	recorded, lost, countedTwice, reordered, wrongPayload int64
+}
+
+// Verify reads the session's polls from the ledger and checks them against
+// the ground truth (see the package documentation). It changes nothing and
+// may be called again. An error means the ledger could not be read; a
+// broken invariant is in Report.Failures.
+func (s *Session) Verify(ctx context.Context) (Report, error) {
+	s.phase.Store("verifying")
+	t := s.truth
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	rounds := s.roundsCreated()
+	byID := make(map[string]int32, len(s.principals))
+	for i, p := range s.principals {
+		byID[p.id] = int32(i)
+	}
+	v := &verification{rows: map[uint32]ledgerRow{}, ppRow: map[uint32]uint32{}, rejected: map[string]int64{}}
+
+	// 1. Every ledger row of the polls must be one accepted (or uncertain)
+	// key, with its payload, once per key and once per principal and poll.
+	for r := range rounds {
+		poll := s.pollID(r)
+		err := s.store.Export(ctx, poll, func(row ledger.LedgerRow) error {
+			s.checkRow(v, int32(r), byID, row)
+			return nil
+		})
+		if err != nil {
+			return Report{}, fmt.Errorf("loadtest verify: read the ledger of %s: %w", poll, err)
+		}
+	}
+
+	// 2. Every accepted key without a ledger row must be rejected, for the
+	// reason its kind expects; without a record it is lost.
+	if err := s.checkUnrecorded(ctx, v); err != nil {
+		return Report{}, err
+	}
+
+	// 3. The projection equals the ground truth, and rebuild equals the
+	// projection.
+	var tallyDiffs, rebuildDiffs []string
+	expected := s.expectedTallies(v, rounds)
+	for r := range rounds {
+		poll := s.pollID(r)
+		res, err := s.store.Results(ctx, poll)
+		if err != nil {
+			return Report{}, fmt.Errorf("loadtest verify: read the results of %s: %w", poll, err)
+		}
+		for _, cv := range res.Results {
+			want := int64(0)
+			if c, ok := candidateIndex(cv.CandidateID, s.cfg.PollChoices); ok {
+				want = expected[r][c]
+			}
+			if cv.Votes != want {
+				tallyDiffs = append(tallyDiffs, fmt.Sprintf("%s %s: %d votes, ground truth %d", poll, cv.CandidateID, cv.Votes, want))
+			}
+		}
+		rep, err := s.store.Rebuild(ctx, poll)
+		if err != nil {
+			return Report{}, fmt.Errorf("loadtest verify: rebuild %s: %w", poll, err)
+		}
+		for _, d := range rep.Diffs() {
+			rebuildDiffs = append(rebuildDiffs, fmt.Sprintf("%s %s: ledger %d, projection %d", d.PollID, d.CandidateID, d.Ledger, d.Projection))
+		}
+	}
+	return s.report(v, rounds, tallyDiffs, rebuildDiffs), nil
+}
+
+// candidateIndex is the inverse of candidateID.
+func candidateIndex(id string, choices int) (int, bool) {
+	for c := range choices {
+		if candidateID(c) == id {
+			return c, true
+		}
+	}
+	return 0, false
+}
+
+// checkRow checks one ledger row of round r's poll.
+func (s *Session) checkRow(v *verification, r int32, byID map[string]int32, row ledger.LedgerRow) {
+	t := s.truth
+	idx, ok := parseKeyID(row.ClientEventID)
+	p, okP := byID[row.PrincipalID]
+	if !ok || !okP || int(idx) >= len(t.keys) || t.keys[idx].principal != p || t.keys[idx].round != r {
+		v.countedTwice++
+		v.anomalies.add("counted twice: a ledger row of a loadtest poll that no vote of the loadtest accounts for",
+			"seq %d: principal %s, key %q, candidate %s", row.Seq, row.PrincipalID, row.ClientEventID, row.CandidateID)
+		return
+	}
+	k := &t.keys[idx]
+	if _, dup := v.rows[idx]; dup {
+		v.countedTwice++
+		v.anomalies.add("counted twice: a second ledger row for one key (I2)", "seq %d: %s", row.Seq, row.ClientEventID)
+		return
+	}
+	c, okC := candidateIndex(row.CandidateID, s.cfg.PollChoices)
+	lr := ledgerRow{candidate: -1, recordedAt: row.RecordedAt}
+	if okC {
+		lr.candidate = int16(c)
+	}
+	v.rows[idx] = lr
+	switch k.status {
+	case keyRefused:
+		v.countedTwice++
+		v.anomalies.add("counted twice: a ledger row for a vote intake refused", "%s: refused, yet recorded with seq %d", keyID(idx), row.Seq)
+		return
+	case keyAccepted:
+		v.recLatUS = append(v.recLatUS, uint32(min(max(row.RecordedAt.UnixNano()-k.acceptedAt, 0)/1000, 1<<32-1)))
+	}
+	if !okC || (lr.candidate != int16(k.candidate) && lr.candidate != k.altCand) {
+		v.wrongPayload++
+		v.anomalies.add("a ledger row with a payload the key was never accepted with", "%s sent with %s, recorded with %s",
+			keyID(idx), candidateID(int(k.candidate)), row.CandidateID)
+	}
+	if other, dup := v.ppRow[k.first]; dup {
+		v.countedTwice++
+		v.anomalies.add("counted twice: a second ledger row for one principal in one poll (I2)",
+			"%s and %s of principal %s in %s", keyID(other), keyID(idx), row.PrincipalID, row.PollID)
+		return
+	}
+	v.ppRow[k.first] = idx
+	v.recorded++
+}
+
+// checkUnrecorded looks up, in the ledger, every key answered 202 (or
+// uncertain) that has no ledger row.
+func (s *Session) checkUnrecorded(ctx context.Context, v *verification) error {
+	t := s.truth
+	var todo []uint32
+	for i := range t.keys {
+		st := t.keys[i].status
+		if (st == keyAccepted || st == keyUncertain) && !hasRow(v, uint32(i)) {
+			todo = append(todo, uint32(i))
+		}
+	}
+	type result struct {
+		rec ledger.EventRecord
+		err error
+	}
+	results := make([]result, len(todo))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(8, len(todo)) {
+		wg.Go(func() {
+			for {
+				j := int(next.Add(1) - 1)
+				if j >= len(todo) || ctx.Err() != nil {
+					return
+				}
+				k := t.keys[todo[j]]
+				rec, err := s.store.Event(ctx, s.principals[k.principal].id, keyID(todo[j]))
+				results[j] = result{rec, err}
+			}
+		})
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("loadtest verify: %w", err)
+	}
+	for j, i := range todo {
+		k := &t.keys[i]
+		res := results[j]
+		switch {
+		case errors.Is(res.err, ledger.ErrNotFound):
+			if k.status == keyAccepted {
+				v.lost++
+				v.anomalies.add("lost: answered 202, yet neither recorded nor rejected (I1)", "%s (%s) of principal %s in %s",
+					keyID(i), k.kind, s.principals[k.principal].id, s.pollID(int(k.round)))
+			}
+			continue
+		case res.err != nil:
+			return fmt.Errorf("loadtest verify: look up %s: %w", keyID(i), res.err)
+		case res.rec.Status != ledger.StatusRejected:
+			v.anomalies.add("recorded after the queue drained (the verification raced the projector)", "%s", keyID(i))
+			continue
+		}
+		reason := res.rec.Reason
+		v.rejected[string(reason)]++
+		winner, answered := v.ppRow[k.first]
+		switch {
+		case reason == ledger.ReasonAlreadyResponded && answered && winner != i:
+			if k.kind == kindFirst && k.status == keyAccepted && t.keys[winner].status == keyAccepted {
+				v.reordered++
+				if !s.cfg.AllowReorder {
+					v.anomalies.add("reordered: the ledger counted a later response of a principal instead of the first accepted one",
+						"%s rejected already_responded, %s recorded", keyID(i), keyID(winner))
+				}
+			}
+		case k.status == keyUncertain:
+			// Its fate was never known; any record of it is fine.
+		default:
+			v.anomalies.add("rejected for a reason the vote does not explain", "%s (%s) rejected %s", keyID(i), k.kind, reason)
+		}
+	}
+	return nil
+}
+
+func hasRow(v *verification, i uint32) bool { _, ok := v.rows[i]; return ok }
+
+// expectedTallies is the ground truth: for each principal and poll, the
+// candidate of the first response accepted. A principal whose only
+// response is uncertain counts when the ledger recorded it. With
+// AllowReorder, a later accepted response the ledger recorded counts
+// instead of the first.
+func (s *Session) expectedTallies(v *verification, rounds int) [][]int64 {
+	t := s.truth
+	out := make([][]int64, rounds)
+	for r := range out {
+		out[r] = make([]int64, s.cfg.PollChoices)
+	}
+	for i := range t.keys {
+		k := &t.keys[i]
+		if k.kind != kindFirst || int(k.round) >= rounds {
+			continue
+		}
+		winner, recorded := v.ppRow[uint32(i)]
+		cand := -1
+		switch {
+		case k.status == keyAccepted:
+			cand = int(k.candidate)
+			if recorded && s.cfg.AllowReorder && winner != uint32(i) && t.keys[winner].status == keyAccepted {
+				cand = int(t.keys[winner].candidate)
+			}
+		case recorded && winner == uint32(i):
+			if c := v.rows[winner].candidate; c >= 0 {
+				cand = int(c)
+			}
+		}
+		if cand >= 0 {
+			out[k.round][cand]++
+		}
+	}
+	return out
+}
+
+// percentiles returns the 50th and 99th percentiles and the maximum of
+// samples in µs, as durations. It sorts samples.
+func percentiles(samples []uint32) Latency {
+	if len(samples) == 0 {
+		return Latency{}
+	}
+	slices.Sort(samples)
+	at := func(q float64) time.Duration {
+		i := int(q*float64(len(samples))+0.5) - 1
+		i = min(max(i, 0), len(samples)-1)
+		return time.Duration(samples[i]) * time.Microsecond
+	}
+	return Latency{Count: int64(len(samples)), P50: at(0.50), P99: at(0.99), Max: time.Duration(samples[len(samples)-1]) * time.Microsecond}
+}
