@@ -18,12 +18,16 @@
 //   - Nothing is dropped silently (I1). An entry that cannot be decoded,
 //     whose fingerprint does not match its payload, that fails in the
 //     ledger for a reason other than a transient error, or that was
-//     delivered more than Config.MaxDeliveries times, is copied to its
-//     shard's dead-letter stream with its original fields and the reason,
-//     and removed from the main stream in the same MULTI. A batch that
-//     fails for a permanent reason is split by bisection so the rest of it
-//     commits. An entry Redis reports as deleted while still pending is
-//     counted and logged as lost.
+//     delivered more than Config.MaxDeliveries times (unless this projector
+//     saw it fail only for transient reasons), is copied to its shard's
+//     dead-letter stream with its original fields and the reason, then
+//     acknowledged and removed from the main stream, in one script: the
+//     dead-letter record is written first, and only while the entry is
+//     still pending, so two consumers holding it write one record. A batch
+//     that fails for a permanent reason is split by bisection so the rest
+//     of it commits. An entry Redis reports as deleted while still pending
+//     is counted and logged as lost, and leaves a tombstone in the
+//     dead-letter stream.
 //   - Recovery. At start a projector re-reads its own pending entries;
 //     every Config.ClaimInterval it claims (XAUTOCLAIM) entries that another
 //     consumer, dead or stuck, left pending for longer than Config.MinIdle.
@@ -33,8 +37,9 @@
 //     Config.BreakerOpenFor; the projector resumes by itself.
 //   - Clean stop. Run returns nil once its context is cancelled: it stops
 //     reading, applies what it already holds for at most
-//     Config.ShutdownGrace, acknowledges what committed, and abandons the
-//     rest to a later claim. Streams are never trimmed.
+//     Config.ShutdownGrace, acknowledges what committed, abandons the rest
+//     to a later claim, and leaves the consumer group when nothing is
+//     pending on it. Streams are never trimmed.
 //
 // Several projectors may share the work as members of one consumer group
 // (stream.Group); the ledger's idempotency makes overlapping deliveries

@@ -32,7 +32,7 @@ type maxBatcher interface{ MaxBatch() int }
 const (
 	// readBlock bounds one blocking stream read, and so how long a stop
 	// may wait for a reader.
-	readBlock = time.Second
+	readBlock = 250 * time.Millisecond
 	// redisTimeout bounds the acknowledgements and dead-letter writes done
 	// after a commit, which run even when Run's context is cancelled.
 	redisTimeout = 10 * time.Second
@@ -188,8 +188,55 @@ func (p *Projector) Run(ctx context.Context) error {
 
 	p.batchLoop(ctx, applyCtx, in)
 	wg.Wait()
+	p.leaveGroup(applyCtx)
 	p.log.LogAttrs(context.WithoutCancel(ctx), slog.LevelInfo, "projector stopped")
 	return nil
+}
+
+// forgetConsumerScript deletes a consumer from the group, but only when no
+// entry is pending on it: deleting a consumer drops its pending entries,
+// which would then never be delivered again. A live consumer deleted this
+// way is created again by its next read.
+//
+// KEYS: stream. ARGV: group, consumer.
+var forgetConsumerScript = redis.NewScript(`
+if #redis.call('XPENDING', KEYS[1], ARGV[1], '-', '+', 1, ARGV[2]) > 0 then
+  return 0
+end
+redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], ARGV[2])
+return 1`)
+
+// leaveGroup removes this consumer from the group of every stream where
+// nothing is pending on it, so the group lists live consumers and those
+// with work left for a claim.
+func (p *Projector) leaveGroup(applyCtx context.Context) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(applyCtx), redisTimeout)
+	defer cancel()
+	for _, s := range p.keys.Streams() {
+		if err := forgetConsumerScript.Run(ctx, p.rdb, []string{s}, stream.Group, p.cfg.Consumer).Err(); err != nil {
+			p.log.LogAttrs(ctx, slog.LevelDebug, "leave consumer group", slog.String("stream", s), slog.String("error", err.Error()))
+		}
+	}
+}
+
+// forgetIdleConsumers removes from the group of stream s the consumers
+// that have nothing pending and were not seen for a long time: projectors
+// that stopped without leaving.
+func (p *Projector) forgetIdleConsumers(ctx context.Context, s string) {
+	cs, err := p.rdb.XInfoConsumers(ctx, s, stream.Group).Result()
+	if err != nil {
+		return
+	}
+	after := max(10*p.cfg.MinIdle, time.Minute)
+	for _, c := range cs {
+		if c.Pending > 0 || c.Idle < after || c.Name == p.cfg.Consumer {
+			continue
+		}
+		if n, err := forgetConsumerScript.Run(ctx, p.rdb, []string{s}, stream.Group, c.Name).Int(); err == nil && n == 1 {
+			p.log.LogAttrs(ctx, slog.LevelInfo, "forgot an idle consumer with nothing pending",
+				slog.String("stream", s), slog.String("idle_consumer", c.Name), slog.Duration("idle", c.Idle))
+		}
+	}
 }
 
 // ensureGroups creates the consumer group on every stream, from the start
@@ -341,7 +388,7 @@ func (p *Projector) recoverLoop(ctx context.Context, in chan<- []message, recove
 	close(recovered)
 	t := time.NewTicker(p.cfg.ClaimInterval)
 	defer t.Stop()
-	for {
+	for tick := 1; ; tick++ {
 		select {
 		case <-ctx.Done():
 			return
@@ -353,6 +400,9 @@ func (p *Projector) recoverLoop(ctx context.Context, in chan<- []message, recove
 		for _, s := range p.keys.Streams() {
 			if !p.claim(ctx, s, in) {
 				return
+			}
+			if tick%20 == 0 {
+				p.forgetIdleConsumers(ctx, s)
 			}
 		}
 	}
