@@ -35,6 +35,13 @@ type Config struct {
 	// WaitTimeout bounds WAIT. Default 500ms.
 	WaitTimeout time.Duration
 
+	// EnqueuePipelines bounds the Redis pipelines of enqueue scripts under
+	// way at once; votes that arrive meanwhile share the next pipeline.
+	// Default 4.
+	EnqueuePipelines int
+	// EnqueueBatch bounds the scripts of one pipeline. Default 128.
+	EnqueueBatch int
+
 	// RequestTimeout bounds the work of one request. Default 3s.
 	RequestTimeout time.Duration
 	// RedisTimeout bounds one Redis round trip. Default 1s.
@@ -102,6 +109,12 @@ func (c Config) withDefaults() Config {
 	setDur(&c.BacklogRetryAfter, 2*time.Second)
 	setDur(&c.IdempotencyWindow, 24*time.Hour)
 	setDur(&c.WaitTimeout, 500*time.Millisecond)
+	if c.EnqueuePipelines == 0 {
+		c.EnqueuePipelines = 4
+	}
+	if c.EnqueueBatch == 0 {
+		c.EnqueueBatch = 128
+	}
 	setDur(&c.RequestTimeout, 3*time.Second)
 	setDur(&c.RedisTimeout, time.Second)
 	setDur(&c.PostgresTimeout, 2*time.Second)
@@ -144,6 +157,12 @@ func (c Config) validate() error {
 	}
 	if c.WaitReplicas < 0 {
 		bad("WaitReplicas must be 0 (off) or more, got %d", c.WaitReplicas)
+	}
+	if c.EnqueuePipelines < 1 || c.EnqueuePipelines > 1024 {
+		bad("EnqueuePipelines must be between 1 and 1024, got %d", c.EnqueuePipelines)
+	}
+	if c.EnqueueBatch < 1 || c.EnqueueBatch > 10_000 {
+		bad("EnqueueBatch must be between 1 and 10000, got %d", c.EnqueueBatch)
 	}
 	if c.AuthCacheSize < 1 {
 		bad("AuthCacheSize must be at least 1, got %d", c.AuthCacheSize)

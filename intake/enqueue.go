@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/sony/gobreaker/v2"
 
@@ -94,12 +96,10 @@ type enqueueResult struct {
 	replicas int64         // acknowledged by WAIT, when asked
 }
 
-// enqueue runs the script for e, through the breaker. An error means Redis
-// could not be asked or did not answer; the vote may or may not have been
-// enqueued, and a retry with the same event id is safe.
+// enqueue runs the script for e, through the breaker and the batcher. An
+// error means Redis could not be asked or did not answer; the vote may or
+// may not have been enqueued, and a retry with the same event id is safe.
 func (s *Server) enqueue(ctx context.Context, e stream.Entry) (enqueueResult, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.RedisTimeout+s.waitBudget())
-	defer cancel()
 	keys := []string{
 		s.keys.Idempotency(e.PrincipalID, e.ClientEventID),
 		s.keys.RateLimit(e.PrincipalID),
@@ -113,14 +113,24 @@ func (s *Server) enqueue(ctx context.Context, e stream.Entry) (enqueueResult, er
 		args = append(args, v)
 	}
 	r, err := s.breaker.Execute(func() (any, error) {
-		if s.cfg.WaitReplicas == 0 {
-			res, err := enqueueScript.Run(ctx, s.rdb, keys, args...).Slice()
-			if err != nil {
-				return enqueueResult{}, fmt.Errorf("enqueue script: %w", err)
-			}
-			return decodeEnqueue(res)
+		rep := s.batcher.do(ctx, keys, args)
+		if rep.err != nil {
+			return enqueueResult{}, rep.err
 		}
-		return s.enqueueAndWait(ctx, keys, args)
+		res, err := decodeEnqueue(rep.res)
+		if err != nil {
+			return res, err
+		}
+		if s.cfg.WaitReplicas > 0 && (res.outcome == outAccepted || res.outcome == outReplay) {
+			if rep.waitErr != nil {
+				return enqueueResult{}, fmt.Errorf("WAIT: %w", rep.waitErr)
+			}
+			res.replicas = rep.replicas
+			if res.replicas < int64(s.cfg.WaitReplicas) {
+				res.outcome = outUnconfirmed
+			}
+		}
+		return res, nil
 	})
 	if err != nil {
 		return enqueueResult{}, err
@@ -128,57 +138,146 @@ func (s *Server) enqueue(ctx context.Context, e stream.Entry) (enqueueResult, er
 	return r.(enqueueResult), nil
 }
 
-// waitBudget is the extra time a vote may spend in WAIT.
-func (s *Server) waitBudget() time.Duration {
-	if s.cfg.WaitReplicas == 0 {
-		return 0
-	}
-	return s.cfg.WaitTimeout
+// batcher sends the enqueue scripts of concurrent requests to Redis in
+// pipelines. Each vote is still one script and one round trip, but votes
+// that arrive while a round trip is under way share the next one, which
+// spares both sides a write and a read per vote. There is no timer: a vote
+// that finds a free pipeline goes at once.
+//
+// It runs no goroutine of its own. The first caller that finds fewer than
+// maxInFlight pipelines under way becomes a leader: it sends what is
+// pending, up to maxBatch at a time, until nothing is pending; once its own
+// vote is answered it hands what is left to a new goroutine that ends when
+// nothing is pending.
+type batcher struct {
+	rdb          redis.UniversalClient
+	timeout      time.Duration // bound on one pipeline
+	maxBatch     int
+	maxInFlight  int
+	waitReplicas int
+	waitTimeout  time.Duration
+	batchSize    prometheus.Histogram
+
+	mu      sync.Mutex
+	pending []*scriptCall
+	leaders int
 }
 
-// enqueueAndWait runs the script and WAIT on one connection (a pipeline):
-// WAIT counts the replicas that have every write of its connection.
-func (s *Server) enqueueAndWait(ctx context.Context, keys []string, args []any) (enqueueResult, error) {
-	run := func(eval func(redis.Pipeliner) *redis.Cmd) (*redis.Cmd, *redis.Cmd, error) {
-		var script *redis.Cmd
-		var wait *redis.Cmd
-		_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			script = eval(p)
-			wait = p.Do(ctx, "WAIT", s.cfg.WaitReplicas, s.cfg.WaitTimeout.Milliseconds())
-			return nil
-		})
-		return script, wait, err
+type scriptCall struct {
+	keys []string
+	args []any
+	done chan scriptReply // buffered
+}
+
+type scriptReply struct {
+	res      []any
+	err      error
+	replicas int64 // acknowledged by WAIT, when asked
+	waitErr  error
+}
+
+func newBatcher(rdb redis.UniversalClient, cfg Config, batchSize prometheus.Histogram) *batcher {
+	return &batcher{batchSize: batchSize,
+		rdb: rdb, timeout: cfg.RedisTimeout + cfg.WaitTimeout*time.Duration(min(cfg.WaitReplicas, 1)),
+		maxBatch: cfg.EnqueueBatch, maxInFlight: cfg.EnqueuePipelines,
+		waitReplicas: cfg.WaitReplicas, waitTimeout: cfg.WaitTimeout,
 	}
-	script, wait, err := run(func(p redis.Pipeliner) *redis.Cmd {
-		return enqueueScript.EvalSha(ctx, p, keys, args...)
+}
+
+// do runs the script with keys and args and waits for its answer or for ctx.
+func (b *batcher) do(ctx context.Context, keys []string, args []any) scriptReply {
+	c := &scriptCall{keys: keys, args: args, done: make(chan scriptReply, 1)}
+	b.mu.Lock()
+	b.pending = append(b.pending, c)
+	lead := b.leaders < b.maxInFlight
+	if lead {
+		b.leaders++
+	}
+	b.mu.Unlock()
+	if lead {
+		b.lead(context.WithoutCancel(ctx), c)
+	}
+	select {
+	case r := <-c.done:
+		return r
+	case <-ctx.Done():
+		return scriptReply{err: ctx.Err()}
+	}
+}
+
+// lead sends pending batches until none is left, or until own is answered.
+func (b *batcher) lead(ctx context.Context, own *scriptCall) {
+	for {
+		b.mu.Lock()
+		if len(b.pending) == 0 {
+			b.leaders--
+			b.mu.Unlock()
+			return
+		}
+		if own != nil && len(own.done) > 0 {
+			b.mu.Unlock()
+			go b.lead(ctx, nil)
+			return
+		}
+		n := min(len(b.pending), b.maxBatch)
+		batch := make([]*scriptCall, n)
+		copy(batch, b.pending)
+		rest := copy(b.pending, b.pending[n:])
+		clear(b.pending[rest:])
+		b.pending = b.pending[:rest]
+		b.mu.Unlock()
+		b.send(ctx, batch)
+	}
+}
+
+// send runs one pipeline: the batch's scripts (EVALSHA, loading the script
+// once when Redis does not know it) and, with waitReplicas, one WAIT that
+// covers every write of the pipeline's connection.
+func (b *batcher) send(ctx context.Context, batch []*scriptCall) {
+	b.batchSize.Observe(float64(len(batch)))
+	ctx, cancel := context.WithTimeout(ctx, b.timeout)
+	defer cancel()
+	cmds, wait, err := b.pipeline(ctx, batch)
+	if err != nil && redis.HasErrorPrefix(cmds[0].Err(), "NOSCRIPT") {
+		// A script error has no effect, so the whole batch may go again.
+		if lerr := enqueueScript.Load(ctx, b.rdb).Err(); lerr == nil {
+			cmds, wait, err = b.pipeline(ctx, batch)
+		}
+	}
+	rep := scriptReply{}
+	if wait != nil {
+		rep.replicas, rep.waitErr = wait.Int64()
+	}
+	for i, c := range batch {
+		r := rep
+		r.res, r.err = cmds[i].Slice()
+		if r.err == nil && err != nil && !isReplyError(err) {
+			r.err = err
+		}
+		c.done <- r
+	}
+}
+
+func (b *batcher) pipeline(ctx context.Context, batch []*scriptCall) ([]*redis.Cmd, *redis.Cmd, error) {
+	cmds := make([]*redis.Cmd, len(batch))
+	var wait *redis.Cmd
+	_, err := b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, c := range batch {
+			cmds[i] = enqueueScript.EvalSha(ctx, p, c.keys, c.args...)
+		}
+		if b.waitReplicas > 0 {
+			wait = p.Do(ctx, "WAIT", b.waitReplicas, b.waitTimeout.Milliseconds())
+		}
+		return nil
 	})
-	if err != nil && redis.HasErrorPrefix(script.Err(), "NOSCRIPT") {
-		script, wait, err = run(func(p redis.Pipeliner) *redis.Cmd {
-			return enqueueScript.Eval(ctx, p, keys, args...)
-		})
-	}
-	if script != nil && script.Err() != nil {
-		return enqueueResult{}, fmt.Errorf("enqueue script: %w", script.Err())
-	}
-	if err != nil {
-		return enqueueResult{}, fmt.Errorf("enqueue script and WAIT: %w", err)
-	}
-	res, err := script.Slice()
-	if err != nil {
-		return enqueueResult{}, fmt.Errorf("enqueue script: %w", err)
-	}
-	r, err := decodeEnqueue(res)
-	if err != nil {
-		return r, err
-	}
-	r.replicas, err = wait.Int64()
-	if err != nil {
-		return enqueueResult{}, fmt.Errorf("WAIT: %w", err)
-	}
-	if (r.outcome == outAccepted || r.outcome == outReplay) && r.replicas < int64(s.cfg.WaitReplicas) {
-		r.outcome = outUnconfirmed
-	}
-	return r, nil
+	return cmds, wait, err
+}
+
+// isReplyError reports an error Redis answered (as opposed to a failed
+// connection).
+func isReplyError(err error) bool {
+	var rerr redis.Error
+	return errors.As(err, &rerr)
 }
 
 func decodeEnqueue(res []any) (enqueueResult, error) {

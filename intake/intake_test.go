@@ -729,3 +729,76 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatal("zero stream keys accepted")
 	}
 }
+
+// TestWaitReplicasUnconfirmed asks for a replica the Redis does not have:
+// the vote is written but not confirmed, so the answer is 503, and a retry
+// (a replay) is not confirmed either.
+func TestWaitReplicasUnconfirmed(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *intake.Config) { c.WaitReplicas = 1; c.WaitTimeout = 50 * time.Millisecond })
+	for range 2 {
+		r := b.vote(t, b.token, "e1", "p1", "a")
+		wantProblem(t, r, http.StatusServiceUnavailable)
+		if !strings.Contains(r.str("detail"), "only 0 of 1 Redis replicas") || r.header.Get("Retry-After") == "" {
+			t.Fatalf("unconfirmed vote: %s", r.raw)
+		}
+	}
+	if n := b.xlen(t); n != 1 {
+		t.Fatalf("stream holds %d entries, want 1 (written once, unconfirmed)", n)
+	}
+	// Refusals need no confirmation.
+	wantProblem(t, b.vote(t, b.token, "e1", "p1", "b"), http.StatusConflict)
+}
+
+// TestCatalogListenerReconnects kills intake's LISTEN connection; the
+// listener reconnects and a poll closed afterwards is still seen at once.
+func TestCatalogListenerReconnects(t *testing.T) {
+	t.Parallel()
+	db := testenv.Postgres(t)
+	rdb, prefix := testenv.Redis(t)
+	b := setupOn(t, db, rdb, prefix, func(c *intake.Config) { c.CatalogRefresh = time.Hour })
+	ctx := context.Background()
+	if r := b.vote(t, b.token, "e0", "p1", "a"); r.code != http.StatusAccepted {
+		t.Fatalf("vote: %d %s", r.code, r.raw)
+	}
+	killed := int64(0)
+	for deadline := time.Now().Add(5 * time.Second); killed == 0; {
+		if err := db.Pool.QueryRow(ctx, `
+SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+WHERE datname = current_database() AND query = 'LISTEN tally_catalog'`).Scan(&killed); err != nil {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no LISTEN connection found")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// Wait for the listener to be back before closing the poll.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		var n int
+		if err := db.Pool.QueryRow(ctx, `
+SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query = 'LISTEN tally_catalog'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the catalog listener did not reconnect within 10s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := b.store.ClosePoll(ctx, "p1", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(3 * time.Second); ; {
+		r := b.vote(t, b.token, testenv.RandomName("e"), "p1", "a")
+		if r.code == http.StatusUnprocessableEntity {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("closed poll still accepted 3s after the NOTIFY: %d", r.code)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

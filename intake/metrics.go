@@ -14,6 +14,7 @@ type metrics struct {
 	requests        *prometheus.CounterVec   // route, code
 	duration        *prometheus.HistogramVec // route
 	enqueue         *prometheus.HistogramVec // outcome
+	batchSize       prometheus.Histogram
 	rateLimited     prometheus.Counter
 	replays         prometheus.Counter
 	backlogRefusals prometheus.Counter
@@ -36,6 +37,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help:    "Time of the enqueue round trip to Redis, by outcome.",
 			Buckets: []float64{.00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
 		}, []string{"outcome"}),
+		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "tally", Subsystem: "intake", Name: "enqueue_batch_size",
+			Help:    "Votes per Redis pipeline: votes that arrive while a pipeline is under way share the next one.",
+			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256},
+		}),
 		rateLimited: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "tally", Subsystem: "intake", Name: "rate_limited_total",
 			Help: "Votes refused with 429 by the per-principal rate limit.",
@@ -54,7 +60,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 	}
 	var errs []error
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.enqueue, m.rateLimited, m.replays, m.backlogRefusals, m.breakerState} {
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.enqueue, m.batchSize, m.rateLimited, m.replays, m.backlogRefusals, m.breakerState} {
 		if err := reg.Register(c); err != nil {
 			errs = append(errs, err)
 		}

@@ -35,6 +35,7 @@ type Server struct {
 	metrics  *metrics
 	gatherer prometheus.Gatherer // nil when reg does not gather
 	breaker  *gobreaker.CircuitBreaker[any]
+	batcher  *batcher
 	auth     *authCache
 	catalog  *catalog
 	handler  http.Handler
@@ -83,6 +84,7 @@ func New(cfg Config, store *ledger.Store, rdb redis.UniversalClient, keys stream
 		s.log.LogAttrs(context.Background(), slog.LevelWarn, "redis circuit breaker changed state",
 			slog.String("from", from.String()), slog.String("to", to.String()))
 	})
+	s.batcher = newBatcher(rdb, cfg, m.batchSize)
 	s.auth = newAuthCache(store, cfg)
 	s.catalog = newCatalog(store, s.log, cfg, s.auth.clear)
 	s.handler = s.routes()
