@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"tally/internal/testenv"
 	"tally/ledger"
 	"tally/projector"
 	"tally/stream"
@@ -425,5 +426,45 @@ func TestPostgresGoneAndBack(t *testing.T) {
 		t.Errorf("dead letters after an outage: %+v", b.deadLetters())
 	}
 	r.stop()
+	b.checkInvariants()
+}
+
+// Redis killed and started again (its data on disk): reads and
+// acknowledgements fail for a while, the projector keeps going, and
+// everything ends applied once, with nothing left pending.
+func TestRedisRestart(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1)
+	srv := testenv.StartRedis(t)
+	b.rdb = redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { b.rdb.Close() })
+	b.poll("lunch", "pizza", "sushi")
+	var applied atomic.Int64
+	app := applierFunc(func(ctx context.Context, events []ledger.Event) ([]ledger.Outcome, error) {
+		outcomes, err := b.store.Append(ctx, events)
+		if err == nil {
+			applied.Add(int64(len(events)))
+		}
+		time.Sleep(5 * time.Millisecond) // let the kill fall between commit and ack
+		return outcomes, err
+	})
+	const n = 3000
+	b.enqueue(votes("u", n, "lunch", "pizza", "sushi")...)
+	cfg := fast("p1")
+	cfg.BatchSize = 50
+	cfg.MinIdle = 500 * time.Millisecond
+	r := b.start(app, cfg)
+	b.eventually(10*time.Second, "nothing applied", func() bool { return applied.Load() > 0 })
+	srv.Kill()
+	time.Sleep(5 * time.Second) // longer than go-redis waits for a connection
+	if got := b.ledgerRows(); got >= n {
+		t.Fatalf("all %d events applied before Redis went down: the test proves nothing", got)
+	}
+	srv.Start()
+	b.waitDrained(30 * time.Second)
+	r.stop()
+	if got := sum(b.tallies("lunch")); got != n {
+		t.Errorf("total votes %d, want %d", got, n)
+	}
 	b.checkInvariants()
 }

@@ -118,13 +118,15 @@ func New(app Applier, rdb redis.UniversalClient, keys stream.Keys, cfg Config, l
 		IsExcluded: func(err error) bool { return errors.Is(err, context.Canceled) },
 		OnStateChange: func(_ string, from, to gobreaker.State) {
 			m.breaker.Set(breakerValue(to))
-			level := slog.LevelWarn
-			if to == gobreaker.StateClosed {
-				level = slog.LevelInfo
+			attrs := []any{slog.String("from", from.String()), slog.String("to", to.String())}
+			switch to {
+			case gobreaker.StateOpen:
+				p.log.Warn("circuit breaker open: PostgreSQL is failing, reading paused", attrs...)
+			case gobreaker.StateHalfOpen:
+				p.log.Info("circuit breaker half-open: probing PostgreSQL with one batch", attrs...)
+			case gobreaker.StateClosed:
+				p.log.Info("circuit breaker closed: PostgreSQL answers, reading resumed", attrs...)
 			}
-			p.log.LogAttrs(context.Background(), level, "circuit breaker changed state: PostgreSQL is "+map[gobreaker.State]string{
-				gobreaker.StateOpen: "failing, reading paused", gobreaker.StateHalfOpen: "being probed", gobreaker.StateClosed: "answering, reading resumed",
-			}[to], slog.String("from", from.String()), slog.String("to", to.String()))
 		},
 	})
 	return p, nil
@@ -138,18 +140,27 @@ func (p *Projector) Consumer() string { return p.cfg.Consumer }
 // Config.ShutdownGrace, acknowledges what committed and returns nil.
 // Entries it held but did not apply stay pending, for this consumer's next
 // start or another consumer's claim. Run returns an error only when it
-// cannot start (Redis refuses to create the consumer group); it may run
-// again after it returned, but not twice at once.
+// cannot start because Redis refuses to create the consumer group (it
+// retries while Redis is unreachable); it may run again after it
+// returned, but not twice at once.
 func (p *Projector) Run(ctx context.Context) error {
 	if !p.running.CompareAndSwap(false, true) {
 		return errors.New("projector: Run is already running")
 	}
 	defer p.running.Store(false)
-	if err := p.ensureGroups(ctx); err != nil {
+	for failures := 1; ; failures++ {
+		err := p.ensureGroups(ctx)
+		if err == nil {
+			break
+		}
 		if ctx.Err() != nil {
 			return nil
 		}
-		return err
+		var refused redis.Error
+		if errors.As(err, &refused) {
+			return err // Redis answered no: a key of another type, a missing permission
+		}
+		p.redisFailed(ctx, "create consumer groups", err, failures)
 	}
 	p.log.LogAttrs(ctx, slog.LevelInfo, "projector started",
 		slog.Any("streams", p.keys.Streams()), slog.Int("batch_size", p.cfg.BatchSize),
