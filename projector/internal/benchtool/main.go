@@ -11,8 +11,9 @@
 //	go build -o /tmp/tally . && go run ./projector/internal/benchtool -tally /tmp/tally
 //
 // The rate is events applied per second from the first applied event to the
-// last acknowledgement; peak RSS is the projector process's maximum
-// resident set size (getrusage, as /usr/bin/time -v reports it).
+// last acknowledgement. Peak memory is the projector process's maximum
+// resident set size as /usr/bin/time reports it (when installed), and its
+// VmHWM read from /proc just before SIGTERM.
 package main
 
 import (
@@ -49,7 +50,8 @@ type result struct {
 	preload   time.Duration
 	startup   time.Duration // process start to the first applied event
 	drain     time.Duration // first applied event to the last acknowledgement
-	maxRSSKiB int64
+	maxRSSKiB int64         // /usr/bin/time's "maximum resident set size" (0 without it)
+	hwmKiB    int64         // VmHWM of /proc/PID/status just before SIGTERM
 }
 
 func main() {
@@ -90,11 +92,11 @@ func main() {
 		results = append(results, res)
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "BATCH\tEVENTS\tPRELOAD/S\tSTARTUP\tDRAIN\tAPPLIED/S\tPEAK RSS")
+	fmt.Fprintln(tw, "BATCH\tEVENTS\tPRELOAD/S\tSTARTUP\tDRAIN\tAPPLIED/S\tMAX RSS (time)\tVmHWM")
 	for _, r := range results {
-		fmt.Fprintf(tw, "%d\t%d\t%.0f\t%s\t%s\t%.0f\t%.1f MiB\n", r.batch, r.events,
+		fmt.Fprintf(tw, "%d\t%d\t%.0f\t%s\t%s\t%.0f\t%.1f MiB\t%.1f MiB\n", r.batch, r.events,
 			float64(r.events)/r.preload.Seconds(), r.startup.Round(time.Millisecond), r.drain.Round(time.Millisecond),
-			float64(r.events)/r.drain.Seconds(), float64(r.maxRSSKiB)/1024)
+			float64(r.events)/r.drain.Seconds(), float64(r.maxRSSKiB)/1024, float64(r.hwmKiB)/1024)
 	}
 	tw.Flush()
 }
@@ -207,10 +209,20 @@ func (b *bench) run(ctx context.Context, r run) (res result, err error) {
 	}
 	res.preload = time.Since(start)
 
-	cmd := exec.Command(b.tally, "projector",
+	args := []string{b.tally, "projector",
 		"--database-url", b.dbURL(), "--redis-url", b.redisURL, "--stream-prefix", prefix,
 		"--consumer", "bench", "--batch-size", strconv.Itoa(r.batch), "--batch-wait", b.batchWait.String(),
-		"--log-level", "warn", "--log-format", "text")
+		"--log-level", "warn", "--log-format", "text"}
+	// Under /usr/bin/time when it is there: the peak RSS of a child that
+	// getrusage reports to a Go parent includes the parent's own memory
+	// at fork time.
+	timeOut := ""
+	if _, err := os.Stat("/usr/bin/time"); err == nil {
+		timeOut = filepath.Join(os.TempDir(), "benchtool-time-"+rand.Text()[:12])
+		defer os.Remove(timeOut)
+		args = append([]string{"/usr/bin/time", "-f", "%M", "-o", timeOut}, args...)
+	}
+	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	started := time.Now()
 	if err := cmd.Start(); err != nil {
@@ -218,13 +230,17 @@ func (b *bench) run(ctx context.Context, r run) (res result, err error) {
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
+	pid := cmd.Process.Pid
+	if timeOut != "" {
+		pid = childOf(pid)
+	}
 	stop := func() error {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = syscall.Kill(pid, syscall.SIGTERM)
 		select {
 		case err := <-exited:
 			return err
 		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
+			_ = syscall.Kill(pid, syscall.SIGKILL)
 			<-exited
 			return errors.New("the projector did not stop within 30s of SIGTERM")
 		}
@@ -260,11 +276,13 @@ func (b *bench) run(ctx context.Context, r run) (res result, err error) {
 	}
 	end := time.Now()
 	res.startup, res.drain = first.Sub(started), end.Sub(first)
+	res.hwmKiB = vmHWM(pid)
 	if err := stop(); err != nil {
 		return res, fmt.Errorf("projector exit: %w", err)
 	}
-	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
-		res.maxRSSKiB = ru.Maxrss // KiB on Linux
+	if timeOut != "" {
+		out, _ := os.ReadFile(timeOut)
+		res.maxRSSKiB, _ = strconv.ParseInt(strings.TrimSpace(string(out)), 10, 64)
 	}
 
 	var rows int64
@@ -285,6 +303,49 @@ func (b *bench) run(ctx context.Context, r run) (res result, err error) {
 		return res, fmt.Errorf("%d dead letters", dl)
 	}
 	return res, nil
+}
+
+// childOf returns the pid of the first child of pid, waiting for it to
+// appear (pid itself when none does within 5s).
+func childOf(pid int) int {
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		dirs, _ := os.ReadDir("/proc")
+		for _, d := range dirs {
+			stat, err := os.ReadFile(filepath.Join("/proc", d.Name(), "stat"))
+			if err != nil {
+				continue
+			}
+			// pid (comm) state ppid ...
+			i := strings.LastIndexByte(string(stat), ')')
+			if i < 0 {
+				continue
+			}
+			f := strings.Fields(string(stat[i+1:]))
+			if len(f) > 1 && f[1] == strconv.Itoa(pid) {
+				child, _ := strconv.Atoi(d.Name())
+				return child
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return pid
+}
+
+// vmHWM reads the peak resident set size of a running process, in KiB
+// (0 when unknown).
+func vmHWM(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			n, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return n
+		}
+	}
+	return 0
 }
 
 // preload adds events with distinct principals, spread over the polls and
