@@ -43,6 +43,15 @@ func refuse(format string, args ...any) error {
 // characters of [A-Za-z0-9_-], and nothing but whitespace after it. Every
 // error is a *parseError that says what was wrong.
 func parseVote(body []byte) (vote, error) {
+	if v, ok := parseVoteFast(body); ok {
+		return v, nil
+	}
+	return parseVoteTokens(body)
+}
+
+// parseVoteTokens is parseVote on encoding/json's token stream: it handles
+// every JSON form and names what is wrong.
+func parseVoteTokens(body []byte) (vote, error) {
 	if len(body) > maxBodyBytes {
 		return vote{}, refuse("the body is %d bytes, the limit is %d", len(body), maxBodyBytes)
 	}
@@ -66,7 +75,7 @@ func parseVote(body []byte) (vote, error) {
 		return vote{}, refuse("the body must be a JSON object, got %s", kindOf(tok))
 	}
 	var v vote
-	seen := map[string]bool{}
+	seen := make(map[string]bool, 3)
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
@@ -169,4 +178,110 @@ func describeID(s string) string {
 		}
 	}
 	return strconv.Quote(s)
+}
+
+// parseVoteFast accepts the plain form clients send, without allocating:
+// one object of the three keys, each once, with string values of id
+// characters, no escapes, JSON whitespace anywhere between tokens. It
+// returns false for anything else, valid or not, and parseVoteTokens
+// decides then.
+func parseVoteFast(b []byte) (vote, bool) {
+	if len(b) > maxBodyBytes {
+		return vote{}, false
+	}
+	i := skipSpace(b, 0)
+	if i >= len(b) || b[i] != '{' {
+		return vote{}, false
+	}
+	i++
+	var v vote
+	var seen [3]bool
+	for n := range 3 {
+		if n > 0 {
+			if i = skipSpace(b, i); i >= len(b) || b[i] != ',' {
+				return vote{}, false
+			}
+			i++
+		}
+		ks, ke, ok := plainString(b, skipSpace(b, i))
+		if !ok {
+			return vote{}, false
+		}
+		var k int
+		switch string(b[ks:ke]) {
+		case keyEventID:
+			k = 0
+		case keyPollID:
+			k = 1
+		case keyCandidateID:
+			k = 2
+		default:
+			return vote{}, false
+		}
+		if seen[k] {
+			return vote{}, false
+		}
+		seen[k] = true
+		if i = skipSpace(b, ke+1); i >= len(b) || b[i] != ':' {
+			return vote{}, false
+		}
+		vs, ve, ok := plainString(b, skipSpace(b, i+1))
+		if !ok || ve-vs < 1 || ve-vs > 64 || !idChars(b[vs:ve]) {
+			return vote{}, false
+		}
+		val := string(b[vs:ve])
+		switch k {
+		case 0:
+			v.EventID = val
+		case 1:
+			v.PollID = val
+		case 2:
+			v.CandidateID = val
+		}
+		i = ve + 1
+	}
+	if i = skipSpace(b, i); i >= len(b) || b[i] != '}' {
+		return vote{}, false
+	}
+	if skipSpace(b, i+1) != len(b) {
+		return vote{}, false
+	}
+	return v, true
+}
+
+// skipSpace returns the index of the first byte at or after i that is not
+// JSON whitespace.
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// plainString finds a JSON string at b[i] that holds no escape and no
+// control or non-ASCII byte, and returns the bounds of its content; its
+// closing quote is at end.
+func plainString(b []byte, i int) (start, end int, ok bool) {
+	if i >= len(b) || b[i] != '"' {
+		return 0, 0, false
+	}
+	for j := i + 1; j < len(b); j++ {
+		switch c := b[j]; {
+		case c == '"':
+			return i + 1, j, true
+		case c == '\\' || c < 0x20 || c >= 0x80:
+			return 0, 0, false
+		}
+	}
+	return 0, 0, false
+}
+
+// idChars reports whether s is made of [A-Za-z0-9_-] only.
+func idChars(s []byte) bool {
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
 }

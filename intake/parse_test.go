@@ -12,11 +12,13 @@ var parseCases = []struct {
 	body   string
 	want   vote   // when detail is empty
 	detail string // a substring of the refusal's detail
+	slow   bool   // valid, but only the token parser takes it
 }{
 	{name: "ok", body: `{"event_id":"e1","poll_id":"p1","candidate_id":"c1"}`, want: vote{"e1", "p1", "c1"}},
 	{name: "ok any order and whitespace", body: " \n{ \"candidate_id\" : \"c_1\", \"poll_id\":\"P-1\",\t\"event_id\":\"e\" }\r\n", want: vote{"e", "P-1", "c_1"}},
 	{name: "ok 64 chars", body: `{"event_id":"` + strings.Repeat("a", 64) + `","poll_id":"p","candidate_id":"c"}`, want: vote{strings.Repeat("a", 64), "p", "c"}},
-	{name: "ok escaped key", body: `{"event\u005fid":"e","poll_id":"p","candidate_id":"c"}`, want: vote{"e", "p", "c"}},
+	{name: "ok escaped key", body: `{"event\u005fid":"e","poll_id":"p","candidate_id":"c"}`, want: vote{"e", "p", "c"}, slow: true},
+	{name: "ok escaped value", body: `{"event_id":"\u0065","poll_id":"p","candidate_id":"c"}`, want: vote{"e", "p", "c"}, slow: true},
 	{name: "empty", body: ``, detail: "the body is empty"},
 	{name: "blank", body: "  \n", detail: "the body is empty"},
 	{name: "array", body: `[]`, detail: "must be a JSON object, got an array"},
@@ -53,6 +55,7 @@ func TestParseVote(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			got, err := parseVote([]byte(tc.body))
+			fast, fastOK := parseVoteFast([]byte(tc.body))
 			if tc.detail == "" {
 				if err != nil {
 					t.Fatalf("parseVote(%q): %v", tc.body, err)
@@ -60,7 +63,13 @@ func TestParseVote(t *testing.T) {
 				if got != tc.want {
 					t.Fatalf("parseVote(%q) = %+v, want %+v", tc.body, got, tc.want)
 				}
+				if fastOK != !tc.slow || (fastOK && fast != tc.want) {
+					t.Fatalf("parseVoteFast(%q) = %+v, %v; want the fast path taken: %v", tc.body, fast, fastOK, !tc.slow)
+				}
 				return
+			}
+			if fastOK {
+				t.Fatalf("parseVoteFast(%q) accepted %+v", tc.body, fast)
 			}
 			if err == nil {
 				t.Fatalf("parseVote(%q) accepted %+v, want a refusal containing %q", tc.body, got, tc.detail)
@@ -81,12 +90,18 @@ var fuzzIDRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 // accepts satisfies the rules, re-checked independently: valid JSON, one
 // object with exactly three members (counted on the raw bytes), the three
 // keys each a string matching the id pattern and equal to what was parsed,
-// at most maxBodyBytes.
+// at most maxBodyBytes. Whatever the fast path accepts, the token parser
+// must accept the same.
 func FuzzParseVote(f *testing.F) {
 	for _, tc := range parseCases {
 		f.Add([]byte(tc.body))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
+		if fast, ok := parseVoteFast(body); ok {
+			if slow, err := parseVoteTokens(body); err != nil || slow != fast {
+				t.Fatalf("fast path accepted %q as %+v, the token parser says %+v, %v", body, fast, slow, err)
+			}
+		}
 		v, err := parseVote(body)
 		if err != nil {
 			if _, ok := err.(*parseError); !ok {
