@@ -476,7 +476,18 @@ func TestRedisDown(t *testing.T) {
 		t.Fatalf("breaker did not open:\n%s", b.metrics(t))
 	}
 
+	// With no votes coming, /readyz alone closes the breaker again.
 	server.Start()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		r := b.do(t, http.MethodGet, "/readyz", "", "", nil)
+		if r.code == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz not ready 10s after Redis came back: %s", r.raw)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		r := b.vote(t, b.token, "after", "p1", "a")

@@ -552,9 +552,18 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 		set("postgres", s.store.Ping(ctx))
 	})
 	wg.Go(func() {
-		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RedisTimeout)
-		defer cancel()
-		set("redis", s.rdb.Ping(ctx).Err())
+		// Through the breaker: once it lets a trial through, a ping that
+		// succeeds closes it, so an instance that gets no votes while it
+		// is not ready still becomes ready again.
+		_, err := s.breaker.Execute(func() (any, error) {
+			ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RedisTimeout)
+			defer cancel()
+			return nil, s.rdb.Ping(ctx).Err()
+		})
+		if errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests) {
+			err = errors.New("not tried: the circuit breaker is open")
+		}
+		set("redis", err)
 	})
 	wg.Wait()
 	if st := s.breaker.State(); st != gobreaker.StateClosed {
