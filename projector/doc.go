@@ -25,9 +25,13 @@
 //     dead-letter record is written first, and only while the entry is
 //     still pending, so two consumers holding it write one record. A batch
 //     that fails for a permanent reason is split by bisection so the rest
-//     of it commits. An entry Redis reports as deleted while still pending
-//     is counted and logged as lost, and leaves a tombstone in the
-//     dead-letter stream.
+//     of it commits, and the entries that fail alone are dead-lettered.
+//     When not one entry of the batch commits, the database is more likely
+//     at fault than every entry (a missing migration, a permission): the
+//     entries stay pending, the projector slows down, and only
+//     MaxDeliveries dead-letters them. An entry Redis reports as deleted
+//     while still pending is counted and logged as lost, and leaves a
+//     tombstone in the dead-letter stream.
 //   - Recovery. At start a projector re-reads its own pending entries;
 //     every Config.ClaimInterval it claims (XAUTOCLAIM) entries that another
 //     consumer, dead or stuck, left pending for longer than Config.MinIdle.

@@ -3,6 +3,7 @@ package projector_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -466,5 +467,42 @@ func TestRedisRestart(t *testing.T) {
 	if got := sum(b.tallies("lunch")); got != n {
 		t.Errorf("total votes %d, want %d", got, n)
 	}
+	b.checkInvariants()
+}
+
+// When not one entry of a batch commits, the database is suspect, not the
+// entries: they stay pending, and are dead-lettered only once delivered
+// more than MaxDeliveries times, with the last error.
+func TestAllFailingBatchStaysPending(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1)
+	b.poll("lunch", "pizza", "sushi")
+	var calls atomic.Int64
+	broken := applierFunc(func(ctx context.Context, events []ledger.Event) ([]ledger.Outcome, error) {
+		calls.Add(1)
+		return nil, fmt.Errorf("append batch: relation \"poll_events\" does not exist: %w", errPermanent)
+	})
+	b.enqueue(votes("u", 4, "lunch", "pizza", "sushi")...)
+	cfg := fast("p1")
+	cfg.MaxDeliveries = 2
+	r := b.start(broken, cfg)
+	b.eventually(10*time.Second, "the batch is not bisected", func() bool { return calls.Load() >= 7 })
+	if ds := b.deadLetters(); len(ds) != 0 {
+		t.Fatalf("dead letters after the first delivery of a batch that failed whole: %+v", ds)
+	}
+	if got := b.pending(""); got != 4 {
+		t.Errorf("%d entries pending, want 4", got)
+	}
+	b.waitDrained(20 * time.Second)
+	ds := b.deadLetters()
+	if len(ds) != 4 {
+		t.Fatalf("%d dead letters, want 4", len(ds))
+	}
+	for _, d := range ds {
+		if d.Reason != projector.ReasonMaxDeliveries || !strings.Contains(d.Error, "does not exist") || d.Deliveries != 3 {
+			t.Errorf("dead letter %s: reason %s, deliveries %d, error %q", d.ID, d.Reason, d.Deliveries, d.Error)
+		}
+	}
+	r.stop()
 	b.checkInvariants()
 }

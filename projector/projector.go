@@ -59,6 +59,9 @@ type Projector struct {
 	// dead-letter record when it is given up. Only the batching goroutine
 	// touches it.
 	lastErr map[string]failure
+	// systemic counts the flushes in a row in which every entry failed
+	// with a permanent error; it sets the wait before the next one.
+	systemic int
 }
 
 // failure is why an entry's last apply failed.
@@ -635,7 +638,35 @@ func (p *Projector) flush(ctx, applyCtx context.Context, msgs []message) {
 		}})
 	}
 	p.deadLetter(applyCtx, dead)
-	p.apply(ctx, applyCtx, items)
+	var st flushState
+	p.apply(ctx, applyCtx, items, &st)
+	switch {
+	case len(st.suspects) == 0:
+		if st.committed {
+			p.systemic = 0
+		}
+	case st.committed:
+		// The ledger took the rest: these entries are at fault.
+		p.deadLetter(applyCtx, st.suspects)
+	default:
+		// Not one entry went in. The fault is likelier the database's (a
+		// schema or permission problem) than every entry's: keep them
+		// pending, slow down, and let MaxDeliveries decide.
+		for _, d := range st.suspects {
+			p.remember(d.msg, failure{err: d.detail})
+		}
+		p.systemic++
+		wait := p.backoff(p.systemic)
+		p.log.LogAttrs(applyCtx, slog.LevelError, "every entry of the batch failed in the ledger with a permanent error: is the database migrated and writable? The entries stay pending and are dead-lettered once delivered more than the max deliveries",
+			slog.Int("batch_size", len(items)), slog.String("error", st.suspects[0].detail), slog.Duration("wait", wait))
+		sleep(ctx, wait)
+	}
+}
+
+// flushState follows one flush through the bisection of a failing batch.
+type flushState struct {
+	committed bool       // some part of the batch committed
+	suspects  []deadItem // entries that failed alone, isolated before anything committed
 }
 
 // triage says whether m must be dead-lettered rather than applied.
@@ -668,9 +699,10 @@ var errAbandoned = errors.New("batch left pending")
 
 // apply applies items in one transaction and acknowledges them after the
 // commit. A permanent failure splits the batch in halves until the failing
-// entries are isolated and dead-lettered; a transient one that outlasts
-// the retries leaves the batch pending.
-func (p *Projector) apply(ctx, applyCtx context.Context, items []item) {
+// entries are isolated (flush dead-letters them, or keeps them pending when
+// nothing of the batch could commit); a transient one that outlasts the
+// retries leaves the batch pending.
+func (p *Projector) apply(ctx, applyCtx context.Context, items []item, st *flushState) {
 	if len(items) == 0 {
 		return
 	}
@@ -681,6 +713,7 @@ func (p *Projector) apply(ctx, applyCtx context.Context, items []item) {
 	outcomes, err := p.applyWithRetry(ctx, applyCtx, events)
 	switch {
 	case err == nil:
+		st.committed = true
 		p.acknowledge(applyCtx, items, outcomes)
 	case errors.Is(err, errAbandoned):
 		for _, it := range items {
@@ -693,13 +726,18 @@ func (p *Projector) apply(ctx, applyCtx context.Context, items []item) {
 		p.log.LogAttrs(applyCtx, level, "batch not applied, its entries stay pending",
 			slog.Int("batch_size", len(items)), slog.String("error", err.Error()))
 	case len(items) == 1:
-		p.deadLetter(applyCtx, []deadItem{{msg: items[0].msg, reason: ReasonFailed, detail: err.Error()}})
+		d := deadItem{msg: items[0].msg, reason: ReasonFailed, detail: err.Error()}
+		if st.committed {
+			p.deadLetter(applyCtx, []deadItem{d})
+		} else {
+			st.suspects = append(st.suspects, d)
+		}
 	default:
 		p.log.LogAttrs(applyCtx, slog.LevelWarn, "batch failed, splitting it to isolate the failing entries",
 			slog.Int("batch_size", len(items)), slog.String("error", err.Error()))
 		half := len(items) / 2
-		p.apply(ctx, applyCtx, items[:half])
-		p.apply(ctx, applyCtx, items[half:])
+		p.apply(ctx, applyCtx, items[:half], st)
+		p.apply(ctx, applyCtx, items[half:], st)
 	}
 }
 
