@@ -627,11 +627,11 @@ func (p *Projector) flush(ctx, applyCtx context.Context, msgs []message) {
 			continue // claimed while it was also in flight here
 		}
 		seen[m.key()] = true
-		if d, bad := p.triage(m); bad {
+		e, d, bad := p.triage(m)
+		if bad {
 			dead = append(dead, d)
 			continue
 		}
-		e, _ := stream.Decode(m.values) // triage decoded it already
 		items = append(items, item{msg: m, event: ledger.Event{
 			PrincipalID: e.PrincipalID, ClientEventID: e.ClientEventID,
 			PollID: e.PollID, CandidateID: e.CandidateID, ReceivedAt: e.ReceivedAt,
@@ -669,11 +669,12 @@ type flushState struct {
 	suspects  []deadItem // entries that failed alone, isolated before anything committed
 }
 
-// triage says whether m must be dead-lettered rather than applied.
-func (p *Projector) triage(m message) (deadItem, bool) {
+// triage decodes m, or says why it must be dead-lettered rather than
+// applied.
+func (p *Projector) triage(m message) (stream.Entry, deadItem, bool) {
 	switch {
 	case m.values == nil:
-		return deadItem{msg: m, reason: ReasonLost, detail: "the entry was deleted from the stream while it was pending"}, true
+		return stream.Entry{}, deadItem{msg: m, reason: ReasonLost, detail: "the entry was deleted from the stream while it was pending"}, true
 	case m.deliveries > int64(p.cfg.MaxDeliveries) && !p.lastErr[m.key()].transient:
 		// An entry this projector saw fail only for transient reasons
 		// (PostgreSQL down) is tried again, however often it came back.
@@ -681,16 +682,16 @@ func (p *Projector) triage(m message) (deadItem, bool) {
 		if last == "" {
 			last = "unknown to this consumer (the entry failed elsewhere, or its consumer stopped before it finished)"
 		}
-		return deadItem{msg: m, reason: ReasonMaxDeliveries, detail: fmt.Sprintf("delivered %d times, more than the %d allowed; last error: %s", m.deliveries, p.cfg.MaxDeliveries, last)}, true
+		return stream.Entry{}, deadItem{msg: m, reason: ReasonMaxDeliveries, detail: fmt.Sprintf("delivered %d times, more than the %d allowed; last error: %s", m.deliveries, p.cfg.MaxDeliveries, last)}, true
 	}
 	e, err := stream.Decode(m.values)
 	if err != nil {
-		return deadItem{msg: m, reason: ReasonUndecodable, detail: err.Error()}, true
+		return e, deadItem{msg: m, reason: ReasonUndecodable, detail: err.Error()}, true
 	}
 	if want := ledger.FingerprintHex(e.PollID, e.CandidateID); e.Fingerprint != want {
-		return deadItem{msg: m, reason: ReasonFingerprintMismatch, detail: fmt.Sprintf("fingerprint %s does not match the payload's %s", e.Fingerprint, want)}, true
+		return e, deadItem{msg: m, reason: ReasonFingerprintMismatch, detail: fmt.Sprintf("fingerprint %s does not match the payload's %s", e.Fingerprint, want)}, true
 	}
-	return deadItem{}, false
+	return e, deadItem{}, false
 }
 
 // errAbandoned wraps the error of a batch given up for now: it stays
