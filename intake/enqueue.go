@@ -177,10 +177,13 @@ type scriptReply struct {
 }
 
 func newBatcher(rdb redis.UniversalClient, cfg Config, batchSize prometheus.Histogram) *batcher {
-	return &batcher{batchSize: batchSize,
-		rdb: rdb, timeout: cfg.RedisTimeout + cfg.WaitTimeout*time.Duration(min(cfg.WaitReplicas, 1)),
-		maxBatch: cfg.EnqueueBatch, maxInFlight: cfg.EnqueuePipelines,
-		waitReplicas: cfg.WaitReplicas, waitTimeout: cfg.WaitTimeout,
+	timeout := cfg.RedisTimeout
+	if cfg.WaitReplicas > 0 {
+		timeout += cfg.WaitTimeout
+	}
+	return &batcher{
+		rdb: rdb, timeout: timeout, maxBatch: cfg.EnqueueBatch, maxInFlight: cfg.EnqueuePipelines,
+		waitReplicas: cfg.WaitReplicas, waitTimeout: cfg.WaitTimeout, batchSize: batchSize,
 	}
 }
 
