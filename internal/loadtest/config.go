@@ -146,6 +146,10 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// Validate reports what is wrong with c once its defaults are applied;
+// New calls it.
+func (c Config) Validate() error { return c.withDefaults().validate() }
+
 func (c Config) validate() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }

@@ -154,7 +154,7 @@ func (s *Session) Setup(ctx context.Context) error {
 		s.deadBefore = st.DeadLetters
 		s.queueKnown = true
 	}
-	s.log.LogAttrs(ctx, slog.LevelInfo, "loadtest set up", slog.Int("principals", len(s.principals)))
+	s.log.LogAttrs(ctx, slog.LevelDebug, "loadtest set up", slog.Int("principals", len(s.principals)))
 	return nil
 }
 
@@ -335,7 +335,7 @@ func (s *Session) Send(ctx context.Context) error {
 		})
 	}
 	wg.Wait()
-	s.log.LogAttrs(ctx, slog.LevelInfo, "sending done", slog.Int64("votes", s.sent.Load()),
+	s.log.LogAttrs(ctx, slog.LevelDebug, "sending done", slog.Int64("votes", s.sent.Load()),
 		slog.Int64("accepted", s.acceptedN.Load()), slog.Duration("took", time.Since(s.sendStart)))
 	if firstErr != nil {
 		return firstErr
