@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
 	"tally/intake"
@@ -32,6 +33,8 @@ type pipeline struct {
 	db    testenv.DB
 	store *ledger.Store
 	queue loadtest.Queue
+	rdb   *redis.Client
+	keys  stream.Keys
 	url   string
 }
 
@@ -91,7 +94,7 @@ func setup(t *testing.T, withProjector bool) *pipeline {
 		cancel()
 		wg.Wait()
 	})
-	return &pipeline{db: db, store: store, queue: loadtest.RedisQueue(rdb, keys), url: "http://" + ln.Addr().String()}
+	return &pipeline{db: db, store: store, queue: loadtest.RedisQueue(rdb, keys), rdb: rdb, keys: keys, url: "http://" + ln.Addr().String()}
 }
 
 func (p *pipeline) deps() loadtest.Deps {
@@ -267,11 +270,13 @@ func TestVerificationFails(t *testing.T) {
 		}
 	})
 
-	t.Run("lost", func(t *testing.T) {
+	// Without a projector, sequentially on one pipeline.
+	t.Run("without projector", func(t *testing.T) {
 		t.Parallel()
-		// Nothing applies the queue, and the verification does not wait
-		// for it: every accepted vote is missing from the ledger.
 		p := setup(t, false)
+
+		// Nothing applies the queue and the verification does not wait for
+		// it: every accepted vote is missing from the ledger.
 		deps := p.deps()
 		deps.Queue = nil
 		rep, err := loadtest.Run(ctx, cfg(p.url), deps)
@@ -281,20 +286,37 @@ func TestVerificationFails(t *testing.T) {
 		if rep.Passed() || rep.Lost != rep.AcceptedEvents || rep.Lost == 0 || !contains(rep.Failures(), "lost: answered 202") {
 			t.Errorf("lost %d of %d accepted events; failures %q", rep.Lost, rep.AcceptedEvents, rep.Failures())
 		}
-	})
 
-	t.Run("undrained", func(t *testing.T) {
-		t.Parallel()
-		p := setup(t, false)
+		// The queue does not drain in time.
 		c := cfg(p.url)
 		c.Votes = 50
 		c.DrainTimeout = 300 * time.Millisecond
-		rep, err := loadtest.Run(ctx, c, p.deps())
+		rep, err = loadtest.Run(ctx, c, p.deps())
 		if err != nil {
 			t.Fatal(err)
 		}
 		if rep.Passed() || rep.Drained || !contains(rep.Failures(), "did not drain") {
 			t.Errorf("drained %v; failures %q", rep.Drained, rep.Failures())
+		}
+		if err := p.rdb.Del(ctx, p.keys.Stream(0)).Err(); err != nil {
+			t.Fatal(err)
+		}
+
+		// When the ledger sees a principal's second response before the
+		// first (a projector claimed the first late), the strict
+		// verification says so, and AllowReorder accepts it as long as
+		// nothing is lost or counted twice.
+		for _, allow := range []bool{false, true} {
+			rep := reversedRun(t, p, allow)
+			if rep.Reordered == 0 || rep.Lost != 0 || rep.CountedTwice != 0 {
+				t.Fatalf("allow reorder %v: reordered %d, lost %d, counted twice %d; want some, 0, 0", allow, rep.Reordered, rep.Lost, rep.CountedTwice)
+			}
+			if allow && !rep.Passed() {
+				t.Errorf("with AllowReorder: failures %q", rep.Failures())
+			}
+			if !allow && (rep.Passed() || !contains(rep.Failures(), "reordered") || !contains(rep.Failures(), "tallies differ")) {
+				t.Errorf("without AllowReorder: failures %q", rep.Failures())
+			}
 		}
 	})
 }
@@ -306,4 +328,51 @@ func contains(fs []string, sub string) bool {
 		}
 	}
 	return false
+}
+
+// reversedRun sends votes to an intake without a projector, then applies
+// the queue to the ledger in reverse order, as one batch.
+func reversedRun(t *testing.T, p *pipeline, allowReorder bool) loadtest.Report {
+	ctx := context.Background()
+	s, err := loadtest.New(loadtest.Config{
+		Targets: []string{p.url}, Votes: 200, Concurrency: 4, Principals: 20,
+		SecondResponseShare: 0.3, AllowReorder: allowReorder, DrainTimeout: 5 * time.Second, Logger: testLogger(t),
+	}, p.deps())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Setup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(ctx)
+	if err := s.Send(ctx); err != nil {
+		t.Fatal(err)
+	}
+	xs, err := p.rdb.XRange(ctx, p.keys.Stream(0), "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := make([]ledger.Event, 0, len(xs))
+	for i := len(xs) - 1; i >= 0; i-- {
+		e, err := stream.Decode(xs[i].Values)
+		if err != nil {
+			t.Fatal(err)
+		}
+		events = append(events, ledger.Event{PrincipalID: e.PrincipalID, ClientEventID: e.ClientEventID,
+			PollID: e.PollID, CandidateID: e.CandidateID, ReceivedAt: e.ReceivedAt})
+	}
+	if _, err := p.store.Append(ctx, events); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.rdb.Del(ctx, p.keys.Stream(0)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := s.Verify(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
 }
