@@ -54,7 +54,7 @@ type Session struct {
 	requests  atomic.Int64 // HTTP requests
 
 	phase      atomic.Value // string
-	started    time.Time
+	started    atomic.Int64 // unix nanoseconds of Setup
 	sendStart  time.Time
 	sendEnd    time.Time
 	drainTime  time.Duration
@@ -112,7 +112,7 @@ func (s *Session) maxRounds() int { return MaxPolls }
 // dead-letter count the verification compares against.
 func (s *Session) Setup(ctx context.Context) error {
 	s.phase.Store("setup")
-	s.started = time.Now()
+	s.started.Store(time.Now().UnixNano())
 	s.principals = make([]principal, s.cfg.Principals)
 	var (
 		next atomic.Int64
@@ -475,8 +475,8 @@ type Progress struct {
 func (s *Session) Progress() Progress {
 	ph, _ := s.phase.Load().(string)
 	var el time.Duration
-	if !s.started.IsZero() {
-		el = time.Since(s.started)
+	if st := s.started.Load(); st != 0 {
+		el = time.Since(time.Unix(0, st))
 	}
 	return Progress{Phase: ph, Elapsed: el, Sent: s.sent.Load(), Accepted: s.acceptedN.Load(), Requests: s.requests.Load()}
 }

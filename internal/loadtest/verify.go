@@ -12,16 +12,17 @@ import (
 	"tally/ledger"
 )
 
-// ledgerRow is what the verification keeps of one ledger row of a key.
-type ledgerRow struct {
-	candidate  int16 // -1: not a candidate of the poll
-	recordedAt time.Time
-}
+// Markers of verification.rowCand and verification.ppRow, beside
+// candidate and key indexes.
+const (
+	noRow        = -2 // the key has no ledger row
+	notCandidate = -1 // the row's candidate is not a choice of the poll
+)
 
 // verification is the state of one Verify.
 type verification struct {
-	rows      map[uint32]ledgerRow // key -> its ledger row
-	ppRow     map[uint32]uint32    // first response of a principal and poll -> the key recorded for them
+	rowCand   []int16 // by key: the candidate of its ledger row, noRow or notCandidate
+	ppRow     []int64 // by first response of a principal and poll: the key recorded for them, or -1
 	rejected  map[string]int64
 	recLatUS  []uint32
 	anomalies anomalies
@@ -43,7 +44,10 @@ func (s *Session) Verify(ctx context.Context) (Report, error) {
 	for i, p := range s.principals {
 		byID[p.id] = int32(i)
 	}
-	v := &verification{rows: map[uint32]ledgerRow{}, ppRow: map[uint32]uint32{}, rejected: map[string]int64{}}
+	v := &verification{rowCand: make([]int16, len(t.keys)), ppRow: make([]int64, len(t.keys)), rejected: map[string]int64{}}
+	for i := range t.keys {
+		v.rowCand[i], v.ppRow[i] = noRow, -1
+	}
 
 	// 1. Every ledger row of the polls must be one accepted (or uncertain)
 	// key, with its payload, once per key and once per principal and poll.
@@ -116,17 +120,17 @@ func (s *Session) checkRow(v *verification, r int32, byID map[string]int32, row 
 		return
 	}
 	k := &t.keys[idx]
-	if _, dup := v.rows[idx]; dup {
+	if v.rowCand[idx] != noRow {
 		v.countedTwice++
 		v.anomalies.add("counted twice: a second ledger row for one key (I2)", "seq %d: %s", row.Seq, row.ClientEventID)
 		return
 	}
 	c, okC := candidateIndex(row.CandidateID, s.cfg.PollChoices)
-	lr := ledgerRow{candidate: -1, recordedAt: row.RecordedAt}
+	cand := int16(notCandidate)
 	if okC {
-		lr.candidate = int16(c)
+		cand = int16(c)
 	}
-	v.rows[idx] = lr
+	v.rowCand[idx] = cand
 	switch k.status {
 	case keyRefused:
 		v.countedTwice++
@@ -135,18 +139,18 @@ func (s *Session) checkRow(v *verification, r int32, byID map[string]int32, row 
 	case keyAccepted:
 		v.recLatUS = append(v.recLatUS, uint32(min(max(row.RecordedAt.UnixNano()-k.acceptedAt, 0)/1000, 1<<32-1)))
 	}
-	if !okC || (lr.candidate != int16(k.candidate) && lr.candidate != k.altCand) {
+	if !okC || (cand != int16(k.candidate) && cand != k.altCand) {
 		v.wrongPayload++
 		v.anomalies.add("a ledger row with a payload the key was never accepted with", "%s sent with %s, recorded with %s",
 			keyID(idx), candidateID(int(k.candidate)), row.CandidateID)
 	}
-	if other, dup := v.ppRow[k.first]; dup {
+	if other := v.ppRow[k.first]; other >= 0 {
 		v.countedTwice++
 		v.anomalies.add("counted twice: a second ledger row for one principal in one poll (I2)",
-			"%s and %s of principal %s in %s", keyID(other), keyID(idx), row.PrincipalID, row.PollID)
+			"%s and %s of principal %s in %s", keyID(uint32(other)), keyID(idx), row.PrincipalID, row.PollID)
 		return
 	}
-	v.ppRow[k.first] = idx
+	v.ppRow[k.first] = int64(idx)
 	v.recorded++
 }
 
@@ -157,7 +161,7 @@ func (s *Session) checkUnrecorded(ctx context.Context, v *verification) error {
 	var todo []uint32
 	for i := range t.keys {
 		st := t.keys[i].status
-		if (st == keyAccepted || st == keyUncertain) && !hasRow(v, uint32(i)) {
+		if (st == keyAccepted || st == keyUncertain) && v.rowCand[i] == noRow {
 			todo = append(todo, uint32(i))
 		}
 	}
@@ -204,14 +208,14 @@ func (s *Session) checkUnrecorded(ctx context.Context, v *verification) error {
 		}
 		reason := res.rec.Reason
 		v.rejected[string(reason)]++
-		winner, answered := v.ppRow[k.first]
+		winner := v.ppRow[k.first]
 		switch {
-		case reason == ledger.ReasonAlreadyResponded && answered && winner != i:
+		case reason == ledger.ReasonAlreadyResponded && winner >= 0 && winner != int64(i):
 			if k.kind == kindFirst && k.status == keyAccepted && t.keys[winner].status == keyAccepted {
 				v.reordered++
 				if !s.cfg.AllowReorder {
 					v.anomalies.add("reordered: the ledger counted a later response of a principal instead of the first accepted one",
-						"%s rejected already_responded, %s recorded", keyID(i), keyID(winner))
+						"%s rejected already_responded, %s recorded", keyID(i), keyID(uint32(winner)))
 				}
 			}
 		case k.status == keyUncertain:
@@ -222,8 +226,6 @@ func (s *Session) checkUnrecorded(ctx context.Context, v *verification) error {
 	}
 	return nil
 }
-
-func hasRow(v *verification, i uint32) bool { _, ok := v.rows[i]; return ok }
 
 // expectedTallies is the ground truth: for each principal and poll, the
 // candidate of the first response accepted. A principal whose only
@@ -241,16 +243,16 @@ func (s *Session) expectedTallies(v *verification, rounds int) [][]int64 {
 		if k.kind != kindFirst || int(k.round) >= rounds {
 			continue
 		}
-		winner, recorded := v.ppRow[uint32(i)]
+		winner := v.ppRow[i]
 		cand := -1
 		switch {
 		case k.status == keyAccepted:
 			cand = int(k.candidate)
-			if recorded && s.cfg.AllowReorder && winner != uint32(i) && t.keys[winner].status == keyAccepted {
+			if winner >= 0 && s.cfg.AllowReorder && winner != int64(i) && t.keys[winner].status == keyAccepted {
 				cand = int(t.keys[winner].candidate)
 			}
-		case recorded && winner == uint32(i):
-			if c := v.rows[winner].candidate; c >= 0 {
+		case winner == int64(i):
+			if c := v.rowCand[i]; c >= 0 {
 				cand = int(c)
 			}
 		}
