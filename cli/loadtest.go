@@ -154,7 +154,9 @@ func runLoadtest(c *ucli.Context) error {
 	if err := s.Setup(ctx); err != nil {
 		return err
 	}
-	fmt.Fprintf(stderr, "loadtest: polls %s-*, %d principals; sending to %s\n", s.PollPrefix(), cfg.Principals, strings.Join(cfg.Targets, ", "))
+	if !c.Bool("quiet") {
+		fmt.Fprintf(stderr, "loadtest: polls %s-*, %d principals; sending to %s\n", s.PollPrefix(), cfg.Principals, strings.Join(cfg.Targets, ", "))
+	}
 	interrupted := false
 	if err := s.Send(ctx); err != nil {
 		if !errors.Is(err, context.Canceled) || ctx.Err() == nil {
