@@ -40,7 +40,7 @@ type Config struct {
 	// Default 8.
 	MaxAttempts int
 	// BackoffMin and BackoffMax bound the wait between tries, which doubles
-	// from BackoffMin with full jitter. Defaults 100ms and 5s.
+	// from BackoffMin, with jitter. Defaults 100ms and 5s.
 	BackoffMin, BackoffMax time.Duration
 	// ApplyTimeout bounds one Append call; past it the outcome is uncertain
 	// and treated as a transient error. Default 30s.

@@ -36,7 +36,7 @@
 //     every Config.ClaimInterval it claims (XAUTOCLAIM) entries that another
 //     consumer, dead or stuck, left pending for longer than Config.MinIdle.
 //   - Transient errors (ledger.IsRetryable) are retried with bounded
-//     exponential backoff and full jitter. A circuit breaker stops reading
+//     exponential backoff and jitter. A circuit breaker stops reading
 //     and claiming while PostgreSQL fails, and lets one probe through after
 //     Config.BreakerOpenFor; the projector resumes by itself.
 //   - Clean stop. Run returns nil once its context is cancelled: it stops

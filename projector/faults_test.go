@@ -462,6 +462,9 @@ func TestRedisRestart(t *testing.T) {
 		t.Fatalf("all %d events applied before Redis went down: the test proves nothing", got)
 	}
 	srv.Start()
+	// go-redis answers with the last dial error for a moment after a
+	// server comes back.
+	b.eventually(10*time.Second, "Redis does not answer after its restart", func() bool { return b.rdb.Ping(b.ctx).Err() == nil })
 	b.waitDrained(30 * time.Second)
 	r.stop()
 	if got := sum(b.tallies("lunch")); got != n {

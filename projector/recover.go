@@ -1,0 +1,205 @@
+package projector
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/sony/gobreaker/v2"
+
+	"tally/stream"
+)
+
+// forgetConsumerScript deletes a consumer from the group, but only when no
+// entry is pending on it: deleting a consumer drops its pending entries,
+// which would then never be delivered again. A live consumer deleted this
+// way is created again by its next read.
+//
+// KEYS: stream. ARGV: group, consumer.
+var forgetConsumerScript = redis.NewScript(`
+if #redis.call('XPENDING', KEYS[1], ARGV[1], '-', '+', 1, ARGV[2]) > 0 then
+  return 0
+end
+redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], ARGV[2])
+return 1`)
+
+// leaveGroup removes this consumer from the group of every stream where
+// nothing is pending on it, so the group lists live consumers and those
+// with work left for a claim.
+func (p *Projector) leaveGroup(applyCtx context.Context) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(applyCtx), redisTimeout)
+	defer cancel()
+	for _, s := range p.keys.Streams() {
+		if err := forgetConsumerScript.Run(ctx, p.rdb, []string{s}, stream.Group, p.cfg.Consumer).Err(); err != nil {
+			p.log.LogAttrs(ctx, slog.LevelDebug, "leave consumer group", slog.String("stream", s), slog.String("error", err.Error()))
+		}
+	}
+}
+
+// forgetIdleConsumers removes from the group of stream s the consumers
+// that have nothing pending and were not seen for a long time: projectors
+// that stopped without leaving.
+func (p *Projector) forgetIdleConsumers(ctx context.Context, s string) {
+	cs, err := p.rdb.XInfoConsumers(ctx, s, stream.Group).Result()
+	if err != nil {
+		return
+	}
+	after := max(10*p.cfg.MinIdle, time.Minute)
+	for _, c := range cs {
+		if c.Pending > 0 || c.Idle < after || c.Name == p.cfg.Consumer {
+			continue
+		}
+		if n, err := forgetConsumerScript.Run(ctx, p.rdb, []string{s}, stream.Group, c.Name).Int(); err == nil && n == 1 {
+			p.log.LogAttrs(ctx, slog.LevelInfo, "forgot an idle consumer with nothing pending",
+				slog.String("stream", s), slog.String("idle_consumer", c.Name), slog.Duration("idle", c.Idle))
+		}
+	}
+}
+
+// recoverLoop first re-reads this consumer's own pending entries (left by
+// an earlier run under the same name), closes recovered, then claims
+// entries idle for longer than MinIdle every ClaimInterval.
+func (p *Projector) recoverLoop(ctx context.Context, in chan<- []message, recovered chan<- struct{}) {
+	for _, s := range p.keys.Streams() {
+		if !p.readOwnPending(ctx, s, in) {
+			close(recovered)
+			return
+		}
+	}
+	close(recovered)
+	t := time.NewTicker(p.cfg.ClaimInterval)
+	defer t.Stop()
+	for tick := 1; ; tick++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if p.cb.State() == gobreaker.StateOpen {
+			continue
+		}
+		for _, s := range p.keys.Streams() {
+			if !p.claim(ctx, s, in) {
+				return
+			}
+			if tick%20 == 0 {
+				p.forgetIdleConsumers(ctx, s)
+			}
+		}
+	}
+}
+
+// readOwnPending reads the entries pending on this consumer in stream s
+// (XREADGROUP from id 0) and hands them on; false when stopping.
+func (p *Projector) readOwnPending(ctx context.Context, s string, in chan<- []message) bool {
+	after := "0"
+	for failures := 0; ctx.Err() == nil; {
+		res, err := p.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
+			Group: stream.Group, Consumer: p.cfg.Consumer,
+			Streams: []string{s, after}, Count: int64(p.cfg.BatchSize), Block: -1,
+		}).Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			if ctx.Err() != nil {
+				return false
+			}
+			failures++
+			p.redisFailed(ctx, "read own pending entries", err, failures)
+			continue
+		}
+		if len(res) == 0 || len(res[0].Messages) == 0 {
+			return true
+		}
+		xs := res[0].Messages
+		after = xs[len(xs)-1].ID
+		msgs := p.messages(s, xs, 0)
+		p.lookupDeliveries(ctx, s, msgs)
+		if lost := countLost(msgs); lost > 0 {
+			p.m.lost.Add(float64(lost))
+			p.log.LogAttrs(ctx, slog.LevelError, "pending entries were deleted from the stream before they were applied: they are lost; a tombstone goes to the dead-letter stream",
+				slog.String("stream", s), slog.Int("entries", lost))
+		}
+		p.log.LogAttrs(ctx, slog.LevelInfo, "recovering own pending entries",
+			slog.String("stream", s), slog.Int("entries", len(msgs)))
+		if !send(ctx, in, msgs) {
+			return false
+		}
+	}
+	return false
+}
+
+// claim takes over entries of stream s idle for longer than MinIdle, from
+// any consumer, and hands them on; false when stopping. Entries Redis
+// reports as deleted while pending are dead-lettered as lost.
+func (p *Projector) claim(ctx context.Context, s string, in chan<- []message) bool {
+	start := "0-0"
+	for range maxClaimPages {
+		xs, next, deleted, err := p.rdb.XAutoClaimWithDeleted(ctx, &redis.XAutoClaimArgs{
+			Stream: s, Group: stream.Group, Consumer: p.cfg.Consumer,
+			MinIdle: p.cfg.MinIdle, Start: start, Count: int64(p.cfg.BatchSize),
+		}).Result()
+		if err != nil {
+			if ctx.Err() != nil {
+				return false
+			}
+			p.redisFailed(ctx, "claim idle entries", err, 1)
+			return true
+		}
+		msgs := p.messages(s, xs, 0)
+		if len(deleted) > 0 {
+			p.m.lost.Add(float64(len(deleted)))
+			p.log.LogAttrs(ctx, slog.LevelError, "pending entries were deleted from the stream before they were applied: they are lost; a tombstone goes to the dead-letter stream",
+				slog.String("stream", s), slog.Any("ids", deleted))
+			for _, id := range deleted {
+				msgs = append(msgs, message{stream: s, shard: p.shards[s], id: id})
+			}
+		}
+		if len(xs) > 0 {
+			p.m.claimed.Add(float64(len(xs)))
+			p.lookupDeliveries(ctx, s, msgs)
+			p.log.LogAttrs(ctx, slog.LevelInfo, "claimed idle pending entries",
+				slog.String("stream", s), slog.Int("entries", len(xs)))
+		}
+		if !send(ctx, in, msgs) {
+			return false
+		}
+		if next == "0-0" || next == "" {
+			return true
+		}
+		start = next
+	}
+	return true
+}
+
+func countLost(msgs []message) int {
+	n := 0
+	for _, m := range msgs {
+		if m.values == nil {
+			n++
+		}
+	}
+	return n
+}
+
+// lookupDeliveries sets the delivery count of msgs from XPENDING, in one
+// round trip. A count it cannot learn stays 0 (unknown).
+func (p *Projector) lookupDeliveries(ctx context.Context, s string, msgs []message) {
+	cmds := make([]*redis.XPendingExtCmd, 0, len(msgs))
+	_, err := p.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		for _, m := range msgs {
+			cmds = append(cmds, pipe.XPendingExt(ctx, &redis.XPendingExtArgs{
+				Stream: s, Group: stream.Group, Start: m.id, End: m.id, Count: 1,
+			}))
+		}
+		return nil
+	})
+	if err != nil && ctx.Err() == nil {
+		p.log.LogAttrs(ctx, slog.LevelWarn, "look up delivery counts", slog.String("stream", s), slog.String("error", err.Error()))
+	}
+	for i, c := range cmds {
+		if pe, err := c.Result(); err == nil && len(pe) == 1 && pe[0].ID == msgs[i].id {
+			msgs[i].deliveries = pe[0].RetryCount
+		}
+	}
+}
