@@ -40,7 +40,9 @@ type Config struct {
 	// Duration is how long to send; at most MaxDuration.
 	Duration time.Duration
 	// Rate is the votes per second to send; 0 sends as fast as Concurrency
-	// workers go. At most MaxRate.
+	// workers go. At most MaxRate. Each vote has its time on the schedule;
+	// a vote late on it (every worker was busy, intake was down) goes at
+	// once, so the rate catches up after a stall.
 	Rate float64
 	// Concurrency is the number of votes under way at once (and of HTTP
 	// connections kept alive per target). Default 32.
