@@ -30,7 +30,9 @@ type Config struct {
 	// WaitReplicas, when above zero, makes a vote wait for WAIT to confirm
 	// the write on that many replicas before 202; unconfirmed is 503.
 	// Default 0: Redis' own acknowledgement (with appendfsync always, the
-	// documented durability) is enough.
+	// documented durability) is enough. WAIT runs in the pipeline of the
+	// scripts it confirms, so it needs one primary with its replicas, not
+	// a Redis Cluster client.
 	WaitReplicas int
 	// WaitTimeout bounds WAIT. Default 500ms.
 	WaitTimeout time.Duration

@@ -26,7 +26,9 @@
 //     (GCRA on Redis' own clock), refuses when the shard's backlog is over
 //     Config.MaxBacklog, and XADDs the entry. Streams are never trimmed.
 //     Every key the script touches carries the shard's hash tag, so it also
-//     runs on Redis Cluster.
+//     runs on Redis Cluster. Votes that arrive while a round trip is under
+//     way share the next one (a pipeline of their scripts, Config.
+//     EnqueuePipelines at a time), without any added delay.
 //   - Idempotency keys (the client's event_id) are scoped to the principal.
 //     The same key with the same payload answers 202 again with the same
 //     event_id and enqueues nothing; the same key with another payload
