@@ -32,7 +32,8 @@ type Config struct {
 	// MinIdle/4, at least 10ms.
 	ClaimInterval time.Duration
 	// MaxDeliveries is how often an entry may be delivered before it is
-	// dead-lettered instead of applied. Default 10.
+	// dead-lettered instead of applied, unless this projector saw it fail
+	// only for transient reasons (PostgreSQL down). Default 10.
 	MaxDeliveries int
 
 	// MaxAttempts bounds the tries of one batch on transient errors;
