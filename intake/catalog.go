@@ -47,8 +47,8 @@ func (pi *pollInfo) mayVote(principalID string) bool {
 
 // catalog is the in-process copy of polls, choices and eligibility. It is
 // reloaded whole on every NOTIFY on catalogChannel and every refreshEvery;
-// a poll it does not hold is looked up once and remembered, and an unknown
-// id is remembered as unknown for unknownTTL.
+// a poll it does not hold is looked up once (maxMissLookups at a time) and
+// remembered, and an unknown id is remembered as unknown for unknownTTL.
 type catalog struct {
 	store        *ledger.Store
 	log          *slog.Logger
@@ -65,7 +65,14 @@ type catalog struct {
 	unknown map[string]time.Time // poll id -> forget after
 
 	kick chan struct{} // a reload is wanted
+	// misses bounds the lookups of polls the catalog does not hold that
+	// run at once, so ids that do not exist cannot flood PostgreSQL.
+	misses chan struct{}
 }
+
+// maxMissLookups bounds the concurrent lookups of polls the catalog does not
+// hold.
+const maxMissLookups = 4
 
 // maxUnknownPolls bounds the ids remembered as unknown.
 const maxUnknownPolls = 4096
@@ -75,7 +82,7 @@ func newCatalog(store *ledger.Store, log *slog.Logger, cfg Config, onPrincipals 
 		store: store, log: log, refreshEvery: cfg.CatalogRefresh, unknownTTL: cfg.UnknownPollTTL,
 		timeout: cfg.PostgresTimeout, onPrincipals: onPrincipals,
 		polls: map[string]*pollInfo{}, unknown: map[string]time.Time{},
-		kick: make(chan struct{}, 1),
+		kick: make(chan struct{}, 1), misses: make(chan struct{}, maxMissLookups),
 	}
 }
 
@@ -94,6 +101,12 @@ func (c *catalog) lookup(ctx context.Context, id string) (*pollInfo, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
+	select {
+	case c.misses <- struct{}{}:
+		defer func() { <-c.misses }()
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 	p, err := c.store.Poll(ctx, id)
 	if errors.Is(err, ledger.ErrNotFound) {
 		c.mu.Lock()
