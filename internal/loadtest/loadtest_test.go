@@ -1,11 +1,14 @@
 package loadtest_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net"
 	"os"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
+	"tally/cli"
 	"tally/intake"
 	"tally/internal/loadtest"
 	"tally/internal/testenv"
@@ -375,4 +379,44 @@ func reversedRun(t *testing.T, p *pipeline, allowReorder bool) loadtest.Report {
 		t.Fatal(err)
 	}
 	return rep
+}
+
+// The tally loadtest command prints the report and exits 0 when the run
+// verified, 1 when a check failed, 2 on bad flags.
+func TestCommand(t *testing.T) {
+	t.Parallel()
+	p := setup(t, true)
+	run := func(p *pipeline, args ...string) (int, string, string) {
+		var out, errOut bytes.Buffer
+		full := append([]string{"tally", "loadtest", "--target", p.url, "--database-url", p.db.URL,
+			"--redis-url", testenv.RedisURL(), "--log-format", "text", "--log-level", "error"}, args...)
+		code := cli.Run(context.Background(), full, strings.NewReader(""), &out, &errOut)
+		return code, out.String(), errOut.String()
+	}
+	code, out, errOut := run(p, "--stream-prefix", p.keys.Prefix(), "--votes", "300", "--principals", "30",
+		"--retry-share", "0.1", "--key-reuse-share", "0.1", "--second-response-share", "0.1")
+	if code != 0 || !regexp.MustCompile(`(?m)^lost\s+0$`).MatchString(out) || !regexp.MustCompile(`(?m)^counted twice\s+0$`).MatchString(out) ||
+		!regexp.MustCompile(`(?m)^result\s+PASS$`).MatchString(out) || !strings.Contains(errOut, "loadtest: polls lt-") {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+
+	// Without a projector the queue does not drain, and what was accepted
+	// is not in the ledger.
+	q := setup(t, false)
+	code, out, errOut = run(q, "--stream-prefix", q.keys.Prefix(), "--votes", "100", "--principals", "10",
+		"--drain-timeout", "200ms", "--format", "json", "--quiet")
+	var rep struct {
+		Lost     int64    `json:"lost"`
+		Failures []string `json:"failures"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("exit %d, stdout %q: %v", code, out, err)
+	}
+	if code != 1 || rep.Lost == 0 || len(rep.Failures) < 2 || !strings.Contains(rep.Failures[0], "did not drain") || errOut != "" {
+		t.Errorf("exit %d, lost %d, failures %q, stderr %q; want exit 1, undrained, lost votes", code, rep.Lost, rep.Failures, errOut)
+	}
+
+	if code, _, errOut = run(p, "--votes", "10", "--duration", "1s"); code != 2 || !strings.Contains(errOut, "not both") {
+		t.Errorf("--votes with --duration: exit %d, stderr %q", code, errOut)
+	}
 }
