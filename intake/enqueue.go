@@ -107,8 +107,9 @@ func (s *Server) enqueue(ctx context.Context, e stream.Entry) (enqueueResult, er
 	}
 	values := e.Values()
 	args := make([]any, 0, 8+len(values))
-	args = append(args, e.Fingerprint, s.emissionUS, s.toleranceUS, s.cfg.IdempotencyWindow.Milliseconds(),
-		s.cfg.MaxBacklog, e.PollID, e.CandidateID, strconv.FormatInt(e.ReceivedAt.UnixMicro(), 10))
+	args = append(args, e.Fingerprint)
+	args = append(args, s.scriptConsts[:]...)
+	args = append(args, e.PollID, e.CandidateID, strconv.FormatInt(e.ReceivedAt.UnixMicro(), 10))
 	for _, v := range values {
 		args = append(args, v)
 	}

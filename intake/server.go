@@ -40,8 +40,10 @@ type Server struct {
 	catalog  *catalog
 	handler  http.Handler
 
-	emissionUS  float64 // GCRA emission interval, µs
-	toleranceUS float64 // GCRA burst tolerance, µs
+	// scriptConsts are the arguments of the enqueue script that are the
+	// same for every vote: the GCRA emission interval and burst tolerance
+	// (µs), the idempotency record's lifetime (ms) and the max backlog.
+	scriptConsts [4]any
 
 	runOnce sync.Once
 }
@@ -73,10 +75,14 @@ func New(cfg Config, store *ledger.Store, rdb redis.UniversalClient, keys stream
 	}
 	s := &Server{
 		cfg: cfg, store: store, rdb: rdb, keys: keys,
-		log:         logger.With(slog.String("component", "intake")),
-		metrics:     m,
-		emissionUS:  1e6 / cfg.Rate,
-		toleranceUS: 1e6 / cfg.Rate * float64(cfg.Burst),
+		log:     logger.With(slog.String("component", "intake")),
+		metrics: m,
+		scriptConsts: [4]any{
+			strconv.FormatFloat(1e6/cfg.Rate, 'f', 3, 64),
+			strconv.FormatFloat(1e6/cfg.Rate*float64(cfg.Burst), 'f', 3, 64),
+			strconv.FormatInt(cfg.IdempotencyWindow.Milliseconds(), 10),
+			strconv.FormatInt(cfg.MaxBacklog, 10),
+		},
 	}
 	s.gatherer, _ = reg.(prometheus.Gatherer)
 	s.breaker = newBreaker(cfg, func(from, to gobreaker.State) {
@@ -297,11 +303,23 @@ func (s *Server) principal(w http.ResponseWriter, r *http.Request) (ledger.Princ
 	return p, true
 }
 
-// accepted is the 202 answer of POST /v1/votes.
-type accepted struct {
-	EventID   string `json:"event_id"`
-	Status    string `json:"status"`
-	StatusURL string `json:"status_url"`
+// writeAccepted answers 202 with
+// {"event_id": ..., "status": "pending", "status_url": "/v1/votes/{event_id}"}.
+// The event id is made of id characters only, so it needs no escaping.
+func writeAccepted(w http.ResponseWriter, eventID string) {
+	url := "/v1/votes/" + eventID
+	h := w.Header()
+	h.Set("Location", url)
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusAccepted)
+	b := make([]byte, 0, 96+2*len(eventID))
+	b = append(b, `{"event_id":"`...)
+	b = append(b, eventID...)
+	b = append(b, `","status":"pending","status_url":"`...)
+	b = append(b, url...)
+	b = append(b, "\"}\n"...)
+	w.Write(b)
 }
 
 func (s *Server) handleVote(w http.ResponseWriter, r *http.Request) {
@@ -396,9 +414,7 @@ func (s *Server) handleVote(w http.ResponseWriter, r *http.Request) {
 		if out == outReplay {
 			s.metrics.replays.Inc()
 		}
-		url := "/v1/votes/" + v.EventID
-		w.Header().Set("Location", url)
-		writeJSON(w, http.StatusAccepted, accepted{EventID: v.EventID, Status: string(ledger.StatusPending), StatusURL: url})
+		writeAccepted(w, v.EventID)
 	case outConflict:
 		writeProblem(w, http.StatusConflict, probKeyReused,
 			fmt.Sprintf("event id %q was already used with another poll or candidate: use a new event id for a new vote", v.EventID), 0)
@@ -426,6 +442,9 @@ func (s *Server) handleVote(w http.ResponseWriter, r *http.Request) {
 // isJSON reports whether a Content-Type is application/json, with any
 // parameters.
 func isJSON(ct string) bool {
+	if ct == "application/json" {
+		return true
+	}
 	mt, _, err := mime.ParseMediaType(ct)
 	return err == nil && mt == "application/json"
 }
