@@ -400,7 +400,7 @@ func TestIdempotency(t *testing.T) {
 
 func TestRateLimit(t *testing.T) {
 	t.Parallel()
-	b := setup(t, func(c *intake.Config) { c.Rate = 2; c.Burst = 3 })
+	b := setup(t, func(c *intake.Config) { c.Rate = 1; c.Burst = 3 })
 	for i := range 3 {
 		if r := b.vote(t, b.token, "e"+strconv.Itoa(i), "p1", "a"); r.code != http.StatusAccepted {
 			t.Fatalf("vote %d within the burst: %d %s", i, r.code, r.raw)
@@ -409,8 +409,8 @@ func TestRateLimit(t *testing.T) {
 	r := b.vote(t, b.token, "e3", "p1", "a")
 	wantProblem(t, r, http.StatusTooManyRequests)
 	after, err := strconv.Atoi(r.header.Get("Retry-After"))
-	if err != nil || after < 1 || after > 2 {
-		t.Fatalf("Retry-After %q", r.header.Get("Retry-After"))
+	if err != nil || after != 1 {
+		t.Fatalf("Retry-After %q, want 1", r.header.Get("Retry-After"))
 	}
 	if n := b.xlen(t); n != 3 {
 		t.Fatalf("stream holds %d entries, want 3", n)
@@ -519,12 +519,13 @@ func TestRevocation(t *testing.T) {
 	}
 	revoked := time.Now()
 	for i := 0; ; i++ {
+		sent := time.Since(revoked)
 		r := b.vote(t, b.token, "r"+strconv.Itoa(i), "p1", "a")
 		if r.code == http.StatusUnauthorized {
 			break
 		}
-		if time.Since(revoked) > ttl+250*time.Millisecond {
-			t.Fatalf("revoked token still accepted %s after the revocation: %d", time.Since(revoked), r.code)
+		if sent > ttl {
+			t.Fatalf("revoked token accepted in a request sent %s after the revocation: %d", sent, r.code)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -541,7 +542,7 @@ func TestRevocationTTL(t *testing.T) {
 	rdb, prefix := testenv.Redis(t)
 	store, _ := ledger.New(db.Pool, ledger.Config{})
 	keys, _ := stream.NewKeys(prefix, 1)
-	const ttl = 300 * time.Millisecond
+	const ttl = time.Second
 	srv, err := intake.New(intake.Config{AuthTTL: ttl}, store, rdb, keys, testLogger(), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -557,13 +558,14 @@ func TestRevocationTTL(t *testing.T) {
 		srv.Handler().ServeHTTP(w, req)
 		return w.code
 	}
+	cached := time.Now()
 	if c := get(); c != http.StatusNotFound {
 		t.Fatalf("status before revocation: %d", c)
 	}
 	if err := store.RevokePrincipal(context.Background(), p.ID); err != nil {
 		t.Fatal(err)
 	}
-	if c := get(); c != http.StatusNotFound {
+	if c := get(); c != http.StatusNotFound && time.Since(cached) < ttl {
 		t.Fatalf("the cache did not answer within its TTL: %d", c)
 	}
 	time.Sleep(ttl + 50*time.Millisecond)
