@@ -16,7 +16,10 @@ import (
 	"tally/ledger"
 )
 
-var flagFormat = &ucli.StringFlag{Name: "format", Value: "table", Usage: "output format: table or json"}
+// formatFlag is --format, a new one for each command (see commonFlags).
+func formatFlag() *ucli.StringFlag {
+	return &ucli.StringFlag{Name: "format", Value: "table", Usage: "output format: table or json"}
+}
 
 func outputJSON(c *ucli.Context) (bool, error) {
 	switch f := c.String("format"); f {
@@ -46,7 +49,7 @@ func rebuildCommand() *ucli.Command {
 		Flags: commonFlags(
 			&ucli.StringFlag{Name: "poll", Usage: "only this poll `ID`"},
 			&ucli.BoolFlag{Name: "apply", Usage: "rewrite the projection from the ledger and print what changed"},
-			flagFormat,
+			formatFlag(),
 		),
 		Action: func(c *ucli.Context) error {
 			asJSON, err := outputJSON(c)
@@ -186,7 +189,7 @@ func importCommand() *ucli.Command {
 		ArgsUsage: "FILE (- for standard input)",
 		Flags: commonFlags(
 			&ucli.IntFlag{Name: "batch-size", EnvVars: []string{"TALLY_IMPORT_BATCH_SIZE"}, Value: 1000, Usage: "events per transaction"},
-			flagFormat,
+			formatFlag(),
 		),
 		Action: func(c *ucli.Context) error {
 			asJSON, err := outputJSON(c)
@@ -386,7 +389,7 @@ func pollCommand() *ucli.Command {
 			{
 				Name:  "list",
 				Usage: "list the polls",
-				Flags: commonFlags(flagFormat),
+				Flags: commonFlags(formatFlag()),
 				Action: func(c *ucli.Context) error {
 					asJSON, err := outputJSON(c)
 					if err != nil {
@@ -419,7 +422,7 @@ func pollCommand() *ucli.Command {
 				Name:      "show",
 				Usage:     "show a poll and its tallies",
 				ArgsUsage: "ID",
-				Flags:     commonFlags(flagFormat),
+				Flags:     commonFlags(formatFlag()),
 				Action: func(c *ucli.Context) error {
 					asJSON, err := outputJSON(c)
 					if err != nil {
@@ -576,7 +579,7 @@ func principalCommand() *ucli.Command {
 			{
 				Name:  "list",
 				Usage: "list the principals",
-				Flags: commonFlags(flagFormat),
+				Flags: commonFlags(formatFlag()),
 				Action: func(c *ucli.Context) error {
 					asJSON, err := outputJSON(c)
 					if err != nil {

@@ -63,31 +63,33 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	return ExitError
 }
 
-// Flags every command shares.
+// Flags every command shares. The values here are templates: commonFlags
+// gives each command its own copies, since urfave/cli writes into a flag
+// when it parses one and Run may be called concurrently (tests do).
 var (
-	flagDatabaseURL = &ucli.StringFlag{
+	flagDatabaseURL = ucli.StringFlag{
 		Name: "database-url", EnvVars: []string{"TALLY_DATABASE_URL"},
 		Value: "postgres://postgres@127.0.0.1:5432/tally?sslmode=disable",
 		Usage: "PostgreSQL `URL` of the ledger",
 	}
-	flagRedisURL = &ucli.StringFlag{
+	flagRedisURL = ucli.StringFlag{
 		Name: "redis-url", EnvVars: []string{"TALLY_REDIS_URL"},
 		Value: "redis://127.0.0.1:6379/0",
 		Usage: "Redis `URL` of the stream",
 	}
-	flagLogFormat = &ucli.StringFlag{
+	flagLogFormat = ucli.StringFlag{
 		Name: "log-format", EnvVars: []string{"TALLY_LOG_FORMAT"}, Value: "auto",
 		Usage: "log format: text, json, or auto (text on a terminal, json otherwise)",
 	}
-	flagLogLevel = &ucli.StringFlag{
+	flagLogLevel = ucli.StringFlag{
 		Name: "log-level", EnvVars: []string{"TALLY_LOG_LEVEL"}, Value: "info",
 		Usage: "log level: debug, info, warn or error",
 	}
-	flagStreamPrefix = &ucli.StringFlag{
+	flagStreamPrefix = ucli.StringFlag{
 		Name: "stream-prefix", EnvVars: []string{"TALLY_STREAM_PREFIX"}, Value: stream.DefaultPrefix,
 		Usage: "prefix of every Redis key tally writes; intake and projector must agree",
 	}
-	flagShards = &ucli.IntFlag{
+	flagShards = ucli.IntFlag{
 		Name: "shards", EnvVars: []string{"TALLY_SHARDS"}, Value: 1,
 		Usage: "number of stream shards; intake and projector must agree",
 	}
@@ -125,7 +127,8 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *ucli.App {
 
 // commonFlags are the flags every command takes, after its own.
 func commonFlags(own ...ucli.Flag) []ucli.Flag {
-	return append(own, flagDatabaseURL, flagRedisURL, flagStreamPrefix, flagShards, flagLogFormat, flagLogLevel)
+	db, rd, sp, sh, lf, ll := flagDatabaseURL, flagRedisURL, flagStreamPrefix, flagShards, flagLogFormat, flagLogLevel
+	return append(own, &db, &rd, &sp, &sh, &lf, &ll)
 }
 
 // redactURL hides the password of a connection URL for messages.

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 
 	"tally/internal/testenv"
@@ -18,9 +19,16 @@ type run struct {
 	stdout, stderr string
 }
 
+// runMu serialises Run in tests: urfave/cli writes its package-level help
+// flag while parsing, which the race detector sees across parallel tests.
+// A real process runs one command.
+var runMu sync.Mutex
+
 // tally runs the command line with the test database, as a user would.
 func tally(t *testing.T, dbURL string, args ...string) run {
 	t.Helper()
+	runMu.Lock()
+	defer runMu.Unlock()
 	var out, errOut bytes.Buffer
 	full := append([]string{"tally"}, args...)
 	full = append(full, "--database-url", dbURL, "--log-format", "text")

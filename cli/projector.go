@@ -187,7 +187,7 @@ func deadletterCommand() *ucli.Command {
 				Usage: "list dead letters, oldest first",
 				Flags: commonFlags(
 					&ucli.IntFlag{Name: "limit", EnvVars: []string{"TALLY_DEADLETTER_LIMIT"}, Value: 100, Usage: "show at most `N` (0: all)"},
-					flagFormat,
+					formatFlag(),
 				),
 				Action: func(c *ucli.Context) error {
 					asJSON, err := outputJSON(c)
@@ -221,7 +221,7 @@ func deadletterCommand() *ucli.Command {
 				Name:      "show",
 				Usage:     "print one dead letter with all its fields",
 				ArgsUsage: "ID",
-				Flags:     commonFlags(flagFormat),
+				Flags:     commonFlags(formatFlag()),
 				Action: func(c *ucli.Context) error {
 					asJSON, err := outputJSON(c)
 					if err != nil {
@@ -330,7 +330,7 @@ func statusCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:  "status",
 		Usage: "print, per stream shard, the backlog, pending entries, oldest pending age, consumers and dead letters",
-		Flags: commonFlags(flagFormat),
+		Flags: commonFlags(formatFlag()),
 		Action: func(c *ucli.Context) error {
 			asJSON, err := outputJSON(c)
 			if err != nil {
