@@ -87,7 +87,7 @@ func New(cfg Config, store *ledger.Store, rdb redis.UniversalClient, keys stream
 	s.gatherer, _ = reg.(prometheus.Gatherer)
 	s.breaker = newBreaker(cfg, func(from, to gobreaker.State) {
 		m.breakerState.Set(breakerValue(to))
-		s.log.LogAttrs(context.Background(), slog.LevelWarn, "redis circuit breaker changed state",
+		s.log.Warn("redis circuit breaker changed state",
 			slog.String("from", from.String()), slog.String("to", to.String()))
 	})
 	s.batcher = newBatcher(rdb, cfg, m.batchSize)
@@ -294,13 +294,22 @@ func (s *Server) principal(w http.ResponseWriter, r *http.Request) (ledger.Princ
 			"the bearer token is unknown or revoked: ask an operator for a valid token", 0)
 		return ledger.Principal{}, false
 	case err != nil:
-		s.log.LogAttrs(r.Context(), slog.LevelWarn, "authentication failed: PostgreSQL did not answer",
-			slog.String("error", err.Error()))
+		s.failed(r, "authentication failed: PostgreSQL did not answer", err)
 		writeProblem(w, http.StatusServiceUnavailable, probUnavailable,
 			"the token could not be checked because the database did not answer: retry after the Retry-After delay", time.Second)
 		return ledger.Principal{}, false
 	}
 	return p, true
+}
+
+// failed logs an error that made a request fail: a warning, unless the
+// client had gone away, which is no news.
+func (s *Server) failed(r *http.Request, msg string, err error) {
+	level := slog.LevelWarn
+	if errors.Is(err, context.Canceled) || r.Context().Err() == context.Canceled {
+		level = slog.LevelDebug
+	}
+	s.log.LogAttrs(r.Context(), level, msg, slog.String("route", r.Pattern), slog.String("error", err.Error()))
 }
 
 // writeAccepted answers 202 with
@@ -366,7 +375,7 @@ func (s *Server) handleVote(w http.ResponseWriter, r *http.Request) {
 			fmt.Sprintf("there is no poll %q: check the poll_id", v.PollID), 0)
 		return
 	case err != nil:
-		s.log.LogAttrs(r.Context(), slog.LevelWarn, "poll lookup failed", slog.String("error", err.Error()))
+		s.failed(r, "poll lookup failed", err)
 		writeProblem(w, http.StatusServiceUnavailable, probUnavailable,
 			"the poll could not be looked up because the database did not answer: retry after the Retry-After delay", time.Second)
 		return
@@ -433,7 +442,7 @@ func (s *Server) handleVote(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusServiceUnavailable, probUnavailable,
 			"the queue (Redis) is failing and intake is not trying it for now: retry after the Retry-After delay", s.cfg.BreakerOpenFor)
 	default:
-		s.log.LogAttrs(r.Context(), slog.LevelWarn, "enqueue failed", slog.String("error", err.Error()))
+		s.failed(r, "enqueue failed", err)
 		writeProblem(w, http.StatusServiceUnavailable, probUnavailable,
 			"the queue (Redis) did not answer; the vote may or may not be queued: retry the same request (same event_id) after the Retry-After delay", time.Second)
 	}
@@ -486,7 +495,7 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, st)
 		return
 	case !errors.Is(err, ledger.ErrNotFound):
-		s.log.LogAttrs(r.Context(), slog.LevelWarn, "event lookup failed", slog.String("error", err.Error()))
+		s.failed(r, "event lookup failed", err)
 		writeProblem(w, http.StatusServiceUnavailable, probUnavailable,
 			"the ledger did not answer: retry after the Retry-After delay", time.Second)
 		return
@@ -501,7 +510,7 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 		return nil, err
 	})
 	if err != nil {
-		s.log.LogAttrs(r.Context(), slog.LevelWarn, "pending lookup failed", slog.String("error", err.Error()))
+		s.failed(r, "pending lookup failed", err)
 		writeProblem(w, http.StatusServiceUnavailable, probUnavailable,
 			"the queue (Redis) did not answer: retry after the Retry-After delay", time.Second)
 		return
@@ -532,7 +541,7 @@ func (s *Server) handleResults(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, ledger.ErrNotFound):
 		writeProblem(w, http.StatusNotFound, probUnknownPoll, fmt.Sprintf("there is no poll %q: check the poll id", id), 0)
 	case err != nil:
-		s.log.LogAttrs(r.Context(), slog.LevelWarn, "results lookup failed", slog.String("error", err.Error()))
+		s.failed(r, "results lookup failed", err)
 		writeProblem(w, http.StatusServiceUnavailable, probUnavailable,
 			"the ledger did not answer: retry after the Retry-After delay", time.Second)
 	default:
