@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
 	"tally/internal/testenv"
@@ -507,5 +508,49 @@ func TestAllFailingBatchStaysPending(t *testing.T) {
 		}
 	}
 	r.stop()
+	b.checkInvariants()
+}
+
+// PostgreSQL connections killed under the projector again and again
+// (pg_terminate_backend), some of them during COMMIT: every entry ends
+// applied once.
+func TestPostgresConnectionsKilled(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1)
+	b.poll("lunch", "pizza", "sushi")
+	const n = 8000
+	b.enqueue(votes("u", n, "lunch", "pizza", "sushi")...)
+	admin, err := pgxpool.New(b.ctx, testenv.DatabaseURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	cfg := fast("p1")
+	cfg.BatchSize = 50
+	cfg.BreakerFailures = 1000
+	r := b.start(b.store, cfg)
+	var kills int64
+	for !b.drained() {
+		var killed int64
+		if err := admin.QueryRow(b.ctx, `
+SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity
+WHERE datname = $1 AND pid <> pg_backend_pid()`, b.db.Name).Scan(&killed); err != nil {
+			t.Fatal(err)
+		}
+		kills += killed
+		time.Sleep(time.Duration(20+kills%30) * time.Millisecond)
+	}
+	r.stop()
+	b.db.Pool.Reset() // drop the connections killed under the pool
+	if kills == 0 {
+		t.Fatal("no connection was killed: the test proves nothing")
+	}
+	t.Logf("%d connections killed", kills)
+	if got := sum(b.tallies("lunch")); got != n {
+		t.Errorf("total votes %d, want %d", got, n)
+	}
+	if ds := b.deadLetters(); len(ds) != 0 {
+		t.Errorf("%d dead letters, first %+v", len(ds), ds[0])
+	}
 	b.checkInvariants()
 }
