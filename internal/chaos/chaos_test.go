@@ -1,0 +1,467 @@
+package chaos_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"text/tabwriter"
+	"time"
+
+	"tally/internal/chaos"
+	"tally/internal/loadtest"
+	"tally/projector"
+)
+
+// tallyBin is the tally binary TestMain built.
+var tallyBin string
+
+// profile is how hard the suite pushes: the short one runs with every
+// `go test`, the long one with TALLY_CHAOS=long.
+type profile struct {
+	name           string
+	rate           float64 // votes per second the loadtest sends
+	projectorKills int
+	intakeKills    int
+	redisRestarts  int
+	pgRestarts     int
+	netCycles      int // each: latency, then two cuts and two resets
+}
+
+var (
+	shortProfile = profile{name: "short", rate: 300, projectorKills: 3, intakeKills: 2, redisRestarts: 1, pgRestarts: 1, netCycles: 1}
+	longProfile  = profile{name: "long", rate: 500, projectorKills: 30, intakeKills: 12, redisRestarts: 6, pgRestarts: 6, netCycles: 3}
+	prof         = shortProfile
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv("TALLY_CHAOS") == "long" {
+		prof = longProfile
+	}
+	dir, err := os.MkdirTemp("", "tally-chaos-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "chaos:", err)
+		os.Exit(2)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	tallyBin, err = chaos.Build(ctx, dir)
+	cancel()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "chaos: build the tally binary:", err)
+		os.RemoveAll(dir)
+		os.Exit(2)
+	}
+	code := m.Run()
+	printTable(os.Stdout)
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// result is one row of the table.
+type result struct {
+	scenario   string
+	faults     string
+	accepted   int64
+	lost       int64
+	twice      int64
+	drain      time.Duration // after the last fault ended
+	finalDrain time.Duration // after sending stopped
+	passed     bool
+}
+
+var (
+	resultsMu sync.Mutex
+	results   []result
+)
+
+func record(r result) {
+	resultsMu.Lock()
+	defer resultsMu.Unlock()
+	results = append(results, r)
+}
+
+func printTable(w io.Writer) {
+	resultsMu.Lock()
+	defer resultsMu.Unlock()
+	if len(results) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\nchaos (%s profile, %s)\n", prof.name, time.Now().UTC().Format("2006-01-02 15:04 MST"))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SCENARIO\tFAULTS\tACCEPTED\tLOST\tCOUNTED TWICE\tDRAIN AFTER LAST FAULT\tDRAIN AFTER SEND\tVERDICT")
+	var faults, accepted, lost, twice int64
+	for _, r := range results {
+		verdict := "pass"
+		if !r.passed {
+			verdict = "FAIL"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\n", r.scenario, r.faults, r.accepted, r.lost, r.twice,
+			r.drain.Round(10*time.Millisecond), r.finalDrain.Round(10*time.Millisecond), verdict)
+		var n int64
+		fmt.Sscanf(r.faults, "%d", &n)
+		faults += n
+		accepted += r.accepted
+		lost += r.lost
+		twice += r.twice
+	}
+	fmt.Fprintf(tw, "total\t%d\t%d\t%d\t%d\t\t\t\n", faults, accepted, lost, twice)
+	tw.Flush()
+}
+
+// sleep waits d or until ctx is done, and reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// between returns a random duration in [lo, hi).
+func between(lo, hi time.Duration) time.Duration {
+	return lo + time.Duration(rand.Int64N(int64(hi-lo)))
+}
+
+// injector injects a scenario's faults while the votes are sent. It
+// returns the number of faults and a description, once the last fault has
+// ended (the process is back, the link restored).
+type injector func(ctx context.Context) (n int, what string, err error)
+
+// run sends votes for sendFor while inject runs, then drains, verifies
+// and records the scenario's row.
+func run(t *testing.T, c *cluster, scenario string, sendFor time.Duration, inject injector) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), sendFor+5*time.Minute)
+	defer cancel()
+	level := slog.LevelError
+	if os.Getenv("TALLY_TEST_LOG") != "" {
+		level = slog.LevelDebug
+	}
+	cfg := loadtest.Config{
+		Targets:             c.intakeURLs(),
+		Duration:            sendFor,
+		Rate:                prof.rate,
+		Concurrency:         16,
+		Principals:          300,
+		PollChoices:         4,
+		RetryShare:          0.1,
+		KeyReuseShare:       0.05,
+		SecondResponseShare: 0.1,
+		AllowReorder:        true, // a claim after a kill may apply a principal's second response first
+		DrainTimeout:        2 * time.Minute,
+		RequestTimeout:      5 * time.Second,
+		MaxAttempts:         200,
+		BackoffMin:          50 * time.Millisecond,
+		BackoffMax:          500 * time.Millisecond,
+		MaxRetryAfter:       time.Second,
+		Logger:              slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: level})),
+	}
+	if testing.Verbose() && prof.name == "long" {
+		cfg.ProgressEvery = 5 * time.Second
+		cfg.Progress = func(p loadtest.Progress) {
+			q := ""
+			if p.Queue != nil {
+				q = fmt.Sprintf(" backlog %d pending %d", p.Queue.Backlog, p.Queue.Pending)
+			}
+			t.Logf("%s: %s %s accepted %d requests %d%s", scenario, p.Phase, p.Elapsed.Round(time.Second), p.Accepted, p.Requests, q)
+		}
+	}
+	s, err := loadtest.New(cfg, loadtest.Deps{Store: c.store, Queue: loadtest.RedisQueue(c.rdb, c.keys)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Setup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.WithoutCancel(ctx))
+
+	type faultOutcome struct {
+		n     int
+		what  string
+		err   error
+		drain time.Duration
+		derr  error
+	}
+	done := make(chan faultOutcome, 1)
+	go func() {
+		var out faultOutcome
+		defer func() { done <- out }()
+		// Faults start once votes flow.
+		for i := 0; i < 200 && s.Progress().Accepted < 200; i++ {
+			if !sleep(ctx, 50*time.Millisecond) {
+				break
+			}
+		}
+		out.n, out.what, out.err = inject(ctx)
+		if out.err != nil {
+			return
+		}
+		end := time.Now()
+		var mark chaos.Mark
+		for range 100 { // Redis may still be loading its file
+			qctx, qcancel := context.WithTimeout(ctx, time.Second)
+			mark, out.derr = chaos.MarkBacklog(qctx, c.rdb, c.keys)
+			qcancel()
+			if out.derr == nil || !sleep(ctx, 100*time.Millisecond) {
+				break
+			}
+		}
+		if out.derr == nil {
+			out.drain, out.derr = mark.WaitDrained(ctx, c.rdb, end, 3*time.Minute)
+		}
+	}()
+
+	sendErr := s.Send(ctx)
+	fo := <-done
+	if sendErr != nil {
+		t.Fatalf("send: %v", sendErr)
+	}
+	if fo.err != nil {
+		t.Fatalf("inject faults: %v", fo.err)
+	}
+	drainErr := s.Drain(ctx)
+	rep, err := s.Verify(ctx)
+	if err != nil {
+		t.Fatalf("verify: %v", err)
+	}
+	res := result{
+		scenario: scenario, faults: fmt.Sprintf("%d %s", fo.n, fo.what),
+		accepted: rep.AcceptedEvents, lost: rep.Lost, twice: rep.CountedTwice,
+		drain: fo.drain, finalDrain: rep.DrainDuration, passed: true,
+	}
+	fail := func(format string, args ...any) {
+		t.Helper()
+		res.passed = false
+		t.Errorf(format, args...)
+	}
+	if drainErr != nil {
+		fail("drain: %v", drainErr)
+	}
+	if fo.derr != nil {
+		fail("drain after the last fault: %v", fo.derr)
+	}
+	if !rep.Passed() {
+		fail("verification failed (lost %d, counted twice %d):\n%s", rep.Lost, rep.CountedTwice, strings.Join(rep.Failures(), "\n"))
+	}
+	if rep.Lost != 0 || rep.CountedTwice != 0 {
+		fail("lost %d, counted twice %d: both must be 0", rep.Lost, rep.CountedTwice)
+	}
+	if !rep.Drained {
+		fail("the queue did not drain within the drain timeout")
+	}
+	st, err := projector.Inspect(ctx, c.rdb, c.keys)
+	if err != nil {
+		fail("inspect the queue: %v", err)
+	} else if st.Total.Backlog != 0 || st.Total.Pending != 0 {
+		fail("after the drain the queue holds backlog %d, pending %d; want 0 and 0", st.Total.Backlog, st.Total.Pending)
+	}
+	if rep.DeadLettered != 0 || (err == nil && st.Total.DeadLetters != 0) {
+		ds, lerr := projector.NewDeadLetters(c.rdb, c.keys).List(ctx, 0)
+		var lines []string
+		for _, d := range ds {
+			lines = append(lines, fmt.Sprintf("%s reason %q error %q deliveries %d fields %v", d.Ref(), d.Reason, d.Error, d.Deliveries, d.Fields))
+		}
+		fail("%d dead letters (list error: %v); none is expected in this scenario:\n%s", len(ds), lerr, strings.Join(lines, "\n"))
+	}
+	if rep.AcceptedEvents == 0 {
+		fail("no vote was accepted: the scenario tested nothing")
+	}
+	c.checkAlive()
+	record(res)
+	t.Logf("%s: %s; accepted %d events (%d votes, %d requests, %d uncertain), recorded %d, rejected %v, lost %d, counted twice %d, reordered %d; drain after the last fault %s, after sending %s",
+		scenario, res.faults, rep.AcceptedEvents, rep.Accepted, rep.Requests, rep.Uncertain, rep.Recorded, rep.Rejected,
+		rep.Lost, rep.CountedTwice, rep.Reordered, fo.drain.Round(time.Millisecond), rep.DrainDuration.Round(time.Millisecond))
+}
+
+// setConsumer gives a stopped projector another consumer name.
+func setConsumer(p *chaos.Process, name string) {
+	for i, a := range p.Args {
+		if a == "--consumer" {
+			p.Args[i+1] = name
+		}
+	}
+}
+
+// kill -9 one of two projectors at random moments, restart it each time;
+// the survivor or the restarted one claims what the dead one held.
+func TestProjectorKill(t *testing.T) {
+	c := newCluster(t, clusterOptions{intakes: 1, projectors: 2})
+	kills := prof.projectorKills
+	window := time.Duration(kills) * 1500 * time.Millisecond
+	run(t, c, "projector-kill", window+4*time.Second, func(ctx context.Context) (int, string, error) {
+		deadline := time.Now().Add(window + 30*time.Second)
+		n := 0
+		for n < kills && time.Now().Before(deadline) {
+			if !sleep(ctx, between(300*time.Millisecond, 1200*time.Millisecond)) {
+				break
+			}
+			i := rand.IntN(len(c.projectors))
+			p := c.projectors[i]
+			p.Kill()
+			n++
+			sleep(ctx, between(0, 400*time.Millisecond))
+			// Every other restart comes back under a new name, as with the
+			// default host-pid name: the old name's entries are then only
+			// recovered by a claim.
+			if n%2 == 1 {
+				setConsumer(p, fmt.Sprintf("projector-%d-%d", i+1, n))
+			}
+			if err := p.Start(ctx); err != nil {
+				return n, "kill -9", err
+			}
+		}
+		return n, "kill -9", nil
+	})
+}
+
+// kill -9 one of two intakes while requests are in flight, restart it;
+// the client sends an unanswered vote again with the same key.
+func TestIntakeKill(t *testing.T) {
+	c := newCluster(t, clusterOptions{intakes: 2, projectors: 1})
+	kills := prof.intakeKills
+	window := time.Duration(kills) * 1800 * time.Millisecond
+	run(t, c, "intake-kill", window+4*time.Second, func(ctx context.Context) (int, string, error) {
+		deadline := time.Now().Add(window + 30*time.Second)
+		n := 0
+		for n < kills && time.Now().Before(deadline) {
+			if !sleep(ctx, between(500*time.Millisecond, 1300*time.Millisecond)) {
+				break
+			}
+			p := c.intakes[rand.IntN(len(c.intakes))]
+			p.Kill()
+			n++
+			sleep(ctx, between(100*time.Millisecond, 500*time.Millisecond))
+			if err := p.Start(ctx); err != nil {
+				return n, "kill -9", err
+			}
+		}
+		return n, "kill -9", nil
+	})
+}
+
+// kill -9 Redis mid-load and start it again on its append-only file
+// (appendfsync always): every vote answered 202 is in it.
+func TestRedisRestart(t *testing.T) {
+	c := newCluster(t, clusterOptions{intakes: 1, projectors: 2})
+	restarts := prof.redisRestarts
+	window := time.Duration(restarts) * 3 * time.Second
+	run(t, c, "redis-restart", window+4*time.Second, func(ctx context.Context) (int, string, error) {
+		n := 0
+		for n < restarts {
+			if !sleep(ctx, between(1500*time.Millisecond, 2500*time.Millisecond)) {
+				break
+			}
+			c.redis.Kill()
+			n++
+			sleep(ctx, between(200*time.Millisecond, 1000*time.Millisecond))
+			c.redis.Start()
+		}
+		return n, "kill -9 + start", nil
+	})
+}
+
+// Crash PostgreSQL (immediate stop) mid-load and start it again.
+func TestPostgresRestart(t *testing.T) {
+	c := newCluster(t, clusterOptions{intakes: 1, projectors: 2, privatePostgres: true})
+	restarts := prof.pgRestarts
+	window := time.Duration(restarts) * 3500 * time.Millisecond
+	run(t, c, "postgres-restart", window+4*time.Second, func(ctx context.Context) (int, string, error) {
+		n := 0
+		for n < restarts {
+			if !sleep(ctx, between(1500*time.Millisecond, 2500*time.Millisecond)) {
+				break
+			}
+			c.pg.Crash()
+			n++
+			sleep(ctx, between(200*time.Millisecond, 1000*time.Millisecond))
+			c.pg.Start()
+		}
+		return n, "immediate stop + start", nil
+	})
+}
+
+// Latency, then cut connections, between the projectors and PostgreSQL
+// and between the intakes and Redis.
+func TestNetworkFaults(t *testing.T) {
+	var pgProxy, redisProxy *chaos.Proxy
+	c := newCluster(t, clusterOptions{intakes: 1, projectors: 2,
+		proxies: func(redisAddr, pgAddr string) (string, string) {
+			var err error
+			if redisProxy, err = chaos.NewProxy("intake-redis", redisAddr); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(redisProxy.Close)
+			if pgProxy, err = chaos.NewProxy("projector-postgres", pgAddr); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(pgProxy.Close)
+			return redisProxy.Addr(), pgProxy.Addr()
+		}})
+	cycles := prof.netCycles
+	window := time.Duration(cycles) * 12 * time.Second
+	run(t, c, "network", window+4*time.Second, func(ctx context.Context) (int, string, error) {
+		n := 0
+		step := func(f func() error) error {
+			if err := f(); err != nil {
+				return err
+			}
+			n++
+			return nil
+		}
+		for range cycles {
+			// Latency on both links.
+			if err := step(func() error { return pgProxy.AddLatency(40, 20) }); err != nil {
+				return n, "", err
+			}
+			if err := step(func() error { return redisProxy.AddLatency(20, 10) }); err != nil {
+				return n, "", err
+			}
+			sleep(ctx, 2*time.Second)
+			if err := pgProxy.RemoveLatency(); err != nil {
+				return n, "", err
+			}
+			if err := redisProxy.RemoveLatency(); err != nil {
+				return n, "", err
+			}
+			// Cut projector to PostgreSQL: connections closed, new ones refused.
+			pgProxy.Cut()
+			n++
+			sleep(ctx, between(2*time.Second, 3*time.Second))
+			if err := pgProxy.Restore(); err != nil {
+				return n, "", err
+			}
+			sleep(ctx, time.Second)
+			// Cut intake to Redis.
+			redisProxy.Cut()
+			n++
+			sleep(ctx, between(2*time.Second, 3*time.Second))
+			if err := redisProxy.Restore(); err != nil {
+				return n, "", err
+			}
+			sleep(ctx, time.Second)
+			// Reset every connection that sends data, for a while.
+			if err := step(pgProxy.ResetPeers); err != nil {
+				return n, "", err
+			}
+			if err := step(redisProxy.ResetPeers); err != nil {
+				return n, "", err
+			}
+			sleep(ctx, between(1*time.Second, 2*time.Second))
+			if err := pgProxy.StopResetPeers(); err != nil {
+				return n, "", err
+			}
+			if err := redisProxy.StopResetPeers(); err != nil {
+				return n, "", err
+			}
+		}
+		return n, "latency/cut/reset", nil
+	})
+}

@@ -1,0 +1,212 @@
+package chaos_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"tally/internal/chaos"
+	"tally/internal/testenv"
+	"tally/ledger"
+	"tally/stream"
+)
+
+// shards is the number of stream shards every daemon of a scenario uses.
+const shards = 2
+
+// cluster is the world of one scenario: Redis, a database, intakes and
+// projectors.
+type cluster struct {
+	t      *testing.T
+	dir    string
+	redis  *testenv.RedisServer
+	pg     *testenv.PGServer // nil: a database on the shared PostgreSQL
+	dbURL  string
+	store  *ledger.Store
+	rdb    *redis.Client // straight to Redis, for the queue's status
+	keys   stream.Keys
+	prefix string
+
+	// The URLs the daemons use; a scenario may put a proxy on them.
+	intakeRedisURL string
+	projectorDBURL string
+
+	intakes    []*chaos.Process
+	projectors []*chaos.Process
+}
+
+type clusterOptions struct {
+	intakes, projectors int
+	privatePostgres     bool
+	// proxies: when set, called with the Redis and database addresses
+	// before the daemons start; returns the addresses intake uses for
+	// Redis and projector for PostgreSQL.
+	proxies func(redisAddr, pgAddr string) (intakeRedis, projectorPG string)
+}
+
+func newCluster(t *testing.T, opt clusterOptions) *cluster {
+	t.Helper()
+	c := &cluster{t: t, dir: t.TempDir()}
+	c.redis = testenv.StartRedis(t)
+	var db testenv.DB
+	var pgAddr string
+	if opt.privatePostgres {
+		c.pg = testenv.StartPostgres(t)
+		db = c.pg.Migrated("tally")
+		pgAddr = c.pg.Addr()
+	} else {
+		db = testenv.Postgres(t)
+		cfg := db.Pool.Config().ConnConfig
+		pgAddr = net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port)))
+	}
+	c.dbURL = db.URL
+	store, err := ledger.New(db.Pool, ledger.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.store = store
+	c.rdb = redis.NewClient(&redis.Options{Addr: c.redis.Addr})
+	t.Cleanup(func() { c.rdb.Close() })
+	c.prefix = testenv.RandomName("chaos")
+	if c.keys, err = stream.NewKeys(c.prefix, shards); err != nil {
+		t.Fatal(err)
+	}
+
+	c.intakeRedisURL, c.projectorDBURL = c.redis.URL(), c.dbURL
+	if opt.proxies != nil {
+		redisAddr, projPG := opt.proxies(c.redis.Addr, pgAddr)
+		c.intakeRedisURL = "redis://" + redisAddr + "/0"
+		c.projectorDBURL = replaceHost(t, c.dbURL, projPG)
+	}
+
+	for i := range opt.projectors {
+		c.projectors = append(c.projectors, c.newProjector(i+1))
+	}
+	for i := range opt.intakes {
+		c.intakes = append(c.intakes, c.newIntake(i+1))
+	}
+	ctx := context.Background()
+	for _, p := range append(append([]*chaos.Process(nil), c.projectors...), c.intakes...) {
+		if err := p.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		// Kill rather than stop: nothing a daemon does at exit may count
+		// towards a verdict, and the verdict is already in.
+		for _, p := range append(append([]*chaos.Process(nil), c.intakes...), c.projectors...) {
+			p.Kill()
+		}
+		if t.Failed() {
+			for _, p := range append(append([]*chaos.Process(nil), c.intakes...), c.projectors...) {
+				t.Logf("--- last lines of %s's log (%s):\n%s", p.Name, p.LogPath, p.LogTail(60))
+			}
+			if c.pg != nil {
+				t.Logf("--- PostgreSQL log:\n%s", tail(c.pg.Log(), 40))
+			}
+		}
+	})
+	return c
+}
+
+func replaceHost(t *testing.T, dbURL, addr string) string {
+	t.Helper()
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Host = addr
+	return u.String()
+}
+
+// common are the flags every daemon of the cluster takes.
+func (c *cluster) common(dbURL, redisURL string) []string {
+	return []string{
+		"--database-url", dbURL, "--redis-url", redisURL,
+		"--stream-prefix", c.prefix, "--shards", strconv.Itoa(shards),
+		"--log-format", "text", "--log-level", "info",
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func (c *cluster) newIntake(n int) *chaos.Process {
+	addr := freeAddr(c.t)
+	name := fmt.Sprintf("intake-%d", n)
+	args := append([]string{"intake",
+		"--listen", addr,
+		"--rate", "100000", "--burst", "100000",
+		"--breaker-open-for", "1s", "--backlog-retry-after", "1s",
+		"--shutdown-timeout", "2s",
+	}, c.common(c.dbURL, c.intakeRedisURL)...)
+	return &chaos.Process{
+		Name: name, Path: tallyBin, Args: args,
+		LogPath: filepath.Join(c.dir, name+".log"),
+		Health:  "http://" + addr + "/healthz",
+	}
+}
+
+func (c *cluster) newProjector(n int) *chaos.Process {
+	addr := freeAddr(c.t)
+	name := fmt.Sprintf("projector-%d", n)
+	args := append([]string{"projector",
+		"--consumer", name,
+		"--metrics-listen", addr,
+		"--batch-size", "500", "--batch-wait", "20ms",
+		"--min-idle", "2s", "--claim-interval", "500ms",
+		"--backoff-min", "50ms", "--backoff-max", "1s",
+		"--breaker-open-for", "1s", "--stats-interval", "1s",
+		"--shutdown-grace", "2s",
+	}, c.common(c.projectorDBURL, c.redis.URL())...)
+	return &chaos.Process{
+		Name: name, Path: tallyBin, Args: args,
+		LogPath: filepath.Join(c.dir, name+".log"),
+		Health:  "http://" + addr + "/healthz",
+	}
+}
+
+// intakeURLs are the base URLs of the intakes.
+func (c *cluster) intakeURLs() []string {
+	var urls []string
+	for _, p := range c.intakes {
+		for i, a := range p.Args {
+			if a == "--listen" {
+				urls = append(urls, "http://"+p.Args[i+1])
+			}
+		}
+	}
+	return urls
+}
+
+// checkAlive fails the test for every daemon that exited by itself.
+func (c *cluster) checkAlive() {
+	c.t.Helper()
+	for _, p := range append(append([]*chaos.Process(nil), c.intakes...), c.projectors...) {
+		if exited, err := p.Exited(); exited {
+			c.t.Errorf("%s exited by itself (%v); log:\n%s", p.Name, err, p.LogTail(40))
+		}
+	}
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

@@ -1,0 +1,55 @@
+// Package chaos is tally's fault suite. It proves, against real processes,
+// the claim tally exists for: under crashes, restarts and network faults it
+// loses no vote it answered 202 and counts none twice (invariants I1-I4).
+//
+// # What runs
+//
+// TestMain builds the tally binary once. Each scenario then starts its own
+// world: a private redis-server (appendonly yes, appendfsync always), a
+// fresh database on the shared PostgreSQL (or, for the PostgreSQL restart,
+// a private PostgreSQL instance), and `tally intake` and `tally projector`
+// as child processes in process groups of their own, with their logs in
+// the test's temporary directory (printed when the scenario fails). The
+// loadtest (package internal/loadtest) sends authorized votes to the
+// intakes over HTTP on 127.0.0.1 — exact retries, key reuse and second
+// responses among them — while the scenario injects its fault:
+//
+//   - projector-kill: kill -9 one of two projectors of the consumer group
+//     at random moments and restart it; the survivor or the restarted one
+//     claims the dead one's pending entries;
+//   - intake-kill: kill -9 one of two intakes while requests are in
+//     flight and restart it; the client sends an unanswered vote again,
+//     with the same key;
+//   - redis-restart: kill -9 Redis and start it again on its append-only
+//     file;
+//   - postgres-restart: stop PostgreSQL in immediate mode (a crash) and
+//     start it again;
+//   - network: a TCP proxy (toxiproxy, in process) between the projectors
+//     and PostgreSQL and another between the intakes and Redis add
+//     latency, then cut the link (the proxy disabled, or every connection
+//     reset) for a few seconds, then restore it.
+//
+// Every scenario ends with the loadtest's verification: 0 lost, 0 counted
+// twice, tallies equal to the ground truth, rebuild equal to the
+// projection. It also checks that the queue drained (no backlog, nothing
+// pending), that no dead letter appeared, and that no daemon exited on its
+// own. It measures the time to drain after the last fault: from the moment
+// the fault ended until every entry enqueued before that moment has been
+// applied and deleted from its stream.
+//
+// # Running it
+//
+// The short version (every scenario, a few faults each) runs with the
+// other tests:
+//
+//	go test -race ./internal/chaos/
+//
+// The long version (50 kills and restarts or more) prints a table of
+// scenario, faults, votes accepted, lost, counted twice and time to drain:
+//
+//	TALLY_CHAOS=long go test ./internal/chaos/ -run . -timeout 30m -v
+//
+// It needs redis-server, the PostgreSQL server binaries (initdb, pg_ctl)
+// and the shared test PostgreSQL of package testenv. When run as root, the
+// private PostgreSQL runs as the postgres OS user.
+package chaos
