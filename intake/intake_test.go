@@ -318,6 +318,19 @@ func TestRefusals(t *testing.T) {
 			t.Errorf("%s: WWW-Authenticate %q", tc.name, r.header.Get("WWW-Authenticate"))
 		}
 	}
+	// A body of unknown length is cut off at the limit too.
+	req, _ := http.NewRequest(http.MethodPost, b.url+"/v1/votes",
+		io.MultiReader(bytes.NewReader(ok), bytes.NewReader(bytes.Repeat([]byte(" "), 5000))))
+	req.Header.Set("Authorization", "Bearer "+b.token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := b.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || req.ContentLength != 0 {
+		t.Fatalf("chunked body over the limit: %d (length %d)", resp.StatusCode, req.ContentLength)
+	}
 	if n := b.xlen(t); n != 0 {
 		t.Fatalf("refused votes enqueued %d entries", n)
 	}
