@@ -5,14 +5,15 @@
 //
 // # HTTP surface
 //
-//	POST /v1/votes                  enqueue one vote; 202 + status URL
-//	GET  /v1/votes/{event_id}       the caller's own event and its outcome
-//	GET  /v1/polls/{poll_id}/results tallies from the projection
-//	GET  /healthz                   the process is up
-//	GET  /readyz                    PostgreSQL and Redis answer, breaker closed
-//	GET  /metrics                   Prometheus metrics
+//	POST /v1/votes                    enqueue one vote; 202 + status URL
+//	GET  /v1/votes/{event_id}         the caller's own event and its outcome
+//	GET  /v1/polls/{poll_id}/results  tallies from the projection
+//	GET  /healthz                     the process is up
+//	GET  /readyz                      PostgreSQL and Redis answer, breaker closed
+//	GET  /metrics                     Prometheus metrics
 //
-// Every /v1 route needs "Authorization: Bearer TOKEN". Every error is an RFC
+// Every /v1 route needs "Authorization: Bearer TOKEN" (any principal may
+// read results); /healthz, /readyz and /metrics need none. Every error is an RFC
 // 9457 application/problem+json document whose detail says what was wrong
 // and what to do about it; a 401 carries "WWW-Authenticate: Bearer".
 //
@@ -23,8 +24,8 @@
 //     replicas. 202 means accepted for processing, never counted.
 //   - One vote is one Redis round trip: a single Lua script (EVALSHA) checks
 //     and records the idempotency key, applies the per-principal rate limit
-//     (GCRA on Redis' own clock), refuses when the shard's backlog is over
-//     Config.MaxBacklog, and XADDs the entry. Streams are never trimmed.
+//     (GCRA on Redis' own clock), refuses when the shard's stream already
+//     holds Config.MaxBacklog entries, and XADDs the entry. Streams are never trimmed.
 //     Every key the script touches carries the shard's hash tag, so it also
 //     runs on Redis Cluster. Votes that arrive while a round trip is under
 //     way share the next one (a pipeline of their scripts, Config.
