@@ -163,7 +163,8 @@ func deadletterCommand() *ucli.Command {
 		defer rdb.Close()
 		return run(projector.NewDeadLetters(rdb, keys))
 	}
-	flagAll := &ucli.BoolFlag{Name: "all", Usage: "every dead letter of every shard"}
+	// A fresh flag per command: urfave/cli keeps a flag's value in the flag.
+	allFlag := func() ucli.Flag { return &ucli.BoolFlag{Name: "all", Usage: "every dead letter of every shard"} }
 	refs := func(c *ucli.Context, verb string) ([]string, bool, error) {
 		args := c.Args().Slice()
 		all := c.Bool("all")
@@ -263,7 +264,7 @@ func deadletterCommand() *ucli.Command {
 				Name:      "replay",
 				Usage:     "enqueue dead letters on their main stream again, and remove them from the dead-letter stream",
 				ArgsUsage: "ID... | --all",
-				Flags:     commonFlags(flagAll),
+				Flags:     commonFlags(allFlag()),
 				Action: func(c *ucli.Context) error {
 					ids, all, err := refs(c, "replay")
 					if err != nil {
@@ -285,7 +286,7 @@ func deadletterCommand() *ucli.Command {
 				Name:      "purge",
 				Usage:     "delete dead letters for good (needs --yes)",
 				ArgsUsage: "ID... | --all",
-				Flags: commonFlags(flagAll,
+				Flags: commonFlags(allFlag(),
 					&ucli.BoolFlag{Name: "yes", Usage: "really delete; without it purge only says what it would delete"}),
 				Action: func(c *ucli.Context) error {
 					ids, all, err := refs(c, "purge")
