@@ -301,6 +301,10 @@ func deadletterCommand() *ucli.Command {
 								if err != nil {
 									return err
 								}
+								if len(ds) == 0 {
+									fmt.Fprintln(c.App.ErrWriter, "no dead letters")
+									return nil
+								}
 								what = fmt.Sprintf("all %d dead letters", len(ds))
 							}
 							return fmt.Errorf("purge deletes %s for good, and nothing can bring them back: add --yes to do it", what)
