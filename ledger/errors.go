@@ -66,6 +66,9 @@ func interpretError(what string, err error) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("%s: %w", what, err)
 	}
+	if errors.Is(err, errRaced) {
+		return &retryableError{fmt.Errorf("%s: %w", what, err)}
+	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("%s: %w", what, ErrNotFound)
 	}

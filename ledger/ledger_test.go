@@ -2,8 +2,11 @@ package ledger_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"tally/internal/testenv"
 	"tally/ledger"
@@ -97,5 +100,32 @@ func TestAppendOutcomes(t *testing.T) {
 	}
 	if rep.Differing != 0 || rep.LedgerEvents != 3 {
 		t.Errorf("rebuild %+v", rep)
+	}
+}
+
+func TestErrorsAreClassified(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, err := b.store.Append(b.ctx, []ledger.Event{{PrincipalID: "u", ClientEventID: "bad id", PollID: "p", CandidateID: "c", ReceivedAt: time.Now()}})
+	var inv *ledger.InvalidEventError
+	if !errors.As(err, &inv) || inv.Field != "event_id" || !errors.Is(err, ledger.ErrInvalid) || ledger.IsRetryable(err) {
+		t.Errorf("invalid event: %v", err)
+	}
+	big := make([]ledger.Event, b.store.MaxBatch()+1)
+	if _, err := b.store.Append(b.ctx, big); !errors.Is(err, ledger.ErrBatchTooLarge) {
+		t.Errorf("oversized batch: %v", err)
+	}
+	if _, err := b.store.Poll(b.ctx, "nope"); !errors.Is(err, ledger.ErrNotFound) {
+		t.Errorf("unknown poll: %v", err)
+	}
+	// A server that is not there is transient.
+	pool, err := pgxpool.New(b.ctx, "postgres://postgres@127.0.0.1:1/x?sslmode=disable&connect_timeout=2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	down, _ := ledger.New(pool, ledger.Config{})
+	if _, err := down.Append(b.ctx, []ledger.Event{ev("u", "k", "p", "c")}); !ledger.IsRetryable(err) {
+		t.Errorf("unreachable server: %v is not retryable", err)
 	}
 }
