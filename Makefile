@@ -6,7 +6,7 @@ GO ?= go
 SERVICES := eval "$$(scripts/services.sh env)"
 FUZZTIME ?= 10s
 # package:FuzzTarget, each run for FUZZTIME by make test.
-FUZZ_TARGETS := ./cli:FuzzParseImportLine ./stream:FuzzDecode
+FUZZ_TARGETS := ./intake:FuzzParseVote ./cli:FuzzParseImportLine ./stream:FuzzDecode
 
 .PHONY: help build run test test-race fuzz bench bench-short chaos lint services services-stop clean
 
