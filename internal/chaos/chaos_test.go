@@ -5,17 +5,23 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"text/tabwriter"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"tally/internal/chaos"
 	"tally/internal/loadtest"
 	"tally/projector"
+	"tally/stream"
 )
 
 // tallyBin is the tally binary TestMain built.
@@ -30,12 +36,16 @@ type profile struct {
 	intakeKills    int
 	redisRestarts  int
 	pgRestarts     int
-	netCycles      int // each: latency, then two cuts and two resets
+	netCycles      int           // each: latency, then two cuts and two resets
+	backlogOutages int           // both projectors down until the backlog is full
+	poison         int           // entries written that must be dead-lettered
+	pgOutages      int           // the projectors cut from PostgreSQL ...
+	pgOutage       time.Duration // ... for this long each time
 }
 
 var (
-	shortProfile = profile{name: "short", rate: 300, projectorKills: 3, intakeKills: 2, redisRestarts: 1, pgRestarts: 1, netCycles: 1}
-	longProfile  = profile{name: "long", rate: 500, projectorKills: 30, intakeKills: 12, redisRestarts: 6, pgRestarts: 6, netCycles: 3}
+	shortProfile = profile{name: "short", rate: 300, projectorKills: 3, intakeKills: 2, redisRestarts: 1, pgRestarts: 1, netCycles: 1, backlogOutages: 1, poison: 4, pgOutages: 1, pgOutage: 8 * time.Second}
+	longProfile  = profile{name: "long", rate: 800, projectorKills: 40, intakeKills: 16, redisRestarts: 8, pgRestarts: 8, netCycles: 4, backlogOutages: 3, poison: 20, pgOutages: 2, pgOutage: 30 * time.Second}
 	prof         = shortProfile
 )
 
@@ -64,14 +74,15 @@ func TestMain(m *testing.M) {
 
 // result is one row of the table.
 type result struct {
-	scenario   string
-	faults     string
-	accepted   int64
-	lost       int64
-	twice      int64
-	drain      time.Duration // after the last fault ended
-	finalDrain time.Duration // after sending stopped
-	passed     bool
+	scenario    string
+	faults      string
+	accepted    int64
+	lost        int64
+	twice       int64
+	drain       time.Duration // after the last fault ended
+	finalDrain  time.Duration // after sending stopped
+	deadLetters int
+	passed      bool
 }
 
 var (
@@ -93,14 +104,14 @@ func printTable(w io.Writer) {
 	}
 	fmt.Fprintf(w, "\nchaos (%s profile, %s)\n", prof.name, time.Now().UTC().Format("2006-01-02 15:04 MST"))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SCENARIO\tFAULTS\tACCEPTED\tLOST\tCOUNTED TWICE\tDRAIN AFTER LAST FAULT\tDRAIN AFTER SEND\tVERDICT")
+	fmt.Fprintln(tw, "SCENARIO\tFAULTS\tACCEPTED\tLOST\tCOUNTED TWICE\tDEAD LETTERS\tDRAIN AFTER LAST FAULT\tDRAIN AFTER SEND\tVERDICT")
 	var faults, accepted, lost, twice int64
 	for _, r := range results {
 		verdict := "pass"
 		if !r.passed {
 			verdict = "FAIL"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\n", r.scenario, r.faults, r.accepted, r.lost, r.twice,
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", r.scenario, r.faults, r.accepted, r.lost, r.twice, r.deadLetters,
 			r.drain.Round(10*time.Millisecond), r.finalDrain.Round(10*time.Millisecond), verdict)
 		var n int64
 		fmt.Sscanf(r.faults, "%d", &n)
@@ -109,7 +120,7 @@ func printTable(w io.Writer) {
 		lost += r.lost
 		twice += r.twice
 	}
-	fmt.Fprintf(tw, "total\t%d\t%d\t%d\t%d\t\t\t\n", faults, accepted, lost, twice)
+	fmt.Fprintf(tw, "total\t%d\t%d\t%d\t%d\t\t\t\t\n", faults, accepted, lost, twice)
 	tw.Flush()
 }
 
@@ -130,14 +141,23 @@ func between(lo, hi time.Duration) time.Duration {
 	return lo + time.Duration(rand.Int64N(int64(hi-lo)))
 }
 
-// injector injects a scenario's faults while the votes are sent. It
-// returns the number of faults and a description, once the last fault has
-// ended (the process is back, the link restored).
-type injector func(ctx context.Context) (n int, what string, err error)
+// injector injects a scenario's faults while the votes are sent. It calls
+// ending as it starts to undo each fault (restarts the process, restores
+// the link); the last call marks the end of the last fault. It returns the
+// number of faults and a description once the last fault is undone.
+type injector func(ctx context.Context, ending func()) (n int, what string, err error)
 
 // run sends votes for sendFor while inject runs, then drains, verifies
-// and records the scenario's row.
+// and records the scenario's row. No dead letter is expected.
 func run(t *testing.T, c *cluster, scenario string, sendFor time.Duration, inject injector) {
+	t.Helper()
+	runWith(t, c, scenario, sendFor, inject, nil)
+}
+
+// runWith is run for a scenario that writes poison entries: deadLetters
+// returns, once sending is over, the stream ids that must end
+// dead-lettered (and no other).
+func runWith(t *testing.T, c *cluster, scenario string, sendFor time.Duration, inject injector, deadLetters func() map[string]string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), sendFor+5*time.Minute)
 	defer cancel()
@@ -200,11 +220,14 @@ func run(t *testing.T, c *cluster, scenario string, sendFor time.Duration, injec
 				break
 			}
 		}
-		out.n, out.what, out.err = inject(ctx)
+		var end time.Time
+		out.n, out.what, out.err = inject(ctx, func() { end = time.Now() })
 		if out.err != nil {
 			return
 		}
-		end := time.Now()
+		if end.IsZero() {
+			end = time.Now()
+		}
 		var mark chaos.Mark
 		for range 100 { // Redis may still be loading its file
 			qctx, qcancel := context.WithTimeout(ctx, time.Second)
@@ -263,21 +286,40 @@ func run(t *testing.T, c *cluster, scenario string, sendFor time.Duration, injec
 	} else if st.Total.Backlog != 0 || st.Total.Pending != 0 {
 		fail("after the drain the queue holds backlog %d, pending %d; want 0 and 0", st.Total.Backlog, st.Total.Pending)
 	}
-	if rep.DeadLettered != 0 || (err == nil && st.Total.DeadLetters != 0) {
-		ds, lerr := projector.NewDeadLetters(c.rdb, c.keys).List(ctx, 0)
-		var lines []string
+	var want map[string]string // stream id -> the reason it must be dead-lettered for
+	if deadLetters != nil {
+		want = deadLetters()
+	}
+	if ds, lerr := projector.NewDeadLetters(c.rdb, c.keys).List(ctx, 0); lerr != nil {
+		fail("list the dead letters: %v", lerr)
+	} else {
+		var unexpected []string
+		seen := map[string]bool{}
 		for _, d := range ds {
-			lines = append(lines, fmt.Sprintf("%s reason %q error %q deliveries %d fields %v", d.Ref(), d.Reason, d.Error, d.Deliveries, d.Fields))
+			reason, ok := want[d.StreamID]
+			if !ok || reason != d.Reason || seen[d.StreamID] {
+				unexpected = append(unexpected, fmt.Sprintf("%s from %s/%s reason %q error %q deliveries %d fields %v",
+					d.Ref(), d.Stream, d.StreamID, d.Reason, d.Error, d.Deliveries, d.Fields))
+			}
+			seen[d.StreamID] = true
 		}
-		fail("%d dead letters (list error: %v); none is expected in this scenario:\n%s", len(ds), lerr, strings.Join(lines, "\n"))
+		if len(unexpected) > 0 {
+			fail("%d dead letters nobody accounts for:\n%s", len(unexpected), strings.Join(unexpected, "\n"))
+		}
+		for id, reason := range want {
+			if !seen[id] {
+				fail("poison entry %s was not dead-lettered (want reason %q)", id, reason)
+			}
+		}
+		res.deadLetters = len(ds)
 	}
 	if rep.AcceptedEvents == 0 {
 		fail("no vote was accepted: the scenario tested nothing")
 	}
 	c.checkAlive()
 	record(res)
-	t.Logf("%s: %s; accepted %d events (%d votes, %d requests, %d uncertain), recorded %d, rejected %v, lost %d, counted twice %d, reordered %d; drain after the last fault %s, after sending %s",
-		scenario, res.faults, rep.AcceptedEvents, rep.Accepted, rep.Requests, rep.Uncertain, rep.Recorded, rep.Rejected,
+	t.Logf("%s: %s; accepted %d events (%d votes, %d requests, %d uncertain), retried %v, recorded %d, rejected %v, lost %d, counted twice %d, reordered %d; drain after the last fault %s, after sending %s",
+		scenario, res.faults, rep.AcceptedEvents, rep.Accepted, rep.Requests, rep.Uncertain, rep.Retried, rep.Recorded, rep.Rejected,
 		rep.Lost, rep.CountedTwice, rep.Reordered, fo.drain.Round(time.Millisecond), rep.DrainDuration.Round(time.Millisecond))
 }
 
@@ -296,7 +338,7 @@ func TestProjectorKill(t *testing.T) {
 	c := newCluster(t, clusterOptions{intakes: 1, projectors: 2})
 	kills := prof.projectorKills
 	window := time.Duration(kills) * 1500 * time.Millisecond
-	run(t, c, "projector-kill", window+4*time.Second, func(ctx context.Context) (int, string, error) {
+	run(t, c, "projector-kill", window+4*time.Second, func(ctx context.Context, ending func()) (int, string, error) {
 		deadline := time.Now().Add(window + 30*time.Second)
 		n := 0
 		for n < kills && time.Now().Before(deadline) {
@@ -314,6 +356,7 @@ func TestProjectorKill(t *testing.T) {
 			if n%2 == 1 {
 				setConsumer(p, fmt.Sprintf("projector-%d-%d", i+1, n))
 			}
+			ending()
 			if err := p.Start(ctx); err != nil {
 				return n, "kill -9", err
 			}
@@ -328,7 +371,7 @@ func TestIntakeKill(t *testing.T) {
 	c := newCluster(t, clusterOptions{intakes: 2, projectors: 1})
 	kills := prof.intakeKills
 	window := time.Duration(kills) * 1800 * time.Millisecond
-	run(t, c, "intake-kill", window+4*time.Second, func(ctx context.Context) (int, string, error) {
+	run(t, c, "intake-kill", window+4*time.Second, func(ctx context.Context, ending func()) (int, string, error) {
 		deadline := time.Now().Add(window + 30*time.Second)
 		n := 0
 		for n < kills && time.Now().Before(deadline) {
@@ -339,6 +382,7 @@ func TestIntakeKill(t *testing.T) {
 			p.Kill()
 			n++
 			sleep(ctx, between(100*time.Millisecond, 500*time.Millisecond))
+			ending()
 			if err := p.Start(ctx); err != nil {
 				return n, "kill -9", err
 			}
@@ -353,7 +397,7 @@ func TestRedisRestart(t *testing.T) {
 	c := newCluster(t, clusterOptions{intakes: 1, projectors: 2})
 	restarts := prof.redisRestarts
 	window := time.Duration(restarts) * 3 * time.Second
-	run(t, c, "redis-restart", window+4*time.Second, func(ctx context.Context) (int, string, error) {
+	run(t, c, "redis-restart", window+4*time.Second, func(ctx context.Context, ending func()) (int, string, error) {
 		n := 0
 		for n < restarts {
 			if !sleep(ctx, between(1500*time.Millisecond, 2500*time.Millisecond)) {
@@ -362,6 +406,7 @@ func TestRedisRestart(t *testing.T) {
 			c.redis.Kill()
 			n++
 			sleep(ctx, between(200*time.Millisecond, 1000*time.Millisecond))
+			ending()
 			c.redis.Start()
 		}
 		return n, "kill -9 + start", nil
@@ -373,7 +418,7 @@ func TestPostgresRestart(t *testing.T) {
 	c := newCluster(t, clusterOptions{intakes: 1, projectors: 2, privatePostgres: true})
 	restarts := prof.pgRestarts
 	window := time.Duration(restarts) * 3500 * time.Millisecond
-	run(t, c, "postgres-restart", window+4*time.Second, func(ctx context.Context) (int, string, error) {
+	run(t, c, "postgres-restart", window+4*time.Second, func(ctx context.Context, ending func()) (int, string, error) {
 		n := 0
 		for n < restarts {
 			if !sleep(ctx, between(1500*time.Millisecond, 2500*time.Millisecond)) {
@@ -382,6 +427,7 @@ func TestPostgresRestart(t *testing.T) {
 			c.pg.Crash()
 			n++
 			sleep(ctx, between(200*time.Millisecond, 1000*time.Millisecond))
+			ending()
 			c.pg.Start()
 		}
 		return n, "immediate stop + start", nil
@@ -407,7 +453,7 @@ func TestNetworkFaults(t *testing.T) {
 		}})
 	cycles := prof.netCycles
 	window := time.Duration(cycles) * 12 * time.Second
-	run(t, c, "network", window+4*time.Second, func(ctx context.Context) (int, string, error) {
+	run(t, c, "network", window+4*time.Second, func(ctx context.Context, ending func()) (int, string, error) {
 		n := 0
 		step := func(f func() error) error {
 			if err := f(); err != nil {
@@ -425,6 +471,7 @@ func TestNetworkFaults(t *testing.T) {
 				return n, "", err
 			}
 			sleep(ctx, 2*time.Second)
+			ending()
 			if err := pgProxy.RemoveLatency(); err != nil {
 				return n, "", err
 			}
@@ -435,6 +482,7 @@ func TestNetworkFaults(t *testing.T) {
 			pgProxy.Cut()
 			n++
 			sleep(ctx, between(2*time.Second, 3*time.Second))
+			ending()
 			if err := pgProxy.Restore(); err != nil {
 				return n, "", err
 			}
@@ -443,6 +491,7 @@ func TestNetworkFaults(t *testing.T) {
 			redisProxy.Cut()
 			n++
 			sleep(ctx, between(2*time.Second, 3*time.Second))
+			ending()
 			if err := redisProxy.Restore(); err != nil {
 				return n, "", err
 			}
@@ -455,6 +504,7 @@ func TestNetworkFaults(t *testing.T) {
 				return n, "", err
 			}
 			sleep(ctx, between(1*time.Second, 2*time.Second))
+			ending()
 			if err := pgProxy.StopResetPeers(); err != nil {
 				return n, "", err
 			}
@@ -463,5 +513,121 @@ func TestNetworkFaults(t *testing.T) {
 			}
 		}
 		return n, "latency/cut/reset", nil
+	})
+}
+
+// Stop both projectors until the backlog reaches intake's bound: intake
+// answers 503 with Retry-After, the client sends again, and once the
+// projectors are back the backlog drains and every vote is counted once.
+func TestBacklogFull(t *testing.T) {
+	c := newCluster(t, clusterOptions{intakes: 1, projectors: 2, maxBacklog: 400})
+	outages := prof.backlogOutages
+	window := time.Duration(outages) * 6 * time.Second
+	run(t, c, "backlog-full", window+4*time.Second, func(ctx context.Context, ending func()) (int, string, error) {
+		n := 0
+		for n < outages {
+			if !sleep(ctx, between(1*time.Second, 2*time.Second)) {
+				break
+			}
+			for _, p := range c.projectors {
+				p.Kill()
+			}
+			n++
+			// Wait until every shard is full (bounded), and a little more.
+			for i := 0; i < 100; i++ {
+				st, err := projector.Inspect(ctx, c.rdb, c.keys)
+				if err == nil && !slices.ContainsFunc(st.Shards, func(s projector.ShardStatus) bool { return s.Backlog < 400 }) {
+					break
+				}
+				sleep(ctx, 50*time.Millisecond)
+			}
+			sleep(ctx, 2*time.Second)
+			for _, p := range c.projectors {
+				ending()
+				if err := p.Start(ctx); err != nil {
+					return n, "projectors down, backlog full", err
+				}
+			}
+		}
+		return n, "projectors down, backlog full", nil
+	})
+}
+
+// Write poison entries (undecodable, or a payload whose fingerprint does
+// not match) on the streams among the votes: each must end in the
+// dead-letter stream with its reason, and nothing else may.
+func TestPoisonEntries(t *testing.T) {
+	c := newCluster(t, clusterOptions{intakes: 1, projectors: 2})
+	count := prof.poison
+	window := time.Duration(count) * 300 * time.Millisecond
+	var mu sync.Mutex
+	want := map[string]string{}
+	runWith(t, c, "poison", window+4*time.Second, func(ctx context.Context, ending func()) (int, string, error) {
+		n := 0
+		for n < count {
+			if !sleep(ctx, between(100*time.Millisecond, 500*time.Millisecond)) {
+				break
+			}
+			key := c.keys.Streams()[rand.IntN(shards)]
+			values, reason := []any{"v", "1", "garbage", "x"}, projector.ReasonUndecodable
+			if n%2 == 1 {
+				// Well formed, but its fingerprint is not its payload's.
+				values = []any{
+					stream.FieldVersion, "1", stream.FieldPrincipal, "p-poison", stream.FieldEventID, fmt.Sprintf("poison-%d", n),
+					stream.FieldPoll, "no-such-poll", stream.FieldCandidate, "a", stream.FieldFingerprint, strings.Repeat("0", 64),
+					stream.FieldReceivedAt, strconv.FormatInt(time.Now().UnixMicro(), 10),
+				}
+				reason = projector.ReasonFingerprintMismatch
+			}
+			id, err := c.rdb.XAdd(ctx, &redis.XAddArgs{Stream: key, Values: values}).Result()
+			if err != nil {
+				return n, "poison entries", err
+			}
+			ending()
+			mu.Lock()
+			want[id] = reason
+			mu.Unlock()
+			n++
+		}
+		return n, "poison entries", nil
+	}, func() map[string]string {
+		mu.Lock()
+		defer mu.Unlock()
+		return maps.Clone(want)
+	})
+}
+
+// Cut the projectors from PostgreSQL for longer than --min-idle: the
+// entries they hold stay pending, and are claimed back and forth while
+// the link is down; once it is back every vote is counted once.
+func TestPostgresOutage(t *testing.T) {
+	var pgProxy *chaos.Proxy
+	c := newCluster(t, clusterOptions{intakes: 1, projectors: 2,
+		proxies: func(redisAddr, pgAddr string) (string, string) {
+			var err error
+			if pgProxy, err = chaos.NewProxy("projector-postgres", pgAddr); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(pgProxy.Close)
+			return redisAddr, pgProxy.Addr()
+		}})
+	outages := prof.pgOutages
+	outage := prof.pgOutage
+	window := time.Duration(outages) * (outage + 2*time.Second)
+	run(t, c, "postgres-outage", window+4*time.Second, func(ctx context.Context, ending func()) (int, string, error) {
+		n := 0
+		for n < outages {
+			if !sleep(ctx, between(1*time.Second, 2*time.Second)) {
+				break
+			}
+			pgProxy.Cut()
+			n++
+			sleep(ctx, outage)
+			ending()
+			if err := pgProxy.Restore(); err != nil {
+				return n, "", err
+			}
+		}
+		return n, fmt.Sprintf("projector-PostgreSQL link cut for %s", outage), nil
 	})
 }

@@ -45,6 +45,7 @@ type cluster struct {
 type clusterOptions struct {
 	intakes, projectors int
 	privatePostgres     bool
+	maxBacklog          int // intake's --max-backlog; 0: its default
 	// proxies: when set, called with the Redis and database addresses
 	// before the daemons start; returns the addresses intake uses for
 	// Redis and projector for PostgreSQL.
@@ -90,7 +91,11 @@ func newCluster(t *testing.T, opt clusterOptions) *cluster {
 		c.projectors = append(c.projectors, c.newProjector(i+1))
 	}
 	for i := range opt.intakes {
-		c.intakes = append(c.intakes, c.newIntake(i+1))
+		p := c.newIntake(i + 1)
+		if opt.maxBacklog > 0 {
+			p.Args = append(p.Args, "--max-backlog", strconv.Itoa(opt.maxBacklog))
+		}
+		c.intakes = append(c.intakes, p)
 	}
 	ctx := context.Background()
 	for _, p := range append(append([]*chaos.Process(nil), c.projectors...), c.intakes...) {
