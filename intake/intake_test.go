@@ -245,6 +245,16 @@ func TestVoteAcceptedAndStatus(t *testing.T) {
 	if st.code != http.StatusOK || st.str("status") != "rejected" || st.str("reason") != "already_responded" {
 		t.Fatalf("rejected status: %d %s", st.code, st.raw)
 	}
+	// The ledger's own reasons beyond DESIGN's four pass through.
+	if _, err := b.store.Append(ctx, []ledger.Event{
+		{PrincipalID: e.PrincipalID, ClientEventID: "e3", PollID: "gone", CandidateID: "a", ReceivedAt: e.ReceivedAt},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	st = b.do(t, http.MethodGet, "/v1/votes/e3", b.token, "", nil)
+	if st.code != http.StatusOK || st.str("status") != "rejected" || st.str("reason") != "unknown_poll" {
+		t.Fatalf("unknown_poll status: %d %s", st.code, st.raw)
+	}
 	wantProblem(t, b.do(t, http.MethodGet, "/v1/votes/e1", other, "", nil), http.StatusNotFound)
 
 	res := b.do(t, http.MethodGet, "/v1/polls/p1/results", b.token, "", nil)
