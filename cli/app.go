@@ -213,6 +213,9 @@ func openRedis(c *ucli.Context) (*redis.Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--redis-url: %w", err)
 	}
+	// A context deadline bounds every command, so a hung Redis costs a
+	// caller at most its deadline.
+	opt.ContextTimeoutEnabled = true
 	rdb := redis.NewClient(opt)
 	ctx, cancel := context.WithTimeout(c.Context, 10*time.Second)
 	defer cancel()

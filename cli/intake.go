@@ -1,13 +1,10 @@
 package cli
 
 import (
-	"context"
-	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/redis/go-redis/v9"
 	ucli "github.com/urfave/cli/v2"
 
 	"tally/intake"
@@ -119,7 +116,7 @@ func runIntake(c *ucli.Context) error {
 		return err
 	}
 	defer store.Pool().Close()
-	rdb, err := openIntakeRedis(c)
+	rdb, err := openRedis(c)
 	if err != nil {
 		return err
 	}
@@ -132,24 +129,4 @@ func runIntake(c *ucli.Context) error {
 		return err
 	}
 	return srv.Run(c.Context)
-}
-
-// openIntakeRedis connects to Redis like openRedis, with the request's
-// context bounding every command, so a hung Redis costs a vote at most its
-// deadline.
-func openIntakeRedis(c *ucli.Context) (*redis.Client, error) {
-	redisURL := c.String(flagRedisURL.Name)
-	opt, err := redis.ParseURL(redisURL)
-	if err != nil {
-		return nil, fmt.Errorf("--redis-url: %w", err)
-	}
-	opt.ContextTimeoutEnabled = true
-	rdb := redis.NewClient(opt)
-	ctx, cancel := context.WithTimeout(c.Context, 10*time.Second)
-	defer cancel()
-	if err := rdb.Ping(ctx).Err(); err != nil {
-		rdb.Close()
-		return nil, fmt.Errorf("cannot reach Redis at %s: %w (is it running? set --redis-url or TALLY_REDIS_URL)", redactURL(redisURL), err)
-	}
-	return rdb, nil
 }

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"tally/internal/ids"
 )
 
 // Event is one vote to append: the authenticated principal, the client's
@@ -108,18 +110,7 @@ func validateEvent(i int, e Event) error {
 
 // ValidID reports whether s is a valid poll, candidate, principal or client
 // event id: 1-64 characters of [A-Za-z0-9_-].
-func ValidID(s string) bool {
-	if len(s) < 1 || len(s) > 64 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
-			return false
-		}
-	}
-	return true
-}
+func ValidID(s string) bool { return ids.Valid(s) }
 
 // Append applies events in one transaction and returns one outcome per
 // event, in order. See the package documentation for the rules.

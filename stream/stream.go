@@ -21,6 +21,8 @@ import (
 	"regexp"
 	"strconv"
 	"time"
+
+	"tally/internal/ids"
 )
 
 // Group is the consumer group every projector joins.
@@ -153,11 +155,9 @@ func (e Entry) Values() []string {
 // applied and belongs in the dead-letter stream.
 var ErrUndecodable = errors.New("undecodable stream entry")
 
-var idRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
-
 // ValidID reports whether s is a valid poll, candidate, principal or client
 // event id: 1-64 characters of [A-Za-z0-9_-].
-func ValidID(s string) bool { return idRE.MatchString(s) }
+func ValidID(s string) bool { return ids.Valid(s) }
 
 var fpRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
