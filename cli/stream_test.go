@@ -1,0 +1,189 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"tally/internal/testenv"
+	"tally/ledger"
+	"tally/stream"
+)
+
+// TestProjectorStatusDeadletter runs tally projector on a stream holding a
+// good vote and an undecodable entry, then reads the outcome with tally
+// status and tally deadletter, as an operator would.
+func TestProjectorStatusDeadletter(t *testing.T) {
+	t.Parallel()
+	db := testenv.Postgres(t)
+	rdb, prefix := testenv.Redis(t)
+	ctx := context.Background()
+	store, err := ledger.New(db.Pool, ledger.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.CreatePoll(ctx, ledger.Poll{ID: "lunch", Title: "Lunch?", OpensAt: time.Unix(0, 0), Choices: []string{"pizza"}}); err != nil {
+		t.Fatal(err)
+	}
+	keys, _ := stream.NewKeys(prefix, 1)
+	good := stream.Entry{PrincipalID: "u1", ClientEventID: "e1", PollID: "lunch", CandidateID: "pizza",
+		Fingerprint: ledger.FingerprintHex("lunch", "pizza"), ReceivedAt: time.Now()}
+	if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: keys.Stream(0), Values: good.Values()}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: keys.Stream(0), Values: []string{"v", "1", "junk", "x"}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	common := []string{"--database-url", db.URL, "--redis-url", testenv.RedisURL(), "--stream-prefix", prefix, "--log-format", "text"}
+
+	// The projector runs until both entries left the stream.
+	pctx, stop := context.WithCancel(ctx)
+	done := make(chan int, 1)
+	var out, errOut bytes.Buffer
+	go func() {
+		runMu.Lock() // see runMu; released when the projector stops
+		defer runMu.Unlock()
+		args := append([]string{"tally", "projector", "--batch-wait", "10ms", "--consumer", "cli-test"}, common...)
+		done <- Run(pctx, args, strings.NewReader(""), &out, &errOut)
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for rdb.XLen(ctx, keys.Stream(0)).Val() != 0 || rdb.XLen(ctx, keys.DeadLetter(0)).Val() != 1 {
+		if time.Now().After(deadline) {
+			stop()
+			t.Fatalf("the projector did not drain the stream; its log:\n%s", errOut.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	stop()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("projector exited %d:\n%s", code, errOut.String())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("projector did not stop within 15s of its context ending")
+	}
+
+	if res, err := store.Results(ctx, "lunch"); err != nil || res.Total != 1 {
+		t.Fatalf("results %+v %v, want the good vote recorded", res, err)
+	}
+	r := tallyWith(t, append([]string{"status", "--format", "json"}, common...)...)
+	var st struct {
+		Total struct {
+			Backlog     int64 `json:"backlog"`
+			Pending     int64 `json:"pending"`
+			DeadLetters int64 `json:"dead_letters"`
+		} `json:"total"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &st); r.code != 0 || err != nil {
+		t.Fatalf("status: %+v (%v)", r, err)
+	}
+	if st.Total.Backlog != 0 || st.Total.Pending != 0 || st.Total.DeadLetters != 1 {
+		t.Fatalf("status %+v, want backlog 0, pending 0, 1 dead letter", st.Total)
+	}
+	r = tallyWith(t, append([]string{"deadletter", "list"}, common...)...)
+	if r.code != 0 || !strings.Contains(strings.ToLower(r.stdout), "undecodable") {
+		t.Fatalf("deadletter list: %+v", r)
+	}
+	r = tallyWith(t, append([]string{"deadletter", "purge", "--all"}, common...)...)
+	if r.code == 0 && rdb.XLen(ctx, keys.DeadLetter(0)).Val() != 1 {
+		t.Fatalf("purge without --yes deleted: %+v", r)
+	}
+	r = tallyWith(t, append([]string{"deadletter", "purge", "--all", "--yes"}, common...)...)
+	if r.code != 0 || rdb.XLen(ctx, keys.DeadLetter(0)).Val() != 0 {
+		t.Fatalf("purge --all --yes: %+v", r)
+	}
+}
+
+// tallyWith runs the command line as given, without the database flags
+// tally adds.
+func tallyWith(t *testing.T, args ...string) run {
+	t.Helper()
+	runMu.Lock()
+	defer runMu.Unlock()
+	var out, errOut bytes.Buffer
+	code := Run(context.Background(), append([]string{"tally"}, args...), strings.NewReader(""), &out, &errOut)
+	return run{code, out.String(), errOut.String()}
+}
+
+// TestIntakeCommand runs tally intake, casts a vote through it and stops it
+// the way SIGTERM does (its context ends): it must exit 0.
+func TestIntakeCommand(t *testing.T) {
+	t.Parallel()
+	db := testenv.Postgres(t)
+	rdb, prefix := testenv.Redis(t)
+	ctx := context.Background()
+	store, err := ledger.New(db.Pool, ledger.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.CreatePoll(ctx, ledger.Poll{ID: "lunch", Title: "Lunch?", Choices: []string{"pizza"}}); err != nil {
+		t.Fatal(err)
+	}
+	_, token, err := store.AddPrincipal(ctx, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+
+	ictx, stop := context.WithCancel(ctx)
+	defer stop()
+	done := make(chan int, 1)
+	var errOut bytes.Buffer
+	go func() {
+		runMu.Lock() // see runMu
+		defer runMu.Unlock()
+		done <- Run(ictx, []string{"tally", "intake", "--listen", addr, "--database-url", db.URL,
+			"--redis-url", testenv.RedisURL(), "--stream-prefix", prefix, "--log-format", "json"},
+			strings.NewReader(""), io.Discard, &errOut)
+	}()
+	var resp *http.Response
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		req, _ := http.NewRequest("POST", "http://"+addr+"/v1/votes",
+			strings.NewReader(`{"event_id":"e1","poll_id":"lunch","candidate_id":"pizza"}`))
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err = http.DefaultClient.Do(req)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("intake did not answer: %v\n%s", err, errOut.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("POST /v1/votes: %s", resp.Status)
+	}
+	keys, _ := stream.NewKeys(prefix, 1)
+	if n := rdb.XLen(ctx, keys.Stream(0)).Val(); n != 1 {
+		t.Fatalf("stream holds %d entries after one 202, want 1", n)
+	}
+	stop()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("intake exited %d:\n%s", code, errOut.String())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("intake did not stop within 15s")
+	}
+	if strings.Contains(errOut.String(), token) {
+		t.Fatal("intake logged a bearer token")
+	}
+}
