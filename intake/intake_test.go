@@ -30,7 +30,7 @@ import (
 func TestMain(m *testing.M) {
 	// The Redis-down test makes go-redis log every failed dial.
 	redis.SetLogger(quietRedis{})
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) { testenv.DropTemplate(); os.Exit(code) }))
 }
 
 type quietRedis struct{}

@@ -28,7 +28,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) { testenv.DropTemplate(); os.Exit(code) }))
 }
 
 // pipeline is an intake and a projector, in process, on a fresh database

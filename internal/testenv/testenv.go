@@ -11,12 +11,10 @@ package testenv
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"database/sql"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"strings"
 	"sync"
@@ -63,26 +61,12 @@ var (
 	templateErr  error
 )
 
-// templateDB creates, once per schema version and shared by every test
-// binary, a database with the migrations applied. Its name carries a hash
-// of the migration files, so a changed schema gets a new template.
+// templateDB creates, once per test binary, a database with the
+// migrations applied, from which Postgres clones each test's database.
+// DropTemplate removes it when the binary's tests are done.
 func templateDB(ctx context.Context) (string, error) {
 	templateOnce.Do(func() {
-		h := sha256.New()
-		err := fs.WalkDir(migrations.FS, ".", func(path string, d fs.DirEntry, err error) error {
-			if err != nil || d.IsDir() {
-				return err
-			}
-			b, err := fs.ReadFile(migrations.FS, path)
-			h.Write([]byte(path))
-			h.Write(b)
-			return err
-		})
-		if err != nil {
-			templateErr = err
-			return
-		}
-		templateName = "tally_tpl_" + hex.EncodeToString(h.Sum(nil))[:16]
+		templateName = fmt.Sprintf("tally_tpl_%d_%s", os.Getpid(), RandomName(""))
 		templateErr = createTemplate(ctx, templateName)
 	})
 	return templateName, templateErr
@@ -94,21 +78,6 @@ func createTemplate(ctx context.Context, name string) error {
 		return fmt.Errorf("connect to the test PostgreSQL at %s (set TALLY_TEST_DATABASE_URL): %w", DatabaseURL(), err)
 	}
 	defer admin.Close(ctx)
-	// One creator at a time across test binaries.
-	if _, err := admin.Exec(ctx, `SELECT pg_advisory_lock(727101)`); err != nil {
-		return err
-	}
-	defer admin.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock(727101)`)
-	var ready bool
-	err = admin.QueryRow(ctx, `SELECT datistemplate FROM pg_database WHERE datname = $1`, name).Scan(&ready)
-	if err == nil && ready {
-		return nil
-	}
-	if err == nil { // a creator died half-way
-		if _, err := admin.Exec(ctx, `DROP DATABASE `+pgx.Identifier{name}.Sanitize()+` WITH (FORCE)`); err != nil {
-			return err
-		}
-	}
 	if _, err := admin.Exec(ctx, `CREATE DATABASE `+pgx.Identifier{name}.Sanitize()); err != nil {
 		return err
 	}
@@ -123,6 +92,31 @@ func createTemplate(ctx context.Context, name string) error {
 	db.Close()
 	_, err = admin.Exec(ctx, `ALTER DATABASE `+pgx.Identifier{name}.Sanitize()+` WITH is_template true`)
 	return err
+}
+
+// DropTemplate drops the template database of this test binary, if one was
+// made. Call it from TestMain after m.Run (see Main).
+func DropTemplate() {
+	if templateName == "" || templateErr != nil {
+		return
+	}
+	ctx := context.Background()
+	admin, err := pgx.Connect(ctx, DatabaseURL())
+	if err != nil {
+		return
+	}
+	defer admin.Close(ctx)
+	id := pgx.Identifier{templateName}.Sanitize()
+	admin.Exec(ctx, `ALTER DATABASE `+id+` WITH is_template false`)
+	admin.Exec(ctx, `DROP DATABASE IF EXISTS `+id+` WITH (FORCE)`)
+}
+
+// Main runs the tests of a package that uses Postgres and then drops the
+// template database: func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }.
+func Main(m *testing.M) int {
+	code := m.Run()
+	DropTemplate()
+	return code
 }
 
 var _ = stdlib.GetDefaultDriver // registers the "pgx" database/sql driver
