@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
 	ucli "github.com/urfave/cli/v2"
 
@@ -229,4 +231,43 @@ func openRedis(c *ucli.Context) (*redis.Client, error) {
 // streamKeys returns the Redis key names from --stream-prefix and --shards.
 func streamKeys(c *ucli.Context) (stream.Keys, error) {
 	return stream.NewKeys(c.String(flagStreamPrefix.Name), c.Int(flagShards.Name))
+}
+
+// conns are what a daemon or the load test needs: the ledger, the Redis
+// client and the stream key names.
+type conns struct {
+	store *ledger.Store
+	rdb   *redis.Client
+	keys  stream.Keys
+}
+
+// openConns connects to PostgreSQL and Redis; close releases both.
+func openConns(c *ucli.Context, cfg ledger.Config) (*conns, error) {
+	keys, err := streamKeys(c)
+	if err != nil {
+		return nil, err
+	}
+	store, err := openStore(c, cfg)
+	if err != nil {
+		return nil, err
+	}
+	rdb, err := openRedis(c)
+	if err != nil {
+		store.Pool().Close()
+		return nil, err
+	}
+	return &conns{store: store, rdb: rdb, keys: keys}, nil
+}
+
+func (cs *conns) close() {
+	cs.rdb.Close()
+	cs.store.Pool().Close()
+}
+
+// newRegistry is a Prometheus registry with the Go runtime and process
+// collectors, for a daemon's /metrics.
+func newRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
 }

@@ -3,8 +3,6 @@ package cli
 import (
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	ucli "github.com/urfave/cli/v2"
 
 	"tally/intake"
@@ -107,24 +105,12 @@ func runIntake(c *ucli.Context) error {
 		MaxHeaderBytes:    c.Int("max-header-bytes"),
 		ShutdownTimeout:   c.Duration("shutdown-timeout"),
 	}
-	keys, err := streamKeys(c)
+	cs, err := openConns(c, ledger.Config{Logger: log})
 	if err != nil {
 		return err
 	}
-	store, err := openStore(c, ledger.Config{Logger: log})
-	if err != nil {
-		return err
-	}
-	defer store.Pool().Close()
-	rdb, err := openRedis(c)
-	if err != nil {
-		return err
-	}
-	defer rdb.Close()
-
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	srv, err := intake.New(cfg, store, rdb, keys, log, reg)
+	defer cs.close()
+	srv, err := intake.New(cfg, cs.store, cs.rdb, cs.keys, log, newRegistry())
 	if err != nil {
 		return err
 	}

@@ -118,24 +118,16 @@ func runLoadtest(c *ucli.Context) error {
 	if !c.Bool("quiet") {
 		cfg.Progress = func(p loadtest.Progress) { printProgress(stderr, p) }
 	}
-	keys, err := streamKeys(c)
-	if err != nil {
-		return err
-	}
 	// Check the flags before connecting anywhere.
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	store, err := openStore(c, ledger.Config{Logger: log})
+	cs, err := openConns(c, ledger.Config{Logger: log})
 	if err != nil {
 		return err
 	}
-	defer store.Pool().Close()
-	rdb, err := openRedis(c)
-	if err != nil {
-		return err
-	}
-	defer rdb.Close()
+	defer cs.close()
+	store, rdb, keys := cs.store, cs.rdb, cs.keys
 
 	s, err := loadtest.New(cfg, loadtest.Deps{Store: store, Queue: loadtest.RedisQueue(rdb, keys)})
 	if err != nil {

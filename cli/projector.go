@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	ucli "github.com/urfave/cli/v2"
 
@@ -84,24 +83,13 @@ func runProjector(c *ucli.Context) error {
 		ShutdownGrace:   c.Duration("shutdown-grace"),
 		StatsInterval:   c.Duration("stats-interval"),
 	}
-	keys, err := streamKeys(c)
+	cs, err := openConns(c, ledger.Config{Logger: log, MaxBatch: max(cfg.BatchSize, 1)})
 	if err != nil {
 		return err
 	}
-	store, err := openStore(c, ledger.Config{Logger: log, MaxBatch: max(cfg.BatchSize, 1)})
-	if err != nil {
-		return err
-	}
-	defer store.Pool().Close()
-	rdb, err := openRedis(c)
-	if err != nil {
-		return err
-	}
-	defer rdb.Close()
-
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	p, err := projector.New(store, rdb, keys, cfg, log, reg)
+	defer cs.close()
+	reg := newRegistry()
+	p, err := projector.New(cs.store, cs.rdb, cs.keys, cfg, log, reg)
 	if err != nil {
 		return err
 	}
