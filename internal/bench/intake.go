@@ -1,0 +1,223 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"tally/ledger"
+)
+
+// wrkResult is what wrk reports for one run.
+type wrkResult struct {
+	reqs     float64
+	p50, p99 time.Duration
+	non202   int
+	command  string
+}
+
+var (
+	wrkRate    = regexp.MustCompile(`Requests/sec:\s+([0-9.]+)`)
+	wrkPct     = regexp.MustCompile(`(?m)^\s+(50|99)%\s+([0-9.]+)(us|ms|s)\s*$`)
+	wrkRefused = regexp.MustCompile(`answers other than 202: (\d+)`)
+	wrkErrors  = regexp.MustCompile(`Non-2xx or 3xx responses: (\d+)`)
+)
+
+// runWrk runs wrk with the vote script against addr.
+func (e *env) runWrk(ctx context.Context, addr, token, poll, runID string, threads, conns int, d time.Duration) (wrkResult, error) {
+	script := e.lua
+	args := []string{"-t" + itoa(threads), "-c" + itoa(conns), "-d" + d.String(), "--latency", "-s", script, "http://" + addr}
+	ctx, cancel := context.WithTimeout(ctx, d+30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, e.wrk, args...)
+	cmd.Env = append(os.Environ(), "TALLY_TOKEN="+token, "TALLY_POLL="+poll, "TALLY_RUN="+runID)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return wrkResult{}, fmt.Errorf("wrk: %w\n%s", err, out)
+	}
+	var r wrkResult
+	m := wrkRate.FindSubmatch(out)
+	if m == nil {
+		return r, fmt.Errorf("wrk printed no Requests/sec:\n%s", out)
+	}
+	r.reqs, _ = strconv.ParseFloat(string(m[1]), 64)
+	for _, m := range wrkPct.FindAllSubmatch(out, -1) {
+		v, _ := strconv.ParseFloat(string(m[2]), 64)
+		unit := map[string]time.Duration{"us": time.Microsecond, "ms": time.Millisecond, "s": time.Second}[string(m[3])]
+		d := time.Duration(v * float64(unit))
+		if string(m[1]) == "50" {
+			r.p50 = d
+		} else {
+			r.p99 = d
+		}
+	}
+	if m := wrkRefused.FindSubmatch(out); m != nil {
+		r.non202, _ = strconv.Atoi(string(m[1]))
+	}
+	if m := wrkErrors.FindSubmatch(out); m != nil {
+		n, _ := strconv.Atoi(string(m[1]))
+		r.non202 = max(r.non202, n)
+	}
+	r.command = "wrk " + strings.Join(args[:len(args)-3], " ") + " -s intake/testdata/bench/post_vote.lua http://" + addr
+	return r, nil
+}
+
+// intakeFlags lift intake's per-principal rate limit and backlog bound, so
+// that one principal (wrk) or a thousand (loadtest) measure the path, not
+// the limiter.
+var intakeFlags = []string{"--rate", "1000000", "--burst", "1000000", "--max-backlog", "100000000", "--idempotency-window", "2m"}
+
+// intakeVsBare runs wrk against tally intake and the bare handler, rounds
+// times alternating, and returns the best round of each and intake's peak
+// RSS.
+func (e *env) intakeVsBare(ctx context.Context, rounds int, d time.Duration) (intake, bare wrkResult, intakeHWM float64, err error) {
+	url, pool, err := e.database(ctx, "intake")
+	if err != nil {
+		return
+	}
+	defer pool.Close()
+	if err = createPolls(ctx, pool, 1); err != nil {
+		return
+	}
+	store, err := ledger.New(pool, ledger.Config{})
+	if err != nil {
+		return
+	}
+	_, token, err := store.AddPrincipal(ctx, "bench")
+	if err != nil {
+		return
+	}
+	keys := e.prefix("intake")
+	defer e.dropPrefix(context.WithoutCancel(ctx), keys.Prefix())
+	const intakeAddr, bareAddr = "127.0.0.1:18190", "127.0.0.1:18191"
+	ip, err := start(ctx, logFile, append([]string{e.tally, "intake", "--listen", intakeAddr, "--database-url", url,
+		"--redis-url", e.redisURL, "--stream-prefix", keys.Prefix(), "--log-level", "error", "--log-format", "text"}, intakeFlags...)...)
+	if err != nil {
+		return
+	}
+	defer ip.stop()
+	bp, err := start(ctx, logFile, e.bare, "-listen", bareAddr)
+	if err != nil {
+		return
+	}
+	defer bp.stop()
+	if err = waitHealthy(ctx, ip, intakeAddr); err != nil {
+		return
+	}
+	if err = waitHealthy(ctx, bp, bareAddr); err != nil {
+		return
+	}
+	for round := range rounds {
+		for _, target := range []string{"intake", "bare"} {
+			addr := intakeAddr
+			if target == "bare" {
+				addr = bareAddr
+			}
+			var r wrkResult
+			r, err = e.runWrk(ctx, addr, token, pollID(0), fmt.Sprintf("%s-%d-%s", e.run, round, target), 2, 64, d)
+			if err != nil {
+				return
+			}
+			if r.non202 > 0 {
+				err = fmt.Errorf("%s answered %d requests with another status than 202", target, r.non202)
+				return
+			}
+			best := &intake
+			if target == "bare" {
+				best = &bare
+			}
+			if r.reqs > best.reqs {
+				*best = r
+			}
+		}
+	}
+	intakeHWM = ip.hwmMB()
+	return
+}
+
+// e2eResult is one tally loadtest run through intake and the projector.
+type e2eResult struct {
+	rate                float64 // accepted votes per second
+	p50, p99            float64 // accept-to-recorded, ms
+	intakeHWM, projHWM  float64
+	recorded, attempted int64
+	command             string
+}
+
+// endToEnd runs intake and the projector (shipped settings) on a fresh
+// database and prefix, and tally loadtest against them for d.
+func (e *env) endToEnd(ctx context.Context, d time.Duration, concurrency int) (e2eResult, error) {
+	var res e2eResult
+	url, pool, err := e.database(ctx, "e2e")
+	if err != nil {
+		return res, err
+	}
+	defer pool.Close()
+	keys := e.prefix("e2e")
+	defer e.dropPrefix(context.WithoutCancel(ctx), keys.Prefix())
+	const addr = "127.0.0.1:18192"
+	common := []string{"--database-url", url, "--redis-url", e.redisURL, "--stream-prefix", keys.Prefix(), "--log-format", "text"}
+	ip, err := start(ctx, logFile, append(append([]string{e.tally, "intake", "--listen", addr, "--log-level", "error"}, common...), intakeFlags...)...)
+	if err != nil {
+		return res, err
+	}
+	defer ip.stop()
+	pp, err := start(ctx, logFile, append([]string{e.tally, "projector", "--consumer", "bench", "--log-level", "warn"}, common...)...)
+	if err != nil {
+		return res, err
+	}
+	defer pp.stop()
+	if err := waitHealthy(ctx, ip, addr); err != nil {
+		return res, err
+	}
+	lt := []string{"loadtest", "--target", "http://" + addr, "--duration", d.String(), "--concurrency", itoa(concurrency),
+		"--drain-timeout", "60s", "--format", "json", "--quiet"}
+	res.command = "tally " + strings.Join(lt, " ") + "  (against tally intake " + strings.Join(intakeFlags, " ") + " and tally projector)"
+	cctx, cancel := context.WithTimeout(ctx, d+2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(cctx, e.tally, append(lt, common...)...)
+	var stdout bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, logFile
+	if err := cmd.Run(); err != nil {
+		return res, fmt.Errorf("tally loadtest: %w\n%s", err, stdout.String())
+	}
+	var rep struct {
+		Throughput float64 `json:"throughput_per_second"`
+		Record     struct {
+			P50 float64 `json:"p50_ms"`
+			P99 float64 `json:"p99_ms"`
+		} `json:"accept_to_recorded_latency"`
+		Recorded  int64 `json:"recorded"`
+		Attempted int64 `json:"attempted"`
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
+		return res, fmt.Errorf("tally loadtest report: %w\n%s", err, stdout.String())
+	}
+	res.rate, res.p50, res.p99 = rep.Throughput, rep.Record.P50, rep.Record.P99
+	res.recorded, res.attempted = rep.Recorded, rep.Attempted
+	res.intakeHWM, res.projHWM = ip.hwmMB(), pp.hwmMB()
+	return res, nil
+}
+
+func httpGet(ctx context.Context, url string) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	return nil
+}

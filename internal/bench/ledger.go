@@ -1,0 +1,177 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"tally/ledger"
+)
+
+// importFile times `tally import` of an n-event file (every event a first
+// response of its own principal) into a fresh ledger, and returns
+// events/s.
+func (e *env) importFile(ctx context.Context, n int) (float64, string, error) {
+	url, pool, err := e.database(ctx, "import")
+	if err != nil {
+		return 0, "", err
+	}
+	defer pool.Close()
+	const polls = 10
+	if err := createPolls(ctx, pool, polls); err != nil {
+		return 0, "", err
+	}
+	file := filepath.Join(e.tmp, "import.jsonl")
+	f, err := os.Create(file)
+	if err != nil {
+		return 0, "", err
+	}
+	w := bufio.NewWriterSize(f, 1<<20)
+	now := time.Now().UTC().Format(time.RFC3339Nano)
+	for i := range n {
+		ev := syntheticEvent(i, polls, time.Time{})
+		fmt.Fprintf(w, `{"event_id":%q,"poll_id":%q,"candidate_id":%q,"principal_id":%q,"received_at":%q}`+"\n",
+			ev.ClientEventID, ev.PollID, ev.CandidateID, ev.PrincipalID, now)
+	}
+	if err := w.Flush(); err != nil {
+		return 0, "", err
+	}
+	if err := f.Close(); err != nil {
+		return 0, "", err
+	}
+	defer os.Remove(file)
+	command := fmt.Sprintf("tally import --format json FILE  (FILE: %d JSON lines, each a first response)", n)
+	cmd := exec.CommandContext(ctx, e.tally, "import", "--format", "json", "--database-url", url, file)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, logFile
+	start := time.Now()
+	if err := cmd.Run(); err != nil {
+		return 0, command, fmt.Errorf("tally import: %w\n%s", err, out.String())
+	}
+	elapsed := time.Since(start)
+	var rep struct {
+		Outcomes map[string]int `json:"outcomes"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		return 0, command, fmt.Errorf("tally import output: %w\n%s", err, out.String())
+	}
+	if rep.Outcomes["recorded"] != n {
+		return 0, command, fmt.Errorf("tally import recorded %d of %d events: %v", rep.Outcomes["recorded"], n, rep.Outcomes)
+	}
+	return float64(n) / elapsed.Seconds(), command, nil
+}
+
+// plainCountSQL is the recount a user would write by hand.
+const plainCountSQL = `SELECT poll_id, candidate_id, count(*) FROM poll_events GROUP BY poll_id, candidate_id`
+
+// rebuildResult compares ledger.Store.Rebuild with plainCountSQL.
+type rebuildResult struct {
+	events           int
+	build            time.Duration // the COPY of the ledger
+	rebuild, plain   time.Duration // medians
+	rebuilds, plains []time.Duration
+}
+
+// rebuildVsCount builds an n-event ledger with COPY (two writers) and its
+// projection, then times Store.Rebuild and the plain GROUP BY, rounds
+// times each, alternating, after one warm-up run of each.
+func (e *env) rebuildVsCount(ctx context.Context, n, rounds int) (rebuildResult, error) {
+	res := rebuildResult{events: n}
+	_, pool, err := e.database(ctx, "rebuild")
+	if err != nil {
+		return res, err
+	}
+	defer pool.Close()
+	const polls = 10
+	if err := createPolls(ctx, pool, polls); err != nil {
+		return res, err
+	}
+	// A recount reads the whole table and uses neither unique index;
+	// without them the table loads several times faster.
+	if _, err := pool.Exec(ctx, `ALTER TABLE poll_events DROP CONSTRAINT poll_events_principal_key_uniq,
+		DROP CONSTRAINT poll_events_poll_principal_uniq`); err != nil {
+		return res, err
+	}
+	conns := func(ctx context.Context) (*pgx.Conn, func(), error) {
+		c, err := pool.Acquire(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		return c.Conn(), c.Release, nil
+	}
+	start := time.Now()
+	if _, err := copyRows(ctx, conns, n, 250_000, 2, polls); err != nil {
+		return res, err
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO poll_results AS r (poll_id, candidate_id, vote_count) `+plainCountSQL+`
+		ON CONFLICT (poll_id, candidate_id) DO UPDATE SET vote_count = EXCLUDED.vote_count`); err != nil {
+		return res, err
+	}
+	if _, err := pool.Exec(ctx, `VACUUM (ANALYZE) poll_events`); err != nil {
+		return res, err
+	}
+	res.build = time.Since(start)
+	store, err := ledger.New(pool, ledger.Config{})
+	if err != nil {
+		return res, err
+	}
+	runRebuild := func() (time.Duration, error) {
+		t := time.Now()
+		rep, err := store.Rebuild(ctx, "")
+		if err != nil {
+			return 0, err
+		}
+		if rep.Differing != 0 || rep.LedgerEvents != int64(n) {
+			return 0, fmt.Errorf("rebuild: %d events, %d differing tallies; want %d and 0", rep.LedgerEvents, rep.Differing, n)
+		}
+		return time.Since(t), nil
+	}
+	runPlain := func() (time.Duration, error) {
+		t := time.Now()
+		rows, err := pool.Query(ctx, plainCountSQL)
+		if err != nil {
+			return 0, err
+		}
+		var sum int64
+		var p, c string
+		var k int64
+		if _, err := pgx.ForEachRow(rows, []any{&p, &c, &k}, func() error { sum += k; return nil }); err != nil {
+			return 0, err
+		}
+		if sum != int64(n) {
+			return 0, fmt.Errorf("plain count: %d events, want %d", sum, n)
+		}
+		return time.Since(t), nil
+	}
+	for i := 0; i <= rounds; i++ {
+		r, err := runRebuild()
+		if err != nil {
+			return res, err
+		}
+		p, err := runPlain()
+		if err != nil {
+			return res, err
+		}
+		if i > 0 { // the first round warms the cache
+			res.rebuilds = append(res.rebuilds, r)
+			res.plains = append(res.plains, p)
+		}
+	}
+	res.rebuild, res.plain = median(res.rebuilds), median(res.plains)
+	return res, nil
+}
+
+func median(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2]
+}

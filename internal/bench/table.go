@@ -1,0 +1,184 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"time"
+)
+
+// fig is one measured figure.
+type fig struct {
+	id      string
+	what    string
+	value   float64
+	unit    string
+	extra   string // more of the same measurement (latencies, runs)
+	load    string // one-minute load average when it started
+	command string
+}
+
+// ratio compares a figure with its baseline or limit.
+type ratio struct {
+	of, to    string // figure ids; to "" compares with limit
+	limit     float64
+	target    string
+	atLeast   float64 // the ratio must be at least this (0: no target)
+	atMost    float64 // the ratio must be at most this (0: no bound)
+	asPercent bool
+	ceiling   bool // to is a COPY figure: compare with the better of C1 and C2
+}
+
+var ratios = []ratio{
+	{of: "P", to: "A", target: "≥ 20×", atLeast: 20},
+	{of: "P", to: "B", target: "(batching's gain)"},
+	{of: "P", to: "C1", target: "(one writer)", asPercent: true},
+	{of: "P", to: "C2", target: "≥ 60% of the ceiling (the better of C1, C2)", atLeast: 0.6, asPercent: true, ceiling: true},
+	{of: "IM", to: "A", target: "≥ 20×", atLeast: 20},
+	{of: "IM", to: "C2", target: "≥ 60% of the ceiling (the better of C1, C2)", atLeast: 0.6, asPercent: true, ceiling: true},
+	{of: "I", to: "IB", target: "≥ 50%", atLeast: 0.5, asPercent: true},
+	{of: "E", to: "I", target: "(intake under wrk, another client)", asPercent: true},
+	{of: "R", to: "RG", target: "≤ 1.5×", atMost: 1.5},
+	{of: "MB", limit: 150, target: "< 150 MB", atMost: 1, asPercent: true},
+	{of: "MP", limit: 150, target: "< 150 MB", atMost: 1, asPercent: true},
+}
+
+type table struct {
+	figs     []fig
+	failed   []string
+	took     time.Duration
+	short    bool
+	versions string
+}
+
+func (t *table) add(f fig) { t.figs = append(t.figs, f) }
+
+func (t *table) fail(name string, err error) {
+	t.failed = append(t.failed, fmt.Sprintf("%s: FAILED: %v", name, err))
+}
+
+func (t *table) skip(name, why string) {
+	t.failed = append(t.failed, fmt.Sprintf("%s: skipped: %s", name, why))
+}
+
+func (t *table) get(id string) (fig, bool) {
+	for _, f := range t.figs {
+		if f.id == id {
+			return f, true
+		}
+	}
+	return fig{}, false
+}
+
+func (f fig) String() string {
+	var v string
+	switch {
+	case f.unit == "s":
+		v = fmt.Sprintf("%.2f s", f.value)
+	case f.unit == "MB":
+		v = fmt.Sprintf("%.0f MB", f.value)
+	default:
+		v = fmt.Sprintf("%s %s", thousands(f.value), f.unit)
+	}
+	if f.extra != "" {
+		v += "; " + f.extra
+	}
+	return v
+}
+
+func thousands(v float64) string {
+	s := fmt.Sprintf("%.0f", v)
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+func (t *table) markdown() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Run of %s UTC", time.Now().UTC().Format("2006-01-02 15:04"))
+	if t.short {
+		b.WriteString(" (short sizes: a check, not figures)")
+	}
+	fmt.Fprintf(&b, ", %s; %s; %s; took %s.\n\n", machine(), t.versions, goVersion(), t.took.Round(time.Second))
+	b.WriteString("| id | measurement | result | load | command |\n|---|---|---|---|---|\n")
+	for _, f := range t.figs {
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | `%s` |\n", f.id, f.what, f, f.load, strings.ReplaceAll(f.command, "|", `\|`))
+	}
+	b.WriteString("\n| ratio | value | target | met |\n|---|---|---|---|\n")
+	for _, r := range ratios {
+		of, ok := t.get(r.of)
+		if !ok {
+			continue
+		}
+		den, name := r.limit, fmt.Sprintf("%s / %.0f MB", r.of, r.limit)
+		if r.to != "" {
+			to, ok := t.get(r.to)
+			if !ok {
+				continue
+			}
+			den, name = to.value, r.of+" / "+r.to
+			if r.ceiling {
+				if c1, ok := t.get("C1"); ok && c1.value > den {
+					den, name = c1.value, r.of+" / C1"
+				}
+			}
+		}
+		if den == 0 {
+			continue
+		}
+		v := of.value / den
+		val := fmt.Sprintf("%.1f×", v)
+		if r.asPercent {
+			val = fmt.Sprintf("%.0f%%", 100*v)
+		}
+		met := ""
+		switch {
+		case r.atLeast > 0 && v >= r.atLeast, r.atMost > 0 && v <= r.atMost:
+			met = "yes"
+		case r.atLeast > 0 || r.atMost > 0:
+			met = "**no**"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", name, val, r.target, met)
+	}
+	for _, f := range t.failed {
+		fmt.Fprintf(&b, "\n%s\n", f)
+	}
+	return b.String()
+}
+
+func goVersion() string {
+	out, err := exec.Command("go", "env", "GOVERSION").Output()
+	if err != nil {
+		return "go ?"
+	}
+	return strings.TrimSpace(string(out))
+}
+
+const beginMarker, endMarker = "<!-- bench:begin -->", "<!-- bench:end -->"
+
+// writeBetweenMarkers replaces what lies between the bench markers of
+// path with md, or appends the markers and md when path has none.
+func writeBetweenMarkers(path, md string) error {
+	old, err := os.ReadFile(path)
+	if err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	s := string(old)
+	block := beginMarker + "\n" + md + "\n" + endMarker
+	i, j := strings.Index(s, beginMarker), strings.Index(s, endMarker)
+	if i >= 0 && j > i {
+		s = s[:i] + block + s[j+len(endMarker):]
+	} else {
+		if s != "" && !strings.HasSuffix(s, "\n") {
+			s += "\n"
+		}
+		s += "\n" + block + "\n"
+	}
+	return os.WriteFile(path, []byte(s), 0o644)
+}

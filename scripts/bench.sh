@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# bench.sh: tally's benchmarks in one run, next to their baselines (see
+# internal/bench). Prints the table and writes it into BENCHMARKS.md.
+#
+#   scripts/bench.sh           the full run (about 6-8 minutes on 2 cores)
+#   scripts/bench.sh --short   small sizes, under a minute: a check that
+#                              every measurement runs; writes nothing
+#
+# It uses the PostgreSQL and Redis that scripts/services.sh finds or
+# starts; every measurement gets its own database and Redis prefix, both
+# removed afterwards. wrk is installed with apt-get when missing and
+# running as root; otherwise the intake measurement is skipped.
+# Extra arguments go to the bench program (e.g. -only projector,copy).
+set -euo pipefail
+
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+
+short=()
+out=(-out BENCHMARKS.md)
+args=()
+for a in "$@"; do
+	case "$a" in
+	--short) short=(-short); out=() ;;
+	*) args+=("$a") ;;
+	esac
+done
+
+eval "$(scripts/services.sh env)"
+
+wrk_bin=""
+if command -v wrk >/dev/null; then
+	wrk_bin="$(command -v wrk)"
+elif [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null; then
+	echo "bench: installing wrk with apt-get" >&2
+	if DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >&2 ||
+		{ DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2 &&
+			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >&2; }; then
+		wrk_bin="$(command -v wrk)"
+	fi
+fi
+if [[ -z "$wrk_bin" ]]; then
+	echo "bench: wrk is not installed, so the intake measurement is skipped; install it with: sudo apt-get install -y wrk" >&2
+fi
+
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+go build -o "$work/tally" .
+go build -o "$work/bare" ./intake/internal/bareserver
+go build -o "$work/bench" ./internal/bench
+
+# The admin URL: the service's database URL with the postgres database.
+admin="${TALLY_DATABASE_URL%%\?*}"
+admin="${admin%/*}/postgres?sslmode=disable"
+
+echo "bench: load before the run: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+"$work/bench" -tally "$work/tally" -bare "$work/bare" -wrk "$wrk_bin" \
+	-admin-url "$admin" -redis-url "$TALLY_REDIS_URL" -log "$work/children.log" \
+	"${short[@]}" "${out[@]}" "${args[@]}" || {
+	rc=$?
+	echo "bench: failed; the last lines the servers wrote:" >&2
+	tail -n 30 "$work/children.log" >&2 || true
+	exit "$rc"
+}
