@@ -45,7 +45,7 @@ type profile struct {
 
 var (
 	shortProfile = profile{name: "short", rate: 300, projectorKills: 3, intakeKills: 2, redisRestarts: 1, pgRestarts: 1, netCycles: 1, backlogOutages: 1, poison: 4, pgOutages: 1, pgOutage: 8 * time.Second}
-	longProfile  = profile{name: "long", rate: 800, projectorKills: 40, intakeKills: 16, redisRestarts: 8, pgRestarts: 8, netCycles: 4, backlogOutages: 3, poison: 20, pgOutages: 2, pgOutage: 30 * time.Second}
+	longProfile  = profile{name: "long", rate: 1500, projectorKills: 40, intakeKills: 16, redisRestarts: 8, pgRestarts: 8, netCycles: 4, backlogOutages: 3, poison: 20, pgOutages: 2, pgOutage: 30 * time.Second}
 	prof         = shortProfile
 )
 
@@ -53,6 +53,17 @@ func TestMain(m *testing.M) {
 	if os.Getenv("TALLY_CHAOS") == "long" {
 		prof = longProfile
 	}
+	if r := os.Getenv("TALLY_CHAOS_RATE"); r != "" {
+		v, err := strconv.ParseFloat(r, 64)
+		if err != nil || v <= 0 {
+			fmt.Fprintf(os.Stderr, "chaos: TALLY_CHAOS_RATE=%q: want votes per second above 0\n", r)
+			os.Exit(2)
+		}
+		prof.rate = v
+	}
+	// The test's own Redis client would log every refused dial while Redis
+	// is down on purpose.
+	redis.SetLogger(quietLogger{})
 	dir, err := os.MkdirTemp("", "tally-chaos-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "chaos:", err)
@@ -71,6 +82,10 @@ func TestMain(m *testing.M) {
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
+
+type quietLogger struct{}
+
+func (quietLogger) Printf(context.Context, string, ...any) {}
 
 // result is one row of the table.
 type result struct {
