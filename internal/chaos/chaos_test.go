@@ -20,6 +20,7 @@ import (
 
 	"tally/internal/chaos"
 	"tally/internal/loadtest"
+	"tally/internal/testenv"
 	"tally/projector"
 	"tally/stream"
 )
@@ -78,6 +79,7 @@ func TestMain(m *testing.M) {
 		os.Exit(2)
 	}
 	code := m.Run()
+	testenv.DropTemplate()
 	printTable(os.Stdout)
 	os.RemoveAll(dir)
 	os.Exit(code)
