@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"tally/internal/ids"
 )
@@ -182,9 +183,9 @@ var errRaced = errors.New("a concurrent append inserted the same key first")
 // query, classifies all events in batch order against those facts and what
 // the batch itself already claimed, inserts the new ledger rows (with the
 // projection deltas in the same statement), and records the rejections.
-// When a concurrent transaction pre-empted one of the inserts (ON CONFLICT
-// DO NOTHING returned no row for it), the classification of the whole batch
-// is void: appendTx returns errRaced and runTx starts over.
+// When a concurrent transaction pre-empted one of the inserts (the insert
+// hit a unique violation), the classification of the whole batch is void:
+// appendTx returns errRaced and runTx starts over.
 func appendTx(ctx context.Context, tx pgx.Tx, events []Event) ([]Outcome, error) {
 	outcomes := make([]Outcome, len(events))
 	fps := make([][32]byte, len(events))
@@ -349,9 +350,17 @@ func fixedFingerprint(b []byte) ([32]byte, error) {
 }
 
 // insertEventsSQL appends the ledger rows and, in the same statement, adds
-// the count of rows it really inserted to the projection, per (poll,
-// candidate) in a fixed order. Rows are inserted in principal order so two
-// batches meet on the unique indexes in the same order.
+// them to the projection, per (poll, candidate) in a fixed order. Rows are
+// inserted in principal order so two batches meet on the unique indexes in
+// the same order.
+//
+// It is a plain INSERT, not ON CONFLICT DO NOTHING: the facts read before
+// it already showed every key and (poll, principal) free, so a unique
+// violation can only come from a concurrent transaction that committed
+// the same key in between, and insertEvents reports it as errRaced. A
+// plain INSERT spares the speculative pre-check of both unique indexes
+// that ON CONFLICT makes for every row (about a fifth of PostgreSQL's time
+// on a batch).
 const insertEventsSQL = `
 WITH input AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::timestamptz[])
@@ -360,7 +369,6 @@ WITH input AS (
     INSERT INTO poll_events (poll_id, candidate_id, principal_id, client_event_id, fingerprint, received_at)
     SELECT poll_id, candidate_id, principal_id, client_event_id, fingerprint, received_at
     FROM input ORDER BY principal_id, poll_id, client_event_id
-    ON CONFLICT DO NOTHING
     RETURNING seq, principal_id, client_event_id, poll_id, candidate_id
 ), proj AS (
     INSERT INTO poll_results AS r (poll_id, candidate_id, vote_count)
@@ -390,7 +398,7 @@ func insertEvents(ctx context.Context, tx pgx.Tx, events []Event, fps [][32]byte
 	}
 	rows, err := tx.Query(ctx, insertEventsSQL, principals, keys, polls, candidates, fpb, received)
 	if err != nil {
-		return nil, interpretError("append batch: insert events", err)
+		return nil, insertError(err)
 	}
 	seqs := make(map[int]int64, n)
 	var p, k string
@@ -400,9 +408,20 @@ func insertEvents(ctx context.Context, tx pgx.Tx, events []Event, fps [][32]byte
 		return nil
 	})
 	if err != nil {
-		return nil, interpretError("append batch: insert events", err)
+		return nil, insertError(err)
 	}
 	return seqs, nil
+}
+
+// insertError reports a unique violation on the ledger's keys as errRaced:
+// the batch never inserts a key twice itself (appendTx claims each key and
+// each (poll, principal) once), so another transaction got there first.
+func insertError(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == codeUniqueViolation && pgErr.TableName == "poll_events" {
+		return errRaced
+	}
+	return interpretError("append batch: insert events", err)
 }
 
 const insertRejectionsSQL = `
