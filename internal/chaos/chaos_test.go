@@ -42,11 +42,12 @@ type profile struct {
 	poison         int           // entries written that must be dead-lettered
 	pgOutages      int           // the projectors cut from PostgreSQL ...
 	pgOutage       time.Duration // ... for this long each time
+	overlapKills   int           // projector kills while entries are claimed from live projectors
 }
 
 var (
-	shortProfile = profile{name: "short", rate: 300, projectorKills: 3, intakeKills: 2, redisRestarts: 1, pgRestarts: 1, netCycles: 1, backlogOutages: 1, poison: 4, pgOutages: 1, pgOutage: 8 * time.Second}
-	longProfile  = profile{name: "long", rate: 1500, projectorKills: 40, intakeKills: 16, redisRestarts: 8, pgRestarts: 8, netCycles: 4, backlogOutages: 3, poison: 20, pgOutages: 2, pgOutage: 30 * time.Second}
+	shortProfile = profile{name: "short", rate: 300, projectorKills: 3, intakeKills: 2, redisRestarts: 1, pgRestarts: 1, netCycles: 1, backlogOutages: 1, poison: 4, pgOutages: 1, pgOutage: 8 * time.Second, overlapKills: 2}
+	longProfile  = profile{name: "long", rate: 1500, projectorKills: 40, intakeKills: 16, redisRestarts: 8, pgRestarts: 8, netCycles: 4, backlogOutages: 3, poison: 20, pgOutages: 2, pgOutage: 30 * time.Second, overlapKills: 10}
 	prof         = shortProfile
 )
 
@@ -334,6 +335,8 @@ func runWith(t *testing.T, c *cluster, scenario string, sendFor time.Duration, i
 		fail("no vote was accepted: the scenario tested nothing")
 	}
 	c.checkAlive()
+	claimed, duplicates := c.projectorCounters(ctx)
+	t.Logf("%s: the live projectors counted, since their last start, %.0f entries claimed and %.0f duplicates absorbed", scenario, claimed, duplicates)
 	record(res)
 	t.Logf("%s: %s; accepted %d events (%d votes, %d requests, %d uncertain), retried %v, recorded %d, rejected %v, lost %d, counted twice %d, reordered %d; drain after the last fault %s, after sending %s",
 		scenario, res.faults, rep.AcceptedEvents, rep.Accepted, rep.Requests, rep.Uncertain, rep.Retried, rep.Recorded, rep.Rejected,
@@ -646,5 +649,53 @@ func TestPostgresOutage(t *testing.T) {
 			}
 		}
 		return n, fmt.Sprintf("projector-PostgreSQL link cut for %s", outage), nil
+	})
+}
+
+// A slow link to PostgreSQL with a --min-idle shorter than a batch takes:
+// live projectors claim each other's entries while they are being applied,
+// so the same entries are applied by two projectors at once, and
+// projectors are killed meanwhile.
+func TestSlowPostgresOverlap(t *testing.T) {
+	var pgProxy *chaos.Proxy
+	c := newCluster(t, clusterOptions{intakes: 1, projectors: 2,
+		projectorArgs: []string{"--min-idle", "1s", "--claim-interval", "250ms"},
+		proxies: func(redisAddr, pgAddr string) (string, string) {
+			var err error
+			if pgProxy, err = chaos.NewProxy("projector-postgres", pgAddr); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(pgProxy.Close)
+			return redisAddr, pgProxy.Addr()
+		}})
+	kills := prof.overlapKills
+	window := time.Duration(kills)*2*time.Second + 6*time.Second
+	run(t, c, "slow-postgres-overlap", window+4*time.Second, func(ctx context.Context, ending func()) (int, string, error) {
+		latency := 150
+		if v, err := strconv.Atoi(os.Getenv("TALLY_CHAOS_OVERLAP_LATENCY_MS")); err == nil && v > 0 {
+			latency = v
+		}
+		if err := pgProxy.AddLatency(latency, latency/3); err != nil {
+			return 0, "", err
+		}
+		n := 0
+		deadline := time.Now().Add(window)
+		sleep(ctx, 3*time.Second)
+		for n < kills && time.Now().Before(deadline) {
+			p := c.projectors[rand.IntN(len(c.projectors))]
+			p.Kill()
+			n++
+			sleep(ctx, between(100*time.Millisecond, 400*time.Millisecond))
+			if err := p.Start(ctx); err != nil {
+				return n, "", err
+			}
+			sleep(ctx, between(1*time.Second, 2*time.Second))
+		}
+		sleep(ctx, 3*time.Second)
+		ending()
+		if err := pgProxy.RemoveLatency(); err != nil {
+			return n, "", err
+		}
+		return n + 1, fmt.Sprintf("kill -9 under %dms PostgreSQL latency, --min-idle 1s", latency), nil
 	})
 }

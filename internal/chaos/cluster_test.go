@@ -3,12 +3,15 @@ package chaos_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"net/url"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -45,7 +48,8 @@ type cluster struct {
 type clusterOptions struct {
 	intakes, projectors int
 	privatePostgres     bool
-	maxBacklog          int // intake's --max-backlog; 0: its default
+	maxBacklog          int      // intake's --max-backlog; 0: its default
+	projectorArgs       []string // flags added to every projector's
 	// proxies: when set, called with the Redis and database addresses
 	// before the daemons start; returns the addresses intake uses for
 	// Redis and projector for PostgreSQL.
@@ -88,7 +92,9 @@ func newCluster(t *testing.T, opt clusterOptions) *cluster {
 	}
 
 	for i := range opt.projectors {
-		c.projectors = append(c.projectors, c.newProjector(i+1))
+		p := c.newProjector(i + 1)
+		p.Args = append(p.Args, opt.projectorArgs...)
+		c.projectors = append(c.projectors, p)
 	}
 	for i := range opt.intakes {
 		p := c.newIntake(i + 1)
@@ -214,4 +220,39 @@ func tail(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// projectorCounters sums, over the live projectors, the claims and the
+// duplicates they counted since their last start, from their /metrics.
+func (c *cluster) projectorCounters(ctx context.Context) (claimed, duplicates float64) {
+	client := &http.Client{Timeout: 2 * time.Second}
+	for _, p := range c.projectors {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(p.Health, "/healthz")+"/metrics", nil)
+		if err != nil {
+			continue
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			continue
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		for _, line := range strings.Split(string(body), "\n") {
+			name, value, ok := strings.Cut(line, " ")
+			if !ok {
+				continue
+			}
+			v, err := strconv.ParseFloat(value, 64)
+			if err != nil {
+				continue
+			}
+			switch {
+			case name == "tally_projector_claimed_total":
+				claimed += v
+			case strings.HasPrefix(name, "tally_projector_events_total{") && strings.Contains(name, `outcome="duplicate"`):
+				duplicates += v
+			}
+		}
+	}
+	return claimed, duplicates
 }
