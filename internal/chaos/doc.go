@@ -27,15 +27,28 @@
 //   - network: a TCP proxy (toxiproxy, in process) between the projectors
 //     and PostgreSQL and another between the intakes and Redis add
 //     latency, then cut the link (the proxy disabled, or every connection
-//     reset) for a few seconds, then restore it.
+//     reset) for a few seconds, then restore it;
+//   - backlog-full: both projectors down until every shard holds intake's
+//     --max-backlog; intake answers 503 backlog-full and the client sends
+//     again after Retry-After;
+//   - poison: entries that cannot be applied (undecodable, or a payload
+//     that does not match its fingerprint) written among the votes; each
+//     must end in the dead-letter stream with its reason, and nothing else
+//     may;
+//   - postgres-outage: the link between the projectors and PostgreSQL cut
+//     for longer than --min-idle, while intake keeps accepting;
+//   - slow-postgres-overlap: latency on that link with a --min-idle shorter
+//     than a batch may take, so live projectors claim and apply each
+//     other's entries at once, and projectors are killed meanwhile.
 //
 // Every scenario ends with the loadtest's verification: 0 lost, 0 counted
 // twice, tallies equal to the ground truth, rebuild equal to the
 // projection. It also checks that the queue drained (no backlog, nothing
-// pending), that no dead letter appeared, and that no daemon exited on its
-// own. It measures the time to drain after the last fault: from the moment
-// the fault ended until every entry enqueued before that moment has been
-// applied and deleted from its stream.
+// pending), that every dead letter is one the scenario wrote on purpose,
+// and that no daemon exited on its own. It measures the time to drain
+// after the last fault: from the moment the last fault was undone until
+// every entry enqueued before that moment has been applied and deleted
+// from its stream.
 //
 // # Running it
 //
@@ -44,10 +57,15 @@
 //
 //	go test -race ./internal/chaos/
 //
-// The long version (50 kills and restarts or more) prints a table of
-// scenario, faults, votes accepted, lost, counted twice and time to drain:
+// The long version (more than 80 kills and crash-restarts, at 1,500 votes
+// per second) prints a table of scenario, faults, events accepted, lost,
+// counted twice, dead letters and time to drain:
 //
-//	TALLY_CHAOS=long go test ./internal/chaos/ -run . -timeout 30m -v
+//	TALLY_CHAOS=long go test ./internal/chaos/ -count=1 -run . -timeout 30m -v
+//
+// TALLY_CHAOS_RATE overrides the votes per second of either version,
+// TALLY_CHAOS_OVERLAP_LATENCY_MS the latency of slow-postgres-overlap
+// (default 150), and TALLY_TEST_LOG=1 shows the loadtest's own log.
 //
 // It needs redis-server, the PostgreSQL server binaries (initdb, pg_ctl)
 // and the shared test PostgreSQL of package testenv. When run as root, the
