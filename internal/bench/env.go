@@ -287,3 +287,40 @@ func (e *env) versions(ctx context.Context) string {
 	}
 	return pg + ", " + rd
 }
+
+// cpuSeconds is the user and system CPU time pid has used, in seconds.
+func cpuSeconds(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (ut + st) / 100 // USER_HZ
+}
+
+// backendCPU is the CPU time the PostgreSQL backends connected to
+// database db have used, in seconds (0 when the server is not local).
+func backendCPU(ctx context.Context, pool *pgxpool.Pool, db string) float64 {
+	rows, err := pool.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()`, db)
+	if err != nil {
+		return 0
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		return 0
+	}
+	var sum float64
+	for _, pid := range pids {
+		sum += cpuSeconds(int(pid))
+	}
+	return sum
+}

@@ -173,7 +173,7 @@ func measurements(e *env, sz sizes) []measurement {
 				return fmt.Errorf("the projector applied %d of %d events within %s", r.events, sz.projector, sz.projectorLimit)
 			}
 			t.add(fig{id: "P", what: fmt.Sprintf("projector: %s preloaded events drained, batch 1000 (shipped settings)", count(sz.projector)),
-				value: r.rate(), unit: "events/s", load: load, command: r.command})
+				value: r.rate(), unit: "events/s", load: load, command: r.command, extra: r.cpu()})
 			t.add(fig{id: "MB", what: fmt.Sprintf("memory: projector peak RSS draining a %s-entry backlog", count(sz.projector)),
 				value: r.hwmMB, unit: "MB", load: load, command: "VmHWM of the process in P"})
 			return nil
@@ -197,7 +197,7 @@ func measurements(e *env, sz sizes) []measurement {
 			}
 			t.add(fig{id: "B", what: fmt.Sprintf("(b) projector at batch 1, one event per transaction (%s events applied from a %s-event stream, at most %s)",
 				count(r.events), count(sz.batch1), sz.batch1Limit),
-				value: r.rate(), unit: "events/s", load: load, command: r.command})
+				value: r.rate(), unit: "events/s", load: load, command: r.command, extra: r.cpu()})
 			return nil
 		}},
 		{"copy", func(ctx context.Context, t *table) error {

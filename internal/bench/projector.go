@@ -14,13 +14,20 @@ import (
 
 // drainResult is one run of the projector against a preloaded stream.
 type drainResult struct {
-	events  int           // events applied
-	drain   time.Duration // first applied event to the last acknowledgement
-	hwmMB   float64       // the projector's peak RSS
-	command string
+	events int           // events applied
+	drain  time.Duration // first applied event to the last acknowledgement
+	hwmMB  float64       // the projector's peak RSS
+	// CPU time per event applied, in µs: the projector process and the
+	// PostgreSQL backends it used.
+	projCPU, pgCPU float64
+	command        string
 }
 
 func (r drainResult) rate() float64 { return float64(r.events) / r.drain.Seconds() }
+
+func (r drainResult) cpu() string {
+	return fmt.Sprintf("CPU per event: projector %.1f µs, PostgreSQL %.1f µs", r.projCPU, r.pgCPU)
+}
 
 // preload adds events 0..n-1 (see syntheticEvent) to the stream, in
 // pipelines of 10000.
@@ -104,6 +111,7 @@ func (e *env) drainProjector(ctx context.Context, what string, n int, limit time
 	}
 	res.drain = time.Since(first)
 	res.hwmMB = p.hwmMB()
+	projCPU, pgCPU := cpuSeconds(p.cmd.Process.Pid), backendCPU(ctx, pool, "tally_bench_"+e.run+"_"+what)
 	if err := p.stop(); err != nil {
 		return res, fmt.Errorf("projector: %w", err)
 	}
@@ -116,6 +124,9 @@ func (e *env) drainProjector(ctx context.Context, what string, n int, limit time
 		return res, err
 	}
 	res.events = n - int(left)
+	if res.events > 0 {
+		res.projCPU, res.pgCPU = 1e6*projCPU/float64(res.events), 1e6*pgCPU/float64(res.events)
+	}
 	if rows < int64(res.events) {
 		return res, fmt.Errorf("the ledger holds %d events, but %d entries were acknowledged", rows, res.events)
 	}
