@@ -53,8 +53,22 @@ type Process struct {
 	cmd    *exec.Cmd
 	done   chan struct{} // closed when cmd exited
 	exit   error
-	Starts int // times started
-	Kills  int // times killed with SIGKILL
+	starts int // times started
+	kills  int // times killed with SIGKILL
+}
+
+// Starts is the number of times the process was started.
+func (p *Process) Starts() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.starts
+}
+
+// Kills is the number of times the process was killed with SIGKILL.
+func (p *Process) Kills() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.kills
 }
 
 // Start starts the process and waits (at most 30s) until its health URL
@@ -70,7 +84,7 @@ func (p *Process) Start(ctx context.Context) error {
 		p.mu.Unlock()
 		return fmt.Errorf("%s: open log: %w", p.Name, err)
 	}
-	fmt.Fprintf(logf, "=== %s start #%d at %s\n", p.Name, p.Starts+1, time.Now().UTC().Format(time.RFC3339Nano))
+	fmt.Fprintf(logf, "=== %s start #%d at %s\n", p.Name, p.starts+1, time.Now().UTC().Format(time.RFC3339Nano))
 	cmd := exec.Command(p.Path, p.Args...)
 	cmd.Env = append(os.Environ(), p.Env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
@@ -82,7 +96,7 @@ func (p *Process) Start(ctx context.Context) error {
 	}
 	done := make(chan struct{})
 	p.cmd, p.done = cmd, done
-	p.Starts++
+	p.starts++
 	go func() {
 		err := cmd.Wait()
 		logf.Close()
@@ -155,7 +169,7 @@ func (p *Process) signal(sig syscall.Signal, grace time.Duration) {
 	<-done
 	p.mu.Lock()
 	if sig == syscall.SIGKILL {
-		p.Kills++
+		p.kills++
 	}
 	p.cmd, p.done = nil, nil
 	p.mu.Unlock()
