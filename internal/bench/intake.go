@@ -18,10 +18,14 @@ import (
 
 // wrkResult is what wrk reports for one run.
 type wrkResult struct {
-	reqs     float64
-	p50, p99 time.Duration
-	non202   int
-	command  string
+	reqs  float64
+	total int64 // requests completed
+	// CPU time per request, in µs: the server process, and Redis (the
+	// whole server: other clients of a shared Redis count too).
+	serverCPU, redisCPU float64
+	p50, p99            time.Duration
+	non202              int
+	command             string
 }
 
 var (
@@ -29,6 +33,7 @@ var (
 	wrkPct     = regexp.MustCompile(`(?m)^\s+(50|99)%\s+([0-9.]+)(us|ms|s)\s*$`)
 	wrkRefused = regexp.MustCompile(`answers other than 202: (\d+)`)
 	wrkErrors  = regexp.MustCompile(`Non-2xx or 3xx responses: (\d+)`)
+	wrkTotal   = regexp.MustCompile(`(\d+) requests in`)
 )
 
 // runWrk runs wrk with the vote script against addr.
@@ -49,6 +54,9 @@ func (e *env) runWrk(ctx context.Context, addr, token, poll, runID string, threa
 		return r, fmt.Errorf("wrk printed no Requests/sec:\n%s", out)
 	}
 	r.reqs, _ = strconv.ParseFloat(string(m[1]), 64)
+	if m := wrkTotal.FindSubmatch(out); m != nil {
+		r.total, _ = strconv.ParseInt(string(m[1]), 10, 64)
+	}
 	for _, m := range wrkPct.FindAllSubmatch(out, -1) {
 		v, _ := strconv.ParseFloat(string(m[2]), 64)
 		unit := map[string]time.Duration{"us": time.Microsecond, "ms": time.Millisecond, "s": time.Second}[string(m[3])]
@@ -121,10 +129,19 @@ func (e *env) intakeVsBare(ctx context.Context, rounds int, d time.Duration) (in
 			if target == "bare" {
 				addr = bareAddr
 			}
+			server := ip
+			if target == "bare" {
+				server = bp
+			}
+			cpu0, redis0 := cpuSeconds(server.cmd.Process.Pid), e.redisCPU(ctx)
 			var r wrkResult
 			r, err = e.runWrk(ctx, addr, token, pollID(0), fmt.Sprintf("%s-%d-%s", e.run, round, target), 2, 64, d)
 			if err != nil {
 				return
+			}
+			if r.total > 0 {
+				r.serverCPU = 1e6 * (cpuSeconds(server.cmd.Process.Pid) - cpu0) / float64(r.total)
+				r.redisCPU = 1e6 * (e.redisCPU(ctx) - redis0) / float64(r.total)
 			}
 			if r.non202 > 0 {
 				err = fmt.Errorf("%s answered %d requests with another status than 202", target, r.non202)
@@ -220,4 +237,21 @@ func httpGet(ctx context.Context, url string) error {
 	}
 	resp.Body.Close()
 	return nil
+}
+
+// redisCPU is the CPU time the Redis server has used, in seconds.
+func (e *env) redisCPU(ctx context.Context) float64 {
+	info, err := e.rdb.Info(ctx, "cpu").Result()
+	if err != nil {
+		return 0
+	}
+	var sum float64
+	for _, line := range strings.Split(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (k == "used_cpu_sys" || k == "used_cpu_user") {
+			f, _ := strconv.ParseFloat(v, 64)
+			sum += f
+		}
+	}
+	return sum
 }

@@ -225,10 +225,10 @@ func measurements(e *env, sz sizes) []measurement {
 			}
 			note := fmt.Sprintf("best of %d alternating rounds", sz.wrkRounds)
 			t.add(fig{id: "I", what: "intake: POST /v1/votes under wrk (" + note + ")", value: in.reqs, unit: "req/s",
-				extra: fmt.Sprintf("p50 %s, p99 %s", ms(in.p50), ms(in.p99)), load: load,
+				extra: fmt.Sprintf("p50 %s, p99 %s; CPU per request: intake %.1f µs, Redis %.1f µs", ms(in.p50), ms(in.p99), in.serverCPU, in.redisCPU), load: load,
 				command: in.command + "  (tally intake " + strings.Join(intakeFlags, " ") + ")"})
 			t.add(fig{id: "IB", what: "bare net/http handler answering 202 to the same body (" + note + ")", value: bare.reqs, unit: "req/s",
-				extra: fmt.Sprintf("p50 %s, p99 %s", ms(bare.p50), ms(bare.p99)), load: load,
+				extra: fmt.Sprintf("p50 %s, p99 %s; CPU per request: server %.1f µs", ms(bare.p50), ms(bare.p99), bare.serverCPU), load: load,
 				command: bare.command + "  (go run ./intake/internal/bareserver)"})
 			t.add(fig{id: "MI", what: "memory: intake peak RSS under wrk load", value: hwm, unit: "MB", load: load, command: "VmHWM of the process in I"})
 			return nil
