@@ -125,10 +125,11 @@ func copyRows(ctx context.Context, conns func(context.Context) (*pgx.Conn, func(
 
 // copyCeiling measures COPY into a fresh, migrated ledger (all its
 // indexes) with the given writers.
-func (e *env) copyCeiling(ctx context.Context, n, chunk, writers int) (float64, error) {
-	_, pool, err := e.database(ctx, fmt.Sprintf("copy%d", writers))
+func (e *env) copyCeiling(ctx context.Context, n, chunk, writers int) (rate, pgCPU float64, err error) {
+	what := fmt.Sprintf("copy%d", writers)
+	_, pool, err := e.database(ctx, what)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer pool.Close()
 	var mu sync.Mutex
@@ -141,5 +142,12 @@ func (e *env) copyCeiling(ctx context.Context, n, chunk, writers int) (float64, 
 		}
 		return c.Conn(), c.Release, nil
 	}
-	return copyRows(ctx, conns, n, chunk, writers, 10)
+	cpu0 := e.backendCPU(ctx, "tally_bench_"+e.run+"_"+what)
+	rate, err = copyRows(ctx, conns, n, chunk, writers, 10)
+	if err != nil {
+		return 0, 0, err
+	}
+	// The backends stay in the pool: their CPU time is the COPY's.
+	pgCPU = 1e6 * (e.backendCPU(ctx, "tally_bench_"+e.run+"_"+what) - cpu0) / float64(n)
+	return rate, pgCPU, nil
 }

@@ -308,9 +308,15 @@ func cpuSeconds(pid int) float64 {
 }
 
 // backendCPU is the CPU time the PostgreSQL backends connected to
-// database db have used, in seconds (0 when the server is not local).
-func backendCPU(ctx context.Context, pool *pgxpool.Pool, db string) float64 {
-	rows, err := pool.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()`, db)
+// database db have used, in seconds (0 when the server is not local). It
+// asks over a connection of its own, to another database.
+func (e *env) backendCPU(ctx context.Context, db string) float64 {
+	conn, err := pgx.Connect(ctx, e.adminURL)
+	if err != nil {
+		return 0
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE datname = $1`, db)
 	if err != nil {
 		return 0
 	}

@@ -203,13 +203,13 @@ func measurements(e *env, sz sizes) []measurement {
 		{"copy", func(ctx context.Context, t *table) error {
 			for _, w := range []int{1, 2} {
 				load := loadAvg()
-				v, err := e.copyCeiling(ctx, sz.copyRows, 10_000, w)
+				v, cpu, err := e.copyCeiling(ctx, sz.copyRows, 10_000, w)
 				if err != nil {
 					return err
 				}
 				t.add(fig{id: fmt.Sprintf("C%d", w), what: fmt.Sprintf("(c) raw COPY into poll_events with its indexes, %d writer(s), %s rows in COPYs of 10k", w, count(sz.copyRows)),
-					value: v, unit: "rows/s", load: load,
-					command: fmt.Sprintf("bench -only copy  (pgx CopyFrom, same ids as P, each COPY its own transaction)")})
+					value: v, unit: "rows/s", load: load, extra: fmt.Sprintf("CPU per row: PostgreSQL %.1f µs", cpu),
+					command: "bench -only copy  (pgx CopyFrom, same ids as P, each COPY its own transaction)"})
 			}
 			return nil
 		}},

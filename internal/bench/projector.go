@@ -20,13 +20,14 @@ type drainResult struct {
 	// CPU time per event applied, in µs: the projector process and the
 	// PostgreSQL backends it used.
 	projCPU, pgCPU float64
+	redisCPU       float64 // the whole Redis server's, per event
 	command        string
 }
 
 func (r drainResult) rate() float64 { return float64(r.events) / r.drain.Seconds() }
 
 func (r drainResult) cpu() string {
-	return fmt.Sprintf("CPU per event: projector %.1f µs, PostgreSQL %.1f µs", r.projCPU, r.pgCPU)
+	return fmt.Sprintf("CPU per event: projector %.1f µs, PostgreSQL %.1f µs, Redis %.1f µs", r.projCPU, r.pgCPU, r.redisCPU)
 }
 
 // preload adds events 0..n-1 (see syntheticEvent) to the stream, in
@@ -74,6 +75,7 @@ func (e *env) drainProjector(ctx context.Context, what string, n int, limit time
 	args := append([]string{e.tally, "projector", "--database-url", url, "--redis-url", e.redisURL,
 		"--stream-prefix", keys.Prefix(), "--consumer", "bench", "--log-level", "warn", "--log-format", "text"}, extra...)
 	res.command = fmt.Sprintf("tally projector %s  (stream preloaded with %d events)", joinArgs(extra), n)
+	redis0 := e.redisCPU(ctx)
 	p, err := start(ctx, logFile, args...)
 	if err != nil {
 		return res, err
@@ -111,7 +113,8 @@ func (e *env) drainProjector(ctx context.Context, what string, n int, limit time
 	}
 	res.drain = time.Since(first)
 	res.hwmMB = p.hwmMB()
-	projCPU, pgCPU := cpuSeconds(p.cmd.Process.Pid), backendCPU(ctx, pool, "tally_bench_"+e.run+"_"+what)
+	projCPU, pgCPU := cpuSeconds(p.cmd.Process.Pid), e.backendCPU(ctx, "tally_bench_"+e.run+"_"+what)
+	redisCPU := e.redisCPU(ctx) - redis0
 	if err := p.stop(); err != nil {
 		return res, fmt.Errorf("projector: %w", err)
 	}
@@ -126,6 +129,7 @@ func (e *env) drainProjector(ctx context.Context, what string, n int, limit time
 	res.events = n - int(left)
 	if res.events > 0 {
 		res.projCPU, res.pgCPU = 1e6*projCPU/float64(res.events), 1e6*pgCPU/float64(res.events)
+		res.redisCPU = 1e6 * redisCPU / float64(res.events)
 	}
 	if rows < int64(res.events) {
 		return res, fmt.Errorf("the ledger holds %d events, but %d entries were acknowledged", rows, res.events)
