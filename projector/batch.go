@@ -132,10 +132,10 @@ func (p *Projector) triage(m message) (stream.Entry, deadItem, bool) {
 	switch {
 	case m.values == nil:
 		return stream.Entry{}, deadItem{msg: m, reason: ReasonLost, detail: "the entry was deleted from the stream while it was pending"}, true
-	case m.deliveries > int64(p.cfg.MaxDeliveries) && !p.lastErr[m.key()].transient:
+	case m.deliveries > int64(p.cfg.MaxDeliveries) && !p.lastFailure(m).transient:
 		// An entry this projector saw fail only for transient reasons
 		// (PostgreSQL down) is tried again, however often it came back.
-		last := p.lastErr[m.key()].err
+		last := p.lastFailure(m).err
 		if last == "" {
 			last = "unknown to this consumer (the entry failed elsewhere, or its consumer stopped before it finished)"
 		}
@@ -172,7 +172,7 @@ func (p *Projector) apply(ctx, applyCtx context.Context, items []item, st *flush
 	switch {
 	case err == nil:
 		st.committed = true
-		p.acknowledge(applyCtx, items, outcomes)
+		p.acks <- ackJob{items: items, outcomes: outcomes}
 	case errors.Is(err, errAbandoned):
 		for _, it := range items {
 			p.remember(it.msg, failure{err: err.Error(), transient: true})
@@ -261,10 +261,30 @@ func (p *Projector) appendOnce(applyCtx context.Context, events []ledger.Event) 
 }
 
 func (p *Projector) remember(m message, f failure) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	if len(p.lastErr) >= maxRemembered {
 		clear(p.lastErr)
 	}
 	p.lastErr[m.key()] = f
+}
+
+func (p *Projector) lastFailure(m message) failure {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.lastErr[m.key()]
+}
+
+func (p *Projector) forget(m message) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.lastErr, m.key())
+}
+
+// ackJob is a committed batch on its way to acknowledge.
+type ackJob struct {
+	items    []item
+	outcomes []ledger.Outcome
 }
 
 // acknowledge counts the outcomes of a committed batch and acknowledges
@@ -281,7 +301,7 @@ func (p *Projector) acknowledge(applyCtx context.Context, items []item, outcomes
 			rejected++
 			p.m.events.WithLabelValues(string(o.Status), string(o.Reason)).Inc()
 		}
-		delete(p.lastErr, items[i].msg.key())
+		p.forget(items[i].msg)
 	}
 	p.m.events.WithLabelValues(string(ledger.StatusRecorded), "").Add(float64(recorded))
 	p.m.events.WithLabelValues(string(ledger.StatusDuplicate), "").Add(float64(duplicate))
@@ -359,7 +379,7 @@ func (p *Projector) deadLetter(applyCtx context.Context, items []deadItem) {
 			continue // failed (logged above), or handled by another consumer
 		}
 		p.m.events.WithLabelValues(outcomeDeadLettered, d.reason).Inc()
-		delete(p.lastErr, d.msg.key())
+		p.forget(d.msg)
 		p.log.LogAttrs(ctx, slog.LevelWarn, "entry dead-lettered",
 			slog.String("stream", d.msg.stream), slog.String("id", d.msg.id),
 			slog.String("reason", d.reason), slog.String("error", d.detail))

@@ -12,9 +12,13 @@
 //     in one Append call, so it is never half-applied.
 //   - Ack after commit (I4). Entries are acknowledged and deleted (XACK and
 //     XDEL in one MULTI per stream) only after Append returned their
-//     outcomes. When Append fails, nothing is acknowledged: the entries
-//     stay pending and are applied again later, and the ledger answers
-//     duplicate for whatever had in fact committed (I2).
+//     outcomes, by a goroutine of their own while the next batch goes to
+//     the ledger; Run returns only once every committed batch has been
+//     acknowledged (or its acknowledgement failed, when the entries come
+//     back and answer duplicate). When Append fails, nothing is
+//     acknowledged: the entries stay pending and are applied again later,
+//     and the ledger answers duplicate for whatever had in fact committed
+//     (I2).
 //   - Nothing is dropped silently (I1). An entry that cannot be decoded,
 //     whose fingerprint does not match its payload, that fails in the
 //     ledger for a reason other than a transient error, or that was

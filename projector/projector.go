@@ -57,9 +57,12 @@ type Projector struct {
 	shards map[string]int // stream key -> shard
 
 	running atomic.Bool
-	// lastErr remembers, by entry, why its last apply failed, for the
-	// dead-letter record when it is given up. Only the batching goroutine
-	// touches it.
+	// acks carries committed batches from the batching goroutine to the
+	// one that acknowledges them (see Run).
+	acks chan ackJob
+	// mu guards lastErr, which remembers, by entry, why its last apply
+	// failed, for the dead-letter record when it is given up.
+	mu      sync.Mutex
 	lastErr map[string]failure
 	// systemic counts the flushes in a row in which every entry failed
 	// with a permanent error; it sets the wait before the next one.
@@ -206,7 +209,21 @@ func (p *Projector) Run(ctx context.Context) error {
 	}
 	wg.Go(func() { p.statsLoop(ctx) })
 
+	// Committed batches are acknowledged by a goroutine of their own, so
+	// that the next batch goes to the ledger while Redis acknowledges the
+	// last one. Each batch is still acknowledged only after its commit;
+	// at most one waits while another is being acknowledged.
+	p.acks = make(chan ackJob, 1)
+	acked := make(chan struct{})
+	go func() {
+		defer close(acked)
+		for j := range p.acks {
+			p.acknowledge(applyCtx, j.items, j.outcomes)
+		}
+	}()
 	p.batchLoop(ctx, applyCtx, in)
+	close(p.acks)
+	<-acked
 	wg.Wait()
 	p.leaveGroup(applyCtx)
 	p.log.LogAttrs(context.WithoutCancel(ctx), slog.LevelInfo, "projector stopped")
