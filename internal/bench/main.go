@@ -53,7 +53,7 @@ var full = sizes{
 	batch1: 20_000, batch1Limit: 10 * time.Second,
 	naiveMax: 1_000_000, naiveFor: 10 * time.Second,
 	copyRows:  1_000_000,
-	wrkRounds: 2, wrkFor: 8 * time.Second,
+	wrkRounds: 3, wrkFor: 8 * time.Second,
 	e2eFor:        20 * time.Second,
 	importEvents:  1_000_000,
 	rebuildEvents: 10_000_000, rebuildRounds: 3,
