@@ -158,6 +158,7 @@ type owner struct {
 
 // facts are what the database knows about one event before it is applied.
 type facts struct {
+	loaded                                      bool // read for this event: the first of its key in the batch
 	pollExists, pollOpen, choiceValid, eligible bool
 	keySeq                                      *int64 // ledger row with the same (principal, key)
 	keyFP                                       [32]byte
@@ -203,23 +204,24 @@ func appendTx(ctx context.Context, tx pgx.Tx, events []Event) ([]Outcome, error)
 	if err != nil {
 		return nil, err
 	}
-	owners := make(map[keyOf]*owner, len(primaries))
+	owners := make(map[keyOf]owner, len(primaries))
 	claimed := make(map[pollPrincipal]bool, len(primaries))
 	var inserts []int
 	var rejections []rejection
 	for i, e := range events {
 		k := keyOf{e.PrincipalID, e.ClientEventID}
-		f, primary := fs[i]
+		f := &fs[i]
+		primary := f.loaded
 		if primary {
 			// The database's record of the key, if any, owns it.
 			switch {
 			case f.keySeq != nil:
-				owners[k] = &owner{fp: f.keyFP, replay: Outcome{Status: StatusDuplicate, Seq: *f.keySeq}}
+				owners[k] = owner{fp: f.keyFP, replay: Outcome{Status: StatusDuplicate, Seq: *f.keySeq}}
 			case f.rejReason != nil:
-				owners[k] = &owner{fp: f.rejFP, replay: Outcome{Status: StatusRejected, Reason: Reason(*f.rejReason)}}
+				owners[k] = owner{fp: f.rejFP, replay: Outcome{Status: StatusRejected, Reason: Reason(*f.rejReason)}}
 			}
 		}
-		if o := owners[k]; o != nil {
+		if o, owned := owners[k]; owned {
 			if o.fp == fps[i] {
 				outcomes[i] = o.replay
 			} else {
@@ -245,13 +247,13 @@ func appendTx(ctx context.Context, tx pgx.Tx, events []Event) ([]Outcome, error)
 		if reason != "" {
 			outcomes[i] = Outcome{Status: StatusRejected, Reason: reason}
 			rejections = append(rejections, rejection{e, fps[i], reason})
-			owners[k] = &owner{fp: fps[i], replay: outcomes[i]}
+			owners[k] = owner{fp: fps[i], replay: outcomes[i]}
 			continue
 		}
 		claimed[pp] = true
 		inserts = append(inserts, i)
 		outcomes[i] = Outcome{Status: StatusRecorded}
-		owners[k] = &owner{fp: fps[i], replay: Outcome{Status: StatusDuplicate}} // Seq set below
+		owners[k] = owner{fp: fps[i], replay: Outcome{Status: StatusDuplicate}} // Seq set below
 	}
 	seqs, err := insertEvents(ctx, tx, events, fps, inserts)
 	if err != nil {
@@ -262,7 +264,10 @@ func appendTx(ctx context.Context, tx pgx.Tx, events []Event) ([]Outcome, error)
 	}
 	for _, i := range inserts {
 		outcomes[i].Seq = seqs[i]
-		owners[keyOf{events[i].PrincipalID, events[i].ClientEventID}].replay.Seq = seqs[i]
+		k := keyOf{events[i].PrincipalID, events[i].ClientEventID}
+		o := owners[k]
+		o.replay.Seq = seqs[i]
+		owners[k] = o
 	}
 	// Exact repeats of an event inserted by this batch are its duplicates.
 	for i, e := range events {
@@ -299,7 +304,9 @@ LEFT JOIN LATERAL (SELECT reason, fingerprint FROM poll_event_rejections
                    WHERE principal_id = i.principal_id AND client_event_id = i.client_event_id LIMIT 1) r ON true
 LEFT JOIN LATERAL (SELECT id, opens_at, closes_at, eligibility FROM polls WHERE id = i.poll_id LIMIT 1) p ON true`
 
-func loadFacts(ctx context.Context, tx pgx.Tx, events []Event, idx []int) (map[int]facts, error) {
+// loadFacts returns the facts of events[idx], by index into events; the
+// others are not loaded.
+func loadFacts(ctx context.Context, tx pgx.Tx, events []Event, idx []int) ([]facts, error) {
 	n := len(idx)
 	ords := make([]int32, n)
 	principals, keys, polls, candidates := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
@@ -314,7 +321,7 @@ func loadFacts(ctx context.Context, tx pgx.Tx, events []Event, idx []int) (map[i
 		return nil, interpretError("append batch: load facts", err)
 	}
 	defer rows.Close()
-	out := make(map[int]facts, n)
+	out := make([]facts, len(events))
 	for rows.Next() {
 		var (
 			ord          int32
@@ -331,7 +338,11 @@ func loadFacts(ctx context.Context, tx pgx.Tx, events []Event, idx []int) (map[i
 		if f.rejFP, err = fixedFingerprint(rejFP); err != nil {
 			return nil, err
 		}
-		out[int(ord)] = f
+		if ord < 0 || int(ord) >= len(out) {
+			return nil, fmt.Errorf("append batch: load facts: row for event %d of %d", ord, len(out))
+		}
+		f.loaded = true
+		out[ord] = f
 	}
 	if err := rows.Err(); err != nil {
 		return nil, interpretError("append batch: load facts", err)
