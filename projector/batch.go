@@ -76,14 +76,14 @@ const (
 // flush handles one batch: it dead-letters what cannot be applied and
 // applies the rest in one transaction.
 func (p *Projector) flush(ctx, applyCtx context.Context, msgs []message) {
-	seen := make(map[string]bool, len(msgs))
+	seen := make(map[[2]string]bool, len(msgs)) // stream, id
 	items := make([]item, 0, len(msgs))
 	var dead []deadItem
 	for _, m := range msgs {
-		if seen[m.key()] {
+		if seen[[2]string{m.stream, m.id}] {
 			continue // claimed while it was also in flight here
 		}
-		seen[m.key()] = true
+		seen[[2]string{m.stream, m.id}] = true
 		e, d, bad := p.triage(m)
 		if bad {
 			dead = append(dead, d)
@@ -278,7 +278,9 @@ func (p *Projector) lastFailure(m message) failure {
 func (p *Projector) forget(m message) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	delete(p.lastErr, m.key())
+	if len(p.lastErr) > 0 {
+		delete(p.lastErr, m.key())
+	}
 }
 
 // ackJob is a committed batch on its way to acknowledge.
