@@ -242,7 +242,7 @@ func (p *proc) stop() error {
 	}
 }
 
-// waitHTTP waits until url answers.
+// waitHealthy waits until the server p runs answers on addr.
 func waitHealthy(ctx context.Context, p *proc, addr string) error {
 	deadline := time.Now().Add(15 * time.Second)
 	for time.Now().Before(deadline) {
