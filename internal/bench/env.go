@@ -330,3 +330,12 @@ func (e *env) backendCPU(ctx context.Context, db string) float64 {
 	}
 	return sum
 }
+
+// loadAvg3 is the 1, 5 and 15-minute load averages.
+func loadAvg3() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	return strings.Join(strings.Fields(string(b))[:3], " ")
+}

@@ -115,7 +115,7 @@ func main() {
 			want[s] = true
 		}
 	}
-	t := &table{}
+	t := &table{loadStart: loadAvg3()}
 	began := time.Now()
 	failed := false
 	for _, m := range measurements(e, sz) {
@@ -137,6 +137,7 @@ func main() {
 	t.took = time.Since(began)
 	t.short = *isShort
 	t.versions = e.versions(context.WithoutCancel(ctx))
+	t.loadEnd = loadAvg3()
 	md := t.markdown()
 	fmt.Println(md)
 	if *out != "" {

@@ -50,6 +50,9 @@ type table struct {
 	took     time.Duration
 	short    bool
 	versions string
+	// loadStart and loadEnd are the load averages (1, 5, 15 minutes) when
+	// the run started and ended, as uptime prints them.
+	loadStart, loadEnd string
 }
 
 func (t *table) add(f fig) { t.figs = append(t.figs, f) }
@@ -105,7 +108,8 @@ func (t *table) markdown() string {
 	if t.short {
 		b.WriteString(" (short sizes: a check, not figures)")
 	}
-	fmt.Fprintf(&b, ", %s; %s; %s; took %s.\n\n", machine(), t.versions, goVersion(), t.took.Round(time.Second))
+	fmt.Fprintf(&b, ", %s; %s; %s; took %s; load average %s at the start, %s at the end.\n\n",
+		machine(), t.versions, goVersion(), t.took.Round(time.Second), t.loadStart, t.loadEnd)
 	b.WriteString("| id | measurement | result | load | command |\n|---|---|---|---|---|\n")
 	for _, f := range t.figs {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | `%s` |\n", f.id, f.what, f, f.load, strings.ReplaceAll(f.command, "|", `\|`))
