@@ -176,6 +176,12 @@ func isTerminal(w io.Writer) bool {
 
 // openPool connects to PostgreSQL and checks it answers.
 func openPool(c *ucli.Context) (*pgxpool.Pool, error) {
+	return openPoolWaiting(c, 0, nil)
+}
+
+// openPoolWaiting is openPool that keeps trying for up to wait while the
+// server does not answer (a daemon started while PostgreSQL restarts).
+func openPoolWaiting(c *ucli.Context, wait time.Duration, log *slog.Logger) (*pgxpool.Pool, error) {
 	dbURL := c.String(flagDatabaseURL.Name)
 	cfg, err := pgxpool.ParseConfig(dbURL)
 	if err != nil {
@@ -185,13 +191,38 @@ func openPool(c *ucli.Context) (*pgxpool.Pool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--database-url: %w", err)
 	}
-	ctx, cancel := context.WithTimeout(c.Context, 10*time.Second)
-	defer cancel()
-	if err := pool.Ping(ctx); err != nil {
+	if err := waitFor(c.Context, "PostgreSQL", wait, log, pool.Ping); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("cannot reach PostgreSQL at %s: %w (is it running? set --database-url or TALLY_DATABASE_URL)", redactURL(dbURL), err)
 	}
 	return pool, nil
+}
+
+// waitFor calls ping, each try bounded to 10 s, until it succeeds or wait
+// has passed (one try when wait is 0), logging each failure to log.
+func waitFor(ctx context.Context, what string, wait time.Duration, log *slog.Logger, ping func(context.Context) error) error {
+	deadline := time.Now().Add(wait)
+	backoff := 500 * time.Millisecond
+	for {
+		tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := ping(tctx)
+		cancel()
+		left := time.Until(deadline)
+		if err == nil || left <= 0 || ctx.Err() != nil {
+			return err
+		}
+		pause := min(backoff, left)
+		if log != nil {
+			log.Warn("waiting for "+what, "error", err.Error(), "retry_in", pause.String(),
+				"gives_up_in", left.Round(time.Second).String())
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(pause):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
 }
 
 // openStore connects to PostgreSQL and returns the ledger on it.
@@ -210,6 +241,12 @@ func openStore(c *ucli.Context, cfg ledger.Config) (*ledger.Store, error) {
 
 // openRedis connects to Redis and checks it answers.
 func openRedis(c *ucli.Context) (*redis.Client, error) {
+	return openRedisWaiting(c, 0, nil)
+}
+
+// openRedisWaiting is openRedis that keeps trying for up to wait while the
+// server does not answer.
+func openRedisWaiting(c *ucli.Context, wait time.Duration, log *slog.Logger) (*redis.Client, error) {
 	redisURL := c.String(flagRedisURL.Name)
 	opt, err := redis.ParseURL(redisURL)
 	if err != nil {
@@ -219,9 +256,8 @@ func openRedis(c *ucli.Context) (*redis.Client, error) {
 	// caller at most its deadline.
 	opt.ContextTimeoutEnabled = true
 	rdb := redis.NewClient(opt)
-	ctx, cancel := context.WithTimeout(c.Context, 10*time.Second)
-	defer cancel()
-	if err := rdb.Ping(ctx).Err(); err != nil {
+	ping := func(ctx context.Context) error { return rdb.Ping(ctx).Err() }
+	if err := waitFor(c.Context, "Redis", wait, log, ping); err != nil {
 		rdb.Close()
 		return nil, fmt.Errorf("cannot reach Redis at %s: %w (is it running? set --redis-url or TALLY_REDIS_URL)", redactURL(redisURL), err)
 	}
@@ -241,19 +277,38 @@ type conns struct {
 	keys  stream.Keys
 }
 
-// openConns connects to PostgreSQL and Redis; close releases both.
-func openConns(c *ucli.Context, cfg ledger.Config) (*conns, error) {
+// flagStartupWait is how long a daemon waits at start for PostgreSQL and
+// Redis to answer (a template; see commonFlags).
+var flagStartupWait = ucli.DurationFlag{
+	Name: "startup-wait", EnvVars: []string{"TALLY_STARTUP_WAIT"}, Value: 2 * time.Minute,
+	Usage: "how long to keep trying PostgreSQL and Redis at start before giving up (exit 2)",
+}
+
+// startupWaitFlag is --startup-wait, a new one for each command.
+func startupWaitFlag() *ucli.DurationFlag {
+	f := flagStartupWait
+	return &f
+}
+
+// openConns connects to PostgreSQL and Redis, each tried for up to wait
+// (a daemon's --startup-wait; 0 for one try); close releases both.
+func openConns(c *ucli.Context, cfg ledger.Config, wait time.Duration) (*conns, error) {
 	keys, err := streamKeys(c)
 	if err != nil {
 		return nil, err
 	}
-	store, err := openStore(c, cfg)
+	pool, err := openPoolWaiting(c, wait, cfg.Logger)
 	if err != nil {
 		return nil, err
 	}
-	rdb, err := openRedis(c)
+	store, err := ledger.New(pool, cfg)
 	if err != nil {
-		store.Pool().Close()
+		pool.Close()
+		return nil, err
+	}
+	rdb, err := openRedisWaiting(c, wait, cfg.Logger)
+	if err != nil {
+		pool.Close()
 		return nil, err
 	}
 	return &conns{store: store, rdb: rdb, keys: keys}, nil

@@ -21,7 +21,7 @@ func intakeCommand() *ucli.Command {
 			"/healthz, /readyz and /metrics. It answers 202 only after Redis acknowledged the vote. " +
 			"SIGTERM or SIGINT stops it: it stops accepting, drains the requests in flight within " +
 			"--shutdown-timeout and exits 0.",
-		Flags: commonFlags(
+		Flags: commonFlags(startupWaitFlag(),
 			&ucli.StringFlag{Name: "listen", EnvVars: []string{"TALLY_INTAKE_LISTEN"}, Value: def.Listen,
 				Usage: "TCP `ADDR`ess to serve HTTP on"},
 			&ucli.Float64Flag{Name: "rate", EnvVars: []string{"TALLY_INTAKE_RATE"}, Value: def.Rate,
@@ -105,7 +105,7 @@ func runIntake(c *ucli.Context) error {
 		MaxHeaderBytes:    c.Int("max-header-bytes"),
 		ShutdownTimeout:   c.Duration("shutdown-timeout"),
 	}
-	cs, err := openConns(c, ledger.Config{Logger: log})
+	cs, err := openConns(c, ledger.Config{Logger: log}, c.Duration(flagStartupWait.Name))
 	if err != nil {
 		return err
 	}

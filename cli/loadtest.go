@@ -122,7 +122,7 @@ func runLoadtest(c *ucli.Context) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	cs, err := openConns(c, ledger.Config{Logger: log})
+	cs, err := openConns(c, ledger.Config{Logger: log}, 0)
 	if err != nil {
 		return err
 	}

@@ -39,7 +39,7 @@ func projectorCommand() *ucli.Command {
 			"commit within --shutdown-grace, acknowledges what committed and exits 0.\n\n" +
 			"Run several with distinct --consumer names to share the work. --metrics-listen serves /metrics and\n" +
 			"/healthz.",
-		Flags: commonFlags(
+		Flags: commonFlags(startupWaitFlag(),
 			&ucli.StringFlag{Name: "consumer", EnvVars: []string{"TALLY_PROJECTOR_CONSUMER"},
 				Usage: "`NAME` in the consumer group, unique per live projector (default: host-pid)"},
 			num("batch-size", "BATCH_SIZE", 1000, "most entries applied in one transaction"),
@@ -83,7 +83,7 @@ func runProjector(c *ucli.Context) error {
 		ShutdownGrace:   c.Duration("shutdown-grace"),
 		StatsInterval:   c.Duration("stats-interval"),
 	}
-	cs, err := openConns(c, ledger.Config{Logger: log, MaxBatch: max(cfg.BatchSize, 1)})
+	cs, err := openConns(c, ledger.Config{Logger: log, MaxBatch: max(cfg.BatchSize, 1)}, c.Duration(flagStartupWait.Name))
 	if err != nil {
 		return err
 	}

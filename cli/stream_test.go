@@ -187,3 +187,52 @@ func TestIntakeCommand(t *testing.T) {
 		t.Fatal("intake logged a bearer token")
 	}
 }
+
+// TestDaemonWaitsForRedisAtStart starts tally intake while its Redis is
+// down: it keeps trying (--startup-wait) and serves once Redis is up.
+func TestDaemonWaitsForRedisAtStart(t *testing.T) {
+	t.Parallel()
+	db := testenv.Postgres(t)
+	srv := testenv.StartRedis(t)
+	srv.Kill()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	done := make(chan int, 1)
+	var errOut bytes.Buffer
+	go func() {
+		runMu.Lock() // see runMu
+		defer runMu.Unlock()
+		done <- Run(ctx, []string{"tally", "intake", "--listen", addr, "--database-url", db.URL,
+			"--redis-url", srv.URL(), "--startup-wait", "30s", "--log-format", "json"},
+			strings.NewReader(""), io.Discard, &errOut)
+	}()
+	time.Sleep(1500 * time.Millisecond)
+	select {
+	case code := <-done:
+		t.Fatalf("intake gave up while Redis was down (exit %d):\n%s", code, errOut.String())
+	default:
+	}
+	srv.Start()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := http.Get("http://" + addr + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("intake did not serve after Redis came up: %v\n%s", err, errOut.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	stop()
+	if code := <-done; code != 0 {
+		t.Fatalf("intake exited %d", code)
+	}
+}
