@@ -34,11 +34,12 @@ fuzz: ## run each fuzz target for FUZZTIME (default 10s)
 		$(GO) test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) "$${t%%:*}" || exit 1; \
 	done
 
-bench: ## Go benchmarks of the batch path, with figures
-	@$(SERVICES); $(GO) test -run '^$$' -bench . -benchtime 3s -count 1 ./ledger/
+bench: ## every throughput, latency and memory figure next to its baseline (about 3-4 minutes); writes BENCHMARKS.md
+	@scripts/bench.sh
 
-bench-short: ## every benchmark once, as a check that they run
-	@$(SERVICES); $(GO) test -run '^$$' -bench . -benchtime 1x -count 1 ./... >/dev/null && echo "benchmarks: ok"
+bench-short: ## every Go benchmark once, and every bench measurement at small sizes (under a minute)
+	@$(SERVICES); $(GO) test -run '^$$' -bench . -benchtime 1x -count 1 ./... >/dev/null && \
+	scripts/bench.sh --short >/dev/null && echo "benchmarks: ok"
 
 chaos: ## the long fault suite: 80+ kills and crash-restarts under load, then its table
 	@$(SERVICES); TALLY_CHAOS=long $(GO) test ./internal/chaos/ -count=1 -run . -timeout 30m -v

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -82,6 +83,9 @@ func runProjector(c *ucli.Context) error {
 		BreakerOpenFor:  c.Duration("breaker-open-for"),
 		ShutdownGrace:   c.Duration("shutdown-grace"),
 		StatsInterval:   c.Duration("stats-interval"),
+	}
+	if _, set := os.LookupEnv("GOGC"); set {
+		cfg.GCPercent = -1 // the operator's GOGC wins over the projector's default
 	}
 	cs, err := openConns(c, ledger.Config{Logger: log, MaxBatch: max(cfg.BatchSize, 1)}, c.Duration(flagStartupWait.Name))
 	if err != nil {

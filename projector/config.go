@@ -62,8 +62,8 @@ type Config struct {
 	StatsInterval time.Duration
 
 	// GCPercent is the garbage collector's target (debug.SetGCPercent)
-	// while Run runs, unless the GOGC environment variable sets one; -1
-	// leaves the runtime's setting alone. Default 400: the projector keeps
+	// while Run runs; -1 leaves the runtime's setting alone (tally
+	// projector passes -1 when the GOGC environment variable is set). Default 400: the projector keeps
 	// a few MB live and allocates fast, so at the runtime's default of 100
 	// it spends about a third of its CPU collecting (see BENCHMARKS.md);
 	// at 400 its peak RSS stays about 50 MB with a 1M-entry backlog.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"os"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -157,7 +156,7 @@ func (p *Projector) Run(ctx context.Context) error {
 		return errors.New("projector: Run is already running")
 	}
 	defer p.running.Store(false)
-	if _, set := os.LookupEnv("GOGC"); !set && p.cfg.GCPercent > 0 {
+	if p.cfg.GCPercent > 0 {
 		defer debug.SetGCPercent(debug.SetGCPercent(p.cfg.GCPercent))
 	}
 	for failures := 1; ; failures++ {

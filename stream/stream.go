@@ -159,7 +159,18 @@ var ErrUndecodable = errors.New("undecodable stream entry")
 // event id: 1-64 characters of [A-Za-z0-9_-].
 func ValidID(s string) bool { return ids.Valid(s) }
 
-var fpRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
+// isLowerHex64 reports whether s is 64 lowercase hex digits.
+func isLowerHex64(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
 
 // Decode reads an entry from the field/value map go-redis returns. Every
 // error wraps ErrUndecodable and names the faulty field.
@@ -205,7 +216,7 @@ func Decode(values map[string]any) (Entry, error) {
 	if err != nil {
 		return Entry{}, err
 	}
-	if !fpRE.MatchString(fp) {
+	if !isLowerHex64(fp) {
 		return Entry{}, fmt.Errorf("%w: field %q is not 64 lowercase hex digits", ErrUndecodable, FieldFingerprint)
 	}
 	e.Fingerprint = fp
