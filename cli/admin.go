@@ -21,6 +21,16 @@ func formatFlag() *ucli.StringFlag {
 	return &ucli.StringFlag{Name: "format", Value: "table", Usage: "output format: table or json"}
 }
 
+// withStore opens the ledger for one command, runs fn with it and closes it.
+func withStore(c *ucli.Context, fn func(*ledger.Store) error) error {
+	store, err := openStore(c, ledger.Config{})
+	if err != nil {
+		return err
+	}
+	defer store.Pool().Close()
+	return fn(store)
+}
+
 func outputJSON(c *ucli.Context) (bool, error) {
 	switch f := c.String("format"); f {
 	case "table":
@@ -56,51 +66,48 @@ func rebuildCommand() *ucli.Command {
 			if err != nil {
 				return err
 			}
-			store, err := openStore(c, ledger.Config{})
-			if err != nil {
-				return err
-			}
-			defer store.Pool().Close()
-			poll := c.String("poll")
-			if poll != "" {
-				if _, err := store.Poll(c.Context, poll); err != nil {
-					return fmt.Errorf("--poll %s: no such poll (tally poll list shows them)", poll)
+			return withStore(c, func(store *ledger.Store) error {
+				poll := c.String("poll")
+				if poll != "" {
+					if _, err := store.Poll(c.Context, poll); err != nil {
+						return fmt.Errorf("--poll %s: no such poll (tally poll list shows them)", poll)
+					}
 				}
-			}
-			var changed []ledger.TallyRow
-			if c.Bool("apply") {
-				if changed, err = store.Repair(c.Context, poll); err != nil {
-					return err
-				}
-			}
-			rep, err := store.Rebuild(c.Context, poll)
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				out := struct {
-					ledger.Report
-					Equal    bool              `json:"equal"`
-					Repaired []ledger.TallyRow `json:"repaired,omitempty"`
-				}{rep, rep.Differing == 0, changed}
-				if out.Rows == nil {
-					out.Rows = []ledger.TallyRow{}
-				}
-				if err := writeJSON(c.App.Writer, out); err != nil {
-					return err
-				}
-			} else {
+				var changed []ledger.TallyRow
 				if c.Bool("apply") {
-					printRepaired(c.App.Writer, changed)
+					if changed, err = store.Repair(c.Context, poll); err != nil {
+						return err
+					}
 				}
-				if err := printReport(c.App.Writer, rep); err != nil {
+				rep, err := store.Rebuild(c.Context, poll)
+				if err != nil {
 					return err
 				}
-			}
-			if rep.Differing > 0 {
-				return checkFailed(fmt.Errorf("%d rows differ", rep.Differing))
-			}
-			return nil
+				if asJSON {
+					out := struct {
+						ledger.Report
+						Equal    bool              `json:"equal"`
+						Repaired []ledger.TallyRow `json:"repaired,omitempty"`
+					}{rep, rep.Differing == 0, changed}
+					if out.Rows == nil {
+						out.Rows = []ledger.TallyRow{}
+					}
+					if err := writeJSON(c.App.Writer, out); err != nil {
+						return err
+					}
+				} else {
+					if c.Bool("apply") {
+						printRepaired(c.App.Writer, changed)
+					}
+					if err := printReport(c.App.Writer, rep); err != nil {
+						return err
+					}
+				}
+				if rep.Differing > 0 {
+					return checkFailed(fmt.Errorf("%d rows differ", rep.Differing))
+				}
+				return nil
+			})
 		},
 	}
 }
@@ -147,37 +154,34 @@ func exportCommand() *ucli.Command {
 		ArgsUsage: "[FILE] (default: standard output)",
 		Flags:     commonFlags(&ucli.StringFlag{Name: "poll", Usage: "only this poll `ID`"}),
 		Action: func(c *ucli.Context) error {
-			store, err := openStore(c, ledger.Config{})
-			if err != nil {
-				return err
-			}
-			defer store.Pool().Close()
-			out := c.App.Writer
-			if c.NArg() > 0 && c.Args().First() != "-" {
-				f, err := os.Create(c.Args().First())
+			return withStore(c, func(store *ledger.Store) error {
+				out := c.App.Writer
+				if c.NArg() > 0 && c.Args().First() != "-" {
+					f, err := os.Create(c.Args().First())
+					if err != nil {
+						return fmt.Errorf("export: %w", err)
+					}
+					defer f.Close()
+					out = f
+				}
+				bw := bufio.NewWriterSize(out, 1<<16)
+				enc := json.NewEncoder(bw)
+				n := 0
+				err := store.Export(c.Context, c.String("poll"), func(r ledger.LedgerRow) error {
+					n++
+					rat, recat := r.ReceivedAt.UTC(), r.RecordedAt.UTC()
+					return enc.Encode(ledgerLine{Seq: r.Seq, EventID: r.ClientEventID, PollID: r.PollID,
+						CandidateID: r.CandidateID, PrincipalID: r.PrincipalID, ReceivedAt: &rat, RecordedAt: &recat})
+				})
 				if err != nil {
+					return err
+				}
+				if err := bw.Flush(); err != nil {
 					return fmt.Errorf("export: %w", err)
 				}
-				defer f.Close()
-				out = f
-			}
-			bw := bufio.NewWriterSize(out, 1<<16)
-			enc := json.NewEncoder(bw)
-			n := 0
-			err = store.Export(c.Context, c.String("poll"), func(r ledger.LedgerRow) error {
-				n++
-				rat, recat := r.ReceivedAt.UTC(), r.RecordedAt.UTC()
-				return enc.Encode(ledgerLine{Seq: r.Seq, EventID: r.ClientEventID, PollID: r.PollID,
-					CandidateID: r.CandidateID, PrincipalID: r.PrincipalID, ReceivedAt: &rat, RecordedAt: &recat})
+				fmt.Fprintf(c.App.ErrWriter, "exported %d events\n", n)
+				return nil
 			})
-			if err != nil {
-				return err
-			}
-			if err := bw.Flush(); err != nil {
-				return fmt.Errorf("export: %w", err)
-			}
-			fmt.Fprintf(c.App.ErrWriter, "exported %d events\n", n)
-			return nil
 		},
 	}
 }
@@ -209,24 +213,21 @@ func importCommand() *ucli.Command {
 				defer f.Close()
 				in = f
 			}
-			store, err := openStore(c, ledger.Config{})
-			if err != nil {
-				return err
-			}
-			defer store.Pool().Close()
-			size := c.Int("batch-size")
-			if size < 1 || size > store.MaxBatch() {
-				return fmt.Errorf("--batch-size %d: use 1 to %d", size, store.MaxBatch())
-			}
-			counts, lines, err := importEvents(c, store, in, size)
-			if asJSON {
-				if jerr := writeJSON(c.App.Writer, map[string]any{"lines": lines, "outcomes": counts}); jerr != nil {
-					return jerr
+			return withStore(c, func(store *ledger.Store) error {
+				size := c.Int("batch-size")
+				if size < 1 || size > store.MaxBatch() {
+					return fmt.Errorf("--batch-size %d: use 1 to %d", size, store.MaxBatch())
 				}
-			} else {
-				printCounts(c.App.Writer, counts, lines)
-			}
-			return err
+				counts, lines, err := importEvents(c, store, in, size)
+				if asJSON {
+					if jerr := writeJSON(c.App.Writer, map[string]any{"lines": lines, "outcomes": counts}); jerr != nil {
+						return jerr
+					}
+				} else {
+					printCounts(c.App.Writer, counts, lines)
+				}
+				return err
+			})
 		},
 	}
 }
@@ -340,19 +341,16 @@ func pollCommand() *ucli.Command {
 					if !closes.IsZero() {
 						p.ClosesAt = &closes
 					}
-					store, err := openStore(c, ledger.Config{})
-					if err != nil {
-						return err
-					}
-					defer store.Pool().Close()
-					if err := store.CreatePoll(c.Context, p); err != nil {
-						if errors.Is(err, ledger.ErrExists) {
-							return fmt.Errorf("poll %s already exists (tally poll show %s)", p.ID, p.ID)
+					return withStore(c, func(store *ledger.Store) error {
+						if err := store.CreatePoll(c.Context, p); err != nil {
+							if errors.Is(err, ledger.ErrExists) {
+								return fmt.Errorf("poll %s already exists (tally poll show %s)", p.ID, p.ID)
+							}
+							return err
 						}
-						return err
-					}
-					fmt.Fprintf(c.App.ErrWriter, "created poll %s with %d choices\n", p.ID, len(p.Choices))
-					return nil
+						fmt.Fprintf(c.App.ErrWriter, "created poll %s with %d choices\n", p.ID, len(p.Choices))
+						return nil
+					})
 				},
 			},
 			{
@@ -371,19 +369,16 @@ func pollCommand() *ucli.Command {
 					if at.IsZero() {
 						at = time.Now()
 					}
-					store, err := openStore(c, ledger.Config{})
-					if err != nil {
-						return err
-					}
-					defer store.Pool().Close()
-					if err := store.ClosePoll(c.Context, c.Args().First(), at); err != nil {
-						if errors.Is(err, ledger.ErrNotFound) {
-							return fmt.Errorf("no poll %s (tally poll list shows them)", c.Args().First())
+					return withStore(c, func(store *ledger.Store) error {
+						if err := store.ClosePoll(c.Context, c.Args().First(), at); err != nil {
+							if errors.Is(err, ledger.ErrNotFound) {
+								return fmt.Errorf("no poll %s (tally poll list shows them)", c.Args().First())
+							}
+							return err
 						}
-						return err
-					}
-					fmt.Fprintf(c.App.ErrWriter, "poll %s closes at %s\n", c.Args().First(), at.UTC().Format(time.RFC3339))
-					return nil
+						fmt.Fprintf(c.App.ErrWriter, "poll %s closes at %s\n", c.Args().First(), at.UTC().Format(time.RFC3339))
+						return nil
+					})
 				},
 			},
 			{
@@ -395,27 +390,24 @@ func pollCommand() *ucli.Command {
 					if err != nil {
 						return err
 					}
-					store, err := openStore(c, ledger.Config{})
-					if err != nil {
-						return err
-					}
-					defer store.Pool().Close()
-					ps, err := store.Polls(c.Context)
-					if err != nil {
-						return err
-					}
-					if asJSON {
-						out := make([]pollJSON, len(ps))
-						for i, p := range ps {
-							out[i] = toPollJSON(p, nil)
+					return withStore(c, func(store *ledger.Store) error {
+						ps, err := store.Polls(c.Context)
+						if err != nil {
+							return err
 						}
-						return writeJSON(c.App.Writer, out)
-					}
-					t := newTable(c.App.Writer, "ID", "STATE", "CLOSES", "ELIGIBLE", "CHOICES", "TITLE")
-					for _, p := range ps {
-						t.row(p.ID, pollState(p, time.Now()), fmtTimePtr(p.ClosesAt), eligibleText(p), strings.Join(p.Choices, ","), p.Title)
-					}
-					return t.flush()
+						if asJSON {
+							out := make([]pollJSON, len(ps))
+							for i, p := range ps {
+								out[i] = toPollJSON(p, nil)
+							}
+							return writeJSON(c.App.Writer, out)
+						}
+						t := newTable(c.App.Writer, "ID", "STATE", "CLOSES", "ELIGIBLE", "CHOICES", "TITLE")
+						for _, p := range ps {
+							t.row(p.ID, pollState(p, time.Now()), fmtTimePtr(p.ClosesAt), eligibleText(p), strings.Join(p.Choices, ","), p.Title)
+						}
+						return t.flush()
+					})
 				},
 			},
 			{
@@ -431,39 +423,36 @@ func pollCommand() *ucli.Command {
 					if c.NArg() != 1 {
 						return errors.New("give the poll ID to show")
 					}
-					store, err := openStore(c, ledger.Config{})
-					if err != nil {
-						return err
-					}
-					defer store.Pool().Close()
-					p, err := store.Poll(c.Context, c.Args().First())
-					if errors.Is(err, ledger.ErrNotFound) {
-						return fmt.Errorf("no poll %s (tally poll list shows them)", c.Args().First())
-					}
-					if err != nil {
-						return err
-					}
-					res, err := store.Results(c.Context, p.ID)
-					if err != nil {
-						return err
-					}
-					if asJSON {
-						return writeJSON(c.App.Writer, toPollJSON(p, &res))
-					}
-					w := c.App.Writer
-					fmt.Fprintf(w, "poll      %s\ntitle     %s\nstate     %s\nopens     %s\ncloses    %s\neligible  %s\n\n",
-						p.ID, p.Title, pollState(p, time.Now()), p.OpensAt.UTC().Format(time.RFC3339), fmtTimePtr(p.ClosesAt), eligibleText(p))
-					t := newTable(w, "CANDIDATE", "VOTES")
-					for _, r := range res.Results {
-						t.row(r.CandidateID, strconv.FormatInt(r.Votes, 10))
-					}
-					t.row("total", strconv.FormatInt(res.Total, 10))
-					if err := t.flush(); err != nil {
-						return err
-					}
-					fmt.Fprintf(w, "\nas of %s, from the projection (tally rebuild --poll %s verifies it against the ledger)\n",
-						res.AsOf.UTC().Format(time.RFC3339), p.ID)
-					return nil
+					return withStore(c, func(store *ledger.Store) error {
+						p, err := store.Poll(c.Context, c.Args().First())
+						if errors.Is(err, ledger.ErrNotFound) {
+							return fmt.Errorf("no poll %s (tally poll list shows them)", c.Args().First())
+						}
+						if err != nil {
+							return err
+						}
+						res, err := store.Results(c.Context, p.ID)
+						if err != nil {
+							return err
+						}
+						if asJSON {
+							return writeJSON(c.App.Writer, toPollJSON(p, &res))
+						}
+						w := c.App.Writer
+						fmt.Fprintf(w, "poll      %s\ntitle     %s\nstate     %s\nopens     %s\ncloses    %s\neligible  %s\n\n",
+							p.ID, p.Title, pollState(p, time.Now()), p.OpensAt.UTC().Format(time.RFC3339), fmtTimePtr(p.ClosesAt), eligibleText(p))
+						t := newTable(w, "CANDIDATE", "VOTES")
+						for _, r := range res.Results {
+							t.row(r.CandidateID, strconv.FormatInt(r.Votes, 10))
+						}
+						t.row("total", strconv.FormatInt(res.Total, 10))
+						if err := t.flush(); err != nil {
+							return err
+						}
+						fmt.Fprintf(w, "\nas of %s, from the projection (tally rebuild --poll %s verifies it against the ledger)\n",
+							res.AsOf.UTC().Format(time.RFC3339), p.ID)
+						return nil
+					})
 				},
 			},
 		},
@@ -538,18 +527,15 @@ func principalCommand() *ucli.Command {
 					if c.NArg() != 1 {
 						return errors.New("give the principal's NAME, e.g. tally principal add ci-bot")
 					}
-					store, err := openStore(c, ledger.Config{})
-					if err != nil {
-						return err
-					}
-					defer store.Pool().Close()
-					p, token, err := store.AddPrincipal(c.Context, c.Args().First())
-					if err != nil {
-						return err
-					}
-					fmt.Fprintln(c.App.Writer, token)
-					fmt.Fprintf(c.App.ErrWriter, "added principal %s (%s); its token is on stdout and is not shown again\n", p.ID, p.Name)
-					return nil
+					return withStore(c, func(store *ledger.Store) error {
+						p, token, err := store.AddPrincipal(c.Context, c.Args().First())
+						if err != nil {
+							return err
+						}
+						fmt.Fprintln(c.App.Writer, token)
+						fmt.Fprintf(c.App.ErrWriter, "added principal %s (%s); its token is on stdout and is not shown again\n", p.ID, p.Name)
+						return nil
+					})
 				},
 			},
 			{
@@ -561,19 +547,16 @@ func principalCommand() *ucli.Command {
 					if c.NArg() != 1 {
 						return errors.New("give the principal ID to revoke (tally principal list shows them)")
 					}
-					store, err := openStore(c, ledger.Config{})
-					if err != nil {
-						return err
-					}
-					defer store.Pool().Close()
-					if err := store.RevokePrincipal(c.Context, c.Args().First()); err != nil {
-						if errors.Is(err, ledger.ErrNotFound) {
-							return fmt.Errorf("no principal %s (tally principal list shows them)", c.Args().First())
+					return withStore(c, func(store *ledger.Store) error {
+						if err := store.RevokePrincipal(c.Context, c.Args().First()); err != nil {
+							if errors.Is(err, ledger.ErrNotFound) {
+								return fmt.Errorf("no principal %s (tally principal list shows them)", c.Args().First())
+							}
+							return err
 						}
-						return err
-					}
-					fmt.Fprintf(c.App.ErrWriter, "revoked principal %s\n", c.Args().First())
-					return nil
+						fmt.Fprintf(c.App.ErrWriter, "revoked principal %s\n", c.Args().First())
+						return nil
+					})
 				},
 			},
 			{
@@ -585,33 +568,30 @@ func principalCommand() *ucli.Command {
 					if err != nil {
 						return err
 					}
-					store, err := openStore(c, ledger.Config{})
-					if err != nil {
-						return err
-					}
-					defer store.Pool().Close()
-					ps, err := store.Principals(c.Context)
-					if err != nil {
-						return err
-					}
-					if asJSON {
-						type pj struct {
-							ID        string     `json:"id"`
-							Name      string     `json:"name"`
-							CreatedAt time.Time  `json:"created_at"`
-							RevokedAt *time.Time `json:"revoked_at"`
+					return withStore(c, func(store *ledger.Store) error {
+						ps, err := store.Principals(c.Context)
+						if err != nil {
+							return err
 						}
-						out := make([]pj, len(ps))
-						for i, p := range ps {
-							out[i] = pj(p)
+						if asJSON {
+							type pj struct {
+								ID        string     `json:"id"`
+								Name      string     `json:"name"`
+								CreatedAt time.Time  `json:"created_at"`
+								RevokedAt *time.Time `json:"revoked_at"`
+							}
+							out := make([]pj, len(ps))
+							for i, p := range ps {
+								out[i] = pj(p)
+							}
+							return writeJSON(c.App.Writer, out)
 						}
-						return writeJSON(c.App.Writer, out)
-					}
-					t := newTable(c.App.Writer, "ID", "NAME", "CREATED", "REVOKED")
-					for _, p := range ps {
-						t.row(p.ID, p.Name, p.CreatedAt.UTC().Format(time.RFC3339), fmtTimePtr(p.RevokedAt))
-					}
-					return t.flush()
+						t := newTable(c.App.Writer, "ID", "NAME", "CREATED", "REVOKED")
+						for _, p := range ps {
+							t.row(p.ID, p.Name, p.CreatedAt.UTC().Format(time.RFC3339), fmtTimePtr(p.RevokedAt))
+						}
+						return t.flush()
+					})
 				},
 			},
 		},
