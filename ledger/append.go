@@ -136,7 +136,7 @@ func (s *Store) Append(ctx context.Context, events []Event) ([]Outcome, error) {
 	var outcomes []Outcome
 	err := s.runTx(ctx, "append batch", pgx.TxOptions{}, func(tx pgx.Tx) error {
 		var err error
-		outcomes, err = appendTx(ctx, tx, events)
+		outcomes, err = appendTx(ctx, tx, events, !s.fullPathOnly)
 		return err
 	})
 	if err != nil {
@@ -178,23 +178,86 @@ type rejection struct {
 // transaction is rolled back and run again, and then sees that row.
 var errRaced = errors.New("a concurrent append inserted the same key first")
 
-// appendTx classifies and applies events inside tx.
+// appendTx classifies and applies events inside tx, in two steps.
 //
-// It reads the facts of every event whose key is new to the batch in one
-// query, classifies all events in batch order against those facts and what
-// the batch itself already claimed, inserts the new ledger rows (with the
-// projection deltas in the same statement), and records the rejections.
-// When a concurrent transaction pre-empted one of the inserts (the insert
-// hit a unique violation), the classification of the whole batch is void:
+// First, when fast is set, the optimistic step: the events that are the
+// first of their key and of their (poll, principal) in the batch go to the
+// ledger in one INSERT ... ON CONFLICT DO NOTHING that keeps only events
+// valid by the catalog (poll known, open at received_at, choice offered,
+// open to any principal) and whose key has no rejection record. Every row it
+// inserts is an event the full rules would record: nothing in the database
+// or earlier in the batch claimed its key or its (poll, principal). In the
+// common case, a batch of new events, that one statement is the whole
+// append.
+//
+// Then the full rules, for every event the first step did not record. They
+// read the facts of those events (which now include the rows the first step
+// inserted), classify them in batch order against those facts and what the
+// batch itself claims, insert the new ledger rows (with the projection
+// deltas in the same statement), and record the rejections. No event the
+// first step left out could have claimed what an event it inserted took:
+// such an event is either a repeat of a key (it claims nothing), invalid by
+// the catalog (it claims nothing), or its (poll, principal) came first in
+// the batch, and then the event inserted would have been left out instead.
+// When a concurrent transaction pre-empted one of the second step's inserts
+// (a unique violation), the classification of the whole batch is void:
 // appendTx returns errRaced and runTx starts over.
-func appendTx(ctx context.Context, tx pgx.Tx, events []Event) ([]Outcome, error) {
+func appendTx(ctx context.Context, tx pgx.Tx, events []Event, fast bool) ([]Outcome, error) {
 	outcomes := make([]Outcome, len(events))
 	fps := make([][32]byte, len(events))
-	var primaries []int // the first event of each (principal, key)
-	seen := make(map[keyOf]bool, len(events))
 	for i, e := range events {
 		fps[i] = Fingerprint(e.PollID, e.CandidateID)
-		k := keyOf{e.PrincipalID, e.ClientEventID}
+	}
+	rest := make([]int, 0, len(events))
+	if fast {
+		seqs, err := insertEvents(ctx, tx, insertFreshSQL, events, fps, freshEvents(events))
+		if err != nil {
+			return nil, err
+		}
+		for i := range events {
+			if seq, ok := seqs[i]; ok {
+				outcomes[i] = Outcome{Status: StatusRecorded, Seq: seq}
+			} else {
+				rest = append(rest, i)
+			}
+		}
+	} else {
+		for i := range events {
+			rest = append(rest, i)
+		}
+	}
+	if len(rest) == 0 {
+		return outcomes, nil
+	}
+	if err := classify(ctx, tx, events, fps, rest, outcomes); err != nil {
+		return nil, err
+	}
+	return outcomes, nil
+}
+
+// freshEvents returns the index of every event that is the first of its
+// (principal, key) and of its (poll, principal) in the batch.
+func freshEvents(events []Event) []int {
+	keys := make(map[keyOf]bool, len(events))
+	answers := make(map[pollPrincipal]bool, len(events))
+	fresh := make([]int, 0, len(events))
+	for i, e := range events {
+		k, pp := keyOf{e.PrincipalID, e.ClientEventID}, pollPrincipal{e.PollID, e.PrincipalID}
+		if !keys[k] && !answers[pp] {
+			fresh = append(fresh, i)
+		}
+		keys[k], answers[pp] = true, true
+	}
+	return fresh
+}
+
+// classify applies the full rules to events[idx] (in batch order) and
+// fills in their outcomes.
+func classify(ctx context.Context, tx pgx.Tx, events []Event, fps [][32]byte, idx []int, outcomes []Outcome) error {
+	var primaries []int // the first event of each (principal, key)
+	seen := make(map[keyOf]bool, len(idx))
+	for _, i := range idx {
+		k := keyOf{events[i].PrincipalID, events[i].ClientEventID}
 		if !seen[k] {
 			seen[k] = true
 			primaries = append(primaries, i)
@@ -202,13 +265,14 @@ func appendTx(ctx context.Context, tx pgx.Tx, events []Event) ([]Outcome, error)
 	}
 	fs, err := loadFacts(ctx, tx, events, primaries)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	owners := make(map[keyOf]owner, len(primaries))
 	claimed := make(map[pollPrincipal]bool, len(primaries))
 	var inserts []int
 	var rejections []rejection
-	for i, e := range events {
+	for _, i := range idx {
+		e := events[i]
 		k := keyOf{e.PrincipalID, e.ClientEventID}
 		f := &fs[i]
 		primary := f.loaded
@@ -255,12 +319,12 @@ func appendTx(ctx context.Context, tx pgx.Tx, events []Event) ([]Outcome, error)
 		outcomes[i] = Outcome{Status: StatusRecorded}
 		owners[k] = owner{fp: fps[i], replay: Outcome{Status: StatusDuplicate}} // Seq set below
 	}
-	seqs, err := insertEvents(ctx, tx, events, fps, inserts)
+	seqs, err := insertEvents(ctx, tx, insertEventsSQL, events, fps, inserts)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if len(seqs) != len(inserts) {
-		return nil, errRaced
+		return errRaced
 	}
 	for _, i := range inserts {
 		outcomes[i].Seq = seqs[i]
@@ -269,16 +333,13 @@ func appendTx(ctx context.Context, tx pgx.Tx, events []Event) ([]Outcome, error)
 		o.replay.Seq = seqs[i]
 		owners[k] = o
 	}
-	// Exact repeats of an event inserted by this batch are its duplicates.
-	for i, e := range events {
+	// Exact repeats of an event inserted here are its duplicates.
+	for _, i := range idx {
 		if outcomes[i].Status == StatusDuplicate && outcomes[i].Seq == 0 {
-			outcomes[i].Seq = owners[keyOf{e.PrincipalID, e.ClientEventID}].replay.Seq
+			outcomes[i].Seq = owners[keyOf{events[i].PrincipalID, events[i].ClientEventID}].replay.Seq
 		}
 	}
-	if err := insertRejections(ctx, tx, rejections); err != nil {
-		return nil, err
-	}
-	return outcomes, nil
+	return insertRejections(ctx, tx, rejections)
 }
 
 // loadFactsSQL reads, for each event, what decides its outcome. Each
@@ -360,26 +421,20 @@ func fixedFingerprint(b []byte) ([32]byte, error) {
 	return [32]byte(b), nil
 }
 
-// insertEventsSQL appends the ledger rows and, in the same statement, adds
-// them to the projection, per (poll, candidate) in a fixed order. Rows are
-// inserted in principal order so two batches meet on the unique indexes in
-// the same order.
-//
-// It is a plain INSERT, not ON CONFLICT DO NOTHING: the facts read before
-// it already showed every key and (poll, principal) free, so a unique
-// violation can only come from a concurrent transaction that committed
-// the same key in between, and insertEvents reports it as errRaced. A
-// plain INSERT spares the speculative pre-check of both unique indexes
-// that ON CONFLICT makes for every row (about a fifth of PostgreSQL's time
-// on a batch).
-const insertEventsSQL = `
+// insertSQL appends ledger rows chosen from the batch by selectRows and,
+// in the same statement, adds them to the projection, per (poll,
+// candidate) in a fixed order. Rows are inserted in principal order so two
+// batches meet on the unique indexes in the same order.
+func insertSQL(selectRows, onConflict string) string {
+	return `
 WITH input AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::timestamptz[])
         AS i(principal_id, client_event_id, poll_id, candidate_id, fingerprint, received_at)
 ), ins AS (
     INSERT INTO poll_events (poll_id, candidate_id, principal_id, client_event_id, fingerprint, received_at)
-    SELECT poll_id, candidate_id, principal_id, client_event_id, fingerprint, received_at
-    FROM input ORDER BY principal_id, poll_id, client_event_id
+    ` + selectRows + `
+    ORDER BY i.principal_id, i.poll_id, i.client_event_id
+    ` + onConflict + `
     RETURNING seq, principal_id, client_event_id, poll_id, candidate_id
 ), proj AS (
     INSERT INTO poll_results AS r (poll_id, candidate_id, vote_count)
@@ -388,11 +443,40 @@ WITH input AS (
     ON CONFLICT (poll_id, candidate_id) DO UPDATE SET vote_count = r.vote_count + EXCLUDED.vote_count
 )
 SELECT principal_id, client_event_id, seq FROM ins`
+}
+
+// insertFreshSQL is the optimistic step of appendTx: it inserts the events
+// that are valid by the catalog, whose key has no rejection record, and
+// that conflict with no ledger row (ON CONFLICT DO NOTHING with no target
+// covers both unique indexes; a row a concurrent transaction holds is
+// waited for, then skipped if it committed). It is stricter than the full
+// rules, never looser: an event it skips gets the full rules. The lookups
+// are correlated LIMIT 1 subqueries, like loadFactsSQL's, so the generic
+// plan stays a nested loop of index probes.
+var insertFreshSQL = insertSQL(`
+    SELECT i.poll_id, i.candidate_id, i.principal_id, i.client_event_id, i.fingerprint, i.received_at
+    FROM input i
+    CROSS JOIN LATERAL (SELECT opens_at, closes_at, eligibility FROM polls WHERE id = i.poll_id LIMIT 1) p
+    WHERE p.eligibility = 'any'
+      AND p.opens_at <= i.received_at AND (p.closes_at IS NULL OR i.received_at < p.closes_at)
+      AND EXISTS (SELECT 1 FROM poll_choices c WHERE c.poll_id = i.poll_id AND c.candidate_id = i.candidate_id)
+      AND NOT EXISTS (SELECT 1 FROM poll_event_rejections r
+                      WHERE r.principal_id = i.principal_id AND r.client_event_id = i.client_event_id)`,
+	`ON CONFLICT DO NOTHING`)
+
+// insertEventsSQL is the full rules' insert. It is a plain INSERT, not ON
+// CONFLICT DO NOTHING: the facts read before it already showed every key
+// and (poll, principal) free, so a unique violation can only come from a
+// concurrent transaction that committed the same key in between, and
+// insertEvents reports it as errRaced.
+var insertEventsSQL = insertSQL(`
+    SELECT i.poll_id, i.candidate_id, i.principal_id, i.client_event_id, i.fingerprint, i.received_at
+    FROM input i`, ``)
 
 // insertEvents inserts events[idx] and returns the seq of each one inserted,
 // by index. An index missing from the map lost a race to a concurrent
 // transaction.
-func insertEvents(ctx context.Context, tx pgx.Tx, events []Event, fps [][32]byte, idx []int) (map[int]int64, error) {
+func insertEvents(ctx context.Context, tx pgx.Tx, sql string, events []Event, fps [][32]byte, idx []int) (map[int]int64, error) {
 	if len(idx) == 0 {
 		return nil, nil
 	}
@@ -407,7 +491,7 @@ func insertEvents(ctx context.Context, tx pgx.Tx, events []Event, fps [][32]byte
 		fpb[j] = fps[i][:]
 		byKey[keyOf{e.PrincipalID, e.ClientEventID}] = i
 	}
-	rows, err := tx.Query(ctx, insertEventsSQL, principals, keys, polls, candidates, fpb, received)
+	rows, err := tx.Query(ctx, sql, principals, keys, polls, candidates, fpb, received)
 	if err != nil {
 		return nil, insertError(err)
 	}

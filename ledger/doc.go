@@ -20,7 +20,10 @@
 //     recorded rejection again.
 //
 // A rejected event never fails the rest of its batch. A batch costs a few
-// round trips whatever its size: the events travel as arrays (unnest), and
+// round trips whatever its size, and a batch of new events costs one
+// statement: an optimistic INSERT ... ON CONFLICT DO NOTHING of the events
+// that can only be recorded, after which the full rules run for whatever it
+// left out (see appendTx). The events travel as arrays (unnest), and
 // the projection deltas are aggregated per (poll, candidate) and applied in
 // a fixed order, so concurrent appenders do not deadlock each other. A
 // deadlock or serialization failure that PostgreSQL still reports makes the

@@ -64,6 +64,9 @@ func (c Config) validate() error {
 type Store struct {
 	pool *pgxpool.Pool
 	cfg  Config
+	// fullPathOnly turns off Append's optimistic step, so tests can hold
+	// the two steps to the same outcomes.
+	fullPathOnly bool
 }
 
 // New returns a Store on pool. The schema must be migrated (package

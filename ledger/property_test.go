@@ -33,6 +33,7 @@ type modelReject struct {
 
 type modelPoll struct {
 	choices  map[string]bool
+	opensAt  time.Time
 	closesAt *time.Time
 	eligible map[string]bool // nil: any
 }
@@ -62,7 +63,7 @@ func (m *model) apply(e ledger.Event) ledger.Outcome {
 	switch {
 	case !ok:
 		return reject(ledger.ReasonUnknownPoll)
-	case p.closesAt != nil && !e.ReceivedAt.Before(*p.closesAt):
+	case e.ReceivedAt.Before(p.opensAt), p.closesAt != nil && !e.ReceivedAt.Before(*p.closesAt):
 		return reject(ledger.ReasonPollClosed)
 	case !p.choices[e.CandidateID]:
 		return reject(ledger.ReasonInvalidChoice)
@@ -81,10 +82,20 @@ func (m *model) apply(e ledger.Event) ledger.Outcome {
 // TestAppendMatchesModel drives Append with random batches drawn from a
 // small space, so that exact retries, reused keys, second responses, closed
 // polls, unknown candidates and repeats inside one batch are common, and
-// compares every outcome and the final tallies with the model.
+// compares every outcome and the final tallies with the model. It runs
+// with Append's optimistic step and without it: both must follow the model.
 func TestAppendMatchesModel(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	t.Run("optimistic", func(t *testing.T) { t.Parallel(); checkAppendMatchesModel(t, setup(t)) })
+	t.Run("full-rules-only", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		ledger.FullPathOnly(b.store)
+		checkAppendMatchesModel(t, b)
+	})
+}
+
+func checkAppendMatchesModel(t *testing.T, b bundle) {
 	closesAt := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
 	run := 0
 	rapid.Check(t, func(rt *rapid.T) {
@@ -92,12 +103,12 @@ func TestAppendMatchesModel(t *testing.T) {
 		ns := fmt.Sprintf("r%d-", run) // each run its own polls and principals
 		m := &model{ledger: map[[2]string]modelRow{}, answered: map[[2]string]bool{},
 			rejected: map[[2]string]modelReject{}, tallies: map[[2]string]int64{}, polls: map[string]modelPoll{}}
-		create := func(id string, choices []string, closes *time.Time, eligible []string) {
-			if err := b.store.CreatePoll(b.ctx, ledger.Poll{ID: ns + id, Title: id, OpensAt: time.Unix(0, 0),
+		create := func(id string, choices []string, opens time.Time, closes *time.Time, eligible []string) {
+			if err := b.store.CreatePoll(b.ctx, ledger.Poll{ID: ns + id, Title: id, OpensAt: opens,
 				ClosesAt: closes, Choices: choices, Eligible: eligible}); err != nil {
 				rt.Fatalf("create poll: %v", err)
 			}
-			mp := modelPoll{choices: map[string]bool{}, closesAt: closes}
+			mp := modelPoll{choices: map[string]bool{}, opensAt: opens, closesAt: closes}
 			for _, c := range choices {
 				mp.choices[c] = true
 			}
@@ -109,9 +120,11 @@ func TestAppendMatchesModel(t *testing.T) {
 			}
 			m.polls[ns+id] = mp
 		}
-		create("open", []string{"a", "b", "c"}, nil, nil)
-		create("listed", []string{"a", "b"}, nil, []string{ns + "u0", ns + "u1"})
-		create("closing", []string{"a", "b"}, &closesAt, nil)
+		epoch := time.Unix(0, 0)
+		create("open", []string{"a", "b", "c"}, epoch, nil, nil)
+		create("listed", []string{"a", "b"}, epoch, nil, []string{ns + "u0", ns + "u1"})
+		create("closing", []string{"a", "b"}, epoch, &closesAt, nil)
+		create("later", []string{"a", "c"}, closesAt, nil, nil) // opens when "closing" closes
 
 		genEvent := rapid.Custom(func(t *rapid.T) ledger.Event {
 			received := closesAt.Add(-time.Minute)
@@ -121,7 +134,7 @@ func TestAppendMatchesModel(t *testing.T) {
 			return ledger.Event{
 				PrincipalID:   ns + rapid.SampledFrom([]string{"u0", "u1", "u2", "u3"}).Draw(t, "principal"),
 				ClientEventID: rapid.SampledFrom([]string{"k0", "k1", "k2"}).Draw(t, "key"),
-				PollID:        ns + rapid.SampledFrom([]string{"open", "listed", "closing", "ghost"}).Draw(t, "poll"),
+				PollID:        ns + rapid.SampledFrom([]string{"open", "listed", "closing", "later", "ghost"}).Draw(t, "poll"),
 				CandidateID:   rapid.SampledFrom([]string{"a", "b", "c", "z"}).Draw(t, "candidate"),
 				ReceivedAt:    received,
 			}
