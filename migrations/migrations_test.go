@@ -5,6 +5,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 
@@ -101,5 +102,82 @@ func TestFilesApplyWithPlainGoose(t *testing.T) {
 	}
 	if pending, err := embedded.HasPending(ctx); err != nil || pending {
 		t.Fatalf("embedded migrations pending after the files were applied: %v %v", pending, err)
+	}
+}
+
+// TestIDsCompareBytewise: migration 3 gives every id column the C
+// collation, keeps the rows, and its down step gives the default back.
+func TestIDsCompareBytewise(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.EmptyPostgres(t)
+	sqlDB := stdlib.OpenDBFromPool(db.Pool)
+	defer sqlDB.Close()
+	p, err := migrations.NewProvider(sqlDB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	collations := func() map[string]int {
+		rows, err := db.Pool.Query(ctx, `
+SELECT coalesce(collation_name, 'default'), count(*) FROM information_schema.columns
+WHERE table_schema = 'public' AND data_type = 'text'
+  AND (column_name IN ('id', 'poll_id', 'candidate_id', 'principal_id', 'client_event_id'))
+GROUP BY 1`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (struct {
+			k string
+			n int
+		}, error) {
+			var v struct {
+				k string
+				n int
+			}
+			return v, r.Scan(&v.k, &v.n)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]int{}
+		for _, v := range out {
+			m[v.k] = v.n
+		}
+		return m
+	}
+	if _, err := p.UpTo(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, `
+INSERT INTO polls (id, title) VALUES ('Lunch', 'x');
+INSERT INTO poll_choices VALUES ('Lunch', 'a', 1), ('Lunch', 'B', 0);
+INSERT INTO poll_events (poll_id, candidate_id, principal_id, client_event_id, fingerprint, received_at)
+    VALUES ('Lunch', 'B', 'u1', 'k1', '\x00'::bytea, now());`); err != nil {
+		t.Fatal(err)
+	}
+	if c := collations(); c["C"] != 0 {
+		t.Fatalf("before migration 3: %v", c)
+	}
+	if _, err := p.UpTo(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	// 16 id columns across the seven tables.
+	if c := collations(); c["C"] != 16 || len(c) != 1 {
+		t.Fatalf("after migration 3: %v, want 16 columns with collation C and no other", c)
+	}
+	var first string
+	var events int
+	if err := db.Pool.QueryRow(ctx, `SELECT (SELECT candidate_id FROM poll_choices ORDER BY candidate_id LIMIT 1),
+		(SELECT count(*) FROM poll_events WHERE poll_id = 'Lunch' AND principal_id = 'u1')`).Scan(&first, &events); err != nil {
+		t.Fatal(err)
+	}
+	if first != "B" || events != 1 {
+		t.Fatalf("after migration 3: first choice %q (want B, bytewise), %d events (want 1)", first, events)
+	}
+	if _, err := p.DownTo(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	if c := collations(); c["C"] != 0 {
+		t.Fatalf("after migration 3 down: %v", c)
 	}
 }
