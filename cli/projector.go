@@ -36,8 +36,10 @@ func projectorCommand() *ucli.Command {
 		Description: "projector joins the consumer group of the streams (creating it when missing), applies bounded\n" +
 			"batches in one transaction each, and acknowledges and deletes the entries only after COMMIT. It claims\n" +
 			"entries left pending by a dead consumer after --min-idle, dead-letters what cannot be applied, and\n" +
-			"pauses while PostgreSQL fails. SIGTERM or SIGINT stops it: it stops reading, lets the batch in flight\n" +
-			"commit within --shutdown-grace, acknowledges what committed and exits 0.\n\n" +
+			"pauses while PostgreSQL fails. Up to --workers batches are applied at once, each in its own\n" +
+			"transaction; the ledger decides between them as between several projectors. SIGTERM or SIGINT stops\n" +
+			"it: it stops reading, lets the batches in flight commit within --shutdown-grace, acknowledges what\n" +
+			"committed and exits 0.\n\n" +
 			"Run several with distinct --consumer names to share the work. --metrics-listen serves /metrics and\n" +
 			"/healthz.",
 		Flags: commonFlags(startupWaitFlag(),
@@ -45,6 +47,7 @@ func projectorCommand() *ucli.Command {
 				Usage: "`NAME` in the consumer group, unique per live projector (default: host-pid)"},
 			num("batch-size", "BATCH_SIZE", 1000, "most entries applied in one transaction"),
 			dur("batch-wait", "BATCH_WAIT", 50*time.Millisecond, "how long a batch waits to fill before it is applied anyway"),
+			num("workers", "WORKERS", 2, fmt.Sprintf("batches applied at once, each in its own transaction and PostgreSQL connection (1-%d)", projector.MaxWorkers)),
 			dur("min-idle", "MIN_IDLE", 30*time.Second, "how long an entry stays pending on a consumer before another claims it"),
 			dur("claim-interval", "CLAIM_INTERVAL", 0, "how often idle pending entries are looked for (0: a quarter of --min-idle)"),
 			num("max-deliveries", "MAX_DELIVERIES", 10, "deliveries after which an entry is dead-lettered instead of applied"),
@@ -54,7 +57,7 @@ func projectorCommand() *ucli.Command {
 			dur("apply-timeout", "APPLY_TIMEOUT", 30*time.Second, "bound on one batch's transaction"),
 			num("breaker-failures", "BREAKER_FAILURES", 5, "consecutive transient failures that open the PostgreSQL circuit breaker"),
 			dur("breaker-open-for", "BREAKER_OPEN_FOR", 5*time.Second, "how long the breaker stays open before a probe batch"),
-			dur("shutdown-grace", "SHUTDOWN_GRACE", 5*time.Second, "how long the batch in flight may take to commit at shutdown"),
+			dur("shutdown-grace", "SHUTDOWN_GRACE", 5*time.Second, "how long the batches in flight may take to commit at shutdown"),
 			dur("stats-interval", "STATS_INTERVAL", 5*time.Second, "how often the backlog and dead-letter gauges are refreshed"),
 			&ucli.StringFlag{Name: "metrics-listen", EnvVars: []string{"TALLY_PROJECTOR_METRICS_LISTEN"},
 				Usage: "TCP `ADDR`ess to serve /metrics and /healthz on (empty: none)"},
@@ -72,6 +75,7 @@ func runProjector(c *ucli.Context) error {
 		Consumer:        c.String("consumer"),
 		BatchSize:       c.Int("batch-size"),
 		BatchWait:       c.Duration("batch-wait"),
+		Workers:         c.Int("workers"),
 		MinIdle:         c.Duration("min-idle"),
 		ClaimInterval:   c.Duration("claim-interval"),
 		MaxDeliveries:   c.Int("max-deliveries"),
@@ -83,6 +87,10 @@ func runProjector(c *ucli.Context) error {
 		BreakerOpenFor:  c.Duration("breaker-open-for"),
 		ShutdownGrace:   c.Duration("shutdown-grace"),
 		StatsInterval:   c.Duration("stats-interval"),
+	}
+	if cfg.Workers < 1 || cfg.Workers > projector.MaxWorkers {
+		// Checked here too, before connecting: 0 would silently mean the default.
+		return fmt.Errorf("--workers must be between 1 and %d, got %d", projector.MaxWorkers, cfg.Workers)
 	}
 	if _, set := os.LookupEnv("GOGC"); set {
 		cfg.GCPercent = -1 // the operator's GOGC wins over the projector's default
@@ -96,6 +104,10 @@ func runProjector(c *ucli.Context) error {
 	p, err := projector.New(cs.store, cs.rdb, cs.keys, cfg, log, reg)
 	if err != nil {
 		return err
+	}
+	if conns := cs.store.Pool().Config().MaxConns; int(conns) < cfg.Workers {
+		log.LogAttrs(c.Context, slog.LevelWarn, "fewer PostgreSQL connections than workers: the extra workers wait for a connection; add pool_max_conns to --database-url",
+			slog.String("component", "projector"), slog.Int("workers", cfg.Workers), slog.Int("pool_max_conns", int(conns)))
 	}
 	if addr := c.String("metrics-listen"); addr != "" {
 		stop, err := serveMetrics(c.Context, addr, reg, log)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -14,39 +15,78 @@ import (
 	"tally/stream"
 )
 
-// batchLoop gathers entries into batches and applies them, until ctx is
-// done; then it applies what it holds once more, on applyCtx.
+// batchLoop gathers entries into batches and hands each one, once it is
+// full or Config.BatchWait has passed since its first entry arrived, to
+// the first of Config.Workers workers that is free; each worker applies
+// one batch at a time (flush). While every worker is busy batchLoop keeps
+// filling the next batch, and once that is full it reads nothing more, so
+// the readers wait: at most Workers batches are in flight, plus the one
+// being filled (which may hold up to one read more than a batch). When ctx
+// is done it stops reading, hands what it holds to the workers, to be
+// applied on applyCtx, and returns once every worker has finished.
 func (p *Projector) batchLoop(ctx, applyCtx context.Context, in <-chan []message) {
+	batches := make(chan []message) // unbuffered: a batch is handed only to a free worker
+	var workers sync.WaitGroup
+	for range p.cfg.Workers {
+		workers.Go(func() {
+			for b := range batches {
+				p.m.inFlight.Inc()
+				p.flush(ctx, applyCtx, b)
+				p.m.inFlight.Dec()
+			}
+		})
+	}
+	defer workers.Wait()
+	defer close(batches)
+
+	size := p.cfg.BatchSize
 	var buf []message
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
-	armed := false
+	armed := false // the timer runs for the first entry of buf
+	due := false   // buf (or its first BatchSize entries) is to be applied now
 	for {
+		// A nil channel disables its case: out while nothing is due,
+		// input while buf holds a full batch (back-pressure).
+		var out chan<- []message
+		var next []message
+		if due {
+			out, next = batches, buf[:min(len(buf), size)]
+		}
+		input := in
+		if len(buf) >= size {
+			input = nil
+		}
 		select {
 		case <-ctx.Done():
-			if len(buf) > 0 {
-				p.flush(ctx, applyCtx, buf)
+			for len(buf) > 0 {
+				n := min(len(buf), size)
+				batches <- buf[:n:n]
+				buf = buf[n:]
 			}
 			return
-		case msgs := <-in:
+		case msgs := <-input:
 			buf = append(buf, msgs...)
-			for len(buf) >= p.cfg.BatchSize {
-				p.flush(ctx, applyCtx, buf[:p.cfg.BatchSize])
-				buf = append(buf[:0:0], buf[p.cfg.BatchSize:]...)
-				timer.Stop()
-				armed = false
+			if len(buf) >= size {
+				due = true
+			} else if !armed && !due {
+				timer.Reset(p.cfg.BatchWait)
+				armed = true
 			}
-			if len(buf) > 0 && !armed {
+		case out <- next:
+			// The worker owns next; the rest moves to a slice of its own.
+			buf = append([]message(nil), buf[len(next):]...)
+			timer.Stop()
+			armed = false
+			due = len(buf) >= size
+			if len(buf) > 0 && !due {
 				timer.Reset(p.cfg.BatchWait)
 				armed = true
 			}
 		case <-timer.C:
 			armed = false
-			if len(buf) > 0 {
-				p.flush(ctx, applyCtx, buf)
-				buf = nil
-			}
+			due = len(buf) > 0
 		}
 	}
 }
@@ -100,7 +140,7 @@ func (p *Projector) flush(ctx, applyCtx context.Context, msgs []message) {
 	switch {
 	case len(st.suspects) == 0:
 		if st.committed {
-			p.systemic = 0
+			p.systemic.Store(0)
 		}
 	case st.committed:
 		// The ledger took the rest: these entries are at fault.
@@ -112,8 +152,7 @@ func (p *Projector) flush(ctx, applyCtx context.Context, msgs []message) {
 		for _, d := range st.suspects {
 			p.remember(d.msg, failure{err: d.detail})
 		}
-		p.systemic++
-		wait := p.backoff(p.systemic)
+		wait := p.backoff(int(p.systemic.Add(1)))
 		p.log.LogAttrs(applyCtx, slog.LevelError, "every entry of the batch failed in the ledger with a permanent error: is the database migrated and writable? The entries stay pending and are dead-lettered once delivered more than the max deliveries",
 			slog.Int("batch_size", len(items)), slog.String("error", st.suspects[0].detail), slog.Duration("wait", wait))
 		sleep(ctx, wait)

@@ -7,6 +7,9 @@ import (
 	"time"
 )
 
+// MaxWorkers bounds Config.Workers.
+const MaxWorkers = 16
+
 // Config tunes a Projector. The zero value is usable: every zero field
 // takes the default its comment names.
 type Config struct {
@@ -22,6 +25,14 @@ type Config struct {
 	// BatchWait is how long a batch waits for more entries after its first
 	// one arrived before it is applied anyway. Default 50ms.
 	BatchWait time.Duration
+	// Workers is how many batches may be applied at once, each in a
+	// transaction of its own on a connection of its own. While they are
+	// all busy the projector fills one more batch and reads nothing
+	// further. Concurrent batches meet in the ledger as the batches of
+	// several projectors in one group do: the ledger decides every
+	// conflict, and the first to commit wins. Default 2, at most
+	// MaxWorkers.
+	Workers int
 
 	// MinIdle is how long an entry must have been pending, unacknowledged,
 	// before another consumer claims it. It must be well above the time a
@@ -54,8 +65,9 @@ type Config struct {
 	// probe batch through. Default 5s.
 	BreakerOpenFor time.Duration
 
-	// ShutdownGrace is how long the batch in flight may still take to
-	// commit once Run's context is cancelled. Default 5s.
+	// ShutdownGrace is how long the batches in flight, and the one being
+	// filled, may still take to commit once Run's context is cancelled.
+	// Default 5s.
 	ShutdownGrace time.Duration
 	// StatsInterval is how often the backlog, pending and dead-letter
 	// gauges are refreshed from Redis. Default 5s.
@@ -83,6 +95,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.BatchWait == 0 {
 		c.BatchWait = 50 * time.Millisecond
+	}
+	if c.Workers == 0 {
+		c.Workers = 2
 	}
 	if c.MinIdle == 0 {
 		c.MinIdle = 30 * time.Second
@@ -133,6 +148,8 @@ func (c Config) validate(maxBatch int) error {
 		return fmt.Errorf("projector: batch size %d is more than the ledger takes in one transaction (%d): lower the batch size or raise the ledger's MaxBatch", c.BatchSize, maxBatch)
 	case c.BatchWait < 0:
 		return fmt.Errorf("projector: batch wait must not be negative, got %s", c.BatchWait)
+	case c.Workers < 1 || c.Workers > MaxWorkers:
+		return fmt.Errorf("projector: workers must be between 1 and %d, got %d: each one holds a batch and a PostgreSQL connection, and past the database's cores more only wait on each other's locks", MaxWorkers, c.Workers)
 	case c.MinIdle < time.Millisecond:
 		return fmt.Errorf("projector: min idle must be at least 1ms, got %s", c.MinIdle)
 	case c.ClaimInterval <= 0:

@@ -5,15 +5,24 @@
 //
 // # What it promises
 //
-//   - One transaction per batch. A batch is flushed when it holds
+//   - One transaction per batch. A batch is applied when it holds
 //     Config.BatchSize entries or when Config.BatchWait has passed since its
-//     first entry arrived, whichever comes first; a timer independent of the
-//     blocking stream read decides the latter. The batch goes to the ledger
+//     first entry arrived, whichever comes first, as soon as a worker is
+//     free; a timer independent of the blocking stream read decides the
+//     wait. The batch goes to the ledger
 //     in one Append call, so it is never half-applied.
+//   - Bounded overlap. Up to Config.Workers batches are applied at once,
+//     each in its own transaction; while they all are, the projector fills
+//     one more batch and then stops reading, so the readers wait and memory
+//     stays bounded. Concurrent batches meet in the ledger as those of
+//     several projectors in one group do: the ledger decides every
+//     conflict (the first to commit wins), and an entry that is in two
+//     batches at once (claimed while in flight) commits once and answers
+//     duplicate the second time (I2); both acknowledgements are harmless.
 //   - Ack after commit (I4). Entries are acknowledged and deleted (XACK and
 //     XDEL in one MULTI per stream) only after Append returned their
-//     outcomes, by a goroutine of their own while the next batch goes to
-//     the ledger; Run returns only once every committed batch has been
+//     outcomes, by a goroutine of their own while the workers go on with
+//     the next batches; Run returns only once every committed batch has been
 //     acknowledged (or its acknowledgement failed, when the entries come
 //     back and answer duplicate). When Append fails, nothing is
 //     acknowledged: the entries stay pending and are applied again later,
@@ -44,10 +53,11 @@
 //     and claiming while PostgreSQL fails, and lets one probe through after
 //     Config.BreakerOpenFor; the projector resumes by itself.
 //   - Clean stop. Run returns nil once its context is cancelled: it stops
-//     reading, applies what it already holds for at most
-//     Config.ShutdownGrace, acknowledges what committed, abandons the rest
-//     to a later claim, and leaves the consumer group when nothing is
-//     pending on it. Streams are never trimmed.
+//     reading, waits for every batch in flight and applies the one it was
+//     filling, all within Config.ShutdownGrace, acknowledges what
+//     committed, abandons the rest to a later claim, and leaves the
+//     consumer group when nothing is pending on it. Streams are never
+//     trimmed.
 //
 // Several projectors may share the work as members of one consumer group
 // (stream.Group); the ledger's idempotency makes overlapping deliveries

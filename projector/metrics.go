@@ -12,6 +12,7 @@ type metrics struct {
 	batchSize  prometheus.Histogram
 	applyTime  prometheus.Histogram
 	applyErrs  *prometheus.CounterVec // kind: transient, permanent
+	inFlight   prometheus.Gauge
 	backlog    prometheus.Gauge
 	pending    prometheus.Gauge
 	oldest     prometheus.Gauge
@@ -49,6 +50,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "tally_projector_apply_errors_total",
 			Help: "Failed Append calls, by kind (transient: retried; permanent: the batch is bisected).",
 		}, []string{"kind"}),
+		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tally_projector_batches_in_flight",
+			Help: "Batches being applied now, each in its own transaction: at most the configured workers.",
+		}),
 		backlog: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "tally_projector_backlog",
 			Help: "Entries in the streams (XLEN summed over shards): enqueued and not yet applied.",
@@ -78,7 +83,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Pending entries Redis reported as deleted before they were applied: they cannot be recovered from the stream.",
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.events, m.batchSize, m.applyTime, m.applyErrs,
+	for _, c := range []prometheus.Collector{m.events, m.batchSize, m.applyTime, m.applyErrs, m.inFlight,
 		m.backlog, m.pending, m.oldest, m.deadLetter, m.breaker, m.claimed, m.lost} {
 		if err := reg.Register(c); err != nil {
 			return nil, err

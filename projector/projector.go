@@ -56,16 +56,17 @@ type Projector struct {
 	shards map[string]int // stream key -> shard
 
 	running atomic.Bool
-	// acks carries committed batches from the batching goroutine to the
-	// one that acknowledges them (see Run).
+	// acks carries committed batches from the workers to the goroutine
+	// that acknowledges them (see Run).
 	acks chan ackJob
 	// mu guards lastErr, which remembers, by entry, why its last apply
 	// failed, for the dead-letter record when it is given up.
 	mu      sync.Mutex
 	lastErr map[string]failure
-	// systemic counts the flushes in a row in which every entry failed
-	// with a permanent error; it sets the wait before the next one.
-	systemic int
+	// systemic counts the flushes in a row, over all workers, in which
+	// every entry failed with a permanent error; it sets the wait before
+	// the next one.
+	systemic atomic.Int64
 }
 
 // failure is why an entry's last apply failed.
@@ -143,8 +144,9 @@ func New(app Applier, rdb redis.UniversalClient, keys stream.Keys, cfg Config, l
 func (p *Projector) Consumer() string { return p.cfg.Consumer }
 
 // Run applies entries until ctx is cancelled, then stops: it stops
-// reading, lets the batch in flight commit for at most
-// Config.ShutdownGrace, acknowledges what committed and returns nil.
+// reading, lets the batches in flight and the one it was filling commit
+// for at most Config.ShutdownGrace, acknowledges what committed and
+// returns nil.
 // Entries it held but did not apply stay pending, for this consumer's next
 // start or another consumer's claim. Run returns an error only when it
 // cannot start because Redis refuses to create the consumer group (it
@@ -174,11 +176,11 @@ func (p *Projector) Run(ctx context.Context) error {
 		p.redisFailed(ctx, "create consumer groups", err, failures)
 	}
 	p.log.LogAttrs(ctx, slog.LevelInfo, "projector started",
-		slog.Any("streams", p.keys.Streams()), slog.Int("batch_size", p.cfg.BatchSize),
+		slog.Any("streams", p.keys.Streams()), slog.Int("batch_size", p.cfg.BatchSize), slog.Int("workers", p.cfg.Workers),
 		slog.Duration("batch_wait", p.cfg.BatchWait), slog.Duration("min_idle", p.cfg.MinIdle))
 
 	// Append and the acknowledgements run on applyCtx, which outlives ctx
-	// by the shutdown grace, so a batch in flight can still commit.
+	// by the shutdown grace, so the batches in flight can still commit.
 	applyCtx, cancelApply := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelApply()
 	stopGrace := context.AfterFunc(ctx, func() {
@@ -209,9 +211,11 @@ func (p *Projector) Run(ctx context.Context) error {
 	wg.Go(func() { p.statsLoop(ctx) })
 
 	// Committed batches are acknowledged by a goroutine of their own, so
-	// that the next batch goes to the ledger while Redis acknowledges the
-	// last one. Each batch is still acknowledged only after its commit;
-	// at most one waits while another is being acknowledged.
+	// that the workers go on to their next batch while Redis acknowledges
+	// the last one. Each batch is still acknowledged only after its
+	// commit; at most one waits while another is being acknowledged.
+	// batchLoop returns once every worker has finished, so no batch is
+	// sent on acks after it is closed.
 	p.acks = make(chan ackJob, 1)
 	acked := make(chan struct{})
 	go func() {

@@ -449,6 +449,10 @@ func TestConfigValidation(t *testing.T) {
 		{"backoff bounds", projector.Config{BatchSize: 10, BackoffMin: time.Second, BackoffMax: time.Millisecond}, "backoff bounds"},
 		{"max deliveries", projector.Config{BatchSize: 10, MaxDeliveries: -1}, "max deliveries"},
 		{"negative wait", projector.Config{BatchSize: 10, BatchWait: -time.Second}, "batch wait"},
+		{"one worker", projector.Config{BatchSize: 10, Workers: 1}, ""},
+		{"most workers", projector.Config{BatchSize: 10, Workers: projector.MaxWorkers}, ""},
+		{"negative workers", projector.Config{BatchSize: 10, Workers: -1}, "workers must be between 1 and 16"},
+		{"too many workers", projector.Config{BatchSize: 10, Workers: projector.MaxWorkers + 1}, "workers must be between 1 and 16"},
 	} {
 		_, err := projector.New(store, rdb, keys, tc.cfg, nil, nil)
 		switch {
