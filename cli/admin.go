@@ -193,6 +193,8 @@ func importCommand() *ucli.Command {
 		ArgsUsage: "FILE (- for standard input)",
 		Flags: commonFlags(
 			&ucli.IntFlag{Name: "batch-size", EnvVars: []string{"TALLY_IMPORT_BATCH_SIZE"}, Value: 1000, Usage: "events per transaction"},
+			&ucli.IntFlag{Name: "workers", EnvVars: []string{"TALLY_IMPORT_WORKERS"}, Value: 2,
+				Usage: "transactions in flight at once; events are split among them by principal, so the outcomes are those of one worker"},
 			formatFlag(),
 		),
 		Action: func(c *ucli.Context) error {
@@ -218,7 +220,11 @@ func importCommand() *ucli.Command {
 				if size < 1 || size > store.MaxBatch() {
 					return fmt.Errorf("--batch-size %d: use 1 to %d", size, store.MaxBatch())
 				}
-				counts, lines, err := importEvents(c, store, in, size)
+				workers := c.Int("workers")
+				if workers < 1 || workers > 16 {
+					return fmt.Errorf("--workers %d: use 1 to 16", workers)
+				}
+				counts, lines, err := importEvents(c.Context, store, in, size, workers)
 				if asJSON {
 					if jerr := writeJSON(c.App.Writer, map[string]any{"lines": lines, "outcomes": counts}); jerr != nil {
 						return jerr
@@ -230,67 +236,6 @@ func importCommand() *ucli.Command {
 			})
 		},
 	}
-}
-
-// importEvents reads JSON lines from in and appends them in batches. On a
-// bad line it applies everything before it, then stops with an error that
-// names the line; what was imported stays imported.
-func importEvents(c *ucli.Context, store *ledger.Store, in io.Reader, size int) (map[string]int, int, error) {
-	counts := map[string]int{}
-	batch := make([]ledger.Event, 0, size)
-	flush := func() error {
-		if len(batch) == 0 {
-			return nil
-		}
-		var outs []ledger.Outcome
-		var err error
-		for attempt := 1; ; attempt++ {
-			outs, err = store.Append(c.Context, batch)
-			if err == nil || !ledger.IsRetryable(err) || attempt == 5 {
-				break
-			}
-			time.Sleep(time.Duration(attempt) * 200 * time.Millisecond)
-		}
-		if err != nil {
-			return err
-		}
-		for _, o := range outs {
-			counts[o.String()]++
-		}
-		batch = batch[:0]
-		return nil
-	}
-	sc := bufio.NewScanner(in)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	line := 0
-	now := time.Now()
-	for sc.Scan() {
-		line++
-		b := sc.Bytes()
-		if len(strings.TrimSpace(string(b))) == 0 {
-			continue
-		}
-		e, err := parseImportLine(b, now)
-		if err != nil {
-			if ferr := flush(); ferr != nil {
-				return counts, line, ferr
-			}
-			return counts, line, fmt.Errorf("line %d: %v; the events before it were imported (counts above); fix the line and import the file again: what is already in the ledger answers duplicate", line, err)
-		}
-		batch = append(batch, e)
-		if len(batch) == size {
-			if err := flush(); err != nil {
-				return counts, line, err
-			}
-		}
-	}
-	if err := sc.Err(); err != nil {
-		if ferr := flush(); ferr != nil {
-			return counts, line, ferr
-		}
-		return counts, line, fmt.Errorf("line %d: %w", line+1, err)
-	}
-	return counts, line, flush()
 }
 
 func printCounts(w io.Writer, counts map[string]int, lines int) {

@@ -1,0 +1,143 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"hash/maphash"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	"tally/ledger"
+)
+
+// importEvents reads JSON lines from in and appends them in batches of
+// size, with up to workers batches in flight at once. On a bad line it
+// applies everything before it, then stops with an error that names the
+// line; what was imported stays imported.
+//
+// Each worker owns the principals that hash to it, so the events of one
+// principal reach the ledger in file order, one batch after another. Every
+// rule that makes an outcome depend on order (a key's first payload, a
+// principal's first answer in a poll) is about one principal, so the
+// outcomes are those of importing the file with one worker.
+func importEvents(ctx context.Context, store *ledger.Store, in io.Reader, size, workers int) (map[string]int, int, error) {
+	imp := newImporter(ctx, store, size, workers)
+	sc := bufio.NewScanner(in)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	line := 0
+	now := time.Now()
+	for sc.Scan() && !imp.failed() {
+		line++
+		b := sc.Bytes()
+		if len(strings.TrimSpace(string(b))) == 0 {
+			continue
+		}
+		e, err := parseImportLine(b, now)
+		if err != nil {
+			if ferr := imp.close(); ferr != nil {
+				return imp.counts, line, ferr
+			}
+			return imp.counts, line, fmt.Errorf("line %d: %v; the events before it were imported (counts above); fix the line and import the file again: what is already in the ledger answers duplicate", line, err)
+		}
+		imp.add(e)
+	}
+	if err := sc.Err(); err != nil {
+		if ferr := imp.close(); ferr != nil {
+			return imp.counts, line, ferr
+		}
+		return imp.counts, line, fmt.Errorf("line %d: %w", line+1, err)
+	}
+	return imp.counts, line, imp.close()
+}
+
+// importer spreads events over its workers by principal and appends each
+// worker's batches in order. At most two batches per worker are held: one
+// being filled, one being applied.
+type importer struct {
+	ctx     context.Context
+	store   *ledger.Store
+	size    int
+	seed    maphash.Seed
+	filling [][]ledger.Event
+	queues  []chan []ledger.Event
+	wg      sync.WaitGroup
+
+	mu     sync.Mutex
+	counts map[string]int // outcome -> events
+	err    error          // the first append that failed
+}
+
+func newImporter(ctx context.Context, store *ledger.Store, size, workers int) *importer {
+	imp := &importer{ctx: ctx, store: store, size: size, seed: maphash.MakeSeed(),
+		filling: make([][]ledger.Event, workers), queues: make([]chan []ledger.Event, workers),
+		counts: map[string]int{}}
+	for w := range imp.queues {
+		imp.queues[w] = make(chan []ledger.Event)
+		imp.wg.Add(1)
+		go imp.work(imp.queues[w])
+	}
+	return imp
+}
+
+func (imp *importer) add(e ledger.Event) {
+	w := int(maphash.String(imp.seed, e.PrincipalID) % uint64(len(imp.queues)))
+	imp.filling[w] = append(imp.filling[w], e)
+	if len(imp.filling[w]) == imp.size {
+		imp.queues[w] <- imp.filling[w]
+		imp.filling[w] = make([]ledger.Event, 0, imp.size)
+	}
+}
+
+// close sends what is being filled, waits for every worker, and returns
+// the first error.
+func (imp *importer) close() error {
+	for w, q := range imp.queues {
+		if len(imp.filling[w]) > 0 {
+			q <- imp.filling[w]
+		}
+		close(q)
+	}
+	imp.wg.Wait()
+	return imp.err
+}
+
+func (imp *importer) failed() bool {
+	imp.mu.Lock()
+	defer imp.mu.Unlock()
+	return imp.err != nil
+}
+
+// work appends the batches of one worker; after the first error anywhere
+// it only drains its queue.
+func (imp *importer) work(q <-chan []ledger.Event) {
+	defer imp.wg.Done()
+	for batch := range q {
+		if imp.failed() {
+			continue
+		}
+		outs, err := imp.append(batch)
+		imp.mu.Lock()
+		if err != nil && imp.err == nil {
+			imp.err = err
+		}
+		for _, o := range outs {
+			imp.counts[o.String()]++
+		}
+		imp.mu.Unlock()
+	}
+}
+
+// append applies one batch, trying again a few times when the ledger says
+// the failure is transient.
+func (imp *importer) append(batch []ledger.Event) ([]ledger.Outcome, error) {
+	for attempt := 1; ; attempt++ {
+		outs, err := imp.store.Append(imp.ctx, batch)
+		if err == nil || !ledger.IsRetryable(err) || attempt == 5 {
+			return outs, err
+		}
+		time.Sleep(time.Duration(attempt) * 200 * time.Millisecond)
+	}
+}

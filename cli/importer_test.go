@@ -1,0 +1,74 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"tally/internal/testenv"
+)
+
+// TestImportWorkersKeepOutcomes: a file full of conflicts (second answers,
+// reused keys, exact repeats, invalid choices) imported with several
+// workers gives the outcomes and the ledger of one worker.
+func TestImportWorkersKeepOutcomes(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(1, 2))
+	var b strings.Builder
+	for i := 0; i < 3000; i++ {
+		fmt.Fprintf(&b, `{"event_id":"k%d","poll_id":"p%d","candidate_id":"%s","principal_id":"u%d"}`+"\n",
+			rng.IntN(4), rng.IntN(2), []string{"a", "b", "c", "zz"}[rng.IntN(4)], rng.IntN(300))
+	}
+	file := filepath.Join(t.TempDir(), "events.jsonl")
+	if err := os.WriteFile(file, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	type state struct {
+		Counts     map[string]int
+		Ledger     []string
+		Rejections []string
+	}
+	load := func(workers int) state {
+		db := testenv.Postgres(t)
+		for _, p := range []string{"p0", "p1"} {
+			if r := tally(t, db.URL, "poll", "create", p, "--title", p, "--choice", "a", "--choice", "b", "--choice", "c"); r.code != 0 {
+				t.Fatalf("poll create: %+v", r)
+			}
+		}
+		r := tally(t, db.URL, "import", file, "--format", "json", "--batch-size", "50", "--workers", fmt.Sprint(workers))
+		var out struct{ Outcomes map[string]int }
+		if err := json.Unmarshal([]byte(r.stdout), &out); r.code != 0 || err != nil {
+			t.Fatalf("import --workers %d: %+v (%v)", workers, r, err)
+		}
+		rows := func(sql string) []string {
+			rs, err := db.Pool.Query(context.Background(), sql)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := pgx.CollectRows(rs, pgx.RowTo[string])
+			if err != nil {
+				t.Fatal(err)
+			}
+			return got
+		}
+		return state{out.Outcomes,
+			rows(`SELECT concat_ws(' ', principal_id, client_event_id, poll_id, candidate_id) FROM poll_events ORDER BY 1`),
+			rows(`SELECT concat_ws(' ', principal_id, client_event_id, poll_id, candidate_id, reason) FROM poll_event_rejections ORDER BY 1`)}
+	}
+	one, three := load(1), load(3)
+	if one.Counts["recorded"] == 0 || one.Counts["rejected: already_responded"] == 0 || one.Counts["rejected: key_reused"] == 0 ||
+		one.Counts["duplicate"] == 0 || one.Counts["rejected: invalid_choice"] == 0 {
+		t.Fatalf("the file should provoke every kind of conflict; outcomes %v", one.Counts)
+	}
+	if !reflect.DeepEqual(one, three) {
+		t.Fatalf("three workers differ from one:\none:   %v\nthree: %v", one.Counts, three.Counts)
+	}
+}
