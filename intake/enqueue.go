@@ -19,57 +19,123 @@ import (
 // enqueueSrc is the one script a vote costs. All three keys carry the
 // principal's shard hash tag.
 //
-//	KEYS[1] idempotency record (hash), KEYS[2] rate-limit bucket (string),
+//	KEYS[1] idempotency record (string), KEYS[2] rate-limit bucket (string),
 //	KEYS[3] the shard's stream
-//	ARGV[1] payload fingerprint, ARGV[2] emission interval in microseconds
-//	(1e6 / rate), ARGV[3] burst tolerance in microseconds, ARGV[4] record
-//	lifetime in milliseconds, ARGV[5] max backlog, ARGV[6] poll,
-//	ARGV[7] candidate, ARGV[8] received_at, ARGV[9...] the entry's
-//	field/value pairs
+//	ARGV[1] emission interval in microseconds (1e6 / rate), ARGV[2] burst
+//	tolerance in microseconds, ARGV[3] record lifetime in milliseconds,
+//	ARGV[4] max backlog, ARGV[5] principal, ARGV[6] client event id,
+//	ARGV[7] poll, ARGV[8] candidate, ARGV[9] payload fingerprint,
+//	ARGV[10] received_at (µs since the epoch)
 //
-// It answers {outcome, detail}:
+// It answers one of
 //
-//	replay    the same key with the same payload is known: detail is its
-//	          stream id; nothing is enqueued (the record is touched so that
-//	          a WAIT after it also covers the original write)
-//	conflict  the same key is known with another payload; nothing changes
-//	limited   the principal's rate is spent: detail is the wait in µs
-//	backlog   the stream holds max backlog entries: detail is its length
-//	accepted  XADDed: detail is the new stream id
+//	"accepted"            XADDed
+//	"replay"              the same key with the same payload is known;
+//	                      nothing is enqueued (the record is rewritten as it
+//	                      is, so that a WAIT after it also covers the
+//	                      original write)
+//	"conflict"            the same key is known with another payload;
+//	                      nothing changes
+//	{"limited", µs}       the principal's rate is spent for that long
+//	{"backlog", length}   the stream holds max backlog entries
+//
+// The idempotency record is a string, "poll candidate", written with its
+// lifetime by the same SET NX that looks it up: one call where a hash took
+// three. A vote that is then refused deletes it again, within the script,
+// so nobody ever sees it. A record of the previous version of this script
+// is a hash (fields fp, id, poll, candidate, received_at, replays); the
+// SET answers WRONGTYPE for it and the script compares its fingerprint
+// instead. Such records are gone one Config.IdempotencyWindow after the
+// upgrade, and that branch with them.
 //
 // The rate limit is GCRA on Redis' clock: the bucket key holds the
 // theoretical arrival time (µs) and expires once it is in the past. Only an
 // accepted vote moves it.
-const enqueueSrc = `
-local fp = ARGV[1]
-local known = redis.call('HMGET', KEYS[1], 'fp', 'id')
-if known[1] then
-  if known[1] == fp then
-    redis.call('HINCRBY', KEYS[1], 'replays', 1)
-    return {'replay', known[2]}
+//
+// The XADD's fields are the stream package's encoding (see xaddFields).
+var enqueueSrc = `
+local record = ARGV[7] .. ' ' .. ARGV[8]
+local known = redis.pcall('SET', KEYS[1], record, 'NX', 'GET', 'PX', ARGV[3])
+if known then
+  if type(known) == 'table' then
+    if not string.find(known.err or '', '^WRONGTYPE') then
+      return known
+    end
+    if redis.call('HGET', KEYS[1], 'fp') == ARGV[9] then
+      redis.call('HINCRBY', KEYS[1], 'replays', 1)
+      return 'replay'
+    end
+    return 'conflict'
   end
-  return {'conflict', ''}
+  if known == record then
+    redis.call('SET', KEYS[1], known, 'KEEPTTL')
+    return 'replay'
+  end
+  return 'conflict'
 end
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local emission = tonumber(ARGV[2])
-local tat = tonumber(redis.call('GET', KEYS[2]) or '0')
+local now = t[1] * 1000000 + t[2]
+local tat = tonumber(redis.call('GET', KEYS[2])) or now
 if tat < now then tat = now end
-local newTat = tat + emission
-local allowAt = newTat - tonumber(ARGV[3])
+local newTat = tat + ARGV[1]
+local allowAt = newTat - ARGV[2]
 if allowAt > now then
-  return {'limited', string.format('%.0f', allowAt - now)}
+  redis.call('DEL', KEYS[1])
+  return {'limited', math.ceil(allowAt - now)}
 end
 local backlog = redis.call('XLEN', KEYS[3])
-if backlog >= tonumber(ARGV[5]) then
-  return {'backlog', tostring(backlog)}
+if backlog >= tonumber(ARGV[4]) then
+  redis.call('DEL', KEYS[1])
+  return {'backlog', backlog}
 end
-local id = redis.call('XADD', KEYS[3], '*', unpack(ARGV, 9))
-redis.call('HSET', KEYS[1], 'fp', fp, 'id', id, 'poll', ARGV[6], 'candidate', ARGV[7], 'received_at', ARGV[8])
-redis.call('PEXPIRE', KEYS[1], ARGV[4])
-redis.call('SET', KEYS[2], string.format('%.0f', newTat), 'PX', math.ceil((newTat - now) / 1000) + 1)
-return {'accepted', id}
+redis.call('XADD', KEYS[3], '*', ` + xaddFields() + `)
+redis.call('SET', KEYS[2], newTat, 'PX', math.ceil((newTat - now) / 1000) + 1)
+return 'accepted'
 `
+
+// The script's arguments (ARGV indexes) that carry an entry's values.
+const (
+	argPrincipal   = 5
+	argEventID     = 6
+	argPoll        = 7
+	argCandidate   = 8
+	argFingerprint = 9
+	argReceivedAt  = 10
+)
+
+// xaddFields is the field/value list of the script's XADD: the fields of
+// stream.Entry.Values in its order, each value the script argument that
+// carries it, the version the literal the stream package writes. It panics
+// when the stream package has a field the script does not carry, which
+// every test of intake would show.
+func xaddFields() string {
+	argOf := map[string]int{
+		stream.FieldPrincipal:   argPrincipal,
+		stream.FieldEventID:     argEventID,
+		stream.FieldPoll:        argPoll,
+		stream.FieldCandidate:   argCandidate,
+		stream.FieldFingerprint: argFingerprint,
+		stream.FieldReceivedAt:  argReceivedAt,
+	}
+	pairs := stream.Entry{}.Values()
+	var b strings.Builder
+	for i := 0; i < len(pairs); i += 2 {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		field := pairs[i]
+		if field == stream.FieldVersion {
+			fmt.Fprintf(&b, "%q, %q", field, pairs[i+1])
+			continue
+		}
+		n, ok := argOf[field]
+		if !ok {
+			panic(fmt.Sprintf("intake: the enqueue script does not carry stream field %q", field))
+		}
+		fmt.Fprintf(&b, "%q, ARGV[%d]", field, n)
+	}
+	return b.String()
+}
 
 var enqueueScript = redis.NewScript(enqueueSrc)
 
@@ -90,7 +156,6 @@ const (
 // enqueueResult is the answer of the enqueue script.
 type enqueueResult struct {
 	outcome  outcome
-	streamID string        // accepted, replay
 	wait     time.Duration // limited
 	backlog  int64         // backlog
 	replicas int64         // acknowledged by WAIT, when asked
@@ -100,19 +165,16 @@ type enqueueResult struct {
 // error means Redis could not be asked or did not answer; the vote may or
 // may not have been enqueued, and a retry with the same event id is safe.
 func (s *Server) enqueue(ctx context.Context, e stream.Entry) (enqueueResult, error) {
+	shard := s.keys.ShardOf(e.PrincipalID)
 	keys := []string{
 		s.keys.Idempotency(e.PrincipalID, e.ClientEventID),
 		s.keys.RateLimit(e.PrincipalID),
-		s.keys.Stream(s.keys.ShardOf(e.PrincipalID)),
+		s.streamKeys[shard],
 	}
-	values := e.Values()
-	args := make([]any, 0, 8+len(values))
-	args = append(args, e.Fingerprint)
+	args := make([]any, 0, argReceivedAt)
 	args = append(args, s.scriptConsts[:]...)
-	args = append(args, e.PollID, e.CandidateID, strconv.FormatInt(e.ReceivedAt.UnixMicro(), 10))
-	for _, v := range values {
-		args = append(args, v)
-	}
+	args = append(args, e.PrincipalID, e.ClientEventID, e.PollID, e.CandidateID, e.Fingerprint,
+		strconv.FormatInt(e.ReceivedAt.UnixMicro(), 10))
 	r, err := s.breaker.Execute(func() (any, error) {
 		rep := s.batcher.do(ctx, keys, args)
 		if rep.err != nil {
@@ -171,7 +233,7 @@ type scriptCall struct {
 }
 
 type scriptReply struct {
-	res      []any
+	res      any
 	err      error
 	replicas int64 // acknowledged by WAIT, when asked
 	waitErr  error
@@ -254,7 +316,7 @@ func (b *batcher) send(ctx context.Context, batch []*scriptCall) {
 	}
 	for i, c := range batch {
 		r := rep
-		r.res, r.err = cmds[i].Slice()
+		r.res, r.err = cmds[i].Result()
 		if r.err == nil && err != nil && !isReplyError(err) {
 			r.err = err
 		}
@@ -284,30 +346,35 @@ func isReplyError(err error) bool {
 	return errors.As(err, &rerr)
 }
 
-func decodeEnqueue(res []any) (enqueueResult, error) {
-	if len(res) != 2 {
-		return enqueueResult{}, fmt.Errorf("enqueue script answered %d values, want 2", len(res))
-	}
-	kind, _ := res[0].(string)
-	detail, _ := res[1].(string)
-	switch kind {
-	case "accepted":
-		return enqueueResult{outcome: outAccepted, streamID: detail}, nil
-	case "replay":
-		return enqueueResult{outcome: outReplay, streamID: detail}, nil
-	case "conflict":
-		return enqueueResult{outcome: outConflict}, nil
-	case "limited":
-		us, err := strconv.ParseInt(detail, 10, 64)
-		if err != nil {
-			return enqueueResult{}, fmt.Errorf("enqueue script: wait %q: %w", detail, err)
+// decodeEnqueue reads the answer of the enqueue script.
+func decodeEnqueue(res any) (enqueueResult, error) {
+	switch v := res.(type) {
+	case string:
+		switch v {
+		case "accepted":
+			return enqueueResult{outcome: outAccepted}, nil
+		case "replay":
+			return enqueueResult{outcome: outReplay}, nil
+		case "conflict":
+			return enqueueResult{outcome: outConflict}, nil
 		}
-		return enqueueResult{outcome: outLimited, wait: time.Duration(us) * time.Microsecond}, nil
-	case "backlog":
-		n, _ := strconv.ParseInt(detail, 10, 64)
-		return enqueueResult{outcome: outBacklog, backlog: n}, nil
+	case []any:
+		if len(v) != 2 {
+			break
+		}
+		kind, _ := v[0].(string)
+		n, ok := v[1].(int64)
+		if !ok {
+			break
+		}
+		switch kind {
+		case "limited":
+			return enqueueResult{outcome: outLimited, wait: time.Duration(n) * time.Microsecond}, nil
+		case "backlog":
+			return enqueueResult{outcome: outBacklog, backlog: n}, nil
+		}
 	}
-	return enqueueResult{}, fmt.Errorf("enqueue script answered %q", kind)
+	return enqueueResult{}, fmt.Errorf("enqueue script answered %v", res)
 }
 
 // newBreaker opens after cfg.BreakerFailures consecutive Redis failures and

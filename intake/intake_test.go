@@ -421,6 +421,75 @@ func TestIdempotency(t *testing.T) {
 	}
 }
 
+// TestIdempotencyRecord checks what a vote leaves in Redis: its stream
+// entry is exactly the stream package's encoding, and its idempotency
+// record lives for the configured window; a refused vote leaves none.
+func TestIdempotencyRecord(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *intake.Config) { c.IdempotencyWindow = time.Hour; c.MaxBacklog = 1 })
+	ctx := context.Background()
+	if r := b.vote(t, b.token, "e1", "p1", "a"); r.code != http.StatusAccepted {
+		t.Fatalf("vote: %d %s", r.code, r.raw)
+	}
+	msgs, err := b.rdb.XRange(ctx, b.keys.Stream(0), "-", "+").Result()
+	if err != nil || len(msgs) != 1 {
+		t.Fatalf("stream holds %d entries (%v), want 1", len(msgs), err)
+	}
+	e, err := stream.Decode(msgs[0].Values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := e.Values()
+	if len(msgs[0].Values) != len(want)/2 {
+		t.Fatalf("entry has fields %v, want %v", msgs[0].Values, want)
+	}
+	for i := 0; i < len(want); i += 2 {
+		if got := msgs[0].Values[want[i]]; got != want[i+1] {
+			t.Fatalf("entry field %q is %v, want %q", want[i], got, want[i+1])
+		}
+	}
+	ttl, err := b.rdb.PTTL(ctx, b.keys.Idempotency(b.who.ID, "e1")).Result()
+	if err != nil || ttl <= 59*time.Minute || ttl > time.Hour {
+		t.Fatalf("the record expires in %s (%v), want about 1h", ttl, err)
+	}
+
+	// Over the backlog: refused, and no record is left behind.
+	wantProblem(t, b.vote(t, b.token, "e2", "p1", "a"), http.StatusServiceUnavailable)
+	if n, err := b.rdb.Exists(ctx, b.keys.Idempotency(b.who.ID, "e2")).Result(); err != nil || n != 0 {
+		t.Fatalf("a refused vote left a record (%d, %v)", n, err)
+	}
+}
+
+// TestIdempotencyLegacyRecord checks that records written by the previous
+// enqueue script (a hash) still answer replays, conflicts and status.
+func TestIdempotencyLegacyRecord(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	key := b.keys.Idempotency(b.who.ID, "old")
+	if err := b.rdb.HSet(ctx, key, "fp", ledger.FingerprintHex("p1", "a"), "id", "1-0", "poll", "p1",
+		"candidate", "a", "received_at", "1700000000000000").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.rdb.PExpire(ctx, key, time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if r := b.vote(t, b.token, "old", "p1", "a"); r.code != http.StatusAccepted || r.str("event_id") != "old" {
+		t.Fatalf("replay of a legacy record: %d %s", r.code, r.raw)
+	}
+	wantProblem(t, b.vote(t, b.token, "old", "p1", "b"), http.StatusConflict)
+	if n := b.xlen(t); n != 0 {
+		t.Fatalf("a known key enqueued %d entries", n)
+	}
+	st := b.do(t, http.MethodGet, "/v1/votes/old", b.token, "", nil)
+	if st.code != http.StatusOK || st.str("status") != "pending" || st.str("poll_id") != "p1" || st.str("candidate_id") != "a" {
+		t.Fatalf("status of a legacy record: %d %s", st.code, st.raw)
+	}
+	if !strings.Contains(b.metrics(t), "tally_intake_idempotent_replays_total 1") {
+		t.Fatal("legacy replay not counted")
+	}
+}
+
 func TestRateLimit(t *testing.T) {
 	t.Parallel()
 	b := setup(t, func(c *intake.Config) { c.Rate = 1; c.Burst = 3 })

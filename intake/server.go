@@ -44,6 +44,8 @@ type Server struct {
 	// same for every vote: the GCRA emission interval and burst tolerance
 	// (µs), the idempotency record's lifetime (ms) and the max backlog.
 	scriptConsts [4]any
+	// streamKeys are the stream keys by shard.
+	streamKeys []string
 
 	runOnce sync.Once
 }
@@ -83,6 +85,7 @@ func New(cfg Config, store *ledger.Store, rdb redis.UniversalClient, keys stream
 			strconv.FormatInt(cfg.IdempotencyWindow.Milliseconds(), 10),
 			strconv.FormatInt(cfg.MaxBacklog, 10),
 		},
+		streamKeys: keys.Streams(),
 	}
 	s.gatherer, _ = reg.(prometheus.Gatherer)
 	s.breaker = newBreaker(cfg, func(from, to gobreaker.State) {
@@ -501,12 +504,12 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	var fields []any
+	var poll, cand string
 	_, err = s.breaker.Execute(func() (any, error) {
 		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RedisTimeout)
 		defer cancel()
 		var err error
-		fields, err = s.rdb.HMGet(ctx, s.keys.Idempotency(p.ID, id), "poll", "candidate").Result()
+		poll, cand, err = s.pendingRecord(ctx, s.keys.Idempotency(p.ID, id))
 		return nil, err
 	})
 	if err != nil {
@@ -515,13 +518,34 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 			"the queue (Redis) did not answer: retry after the Retry-After delay", time.Second)
 		return
 	}
-	poll, _ := fields[0].(string)
-	cand, _ := fields[1].(string)
 	if poll == "" {
 		notFound()
 		return
 	}
 	writeJSON(w, http.StatusOK, eventStatus{EventID: id, PollID: poll, CandidateID: cand, Status: string(ledger.StatusPending)})
+}
+
+// pendingRecord reads the poll and candidate of an idempotency record (see
+// enqueueSrc), or "" when there is none. A record of the previous version
+// is a hash.
+func (s *Server) pendingRecord(ctx context.Context, key string) (poll, cand string, err error) {
+	rec, err := s.rdb.Get(ctx, key).Result()
+	switch {
+	case err == nil:
+		poll, cand, _ = strings.Cut(rec, " ")
+		return poll, cand, nil
+	case errors.Is(err, redis.Nil):
+		return "", "", nil
+	case !redis.HasErrorPrefix(err, "WRONGTYPE"):
+		return "", "", err
+	}
+	fields, err := s.rdb.HMGet(ctx, key, "poll", "candidate").Result()
+	if err != nil {
+		return "", "", err
+	}
+	poll, _ = fields[0].(string)
+	cand, _ = fields[1].(string)
+	return poll, cand, nil
 }
 
 func (s *Server) handleResults(w http.ResponseWriter, r *http.Request) {
