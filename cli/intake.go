@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"os"
 	"time"
 
 	ucli "github.com/urfave/cli/v2"
@@ -104,6 +105,9 @@ func runIntake(c *ucli.Context) error {
 		IdleTimeout:       c.Duration("idle-timeout"),
 		MaxHeaderBytes:    c.Int("max-header-bytes"),
 		ShutdownTimeout:   c.Duration("shutdown-timeout"),
+	}
+	if _, set := os.LookupEnv("GOGC"); set {
+		cfg.GCPercent = -1 // the operator's GOGC wins over intake's default
 	}
 	cs, err := openConns(c, ledger.Config{Logger: log}, c.Duration(flagStartupWait.Name))
 	if err != nil {

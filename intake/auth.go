@@ -7,15 +7,46 @@ import (
 	"time"
 
 	"tally/ledger"
+	"tally/stream"
 )
 
 // errUnauthenticated: the token is unknown or revoked.
 var errUnauthenticated = errors.New("unknown or revoked token")
 
-// authCache maps the SHA-256 of a bearer token to its principal, for at
-// most ttl (negTTL for an unknown token). Tokens are never kept in clear.
+// voter is an authenticated principal with what all its votes send to Redis
+// made once: the enqueue script's arguments that depend on the principal
+// only, boxed as go-redis takes them.
+type voter struct {
+	ledger.Principal
+	shard      int
+	idArg      any    // the principal id
+	rateKeyArg any    // the key of its rate-limit bucket
+	idemPrefix string // its idempotency keys are idemPrefix + event id; "" if not
+}
+
+func newVoter(p ledger.Principal, keys stream.Keys) *voter {
+	v := &voter{Principal: p, shard: keys.ShardOf(p.ID), idArg: p.ID, rateKeyArg: keys.RateLimit(p.ID)}
+	// The stream package names the record; use the shortcut only where its
+	// name is this concatenation.
+	if prefix := keys.Idempotency(p.ID, ""); keys.Idempotency(p.ID, "e-1") == prefix+"e-1" {
+		v.idemPrefix = prefix
+	}
+	return v
+}
+
+// idempotencyKey is the key of the record of the voter's clientEventID.
+func (v *voter) idempotencyKey(keys stream.Keys, clientEventID string) string {
+	if v.idemPrefix != "" {
+		return v.idemPrefix + clientEventID
+	}
+	return keys.Idempotency(v.ID, clientEventID)
+}
+
+// authCache maps the SHA-256 of a bearer token to its voter, for at most
+// ttl (negTTL for an unknown token). Tokens are never kept in clear.
 type authCache struct {
 	store   *ledger.Store
+	keys    stream.Keys
 	ttl     time.Duration
 	negTTL  time.Duration
 	max     int
@@ -26,32 +57,31 @@ type authCache struct {
 }
 
 type authEntry struct {
-	principal ledger.Principal
-	ok        bool
-	expires   time.Time
+	voter   *voter // nil for an unknown or revoked token
+	expires time.Time
 }
 
-func newAuthCache(store *ledger.Store, cfg Config) *authCache {
+func newAuthCache(store *ledger.Store, keys stream.Keys, cfg Config) *authCache {
 	return &authCache{
-		store: store, ttl: cfg.AuthTTL, negTTL: cfg.AuthNegativeTTL, max: cfg.AuthCacheSize,
+		store: store, keys: keys, ttl: cfg.AuthTTL, negTTL: cfg.AuthNegativeTTL, max: cfg.AuthCacheSize,
 		timeout: cfg.PostgresTimeout, m: map[[32]byte]authEntry{},
 	}
 }
 
-// authenticate returns the principal of token. It answers errUnauthenticated
+// authenticate returns the voter of token. It answers errUnauthenticated
 // for an unknown or revoked token, and another error when PostgreSQL could
 // not tell.
-func (a *authCache) authenticate(ctx context.Context, token string) (ledger.Principal, error) {
+func (a *authCache) authenticate(ctx context.Context, token string) (*voter, error) {
 	key := ledger.TokenHash(token)
 	now := time.Now()
 	a.mu.Lock()
 	e, hit := a.m[key]
 	a.mu.Unlock()
 	if hit && now.Before(e.expires) {
-		if !e.ok {
-			return ledger.Principal{}, errUnauthenticated
+		if e.voter == nil {
+			return nil, errUnauthenticated
 		}
-		return e.principal, nil
+		return e.voter, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()
@@ -59,12 +89,13 @@ func (a *authCache) authenticate(ctx context.Context, token string) (ledger.Prin
 	switch {
 	case errors.Is(err, ledger.ErrNotFound):
 		a.put(key, authEntry{expires: time.Now().Add(a.negTTL)})
-		return ledger.Principal{}, errUnauthenticated
+		return nil, errUnauthenticated
 	case err != nil:
-		return ledger.Principal{}, err
+		return nil, err
 	}
-	a.put(key, authEntry{principal: p, ok: true, expires: time.Now().Add(a.ttl)})
-	return p, nil
+	v := newVoter(p, a.keys)
+	a.put(key, authEntry{voter: v, expires: time.Now().Add(a.ttl)})
+	return v, nil
 }
 
 func (a *authCache) put(key [32]byte, e authEntry) {

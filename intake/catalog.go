@@ -14,17 +14,25 @@ import (
 // the name of the table that changed.
 const catalogChannel = "tally_catalog"
 
-// pollInfo is one poll as intake checks votes against it.
+// pollInfo is one poll as intake checks votes against it, with the enqueue
+// script's arguments that depend on the poll and choice only, made once.
 type pollInfo struct {
 	poll     ledger.Poll
-	choices  map[string]struct{}
+	idArg    any // the poll id
+	choices  map[string]*choice
 	eligible map[string]struct{} // nil for ledger.EligibleAny
 }
 
+// choice is one choice of a poll.
+type choice struct {
+	idArg          any // the candidate id
+	fingerprintArg any // ledger.FingerprintHex of the poll and candidate
+}
+
 func newPollInfo(p ledger.Poll) *pollInfo {
-	pi := &pollInfo{poll: p, choices: make(map[string]struct{}, len(p.Choices))}
+	pi := &pollInfo{poll: p, idArg: p.ID, choices: make(map[string]*choice, len(p.Choices))}
 	for _, c := range p.Choices {
-		pi.choices[c] = struct{}{}
+		pi.choices[c] = &choice{idArg: c, fingerprintArg: ledger.FingerprintHex(p.ID, c)}
 	}
 	if p.Eligibility == ledger.EligibleList {
 		pi.eligible = make(map[string]struct{}, len(p.Eligible))
@@ -35,7 +43,8 @@ func newPollInfo(p ledger.Poll) *pollInfo {
 	return pi
 }
 
-func (pi *pollInfo) hasChoice(c string) bool { _, ok := pi.choices[c]; return ok }
+// choice returns the poll's choice c, or nil.
+func (pi *pollInfo) choice(c string) *choice { return pi.choices[c] }
 
 func (pi *pollInfo) mayVote(principalID string) bool {
 	if pi.eligible == nil {

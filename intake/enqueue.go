@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -161,22 +160,25 @@ type enqueueResult struct {
 	replicas int64         // acknowledged by WAIT, when asked
 }
 
-// enqueue runs the script for e, through the breaker and the batcher. An
-// error means Redis could not be asked or did not answer; the vote may or
-// may not have been enqueued, and a retry with the same event id is safe.
-func (s *Server) enqueue(ctx context.Context, e stream.Entry) (enqueueResult, error) {
-	shard := s.keys.ShardOf(e.PrincipalID)
-	keys := []string{
-		s.keys.Idempotency(e.PrincipalID, e.ClientEventID),
-		s.keys.RateLimit(e.PrincipalID),
-		s.streamKeys[shard],
-	}
-	args := make([]any, 0, argReceivedAt)
+// enqueueSHA is the script's SHA1, boxed once.
+var enqueueSHA any = enqueueScript.Hash()
+
+// enqueue runs the script for the vote of v with clientEventID for choice c
+// of poll, through the breaker and the batcher. An error means Redis could
+// not be asked or did not answer; the vote may or may not have been
+// enqueued, and a retry with the same event id is safe.
+//
+// The command is built here whole, from arguments boxed once per voter,
+// poll and choice where they can be: a vote allocates its idempotency key,
+// the command's slice and two boxes.
+func (s *Server) enqueue(ctx context.Context, v *voter, clientEventID string, poll *pollInfo, c *choice, receivedAt time.Time) (enqueueResult, error) {
+	args := make([]any, 0, 3+3+argReceivedAt)
+	args = append(args, "evalsha", enqueueSHA, 3,
+		v.idempotencyKey(s.keys, clientEventID), v.rateKeyArg, s.streamKeyArgs[v.shard])
 	args = append(args, s.scriptConsts[:]...)
-	args = append(args, e.PrincipalID, e.ClientEventID, e.PollID, e.CandidateID, e.Fingerprint,
-		strconv.FormatInt(e.ReceivedAt.UnixMicro(), 10))
+	args = append(args, v.idArg, clientEventID, poll.idArg, c.idArg, c.fingerprintArg, receivedAt.UnixMicro())
 	r, err := s.breaker.Execute(func() (any, error) {
-		rep := s.batcher.do(ctx, keys, args)
+		rep := s.batcher.do(ctx, args)
 		if rep.err != nil {
 			return enqueueResult{}, rep.err
 		}
@@ -227,8 +229,7 @@ type batcher struct {
 }
 
 type scriptCall struct {
-	keys []string
-	args []any
+	args []any            // the whole EVALSHA command
 	done chan scriptReply // buffered
 }
 
@@ -250,9 +251,14 @@ func newBatcher(rdb redis.UniversalClient, cfg Config, batchSize prometheus.Hist
 	}
 }
 
-// do runs the script with keys and args and waits for its answer or for ctx.
-func (b *batcher) do(ctx context.Context, keys []string, args []any) scriptReply {
-	c := &scriptCall{keys: keys, args: args, done: make(chan scriptReply, 1)}
+// calls recycles the scriptCalls whose answer was received.
+var calls = sync.Pool{New: func() any { return &scriptCall{done: make(chan scriptReply, 1)} }}
+
+// do runs the script command args (EVALSHA sha 3 keys... args...) and
+// waits for its answer or for ctx.
+func (b *batcher) do(ctx context.Context, args []any) scriptReply {
+	c := calls.Get().(*scriptCall)
+	c.args = args
 	b.mu.Lock()
 	b.pending = append(b.pending, c)
 	lead := b.leaders < b.maxInFlight
@@ -265,8 +271,11 @@ func (b *batcher) do(ctx context.Context, keys []string, args []any) scriptReply
 	}
 	select {
 	case r := <-c.done:
+		c.args = nil
+		calls.Put(c)
 		return r
 	case <-ctx.Done():
+		// c stays with its batch, which answers it later: not recycled.
 		return scriptReply{err: ctx.Err()}
 	}
 }
@@ -329,7 +338,10 @@ func (b *batcher) pipeline(ctx context.Context, batch []*scriptCall) ([]*redis.C
 	var wait *redis.Cmd
 	_, err := b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, c := range batch {
-			cmds[i] = enqueueScript.EvalSha(ctx, p, c.keys, c.args...)
+			cmd := redis.NewCmd(ctx, c.args...)
+			cmd.SetFirstKeyPos(3) // for a cluster client: KEYS[1] routes it
+			p.Process(ctx, cmd)
+			cmds[i] = cmd
 		}
 		if b.waitReplicas > 0 {
 			wait = p.Do(ctx, "WAIT", b.waitReplicas, b.waitTimeout.Milliseconds())

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -734,15 +735,28 @@ func TestHealthReadyMetrics(t *testing.T) {
 		t.Fatalf("/readyz: %d %s", r.code, r.raw)
 	}
 	b.vote(t, b.token, "e1", "p1", "a")
+	b.vote(t, b.token, "e2", "p1", "a")
+	b.vote(t, b.token, "e2", "p1", "b")
+	b.do(t, http.MethodGet, "/nowhere", "", "", nil)
 	m := b.metrics(t)
 	for _, want := range []string{
-		`tally_intake_requests_total{code="202",route="/v1/votes"} 1`,
+		`tally_intake_requests_total{code="202",route="/v1/votes"} 2`,
+		`tally_intake_requests_total{code="409",route="/v1/votes"} 1`,
 		`tally_intake_requests_total{code="200",route="/readyz"} 1`,
-		`tally_intake_enqueue_duration_seconds_count{outcome="accepted"} 1`,
+		`tally_intake_requests_total{code="404",route="other"} 1`,
+		`tally_intake_request_duration_seconds_count{route="/v1/votes"} 3`,
+		`tally_intake_enqueue_duration_seconds_count{outcome="accepted"} 2`,
+		`tally_intake_enqueue_duration_seconds_count{outcome="conflict"} 1`,
 		`tally_intake_redis_breaker_state 0`,
 	} {
 		if !strings.Contains(m, want) {
 			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	// Only label values that were used appear.
+	for _, unwanted := range []string{`outcome="backlog"`, `route="/v1/polls/{poll_id}/results"`, `code="500"`} {
+		if strings.Contains(m, unwanted) {
+			t.Errorf("/metrics has %s, which was never used", unwanted)
 		}
 	}
 	if strings.Contains(m, b.who.ID) || strings.Contains(m, b.token) {
@@ -812,6 +826,29 @@ func TestShutdownDrains(t *testing.T) {
 	}
 }
 
+// TestServeSetsGCPercent checks that Serve sets the garbage collector's
+// target while it serves and restores it after. Not parallel: the target is
+// the process's.
+func TestServeSetsGCPercent(t *testing.T) {
+	gcPercent := func() int { p := debug.SetGCPercent(100); debug.SetGCPercent(p); return p }
+	before := gcPercent()
+	t.Cleanup(func() { // runs after the server's cleanup stopped it
+		if got := gcPercent(); got != before {
+			t.Errorf("GC percent after serving: %d, want %d", got, before)
+		}
+	})
+	b := setup(t, func(c *intake.Config) { c.GCPercent = 250 })
+	if r := b.vote(t, b.token, "e1", "p1", "a"); r.code != http.StatusAccepted {
+		t.Fatalf("vote: %d %s", r.code, r.raw)
+	}
+	if got := gcPercent(); got != 250 {
+		t.Fatalf("GC percent while serving: %d, want 250", got)
+	}
+	if intake.DefaultConfig().GCPercent != 400 {
+		t.Fatalf("default GC percent %d, want 400", intake.DefaultConfig().GCPercent)
+	}
+}
+
 func TestConfigValidate(t *testing.T) {
 	t.Parallel()
 	keys, _ := stream.NewKeys("x", 1)
@@ -821,6 +858,7 @@ func TestConfigValidate(t *testing.T) {
 	for _, cfg := range []intake.Config{
 		{Rate: -1}, {Burst: -1}, {MaxBacklog: -5}, {IdempotencyWindow: time.Millisecond},
 		{WaitReplicas: -1}, {ReadTimeout: -time.Second}, {RequestTimeout: time.Minute, WriteTimeout: time.Second},
+		{GCPercent: -2},
 	} {
 		_, err := intake.New(cfg, store, rdb, keys, nil, nil)
 		if err == nil {

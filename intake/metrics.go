@@ -3,6 +3,9 @@ package intake
 import (
 	"errors"
 	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sony/gobreaker/v2"
@@ -19,6 +22,57 @@ type metrics struct {
 	replays         prometheus.Counter
 	backlogRefusals prometheus.Counter
 	breakerState    prometheus.Gauge
+
+	// Children of the vectors, resolved once instead of on every request:
+	// by route template, and by enqueue outcome.
+	routes   map[string]*routeStats
+	outcomes map[outcome]*lazyObserver
+}
+
+// lazyObserver is a child of a histogram vector, resolved on its first use,
+// so that only the label values that were used appear.
+type lazyObserver struct {
+	vec   *prometheus.HistogramVec
+	label string
+	once  sync.Once
+	child prometheus.Observer
+}
+
+func (l *lazyObserver) Observe(v float64) {
+	l.once.Do(func() { l.child = l.vec.WithLabelValues(l.label) })
+	l.child.Observe(v)
+}
+
+// routeStats are the metrics of one route template. The request counter
+// of each status code is resolved on its first use, so that only codes
+// that were answered appear.
+type routeStats struct {
+	route    string
+	requests *prometheus.CounterVec
+	duration *lazyObserver
+	byCode   [600]atomic.Pointer[prometheus.Counter]
+}
+
+func (m *metrics) route(route string) *routeStats {
+	if rm := m.routes[route]; rm != nil {
+		return rm
+	}
+	return m.routes[routeOther]
+}
+
+// request counts one request answered with code.
+func (rm *routeStats) request(code int) {
+	if code < 0 || code >= len(rm.byCode) {
+		rm.requests.WithLabelValues(rm.route, strconv.Itoa(code)).Inc()
+		return
+	}
+	c := rm.byCode[code].Load()
+	if c == nil {
+		child := rm.requests.WithLabelValues(rm.route, strconv.Itoa(code))
+		c = &child
+		rm.byCode[code].Store(c)
+	}
+	(*c).Inc()
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -59,6 +113,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "State of the Redis circuit breaker: 0 closed, 1 half-open, 2 open.",
 		}),
 	}
+	m.routes = map[string]*routeStats{}
+	for _, route := range []string{routeVotes, routeVote, routeResults, routeHealth, routeReady, routeMetrics, routeOther} {
+		m.routes[route] = &routeStats{route: route, requests: m.requests, duration: &lazyObserver{vec: m.duration, label: route}}
+	}
+	m.outcomes = map[outcome]*lazyObserver{}
+	for _, o := range []outcome{outAccepted, outReplay, outConflict, outLimited, outBacklog, outUnconfirmed, outBreakerOpen, outRedisError} {
+		m.outcomes[o] = &lazyObserver{vec: m.enqueue, label: string(o)}
+	}
 	var errs []error
 	for _, c := range []prometheus.Collector{m.requests, m.duration, m.enqueue, m.batchSize, m.rateLimited, m.replays, m.backlogRefusals, m.breakerState} {
 		if err := reg.Register(c); err != nil {
@@ -80,4 +142,12 @@ func breakerValue(s gobreaker.State) float64 {
 		return 2
 	}
 	return 0
+}
+
+// outcome is the enqueue duration histogram of o.
+func (m *metrics) outcome(o outcome) prometheus.Observer {
+	if h := m.outcomes[o]; h != nil {
+		return h
+	}
+	return m.enqueue.WithLabelValues(string(o))
 }

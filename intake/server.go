@@ -44,8 +44,8 @@ type Server struct {
 	// same for every vote: the GCRA emission interval and burst tolerance
 	// (µs), the idempotency record's lifetime (ms) and the max backlog.
 	scriptConsts [4]any
-	// streamKeys are the stream keys by shard.
-	streamKeys []string
+	// streamKeyArgs are the stream keys by shard, boxed once.
+	streamKeyArgs []any
 
 	runOnce sync.Once
 }
@@ -85,7 +85,9 @@ func New(cfg Config, store *ledger.Store, rdb redis.UniversalClient, keys stream
 			strconv.FormatInt(cfg.IdempotencyWindow.Milliseconds(), 10),
 			strconv.FormatInt(cfg.MaxBacklog, 10),
 		},
-		streamKeys: keys.Streams(),
+	}
+	for _, k := range keys.Streams() {
+		s.streamKeyArgs = append(s.streamKeyArgs, k)
 	}
 	s.gatherer, _ = reg.(prometheus.Gatherer)
 	s.breaker = newBreaker(cfg, func(from, to gobreaker.State) {
@@ -94,7 +96,7 @@ func New(cfg Config, store *ledger.Store, rdb redis.UniversalClient, keys stream
 			slog.String("from", from.String()), slog.String("to", to.String()))
 	})
 	s.batcher = newBatcher(rdb, cfg, m.batchSize)
-	s.auth = newAuthCache(store, cfg)
+	s.auth = newAuthCache(store, keys, cfg)
 	s.catalog = newCatalog(store, s.log, cfg, s.auth.clear)
 	s.handler = s.routes()
 	return s, nil
@@ -118,13 +120,17 @@ func (s *Server) Run(ctx context.Context) error {
 // Serve serves on ln until ctx is cancelled, then stops accepting, drains
 // the requests in flight within Config.ShutdownTimeout (closing whatever is
 // left after it) and returns nil. It returns an error when serving failed.
-// A Server serves once.
+// A Server serves once. While it serves, the garbage collector's target is
+// Config.GCPercent (see there).
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	served := false
 	s.runOnce.Do(func() { served = true })
 	if !served {
 		ln.Close()
 		return errors.New("intake: a Server serves once")
+	}
+	if s.cfg.GCPercent > 0 {
+		defer debug.SetGCPercent(debug.SetGCPercent(s.cfg.GCPercent))
 	}
 	srv := &http.Server{
 		Handler:           s.handler,
@@ -270,37 +276,38 @@ func (s *Server) observe(r *http.Request, sw *statusWriter, start time.Time) {
 	if code == 0 {
 		code = http.StatusOK
 	}
-	s.metrics.requests.WithLabelValues(route, strconv.Itoa(code)).Inc()
-	s.metrics.duration.WithLabelValues(route).Observe(time.Since(start).Seconds())
+	rm := s.metrics.route(route)
+	rm.request(code)
+	rm.duration.Observe(time.Since(start).Seconds())
 }
 
 // principal authenticates the request, or answers 401 or 503 and returns
 // false.
-func (s *Server) principal(w http.ResponseWriter, r *http.Request) (ledger.Principal, bool) {
+func (s *Server) principal(w http.ResponseWriter, r *http.Request) (*voter, bool) {
 	h := r.Header.Get("Authorization")
 	scheme, token, found := strings.Cut(h, " ")
 	token = strings.TrimSpace(token)
 	if h == "" {
 		writeProblem(w, http.StatusUnauthorized, probUnauthorized,
 			"the request has no Authorization header: send \"Authorization: Bearer TOKEN\" with your principal's token", 0)
-		return ledger.Principal{}, false
+		return nil, false
 	}
 	if !found || !strings.EqualFold(scheme, "Bearer") || token == "" {
 		writeProblem(w, http.StatusUnauthorized, probUnauthorized,
 			"the Authorization header is not of the form \"Bearer TOKEN\": send your principal's token that way", 0)
-		return ledger.Principal{}, false
+		return nil, false
 	}
 	p, err := s.auth.authenticate(r.Context(), token)
 	switch {
 	case errors.Is(err, errUnauthenticated):
 		writeProblem(w, http.StatusUnauthorized, probUnauthorized,
 			"the bearer token is unknown or revoked: ask an operator for a valid token", 0)
-		return ledger.Principal{}, false
+		return nil, false
 	case err != nil:
 		s.failed(r, "authentication failed: PostgreSQL did not answer", err)
 		writeProblem(w, http.StatusServiceUnavailable, probUnavailable,
 			"the token could not be checked because the database did not answer: retry after the Retry-After delay", time.Second)
-		return ledger.Principal{}, false
+		return nil, false
 	}
 	return p, true
 }
@@ -315,15 +322,23 @@ func (s *Server) failed(r *http.Request, msg string, err error) {
 	s.log.LogAttrs(r.Context(), level, msg, slog.String("route", r.Pattern), slog.String("error", err.Error()))
 }
 
+// Header values every answer of a kind shares. net/http only reads them
+// (Header.Clone copies), and a slice of one value is full, so an Add to one
+// of them copies it first.
+var (
+	headerJSON    = []string{"application/json"}
+	headerNoStore = []string{"no-store"}
+)
+
 // writeAccepted answers 202 with
 // {"event_id": ..., "status": "pending", "status_url": "/v1/votes/{event_id}"}.
 // The event id is made of id characters only, so it needs no escaping.
 func writeAccepted(w http.ResponseWriter, eventID string) {
 	url := "/v1/votes/" + eventID
 	h := w.Header()
-	h.Set("Location", url)
-	h.Set("Content-Type", "application/json")
-	h.Set("Cache-Control", "no-store")
+	h["Location"] = []string{url}
+	h["Content-Type"] = headerJSON
+	h["Cache-Control"] = headerNoStore
 	w.WriteHeader(http.StatusAccepted)
 	b := make([]byte, 0, 96+2*len(eventID))
 	b = append(b, `{"event_id":"`...)
@@ -396,22 +411,15 @@ func (s *Server) handleVote(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusUnprocessableEntity, probPollClosed, detail, 0)
 		return
 	}
-	if !poll.hasChoice(v.CandidateID) {
+	choice := poll.choice(v.CandidateID)
+	if choice == nil {
 		writeProblem(w, http.StatusUnprocessableEntity, probInvalidChoice,
 			fmt.Sprintf("%q is not a choice of poll %q: pick one of its choices", v.CandidateID, v.PollID), 0)
 		return
 	}
 
-	entry := stream.Entry{
-		PrincipalID:   p.ID,
-		ClientEventID: v.EventID,
-		PollID:        v.PollID,
-		CandidateID:   v.CandidateID,
-		Fingerprint:   ledger.FingerprintHex(v.PollID, v.CandidateID),
-		ReceivedAt:    receivedAt,
-	}
 	start := time.Now()
-	res, err := s.enqueue(r.Context(), entry)
+	res, err := s.enqueue(r.Context(), p, v.EventID, poll, choice, receivedAt)
 	out := res.outcome
 	if err != nil {
 		out = outRedisError
@@ -419,7 +427,7 @@ func (s *Server) handleVote(w http.ResponseWriter, r *http.Request) {
 			out = outBreakerOpen
 		}
 	}
-	s.metrics.enqueue.WithLabelValues(string(out)).Observe(time.Since(start).Seconds())
+	s.metrics.outcome(out).Observe(time.Since(start).Seconds())
 
 	switch out {
 	case outAccepted, outReplay:
