@@ -369,7 +369,9 @@ func (s *Server) handleVote(w http.ResponseWriter, r *http.Request) {
 			fmt.Sprintf("the body is %d bytes; a vote takes at most %d", r.ContentLength, maxBodyBytes), 0)
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	buf := bodyBufs.Get().(*[maxBodyBytes + 1]byte)
+	defer bodyBufs.Put(buf)
+	body, err := readBody(w, r, buf[:])
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
@@ -457,6 +459,33 @@ func (s *Server) handleVote(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusServiceUnavailable, probUnavailable,
 			"the queue (Redis) did not answer; the vote may or may not be queued: retry the same request (same event_id) after the Retry-After delay", time.Second)
 	}
+}
+
+// bodyBufs recycles the buffers vote bodies are read into. parseVote
+// copies what it keeps, so a buffer goes back once the vote is parsed.
+var bodyBufs = sync.Pool{New: func() any { return new([maxBodyBytes + 1]byte) }}
+
+// readBody reads the body of r into buf, which has room for one byte over
+// maxBodyBytes. A body of a known length was already checked against
+// maxBodyBytes, and net/http reads no further than that length; any other
+// is read through http.MaxBytesReader, whose error says it was too large.
+func readBody(w http.ResponseWriter, r *http.Request, buf []byte) ([]byte, error) {
+	rd := r.Body
+	if r.ContentLength < 0 {
+		rd = http.MaxBytesReader(w, r.Body, maxBodyBytes)
+	}
+	n := 0
+	for n < len(buf) {
+		m, err := rd.Read(buf[n:])
+		n += m
+		if errors.Is(err, io.EOF) {
+			return buf[:n], nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return nil, &http.MaxBytesError{Limit: maxBodyBytes}
 }
 
 // isJSON reports whether a Content-Type is application/json, with any
