@@ -39,7 +39,9 @@ type Config struct {
 
 	// EnqueuePipelines bounds the Redis pipelines of enqueue scripts under
 	// way at once; votes that arrive meanwhile share the next pipeline.
-	// Default 4.
+	// Default 2: fewer, fuller pipelines cost both intake and Redis less
+	// per vote (a write and a read each per pipeline), and two still
+	// overlap one round trip with the next (see BENCHMARKS.md).
 	EnqueuePipelines int
 	// EnqueueBatch bounds the scripts of one pipeline. Default 128.
 	EnqueueBatch int
@@ -120,7 +122,7 @@ func (c Config) withDefaults() Config {
 	setDur(&c.IdempotencyWindow, 24*time.Hour)
 	setDur(&c.WaitTimeout, 500*time.Millisecond)
 	if c.EnqueuePipelines == 0 {
-		c.EnqueuePipelines = 4
+		c.EnqueuePipelines = 2
 	}
 	if c.EnqueueBatch == 0 {
 		c.EnqueueBatch = 128
