@@ -78,7 +78,8 @@ type Config struct {
 	// projector passes -1 when the GOGC environment variable is set). Default 400: the projector keeps
 	// a few MB live and allocates fast, so at the runtime's default of 100
 	// it spends about a third of its CPU collecting (see BENCHMARKS.md);
-	// at 400 its peak RSS stays about 50 MB with a 1M-entry backlog.
+	// at 400 its peak RSS stays about 55 MB with one worker and a
+	// 1M-entry backlog, and grows about 10 MB with each further worker.
 	GCPercent int
 }
 

@@ -10,6 +10,11 @@
 //
 //	go build -o /tmp/tally . && go run ./projector/internal/benchtool -tally /tmp/tally
 //
+// -workers 1,2,3 -rounds 2 drains the large-batch stream once per worker
+// count and round, alternating (1, 2, 3, 1, 2, 3), so that load from
+// elsewhere on the machine falls on every setting alike; each row shows
+// the one-minute load average when its run started.
+//
 // The rate is events applied per second from the first applied event to the
 // last acknowledgement. Peak memory is the projector process's maximum
 // resident set size as /usr/bin/time reports it (when installed), and its
@@ -41,8 +46,9 @@ import (
 )
 
 type run struct {
-	batch  int
-	events int
+	batch   int
+	events  int
+	workers int // the projector's --workers; 0: not passed (its default)
 }
 
 type result struct {
@@ -52,6 +58,7 @@ type result struct {
 	drain     time.Duration // first applied event to the last acknowledgement
 	maxRSSKiB int64         // /usr/bin/time's "maximum resident set size" (0 without it)
 	hwmKiB    int64         // VmHWM of /proc/PID/status just before SIGTERM
+	load      string        // one-minute load average when the run started
 }
 
 func main() {
@@ -66,6 +73,8 @@ func main() {
 		timeout   = flag.Duration("timeout", 15*time.Minute, "bound on the whole benchmark")
 		polls     = flag.Int("polls", 10, "polls the events are spread over")
 		batchWait = flag.Duration("batch-wait", 50*time.Millisecond, "the projector's --batch-wait")
+		workers   = flag.String("workers", "", "comma-separated `LIST` of the projector's --workers for the large-batch run, alternated per round (empty: not passed)")
+		rounds    = flag.Int("rounds", 1, "how often the large-batch run is repeated for each -workers value")
 	)
 	flag.Parse()
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -78,27 +87,64 @@ func main() {
 		fail(err)
 	}
 	defer b.close()
-	runs := []run{{batch: *batch, events: *events}}
+	ws := []int{0}
+	if *workers != "" {
+		ws = ws[:0]
+		for _, f := range strings.Split(*workers, ",") {
+			w, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || w < 1 {
+				fail(fmt.Errorf("-workers %q: want a comma-separated list of counts of at least 1", *workers))
+			}
+			ws = append(ws, w)
+		}
+	}
+	var runs []run
+	for range max(*rounds, 1) {
+		for _, w := range ws {
+			runs = append(runs, run{batch: *batch, events: *events, workers: w})
+		}
+	}
 	if *events1 > 0 {
 		runs = append(runs, run{batch: 1, events: *events1})
 	}
 	var results []result
 	for _, r := range runs {
-		fmt.Fprintf(os.Stderr, "run: batch %d, %d events\n", r.batch, r.events)
+		load := loadAvg1()
+		fmt.Fprintf(os.Stderr, "run: batch %d, workers %s, %d events, load %s\n", r.batch, workersText(r.workers), r.events, load)
 		res, err := b.run(ctx, r)
+		res.load = load
 		if err != nil {
 			fail(fmt.Errorf("batch %d: %w", r.batch, err))
 		}
 		results = append(results, res)
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "BATCH\tEVENTS\tPRELOAD/S\tSTARTUP\tDRAIN\tAPPLIED/S\tMAX RSS (time)\tVmHWM")
+	fmt.Fprintln(tw, "BATCH\tWORKERS\tEVENTS\tLOAD\tPRELOAD/S\tSTARTUP\tDRAIN\tAPPLIED/S\tMAX RSS (time)\tVmHWM")
 	for _, r := range results {
-		fmt.Fprintf(tw, "%d\t%d\t%.0f\t%s\t%s\t%.0f\t%.1f MiB\t%.1f MiB\n", r.batch, r.events,
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%.0f\t%s\t%s\t%.0f\t%.1f MiB\t%.1f MiB\n", r.batch, workersText(r.workers), r.events, r.load,
 			float64(r.events)/r.preload.Seconds(), r.startup.Round(time.Millisecond), r.drain.Round(time.Millisecond),
 			float64(r.events)/r.drain.Seconds(), float64(r.maxRSSKiB)/1024, float64(r.hwmKiB)/1024)
 	}
 	tw.Flush()
+}
+
+func workersText(w int) string {
+	if w == 0 {
+		return "default"
+	}
+	return strconv.Itoa(w)
+}
+
+// loadAvg1 is the one-minute load average ("?" when unknown).
+func loadAvg1() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	if f := strings.Fields(string(b)); len(f) > 0 {
+		return f[0]
+	}
+	return "?"
 }
 
 func fail(err error) {
@@ -213,6 +259,9 @@ func (b *bench) run(ctx context.Context, r run) (res result, err error) {
 		"--database-url", b.dbURL(), "--redis-url", b.redisURL, "--stream-prefix", prefix,
 		"--consumer", "bench", "--batch-size", strconv.Itoa(r.batch), "--batch-wait", b.batchWait.String(),
 		"--log-level", "warn", "--log-format", "text"}
+	if r.workers > 0 {
+		args = append(args, "--workers", strconv.Itoa(r.workers))
+	}
 	// Under /usr/bin/time when it is there: the peak RSS of a child that
 	// getrusage reports to a Go parent includes the parent's own memory
 	// at fork time.
