@@ -66,7 +66,7 @@ func main() {
 		tallyBin  = flag.String("tally", "", "path of the tally binary (default: go build it into a temporary directory)")
 		adminURL  = flag.String("admin-url", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "PostgreSQL URL of a database to create and drop the benchmark database from")
 		redisURL  = flag.String("redis-url", "redis://127.0.0.1:6379/0", "Redis URL")
-		dbName    = flag.String("database", "tally_bench_proj", "name of the benchmark database (dropped and created for every run)")
+		dbName    = flag.String("database", "", "name of the benchmark database, dropped and created for every run (default: tally_bench_proj_ and a random suffix, so that two benchmarks at once do not drop each other's)")
 		events    = flag.Int("events", 1_000_000, "events preloaded for the large-batch run")
 		batch     = flag.Int("batch", 1000, "batch size of the large-batch run")
 		events1   = flag.Int("events-batch1", 20_000, "events preloaded for the batch-size-1 run (0: skip it)")
@@ -82,6 +82,9 @@ func main() {
 	ctx, cancelT := context.WithTimeout(ctx, *timeout)
 	defer cancelT()
 
+	if *dbName == "" {
+		*dbName = "tally_bench_proj_" + strings.ToLower(rand.Text()[:8])
+	}
 	b := &bench{adminURL: *adminURL, redisURL: *redisURL, dbName: *dbName, polls: *polls, batchWait: *batchWait}
 	if err := b.init(ctx, *tallyBin); err != nil {
 		fail(err)
