@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"log/slog"
 	"sync"
 	"time"
@@ -15,80 +16,104 @@ import (
 	"tally/stream"
 )
 
-// batchLoop gathers entries into batches and hands each one, once it is
-// full or Config.BatchWait has passed since its first entry arrived, to
-// the first of Config.Workers workers that is free; each worker applies
-// one batch at a time (flush). While every worker is busy batchLoop keeps
-// filling the next batch, and once that is full it reads nothing more, so
-// the readers wait: at most Workers batches are in flight, plus the one
-// being filled (which may hold up to one read more than a batch). When ctx
-// is done it stops reading, hands what it holds to the workers, to be
-// applied on applyCtx, and returns once every worker has finished.
+// batchLoop splits what the readers hand over among Config.Workers lanes,
+// by principal, and each lane gathers its own batches and applies them one
+// at a time (lane). All the entries of one principal go through one lane,
+// in stream order, so a principal's first answer reaches the ledger before
+// the second even while other lanes' batches are applied at once: every
+// rule that depends on order is about one principal. A lane that is
+// applying takes no more than one more read; once that waits, the split
+// waits, and so do the readers: memory stays bounded. When ctx is done
+// each lane applies what it holds, on applyCtx, and batchLoop returns once
+// every lane has finished.
 func (p *Projector) batchLoop(ctx, applyCtx context.Context, in <-chan []message) {
-	batches := make(chan []message) // unbuffered: a batch is handed only to a free worker
-	var workers sync.WaitGroup
-	for range p.cfg.Workers {
-		workers.Go(func() {
-			for b := range batches {
-				p.m.inFlight.Inc()
-				p.flush(ctx, applyCtx, b)
-				p.m.inFlight.Dec()
-			}
-		})
+	if p.cfg.Workers == 1 {
+		p.lane(ctx, applyCtx, in)
+		return
 	}
-	defer workers.Wait()
-	defer close(batches)
+	lanes := make([]chan []message, p.cfg.Workers)
+	var wg sync.WaitGroup
+	for w := range lanes {
+		lanes[w] = make(chan []message, 1)
+		wg.Go(func() { p.lane(ctx, applyCtx, lanes[w]) })
+	}
+	defer wg.Wait()
+	seed := maphash.MakeSeed()
+	parts := make([][]message, len(lanes))
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case msgs := <-in:
+			for _, m := range msgs {
+				w := 0 // an entry without a principal is dead-lettered in any lane
+				if principal, ok := m.values[stream.FieldPrincipal].(string); ok {
+					w = int(maphash.String(seed, principal) % uint64(len(lanes)))
+				}
+				parts[w] = append(parts[w], m)
+			}
+			for w, part := range parts {
+				if len(part) == 0 {
+					continue
+				}
+				select {
+				case lanes[w] <- part:
+				case <-ctx.Done():
+					return // what is not handed over stays pending
+				}
+				parts[w] = nil
+			}
+		}
+	}
+}
 
-	size := p.cfg.BatchSize
+// lane gathers entries into batches and applies each one when it holds
+// Config.BatchSize entries or Config.BatchWait has passed since its first
+// entry arrived, until ctx is done; then it applies what it holds once
+// more, on applyCtx.
+func (p *Projector) lane(ctx, applyCtx context.Context, in <-chan []message) {
 	var buf []message
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
-	armed := false // the timer runs for the first entry of buf
-	due := false   // buf (or its first BatchSize entries) is to be applied now
+	armed := false
+	size := p.cfg.BatchSize
 	for {
-		// A nil channel disables its case: out while nothing is due,
-		// input while buf holds a full batch (back-pressure).
-		var out chan<- []message
-		var next []message
-		if due {
-			out, next = batches, buf[:min(len(buf), size)]
-		}
-		input := in
-		if len(buf) >= size {
-			input = nil
-		}
 		select {
 		case <-ctx.Done():
 			for len(buf) > 0 {
 				n := min(len(buf), size)
-				batches <- buf[:n:n]
+				p.apply1(ctx, applyCtx, buf[:n])
 				buf = buf[n:]
 			}
 			return
-		case msgs := <-input:
+		case msgs := <-in:
 			buf = append(buf, msgs...)
-			if len(buf) >= size {
-				due = true
-			} else if !armed && !due {
-				timer.Reset(p.cfg.BatchWait)
-				armed = true
+			for len(buf) >= size {
+				p.apply1(ctx, applyCtx, buf[:size:size])
+				buf = append([]message(nil), buf[size:]...)
+				timer.Stop()
+				armed = false
 			}
-		case out <- next:
-			// The worker owns next; the rest moves to a slice of its own.
-			buf = append([]message(nil), buf[len(next):]...)
-			timer.Stop()
-			armed = false
-			due = len(buf) >= size
-			if len(buf) > 0 && !due {
+			if len(buf) > 0 && !armed {
 				timer.Reset(p.cfg.BatchWait)
 				armed = true
 			}
 		case <-timer.C:
 			armed = false
-			due = len(buf) > 0
+			if len(buf) > 0 {
+				p.apply1(ctx, applyCtx, buf)
+				buf = nil
+			}
 		}
 	}
+}
+
+// apply1 applies one batch, counted in the in-flight gauge.
+func (p *Projector) apply1(ctx, applyCtx context.Context, msgs []message) {
+	p.m.inFlight.Inc()
+	defer p.m.inFlight.Dec()
+	p.flush(ctx, applyCtx, msgs)
 }
 
 // item is a decoded entry and the event it carries.
@@ -266,12 +291,19 @@ func (p *Projector) applyWithRetry(ctx, applyCtx context.Context, events []ledge
 			p.m.applyErrs.WithLabelValues(kindPermanent).Inc()
 			return nil, err
 		}
-		if !errors.Is(err, gobreaker.ErrOpenState) && !errors.Is(err, gobreaker.ErrTooManyRequests) {
-			p.m.applyErrs.WithLabelValues(kindTransient).Inc()
-		}
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("%w: stopping: %w", errAbandoned, err)
 		}
+		if errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests) {
+			// The breaker holds every worker while PostgreSQL fails (or
+			// while another worker's batch probes it): this batch was not
+			// tried, so it costs no attempt. The worker keeps it and waits,
+			// which stops the reading too.
+			attempt--
+			sleep(ctx, min(p.cfg.BreakerOpenFor, 100*time.Millisecond))
+			continue
+		}
+		p.m.applyErrs.WithLabelValues(kindTransient).Inc()
 		if attempt >= p.cfg.MaxAttempts {
 			return nil, fmt.Errorf("%w after %d attempts: %w", errAbandoned, attempt, err)
 		}

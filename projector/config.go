@@ -26,12 +26,9 @@ type Config struct {
 	// one arrived before it is applied anyway. Default 50ms.
 	BatchWait time.Duration
 	// Workers is how many batches may be applied at once, each in a
-	// transaction of its own on a connection of its own. While they are
-	// all busy the projector fills one more batch and reads nothing
-	// further. Concurrent batches meet in the ledger as the batches of
-	// several projectors in one group do: the ledger decides every
-	// conflict, and the first to commit wins. Default 2, at most
-	// MaxWorkers.
+	// transaction of its own on a connection of its own. Entries are
+	// split among the workers by principal, so each principal's entries
+	// reach the ledger in stream order. Default 2, at most MaxWorkers.
 	Workers int
 
 	// MinIdle is how long an entry must have been pending, unacknowledged,

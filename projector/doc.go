@@ -11,14 +11,16 @@
 //     free; a timer independent of the blocking stream read decides the
 //     wait. The batch goes to the ledger
 //     in one Append call, so it is never half-applied.
-//   - Bounded overlap. Up to Config.Workers batches are applied at once,
-//     each in its own transaction; while they all are, the projector fills
-//     one more batch and then stops reading, so the readers wait and memory
-//     stays bounded. Concurrent batches meet in the ledger as those of
-//     several projectors in one group do: the ledger decides every
-//     conflict (the first to commit wins), and an entry that is in two
-//     batches at once (claimed while in flight) commits once and answers
-//     duplicate the second time (I2); both acknowledgements are harmless.
+//   - Bounded overlap, per-principal order. Up to Config.Workers batches
+//     are applied at once, each in its own transaction. Entries are split
+//     among the workers by principal, so the entries of one principal
+//     reach the ledger in stream order, as with one worker, and the first
+//     of a principal's answers is the one counted. A worker that is busy
+//     takes at most one more read; once that waits, the projector stops
+//     reading, so memory stays bounded. Between several projectors the
+//     ledger decides every conflict (the first to commit wins); an entry
+//     claimed while another consumer still applies it commits once and
+//     answers duplicate the second time (I2).
 //   - Ack after commit (I4). Entries are acknowledged and deleted (XACK and
 //     XDEL in one MULTI per stream) only after Append returned their
 //     outcomes, by a goroutine of their own while the workers go on with

@@ -103,7 +103,9 @@ func TestCommitAnswerLost(t *testing.T) {
 		return outcomes, err
 	})
 	b.enqueue(votes("u", 30, "lunch", "pizza", "sushi")...)
-	r := b.start(app, fast("p1"))
+	cfg := fast("p1")
+	cfg.Workers = 1 // the 30 entries in one batch
+	r := b.start(app, cfg)
 	select {
 	case <-inDoubt:
 	case <-time.After(10 * time.Second):
