@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -186,6 +187,12 @@ func openPoolWaiting(c *ucli.Context, wait time.Duration, log *slog.Logger) (*pg
 	cfg, err := pgxpool.ParseConfig(dbURL)
 	if err != nil {
 		return nil, fmt.Errorf("--database-url: %w", err)
+	}
+	// A command with --workers (projector, import) holds a connection per
+	// worker; pgx's default pool (4, or the number of CPUs) would make the
+	// extra workers wait. An explicit pool_max_conns wins.
+	if w := int32(c.Int("workers")); w+1 > cfg.MaxConns && !strings.Contains(dbURL, "pool_max_conns") {
+		cfg.MaxConns = w + 1
 	}
 	pool, err := pgxpool.NewWithConfig(c.Context, cfg)
 	if err != nil {

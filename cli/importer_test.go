@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	ucli "github.com/urfave/cli/v2"
 
 	"tally/internal/testenv"
 )
@@ -70,5 +71,40 @@ func TestImportWorkersKeepOutcomes(t *testing.T) {
 	}
 	if !reflect.DeepEqual(one, three) {
 		t.Fatalf("three workers differ from one:\none:   %v\nthree: %v", one.Counts, three.Counts)
+	}
+}
+
+// TestWorkersSizeThePool: a command with --workers gets a pool of at least
+// one connection per worker and one more, unless the URL sets its own.
+func TestWorkersSizeThePool(t *testing.T) {
+	t.Parallel()
+	db := testenv.Postgres(t)
+	for _, tc := range []struct {
+		url  string
+		want int32
+	}{
+		{db.URL, 9},
+		{db.URL + map[bool]string{true: "&", false: "?"}[strings.Contains(db.URL, "?")] + "pool_max_conns=3", 3},
+	} {
+		var got int32
+		app := &ucli.App{Flags: []ucli.Flag{&ucli.StringFlag{Name: flagDatabaseURL.Name}, &ucli.IntFlag{Name: "workers"}},
+			Action: func(c *ucli.Context) error {
+				pool, err := openPool(c)
+				if err != nil {
+					return err
+				}
+				defer pool.Close()
+				got = pool.Config().MaxConns
+				return nil
+			}}
+		runMu.Lock() // urfave/cli's global help flag
+		err := app.Run([]string{"x", "--" + flagDatabaseURL.Name, tc.url, "--workers", "8"})
+		runMu.Unlock()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != tc.want {
+			t.Errorf("%s with --workers 8: pool of %d, want %d", tc.url, got, tc.want)
+		}
 	}
 }
