@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -84,8 +86,8 @@ func (e *env) runWrk(ctx context.Context, addr, token, poll, runID string, threa
 var intakeFlags = []string{"--rate", "1000000", "--burst", "1000000", "--max-backlog", "100000000", "--idempotency-window", "2m"}
 
 // intakeVsBare runs wrk against tally intake and the bare handler, rounds
-// times alternating, and returns the best round of each and intake's peak
-// RSS.
+// times alternating, and returns the median round of each and intake's
+// peak RSS.
 func (e *env) intakeVsBare(ctx context.Context, rounds int, d time.Duration) (intake, bare wrkResult, intakeHWM float64, err error) {
 	url, pool, err := e.database(ctx, "intake")
 	if err != nil {
@@ -123,6 +125,7 @@ func (e *env) intakeVsBare(ctx context.Context, rounds int, d time.Duration) (in
 	if err = waitHealthy(ctx, bp, bareAddr); err != nil {
 		return
 	}
+	var intakes, bares []wrkResult
 	for round := range rounds {
 		for _, target := range []string{"intake", "bare"} {
 			addr := intakeAddr
@@ -147,17 +150,27 @@ func (e *env) intakeVsBare(ctx context.Context, rounds int, d time.Duration) (in
 				err = fmt.Errorf("%s answered %d requests with another status than 202", target, r.non202)
 				return
 			}
-			best := &intake
 			if target == "bare" {
-				best = &bare
-			}
-			if r.reqs > best.reqs {
-				*best = r
+				bares = append(bares, r)
+			} else {
+				intakes = append(intakes, r)
 			}
 		}
 	}
+	intake, bare = medianRound(intakes), medianRound(bares)
 	intakeHWM = ip.hwmMB()
 	return
+}
+
+// medianRound is the round with the median request rate (the lower
+// middle one of an even count).
+func medianRound(rs []wrkResult) wrkResult {
+	if len(rs) == 0 {
+		return wrkResult{}
+	}
+	sorted := slices.Clone(rs)
+	slices.SortFunc(sorted, func(a, b wrkResult) int { return cmp.Compare(a.reqs, b.reqs) })
+	return sorted[(len(sorted)-1)/2]
 }
 
 // e2eResult is one tally loadtest run through intake and the projector.

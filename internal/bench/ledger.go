@@ -49,7 +49,7 @@ func (e *env) importFile(ctx context.Context, n int) (float64, string, error) {
 		return 0, "", err
 	}
 	defer os.Remove(file)
-	command := fmt.Sprintf("tally import --format json FILE  (FILE: %d JSON lines, each a first response)", n)
+	command := fmt.Sprintf("tally import --format json FILE  (shipped settings: batch 1000, 2 workers; FILE: %d JSON lines, each a first response)", n)
 	cmd := exec.CommandContext(ctx, e.tally, "import", "--format", "json", "--database-url", url, file)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, logFile

@@ -53,7 +53,7 @@ var full = sizes{
 	batch1: 20_000, batch1Limit: 10 * time.Second,
 	naiveMax: 1_000_000, naiveFor: 10 * time.Second,
 	copyRows:  1_000_000,
-	wrkRounds: 3, wrkFor: 8 * time.Second,
+	wrkRounds: 5, wrkFor: 8 * time.Second,
 	e2eFor:        20 * time.Second,
 	importEvents:  1_000_000,
 	rebuildEvents: 10_000_000, rebuildRounds: 3,
@@ -173,10 +173,20 @@ func measurements(e *env, sz sizes) []measurement {
 			if r.events < sz.projector {
 				return fmt.Errorf("the projector applied %d of %d events within %s", r.events, sz.projector, sz.projectorLimit)
 			}
-			t.add(fig{id: "P", what: fmt.Sprintf("projector: %s preloaded events drained, batch 1000 (shipped settings)", count(sz.projector)),
+			t.add(fig{id: "P", what: fmt.Sprintf("projector: %s preloaded events drained, batch 1000, 2 workers (shipped settings)", count(sz.projector)),
 				value: r.rate(), unit: "events/s", load: load, command: r.command, extra: r.cpu()})
 			t.add(fig{id: "MB", what: fmt.Sprintf("memory: projector peak RSS draining a %s-entry backlog", count(sz.projector)),
 				value: r.hwmMB, unit: "MB", load: load, command: "VmHWM of the process in P"})
+			load = loadAvg()
+			r1, err := e.drainProjector(ctx, "proj1", sz.projector, sz.projectorLimit, "--workers", "1")
+			if err != nil {
+				return err
+			}
+			if r1.events < sz.projector {
+				return fmt.Errorf("the projector with one worker applied %d of %d events within %s", r1.events, sz.projector, sz.projectorLimit)
+			}
+			t.add(fig{id: "P1", what: "projector as P with one worker (one transaction in flight)",
+				value: r1.rate(), unit: "events/s", load: load, command: r1.command, extra: r1.cpu()})
 			return nil
 		}},
 		{"naive", func(ctx context.Context, t *table) error {
@@ -224,7 +234,7 @@ func measurements(e *env, sz sizes) []measurement {
 			if err != nil {
 				return err
 			}
-			note := fmt.Sprintf("best of %d alternating rounds", sz.wrkRounds)
+			note := fmt.Sprintf("median of %d alternating rounds", sz.wrkRounds)
 			t.add(fig{id: "I", what: "intake: POST /v1/votes under wrk (" + note + ")", value: in.reqs, unit: "req/s",
 				extra: fmt.Sprintf("p50 %s, p99 %s; CPU per request: intake %.1f µs, Redis %.1f µs", ms(in.p50), ms(in.p99), in.serverCPU, in.redisCPU), load: load,
 				command: in.command + "  (tally intake " + strings.Join(intakeFlags, " ") + ")"})

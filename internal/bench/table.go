@@ -32,6 +32,7 @@ type ratio struct {
 
 var ratios = []ratio{
 	{of: "P", to: "A", target: "≥ 20×", atLeast: 20},
+	{of: "P", to: "P1", target: "(the second worker's gain)"},
 	{of: "P", to: "B", target: "(batching's gain)"},
 	{of: "P", to: "C1", target: "(one writer)", asPercent: true},
 	{of: "P", to: "C2", target: "≥ 60% of the ceiling (the better of C1, C2)", atLeast: 0.6, asPercent: true, ceiling: true},
