@@ -70,8 +70,8 @@ func newAuthCache(store *ledger.Store, keys stream.Keys, cfg Config) *authCache 
 
 // authenticate returns the voter of token. It answers errUnauthenticated
 // for an unknown or revoked token, and another error when PostgreSQL could
-// not tell.
-func (a *authCache) authenticate(ctx context.Context, token string) (*voter, error) {
+// not tell. A lookup in PostgreSQL ends by deadline too, unless it is zero.
+func (a *authCache) authenticate(ctx context.Context, token string, deadline time.Time) (*voter, error) {
 	key := ledger.TokenHash(token)
 	now := time.Now()
 	a.mu.Lock()
@@ -83,7 +83,7 @@ func (a *authCache) authenticate(ctx context.Context, token string) (*voter, err
 		}
 		return e.voter, nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, a.timeout)
+	ctx, cancel := boundedContext(ctx, a.timeout, deadline)
 	defer cancel()
 	p, err := a.store.Authenticate(ctx, token)
 	switch {
@@ -124,4 +124,14 @@ func (a *authCache) clear() {
 	a.mu.Lock()
 	clear(a.m)
 	a.mu.Unlock()
+}
+
+// boundedContext is ctx bounded by timeout from now and by deadline, unless
+// it is zero.
+func boundedContext(ctx context.Context, timeout time.Duration, deadline time.Time) (context.Context, context.CancelFunc) {
+	d := time.Now().Add(timeout)
+	if !deadline.IsZero() && deadline.Before(d) {
+		d = deadline
+	}
+	return context.WithDeadline(ctx, d)
 }

@@ -96,8 +96,9 @@ func newCatalog(store *ledger.Store, log *slog.Logger, cfg Config, onPrincipals 
 }
 
 // lookup returns the poll id, or an error wrapping ledger.ErrNotFound, or
-// another error when PostgreSQL could not tell.
-func (c *catalog) lookup(ctx context.Context, id string) (*pollInfo, error) {
+// another error when PostgreSQL could not tell. A lookup in PostgreSQL ends
+// by deadline too, unless it is zero.
+func (c *catalog) lookup(ctx context.Context, id string, deadline time.Time) (*pollInfo, error) {
 	c.mu.RLock()
 	pi, ok := c.polls[id]
 	forget, isUnknown := c.unknown[id]
@@ -108,7 +109,7 @@ func (c *catalog) lookup(ctx context.Context, id string) (*pollInfo, error) {
 	if isUnknown && time.Now().Before(forget) {
 		return nil, ledger.ErrNotFound
 	}
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	ctx, cancel := boundedContext(ctx, c.timeout, deadline)
 	defer cancel()
 	select {
 	case c.misses <- struct{}{}:

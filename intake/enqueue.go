@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -171,14 +173,14 @@ var enqueueSHA any = enqueueScript.Hash()
 // The command is built here whole, from arguments boxed once per voter,
 // poll and choice where they can be: a vote allocates its idempotency key,
 // the command's slice and two boxes.
-func (s *Server) enqueue(ctx context.Context, v *voter, clientEventID string, poll *pollInfo, c *choice, receivedAt time.Time) (enqueueResult, error) {
+func (s *Server) enqueue(ctx context.Context, v *voter, clientEventID string, poll *pollInfo, c *choice, receivedAt, deadline time.Time) (enqueueResult, error) {
 	args := make([]any, 0, 3+3+argReceivedAt)
 	args = append(args, "evalsha", enqueueSHA, 3,
 		v.idempotencyKey(s.keys, clientEventID), v.rateKeyArg, s.streamKeyArgs[v.shard])
 	args = append(args, s.scriptConsts[:]...)
 	args = append(args, v.idArg, clientEventID, poll.idArg, c.idArg, c.fingerprintArg, receivedAt.UnixMicro())
 	r, err := s.breaker.Execute(func() (any, error) {
-		rep := s.batcher.do(ctx, args)
+		rep := s.batcher.do(ctx, args, deadline)
 		if rep.err != nil {
 			return enqueueResult{}, rep.err
 		}
@@ -223,14 +225,19 @@ type batcher struct {
 	waitTimeout  time.Duration
 	batchSize    prometheus.Histogram
 
-	mu      sync.Mutex
-	pending []*scriptCall
-	leaders int
+	mu       sync.Mutex
+	pending  []*scriptCall
+	leaders  int
+	flying   [][]*scriptCall // the batches under way
+	watch    *time.Timer     // runs expire
+	watching bool            // watch is set
 }
 
 type scriptCall struct {
-	args []any            // the whole EVALSHA command
-	done chan scriptReply // buffered
+	args     []any            // the whole EVALSHA command
+	deadline time.Time        // answered by then
+	done     chan scriptReply // buffered; one answer
+	answered atomic.Bool      // done has had its answer
 }
 
 type scriptReply struct {
@@ -238,6 +245,8 @@ type scriptReply struct {
 	err      error
 	replicas int64 // acknowledged by WAIT, when asked
 	waitErr  error
+	// expiredInFlight: expire answered it while its pipeline held it.
+	expiredInFlight bool
 }
 
 func newBatcher(rdb redis.UniversalClient, cfg Config, batchSize prometheus.Histogram) *batcher {
@@ -245,22 +254,44 @@ func newBatcher(rdb redis.UniversalClient, cfg Config, batchSize prometheus.Hist
 	if cfg.WaitReplicas > 0 {
 		timeout += cfg.WaitTimeout
 	}
-	return &batcher{
+	b := &batcher{
 		rdb: rdb, timeout: timeout, maxBatch: cfg.EnqueueBatch, maxInFlight: cfg.EnqueuePipelines,
 		waitReplicas: cfg.WaitReplicas, waitTimeout: cfg.WaitTimeout, batchSize: batchSize,
 	}
+	b.watch = time.AfterFunc(time.Hour, b.expire)
+	b.watch.Stop()
+	return b
 }
 
 // calls recycles the scriptCalls whose answer was received.
 var calls = sync.Pool{New: func() any { return &scriptCall{done: make(chan scriptReply, 1)} }}
 
+// errDeadline answers a vote whose deadline passed before Redis answered
+// it; the breaker counts it as a failure, as any Redis that does not answer
+// in time.
+var errDeadline = fmt.Errorf("no answer from Redis within the request deadline: %w", context.DeadlineExceeded)
+
 // do runs the script command args (EVALSHA sha 3 keys... args...) and
-// waits for its answer or for ctx.
-func (b *batcher) do(ctx context.Context, args []any) scriptReply {
+// waits for its answer, at the latest until deadline: the batcher bounds
+// each vote itself, with one timer for all, so a request needs no context
+// and timer of its own. A vote still pending at its deadline is never
+// sent; one under way is answered errDeadline all the same, and its
+// pipeline's context ends at the earliest deadline of its votes. ctx gives
+// values only: a client that goes away does not withdraw its vote.
+func (b *batcher) do(ctx context.Context, args []any, deadline time.Time) scriptReply {
+	if !time.Now().Before(deadline) {
+		return scriptReply{err: errDeadline}
+	}
 	c := calls.Get().(*scriptCall)
 	c.args = args
+	c.deadline = deadline
+	c.answered.Store(false)
 	b.mu.Lock()
 	b.pending = append(b.pending, c)
+	if !b.watching {
+		b.watching = true
+		b.watch.Reset(time.Until(deadline))
+	}
 	lead := b.leaders < b.maxInFlight
 	if lead {
 		b.leaders++
@@ -269,21 +300,75 @@ func (b *batcher) do(ctx context.Context, args []any) scriptReply {
 	if lead {
 		b.lead(context.WithoutCancel(ctx), c)
 	}
-	select {
-	case r := <-c.done:
+	r := <-c.done
+	if !r.expiredInFlight { // else its pipeline still holds it
 		c.args = nil
 		calls.Put(c)
-		return r
-	case <-ctx.Done():
-		// c stays with its batch, which answers it later: not recycled.
-		return scriptReply{err: ctx.Err()}
+	}
+	return r
+}
+
+// answer gives c its reply, unless it has one already (expire and send
+// may race for a vote under way).
+func answer(c *scriptCall, r scriptReply) {
+	if c.answered.CompareAndSwap(false, true) {
+		c.done <- r
+	}
+}
+
+// expire answers errDeadline to the votes, pending or under way, whose
+// deadline passed, and sets the watch timer for the earliest deadline of
+// the others. The timer runs only while votes wait, and is set again only
+// once it fired: votes mostly come in deadline order, so one timer serves
+// them all, and a vote costs no timer of its own.
+func (b *batcher) expire() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := time.Now()
+	var next time.Time
+	soonest := func(c *scriptCall) {
+		if next.IsZero() || c.deadline.Before(next) {
+			next = c.deadline
+		}
+	}
+	kept := b.pending[:0]
+	for _, c := range b.pending {
+		if !now.Before(c.deadline) {
+			answer(c, scriptReply{err: errDeadline})
+			continue
+		}
+		soonest(c)
+		kept = append(kept, c)
+	}
+	clear(b.pending[len(kept):])
+	b.pending = kept
+	for _, batch := range b.flying {
+		for _, c := range batch {
+			switch {
+			case c.answered.Load():
+			case !now.Before(c.deadline):
+				answer(c, scriptReply{err: errDeadline, expiredInFlight: true})
+			default:
+				soonest(c)
+			}
+		}
+	}
+	b.watching = !next.IsZero()
+	if b.watching {
+		b.watch.Reset(next.Sub(now))
 	}
 }
 
 // lead sends pending batches until none is left, or until own is answered.
 func (b *batcher) lead(ctx context.Context, own *scriptCall) {
+	var sent []*scriptCall
 	for {
 		b.mu.Lock()
+		if sent != nil {
+			i := slices.IndexFunc(b.flying, func(f []*scriptCall) bool { return &f[0] == &sent[0] })
+			b.flying = slices.Delete(b.flying, i, i+1)
+			sent = nil
+		}
 		if len(b.pending) == 0 {
 			b.leaders--
 			b.mu.Unlock()
@@ -294,14 +379,27 @@ func (b *batcher) lead(ctx context.Context, own *scriptCall) {
 			go b.lead(ctx, nil)
 			return
 		}
-		n := min(len(b.pending), b.maxBatch)
-		batch := make([]*scriptCall, n)
-		copy(batch, b.pending)
-		rest := copy(b.pending, b.pending[n:])
+		now := time.Now()
+		batch := make([]*scriptCall, 0, min(len(b.pending), b.maxBatch))
+		i := 0
+		for ; i < len(b.pending) && len(batch) < b.maxBatch; i++ {
+			if c := b.pending[i]; now.Before(c.deadline) {
+				batch = append(batch, c)
+			} else {
+				answer(c, scriptReply{err: errDeadline})
+			}
+		}
+		rest := copy(b.pending, b.pending[i:])
 		clear(b.pending[rest:])
 		b.pending = b.pending[:rest]
+		if len(batch) == 0 {
+			b.mu.Unlock()
+			continue
+		}
+		b.flying = append(b.flying, batch)
 		b.mu.Unlock()
 		b.send(ctx, batch)
+		sent = batch
 	}
 }
 
@@ -310,7 +408,13 @@ func (b *batcher) lead(ctx context.Context, own *scriptCall) {
 // covers every write of the pipeline's connection.
 func (b *batcher) send(ctx context.Context, batch []*scriptCall) {
 	b.batchSize.Observe(float64(len(batch)))
-	ctx, cancel := context.WithTimeout(ctx, b.timeout)
+	deadline := time.Now().Add(b.timeout)
+	for _, c := range batch {
+		if c.deadline.Before(deadline) {
+			deadline = c.deadline
+		}
+	}
+	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	cmds, wait, err := b.pipeline(ctx, batch)
 	if err != nil && redis.HasErrorPrefix(cmds[0].Err(), "NOSCRIPT") {
@@ -329,7 +433,7 @@ func (b *batcher) send(ctx context.Context, batch []*scriptCall) {
 		if r.err == nil && err != nil && !isReplyError(err) {
 			r.err = err
 		}
-		c.done <- r
+		answer(c, r)
 	}
 }
 

@@ -529,6 +529,62 @@ func TestRateLimit(t *testing.T) {
 	}
 }
 
+// TestRedisHung: a Redis that takes the connection and never answers costs
+// a vote its request deadline, not Config.RedisTimeout nor the client's
+// read timeout, whether its vote was under way or still pending; the
+// breaker counts each such vote.
+func TestRedisHung(t *testing.T) {
+	t.Parallel()
+	db := testenv.Postgres(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns sync.WaitGroup
+	t.Cleanup(func() { ln.Close(); conns.Wait() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns.Go(func() { io.Copy(io.Discard, c); c.Close() })
+		}
+	}()
+	rdb := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), ReadTimeout: time.Minute, MaxRetries: -1,
+		ContextTimeoutEnabled: true})
+	t.Cleanup(func() { rdb.Close() })
+	const requestTimeout = 400 * time.Millisecond
+	b := setupOn(t, db, rdb, testenv.RandomName("t"), func(c *intake.Config) {
+		c.RequestTimeout = requestTimeout
+		c.RedisTimeout = time.Minute
+		c.BreakerFailures = 3
+	})
+	var wg sync.WaitGroup
+	replies := make([]reply, 4)
+	took := make([]time.Duration, len(replies))
+	for i := range replies { // the first ones under way, the others pending
+		wg.Go(func() {
+			start := time.Now()
+			replies[i] = b.vote(t, b.token, "hung"+strconv.Itoa(i), "p1", "a")
+			took[i] = time.Since(start)
+		})
+	}
+	wg.Wait()
+	for i, r := range replies {
+		wantProblem(t, r, http.StatusServiceUnavailable)
+		if r.header.Get("Retry-After") == "" {
+			t.Fatalf("503 without Retry-After")
+		}
+		if took[i] < requestTimeout || took[i] > requestTimeout+time.Second {
+			t.Fatalf("503 after %s, want about the request deadline %s", took[i], requestTimeout)
+		}
+	}
+	if m := b.metrics(t); !strings.Contains(m, "tally_intake_redis_breaker_state 2") {
+		t.Fatalf("breaker did not open after 4 votes without an answer:\n%s", m)
+	}
+}
+
 func TestRedisDown(t *testing.T) {
 	t.Parallel()
 	db := testenv.Postgres(t)

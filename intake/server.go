@@ -53,7 +53,9 @@ type Server struct {
 // New returns a Server on store and rdb. keys must match the projector's.
 // Metrics are registered on reg, and /metrics serves reg when it is also a
 // prometheus.Gatherer (a *prometheus.Registry is both); a nil reg gets a
-// fresh registry. New does no I/O.
+// fresh registry. New does no I/O. rdb should bound each command by its
+// context's deadline (redis.Options.ContextTimeoutEnabled, as tally intake
+// sets it): a vote's pipeline ends at the deadline of its votes that way.
 func New(cfg Config, store *ledger.Store, rdb redis.UniversalClient, keys stream.Keys, logger *slog.Logger, reg prometheus.Registerer) (*Server, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
@@ -240,13 +242,17 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // instrument bounds each request by Config.RequestTimeout and counts it by
-// route template and status code.
+// route template and status code. A vote is bounded without a context of
+// its own: see handleVote.
 func (s *Server) instrument(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
-		defer cancel()
-		r = r.WithContext(ctx)
+		if r.URL.Path != routeVotes {
+			ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
+			defer cancel()
+			r = r.WithContext(ctx)
+		}
+		ctx := r.Context()
 		sw := &statusWriter{ResponseWriter: w}
 		defer func() {
 			if v := recover(); v != nil {
@@ -284,6 +290,12 @@ func (s *Server) observe(r *http.Request, sw *statusWriter, start time.Time) {
 // principal authenticates the request, or answers 401 or 503 and returns
 // false.
 func (s *Server) principal(w http.ResponseWriter, r *http.Request) (*voter, bool) {
+	return s.principalBy(w, r, time.Time{})
+}
+
+// principalBy is principal with a lookup in PostgreSQL bounded by deadline
+// too, unless it is zero.
+func (s *Server) principalBy(w http.ResponseWriter, r *http.Request, deadline time.Time) (*voter, bool) {
 	h := r.Header.Get("Authorization")
 	scheme, token, found := strings.Cut(h, " ")
 	token = strings.TrimSpace(token)
@@ -297,7 +309,7 @@ func (s *Server) principal(w http.ResponseWriter, r *http.Request) (*voter, bool
 			"the Authorization header is not of the form \"Bearer TOKEN\": send your principal's token that way", 0)
 		return nil, false
 	}
-	p, err := s.auth.authenticate(r.Context(), token)
+	p, err := s.auth.authenticate(r.Context(), token, deadline)
 	switch {
 	case errors.Is(err, errUnauthenticated):
 		writeProblem(w, http.StatusUnauthorized, probUnauthorized,
@@ -349,9 +361,15 @@ func writeAccepted(w http.ResponseWriter, eventID string) {
 	w.Write(b)
 }
 
+// handleVote takes POST /v1/votes. Its deadline, Config.RequestTimeout
+// after receivedAt, is not a context: a context with a timer per request
+// costs more than a vote's own work. The lookups that can go to PostgreSQL
+// (a token or poll not cached) bound themselves by it, and the batcher
+// answers the enqueue by it.
 func (s *Server) handleVote(w http.ResponseWriter, r *http.Request) {
 	receivedAt := time.Now()
-	p, ok := s.principal(w, r)
+	deadline := receivedAt.Add(s.cfg.RequestTimeout)
+	p, ok := s.principalBy(w, r, deadline)
 	if !ok {
 		return
 	}
@@ -388,7 +406,7 @@ func (s *Server) handleVote(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	poll, err := s.catalog.lookup(r.Context(), v.PollID)
+	poll, err := s.catalog.lookup(r.Context(), v.PollID, deadline)
 	switch {
 	case errors.Is(err, ledger.ErrNotFound):
 		writeProblem(w, http.StatusNotFound, probUnknownPoll,
@@ -421,7 +439,7 @@ func (s *Server) handleVote(w http.ResponseWriter, r *http.Request) {
 	}
 
 	start := time.Now()
-	res, err := s.enqueue(r.Context(), p, v.EventID, poll, choice, receivedAt)
+	res, err := s.enqueue(r.Context(), p, v.EventID, poll, choice, receivedAt, deadline)
 	out := res.outcome
 	if err != nil {
 		out = outRedisError
