@@ -28,17 +28,18 @@ import (
 //	ARGV[7] poll, ARGV[8] candidate, ARGV[9] payload fingerprint,
 //	ARGV[10] received_at (µs since the epoch)
 //
-// It answers one of
+// It answers a small integer, which go-redis reads without allocating, or
+// a pair for the rare refusals:
 //
-//	"accepted"            XADDed
-//	"replay"              the same key with the same payload is known;
-//	                      nothing is enqueued (the record is rewritten as it
-//	                      is, so that a WAIT after it also covers the
-//	                      original write)
-//	"conflict"            the same key is known with another payload;
-//	                      nothing changes
-//	{"limited", µs}       the principal's rate is spent for that long
-//	{"backlog", length}   the stream holds max backlog entries
+//	0 (replyAccepted)            XADDed
+//	1 (replyReplay)              the same key with the same payload is
+//	                             known; nothing is enqueued (the record is
+//	                             rewritten as it is, so that a WAIT after it
+//	                             also covers the original write)
+//	2 (replyConflict)            the same key is known with another
+//	                             payload; nothing changes
+//	{3 (replyLimited), µs}       the principal's rate is spent for that long
+//	{4 (replyBacklog), length}   the stream holds max backlog entries
 //
 // The idempotency record is a string, "poll candidate", written with its
 // lifetime by the same SET NX that looks it up: one call where a hash took
@@ -64,15 +65,15 @@ if known then
     end
     if redis.call('HGET', KEYS[1], 'fp') == ARGV[9] then
       redis.call('HINCRBY', KEYS[1], 'replays', 1)
-      return 'replay'
+      return 1
     end
-    return 'conflict'
+    return 2
   end
   if known == record then
     redis.call('SET', KEYS[1], known, 'KEEPTTL')
-    return 'replay'
+    return 1
   end
-  return 'conflict'
+  return 2
 end
 local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]
@@ -82,17 +83,26 @@ local newTat = tat + ARGV[1]
 local allowAt = newTat - ARGV[2]
 if allowAt > now then
   redis.call('DEL', KEYS[1])
-  return {'limited', math.ceil(allowAt - now)}
+  return {3, math.ceil(allowAt - now)}
 end
 local backlog = redis.call('XLEN', KEYS[3])
 if backlog >= tonumber(ARGV[4]) then
   redis.call('DEL', KEYS[1])
-  return {'backlog', backlog}
+  return {4, backlog}
 end
 redis.call('XADD', KEYS[3], '*', ` + xaddFields() + `)
 redis.call('SET', KEYS[2], newTat, 'PX', math.ceil((newTat - now) / 1000) + 1)
-return 'accepted'
+return 0
 `
+
+// The script's answers (see enqueueSrc).
+const (
+	replyAccepted = 0
+	replyReplay   = 1
+	replyConflict = 2
+	replyLimited  = 3
+	replyBacklog  = 4
+)
 
 // The script's arguments (ARGV indexes) that carry an entry's values.
 const (
@@ -465,28 +475,28 @@ func isReplyError(err error) bool {
 // decodeEnqueue reads the answer of the enqueue script.
 func decodeEnqueue(res any) (enqueueResult, error) {
 	switch v := res.(type) {
-	case string:
+	case int64:
 		switch v {
-		case "accepted":
+		case replyAccepted:
 			return enqueueResult{outcome: outAccepted}, nil
-		case "replay":
+		case replyReplay:
 			return enqueueResult{outcome: outReplay}, nil
-		case "conflict":
+		case replyConflict:
 			return enqueueResult{outcome: outConflict}, nil
 		}
 	case []any:
 		if len(v) != 2 {
 			break
 		}
-		kind, _ := v[0].(string)
+		kind, _ := v[0].(int64)
 		n, ok := v[1].(int64)
 		if !ok {
 			break
 		}
 		switch kind {
-		case "limited":
+		case replyLimited:
 			return enqueueResult{outcome: outLimited, wait: time.Duration(n) * time.Microsecond}, nil
-		case "backlog":
+		case replyBacklog:
 			return enqueueResult{outcome: outBacklog, backlog: n}, nil
 		}
 	}
