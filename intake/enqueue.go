@@ -180,39 +180,44 @@ var enqueueSHA any = enqueueScript.Hash()
 // not be asked or did not answer; the vote may or may not have been
 // enqueued, and a retry with the same event id is safe.
 //
-// The command is built here whole, from arguments boxed once per voter,
-// poll and choice where they can be: a vote allocates its idempotency key,
-// the command's slice and two boxes.
+// The command is built here whole in a recycled call, from arguments boxed
+// once per voter, poll and choice where they can be, and pointers into the
+// call for the others (go-redis writes a *string or *int64 as its value):
+// a vote allocates its idempotency key and the command.
 func (s *Server) enqueue(ctx context.Context, v *voter, clientEventID string, poll *pollInfo, c *choice, receivedAt, deadline time.Time) (enqueueResult, error) {
-	args := make([]any, 0, 3+3+argReceivedAt)
-	args = append(args, "evalsha", enqueueSHA, 3,
-		v.idempotencyKey(s.keys, clientEventID), v.rateKeyArg, s.streamKeyArgs[v.shard])
+	call := calls.Get().(*scriptCall)
+	call.key = v.idempotencyKey(s.keys, clientEventID)
+	call.eventID = clientEventID
+	call.receivedAt = receivedAt.UnixMicro()
+	args := append(call.argBuf[:0], "evalsha", enqueueSHA, 3, &call.key, v.rateKeyArg, s.streamKeyArgs[v.shard])
 	args = append(args, s.scriptConsts[:]...)
-	args = append(args, v.idArg, clientEventID, poll.idArg, c.idArg, c.fingerprintArg, receivedAt.UnixMicro())
-	r, err := s.breaker.Execute(func() (any, error) {
-		rep := s.batcher.do(ctx, args, deadline)
+	call.args = append(args, v.idArg, &call.eventID, poll.idArg, c.idArg, c.fingerprintArg, &call.receivedAt)
+	var res enqueueResult
+	_, err := s.breaker.Execute(func() (any, error) {
+		rep := s.batcher.do(ctx, call, deadline)
 		if rep.err != nil {
-			return enqueueResult{}, rep.err
+			return nil, rep.err
 		}
-		res, err := decodeEnqueue(rep.res)
+		var err error
+		res, err = decodeEnqueue(rep.res)
 		if err != nil {
-			return res, err
+			return nil, err
 		}
 		if s.cfg.WaitReplicas > 0 && (res.outcome == outAccepted || res.outcome == outReplay) {
 			if rep.waitErr != nil {
-				return enqueueResult{}, fmt.Errorf("WAIT: %w", rep.waitErr)
+				return nil, fmt.Errorf("WAIT: %w", rep.waitErr)
 			}
 			res.replicas = rep.replicas
 			if res.replicas < int64(s.cfg.WaitReplicas) {
 				res.outcome = outUnconfirmed
 			}
 		}
-		return res, nil
+		return nil, nil
 	})
 	if err != nil {
 		return enqueueResult{}, err
 	}
-	return r.(enqueueResult), nil
+	return res, nil
 }
 
 // batcher sends the enqueue scripts of concurrent requests to Redis in
@@ -244,10 +249,15 @@ type batcher struct {
 }
 
 type scriptCall struct {
-	args     []any            // the whole EVALSHA command
-	deadline time.Time        // answered by then
-	done     chan scriptReply // buffered; one answer
-	answered atomic.Bool      // done has had its answer
+	args    []any // the whole EVALSHA command, in argBuf
+	argBuf  [6 + argReceivedAt]any
+	key     string // the idempotency key, &key in args
+	eventID string // &eventID in args
+	// receivedAt is received_at (µs), &receivedAt in args.
+	receivedAt int64
+	deadline   time.Time        // answered by then
+	done       chan scriptReply // buffered; one answer
+	answered   atomic.Bool      // done has had its answer
 }
 
 type scriptReply struct {
@@ -281,19 +291,19 @@ var calls = sync.Pool{New: func() any { return &scriptCall{done: make(chan scrip
 // in time.
 var errDeadline = fmt.Errorf("no answer from Redis within the request deadline: %w", context.DeadlineExceeded)
 
-// do runs the script command args (EVALSHA sha 3 keys... args...) and
-// waits for its answer, at the latest until deadline: the batcher bounds
-// each vote itself, with one timer for all, so a request needs no context
-// and timer of its own. A vote still pending at its deadline is never
-// sent; one under way is answered errDeadline all the same, and its
-// pipeline's context ends at the earliest deadline of its votes. ctx gives
-// values only: a client that goes away does not withdraw its vote.
-func (b *batcher) do(ctx context.Context, args []any, deadline time.Time) scriptReply {
+// do runs the script command of c (EVALSHA sha 3 keys... args...), a
+// call from the calls pool, and waits for its answer, at the latest until
+// deadline: the batcher bounds each vote itself, with one timer for all,
+// so a request needs no context and timer of its own. A vote still pending
+// at its deadline is never sent; one under way is answered errDeadline all
+// the same, and its pipeline's context ends at the earliest deadline of its
+// votes. ctx gives values only: a client that goes away does not withdraw
+// its vote. c goes back to the pool unless a pipeline still holds it.
+func (b *batcher) do(ctx context.Context, c *scriptCall, deadline time.Time) scriptReply {
 	if !time.Now().Before(deadline) {
+		c.recycle()
 		return scriptReply{err: errDeadline}
 	}
-	c := calls.Get().(*scriptCall)
-	c.args = args
 	c.deadline = deadline
 	c.answered.Store(false)
 	b.mu.Lock()
@@ -312,10 +322,15 @@ func (b *batcher) do(ctx context.Context, args []any, deadline time.Time) script
 	}
 	r := <-c.done
 	if !r.expiredInFlight { // else its pipeline still holds it
-		c.args = nil
-		calls.Put(c)
+		c.recycle()
 	}
 	return r
+}
+
+func (c *scriptCall) recycle() {
+	c.args = nil
+	clear(c.argBuf[:])
+	calls.Put(c)
 }
 
 // answer gives c its reply, unless it has one already (expire and send
