@@ -44,7 +44,7 @@ func newPollInfo(p ledger.Poll) *pollInfo {
 }
 
 // choice returns the poll's choice c, or nil.
-func (pi *pollInfo) choice(c string) *choice { return pi.choices[c] }
+func (pi *pollInfo) choice(c []byte) *choice { return pi.choices[string(c)] }
 
 func (pi *pollInfo) mayVote(principalID string) bool {
 	if pi.eligible == nil {
@@ -95,17 +95,20 @@ func newCatalog(store *ledger.Store, log *slog.Logger, cfg Config, onPrincipals 
 	}
 }
 
-// lookup returns the poll id, or an error wrapping ledger.ErrNotFound, or
+// lookup returns the poll of id, or an error wrapping ledger.ErrNotFound, or
 // another error when PostgreSQL could not tell. A lookup in PostgreSQL ends
 // by deadline too, unless it is zero.
-func (c *catalog) lookup(ctx context.Context, id string, deadline time.Time) (*pollInfo, error) {
+func (c *catalog) lookup(ctx context.Context, idBytes []byte, deadline time.Time) (*pollInfo, error) {
 	c.mu.RLock()
-	pi, ok := c.polls[id]
-	forget, isUnknown := c.unknown[id]
+	pi, ok := c.polls[string(idBytes)] // no string is made for an index
 	c.mu.RUnlock()
 	if ok {
 		return pi, nil
 	}
+	id := string(idBytes)
+	c.mu.RLock()
+	forget, isUnknown := c.unknown[id]
+	c.mu.RUnlock()
 	if isUnknown && time.Now().Before(forget) {
 		return nil, ledger.ErrNotFound
 	}

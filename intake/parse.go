@@ -180,32 +180,46 @@ func describeID(s string) string {
 	return strconv.Quote(s)
 }
 
-// parseVoteFast accepts the plain form clients send, without allocating:
+// rawVote is a vote parsed by parseVoteRaw: its ids as the body's bytes.
+type rawVote struct {
+	eventID, pollID, candidateID []byte
+}
+
+// parseVoteFast is parseVoteRaw with the ids made strings.
+func parseVoteFast(b []byte) (vote, bool) {
+	rv, ok := parseVoteRaw(b)
+	if !ok {
+		return vote{}, false
+	}
+	return vote{EventID: string(rv.eventID), PollID: string(rv.pollID), CandidateID: string(rv.candidateID)}, true
+}
+
+// parseVoteRaw accepts the plain form clients send, without allocating:
 // one object of the three keys, each once, with string values of id
 // characters, no escapes, JSON whitespace anywhere between tokens. It
 // returns false for anything else, valid or not, and parseVoteTokens
-// decides then.
-func parseVoteFast(b []byte) (vote, bool) {
+// decides then. The ids it returns are slices of b.
+func parseVoteRaw(b []byte) (rawVote, bool) {
 	if len(b) > maxBodyBytes {
-		return vote{}, false
+		return rawVote{}, false
 	}
 	i := skipSpace(b, 0)
 	if i >= len(b) || b[i] != '{' {
-		return vote{}, false
+		return rawVote{}, false
 	}
 	i++
-	var v vote
+	var v rawVote
 	var seen [3]bool
 	for n := range 3 {
 		if n > 0 {
 			if i = skipSpace(b, i); i >= len(b) || b[i] != ',' {
-				return vote{}, false
+				return rawVote{}, false
 			}
 			i++
 		}
 		ks, ke, ok := plainString(b, skipSpace(b, i))
 		if !ok {
-			return vote{}, false
+			return rawVote{}, false
 		}
 		var k int
 		switch string(b[ks:ke]) {
@@ -216,35 +230,35 @@ func parseVoteFast(b []byte) (vote, bool) {
 		case keyCandidateID:
 			k = 2
 		default:
-			return vote{}, false
+			return rawVote{}, false
 		}
 		if seen[k] {
-			return vote{}, false
+			return rawVote{}, false
 		}
 		seen[k] = true
 		if i = skipSpace(b, ke+1); i >= len(b) || b[i] != ':' {
-			return vote{}, false
+			return rawVote{}, false
 		}
 		vs, ve, ok := plainString(b, skipSpace(b, i+1))
 		if !ok || ve-vs < 1 || ve-vs > 64 || !idChars(b[vs:ve]) {
-			return vote{}, false
+			return rawVote{}, false
 		}
-		val := string(b[vs:ve])
+		val := b[vs:ve:ve]
 		switch k {
 		case 0:
-			v.EventID = val
+			v.eventID = val
 		case 1:
-			v.PollID = val
+			v.pollID = val
 		case 2:
-			v.CandidateID = val
+			v.candidateID = val
 		}
 		i = ve + 1
 	}
 	if i = skipSpace(b, i); i >= len(b) || b[i] != '}' {
-		return vote{}, false
+		return rawVote{}, false
 	}
 	if skipSpace(b, i+1) != len(b) {
-		return vote{}, false
+		return rawVote{}, false
 	}
 	return v, true
 }

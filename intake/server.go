@@ -219,6 +219,9 @@ func allow(method string, h http.HandlerFunc) http.Handler {
 	})
 }
 
+// statusWriters recycles statusWriters once their request is answered.
+var statusWriters = sync.Pool{New: func() any { return new(statusWriter) }}
+
 // statusWriter remembers the status code written.
 type statusWriter struct {
 	http.ResponseWriter
@@ -253,7 +256,8 @@ func (s *Server) instrument(next http.Handler) http.Handler {
 			r = r.WithContext(ctx)
 		}
 		ctx := r.Context()
-		sw := &statusWriter{ResponseWriter: w}
+		sw := statusWriters.Get().(*statusWriter)
+		*sw = statusWriter{ResponseWriter: w}
 		defer func() {
 			if v := recover(); v != nil {
 				if v == http.ErrAbortHandler {
@@ -267,6 +271,8 @@ func (s *Server) instrument(next http.Handler) http.Handler {
 				}
 			}
 			s.observe(r, sw, start)
+			*sw = statusWriter{}
+			statusWriters.Put(sw)
 		}()
 		next.ServeHTTP(sw, r)
 	})
@@ -342,6 +348,13 @@ var (
 	headerNoStore = []string{"no-store"}
 )
 
+// acceptedBufs recycles the buffers 202 bodies are built in (net/http
+// copies what is written); acceptedBufSize holds one for an event id of
+// the 64 characters at most that ids have.
+const acceptedBufSize = 96 + 2*64
+
+var acceptedBufs = sync.Pool{New: func() any { return new([acceptedBufSize]byte) }}
+
 // writeAccepted answers 202 with
 // {"event_id": ..., "status": "pending", "status_url": "/v1/votes/{event_id}"}.
 // The event id is made of id characters only, so it needs no escaping.
@@ -352,7 +365,9 @@ func writeAccepted(w http.ResponseWriter, eventID string) {
 	h["Content-Type"] = headerJSON
 	h["Cache-Control"] = headerNoStore
 	w.WriteHeader(http.StatusAccepted)
-	b := make([]byte, 0, 96+2*len(eventID))
+	buf := acceptedBufs.Get().(*[acceptedBufSize]byte)
+	defer acceptedBufs.Put(buf)
+	b := buf[:0]
 	b = append(b, `{"event_id":"`...)
 	b = append(b, eventID...)
 	b = append(b, `","status":"pending","status_url":"`...)
@@ -400,17 +415,28 @@ func (s *Server) handleVote(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusBadRequest, probBadRequest, "the body could not be read: "+err.Error(), 0)
 		return
 	}
-	v, err := parseVote(body)
-	if err != nil {
-		writeProblem(w, http.StatusBadRequest, probBadRequest, err.Error(), 0)
-		return
+	// The plain form is parsed in place: the poll and candidate ids are
+	// looked up as the body's bytes, and only the event id becomes a
+	// string.
+	v, fast := parseVoteRaw(body)
+	var eventID string
+	if fast {
+		eventID = string(v.eventID)
+	} else {
+		tv, err := parseVoteTokens(body)
+		if err != nil {
+			writeProblem(w, http.StatusBadRequest, probBadRequest, err.Error(), 0)
+			return
+		}
+		eventID = tv.EventID
+		v = rawVote{pollID: []byte(tv.PollID), candidateID: []byte(tv.CandidateID)}
 	}
 
-	poll, err := s.catalog.lookup(r.Context(), v.PollID, deadline)
+	poll, err := s.catalog.lookup(r.Context(), v.pollID, deadline)
 	switch {
 	case errors.Is(err, ledger.ErrNotFound):
 		writeProblem(w, http.StatusNotFound, probUnknownPoll,
-			fmt.Sprintf("there is no poll %q: check the poll_id", v.PollID), 0)
+			fmt.Sprintf("there is no poll %q: check the poll_id", v.pollID), 0)
 		return
 	case err != nil:
 		s.failed(r, "poll lookup failed", err)
@@ -420,26 +446,26 @@ func (s *Server) handleVote(w http.ResponseWriter, r *http.Request) {
 	}
 	if !poll.mayVote(p.ID) {
 		writeProblem(w, http.StatusForbidden, probNotEligible,
-			fmt.Sprintf("poll %q takes votes only from its list of eligible principals, and yours is not on it", v.PollID), 0)
+			fmt.Sprintf("poll %q takes votes only from its list of eligible principals, and yours is not on it", poll.poll.ID), 0)
 		return
 	}
 	if !poll.poll.OpenAt(receivedAt) {
-		detail := fmt.Sprintf("poll %q opens at %s: vote after that", v.PollID, poll.poll.OpensAt.UTC().Format(time.RFC3339))
+		detail := fmt.Sprintf("poll %q opens at %s: vote after that", poll.poll.ID, poll.poll.OpensAt.UTC().Format(time.RFC3339))
 		if closes := poll.poll.ClosesAt; closes != nil && !receivedAt.Before(*closes) {
-			detail = fmt.Sprintf("poll %q closed at %s and takes no more votes", v.PollID, closes.UTC().Format(time.RFC3339))
+			detail = fmt.Sprintf("poll %q closed at %s and takes no more votes", poll.poll.ID, closes.UTC().Format(time.RFC3339))
 		}
 		writeProblem(w, http.StatusUnprocessableEntity, probPollClosed, detail, 0)
 		return
 	}
-	choice := poll.choice(v.CandidateID)
+	choice := poll.choice(v.candidateID)
 	if choice == nil {
 		writeProblem(w, http.StatusUnprocessableEntity, probInvalidChoice,
-			fmt.Sprintf("%q is not a choice of poll %q: pick one of its choices", v.CandidateID, v.PollID), 0)
+			fmt.Sprintf("%q is not a choice of poll %q: pick one of its choices", v.candidateID, poll.poll.ID), 0)
 		return
 	}
 
 	start := time.Now()
-	res, err := s.enqueue(r.Context(), p, v.EventID, poll, choice, receivedAt, deadline)
+	res, err := s.enqueue(r.Context(), p, eventID, poll, choice, receivedAt, deadline)
 	out := res.outcome
 	if err != nil {
 		out = outRedisError
@@ -454,10 +480,10 @@ func (s *Server) handleVote(w http.ResponseWriter, r *http.Request) {
 		if out == outReplay {
 			s.metrics.replays.Inc()
 		}
-		writeAccepted(w, v.EventID)
+		writeAccepted(w, eventID)
 	case outConflict:
 		writeProblem(w, http.StatusConflict, probKeyReused,
-			fmt.Sprintf("event id %q was already used with another poll or candidate: use a new event id for a new vote", v.EventID), 0)
+			fmt.Sprintf("event id %q was already used with another poll or candidate: use a new event id for a new vote", eventID), 0)
 	case outLimited:
 		s.metrics.rateLimited.Inc()
 		writeProblem(w, http.StatusTooManyRequests, probRateLimited,
