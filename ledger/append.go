@@ -453,6 +453,14 @@ SELECT principal_id, client_event_id, seq FROM ins`
 // rules, never looser: an event it skips gets the full rules. The lookups
 // are correlated LIMIT 1 subqueries, like loadFactsSQL's, so the generic
 // plan stays a nested loop of index probes.
+//
+// Tried and measured (batches of 1000, one writer, alternating arms):
+// ON CONFLICT's speculative insertion costs about 30% of this statement,
+// but replacing it with NOT EXISTS probes and a plain INSERT did not pay.
+// As anti-joins they were 7% faster on an analyzed 1M-row ledger, yet the
+// generic plan made while the ledger was small became a hash anti-join
+// over a sequential scan of it (appends fell 20% below the full rules);
+// as LIMIT 1 subqueries they were no faster than ON CONFLICT.
 var insertFreshSQL = insertSQL(`
     SELECT i.poll_id, i.candidate_id, i.principal_id, i.client_event_id, i.fingerprint, i.received_at
     FROM input i
