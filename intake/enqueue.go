@@ -196,6 +196,9 @@ func (s *Server) enqueue(ctx context.Context, v *voter, clientEventID string, po
 	_, err := s.breaker.Execute(func() (any, error) {
 		rep := s.batcher.do(ctx, call, deadline)
 		if rep.err != nil {
+			if isReplyError(rep.err) && strings.Contains(rep.err.Error(), "syntax error") {
+				return nil, fmt.Errorf("Redis refused the script's SET ... NX GET: intake needs Redis 7.0 or later: %w", rep.err)
+			}
 			return nil, rep.err
 		}
 		var err error
