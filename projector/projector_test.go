@@ -30,7 +30,7 @@ func TestMain(m *testing.M) {
 // bundle is what a projector test needs: a fresh ledger, a unique stream
 // prefix on the shared Redis, and the entries the test enqueued.
 type bundle struct {
-	t     *testing.T
+	t     testing.TB
 	ctx   context.Context
 	db    testenv.DB
 	store *ledger.Store
@@ -41,7 +41,7 @@ type bundle struct {
 	sent []stream.Entry // every well-formed entry enqueued, in order
 }
 
-func setup(t *testing.T, shards int) *bundle {
+func setup(t testing.TB, shards int) *bundle {
 	t.Helper()
 	db := testenv.Postgres(t)
 	store, err := ledger.New(db.Pool, ledger.Config{})
@@ -133,7 +133,7 @@ func fast(consumer string) projector.Config {
 
 // running is a projector running in its own goroutine.
 type running struct {
-	t    *testing.T
+	t    testing.TB
 	p    *projector.Projector
 	reg  *prometheus.Registry
 	stop func()
@@ -378,7 +378,7 @@ var (
 
 // transient returns an error the ledger itself reports as retryable: an
 // Append on a server that refuses connections.
-func transient(t *testing.T) error {
+func transient(t testing.TB) error {
 	t.Helper()
 	transientOnce.Do(func() {
 		pool, err := pgxpool.New(context.Background(), "postgres://postgres@127.0.0.1:1/none?sslmode=disable&connect_timeout=2")
