@@ -1,9 +1,15 @@
 package cli
 
 import (
+	"context"
+	"fmt"
+	"log/slog"
 	"os"
+	"strconv"
+	"strings"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	ucli "github.com/urfave/cli/v2"
 
 	"tally/intake"
@@ -114,9 +120,52 @@ func runIntake(c *ucli.Context) error {
 		return err
 	}
 	defer cs.close()
+	if err := checkRedisVersion(c.Context, cs.rdb, log); err != nil {
+		return err
+	}
 	srv, err := intake.New(cfg, cs.store, cs.rdb, cs.keys, log, newRegistry())
 	if err != nil {
 		return err
 	}
 	return srv.Run(c.Context)
+}
+
+// checkRedisVersion refuses to start intake on a Redis older than 7.0,
+// whose SET does not take NX and GET together: every vote would get 503.
+// When INFO is not allowed it only warns.
+func checkRedisVersion(ctx context.Context, rdb *redis.Client, log *slog.Logger) error {
+	info, err := rdb.Info(ctx, "server").Result()
+	if err != nil {
+		log.LogAttrs(ctx, slog.LevelWarn, "cannot read the Redis version (INFO server); intake needs Redis 7.0 or later",
+			slog.String("component", "intake"), slog.String("error", err.Error()))
+		return nil
+	}
+	version, major := redisVersion(info)
+	if major == 0 {
+		log.LogAttrs(ctx, slog.LevelWarn, "INFO server names no redis_version; intake needs Redis 7.0 or later",
+			slog.String("component", "intake"))
+		return nil
+	}
+	if major < 7 {
+		return fmt.Errorf("intake needs Redis 7.0 or later (its enqueue script uses SET ... NX GET), and --redis-url runs Redis %s: upgrade Redis", version)
+	}
+	return nil
+}
+
+// redisVersion returns redis_version from an INFO reply and its major
+// number, 0 when there is none.
+func redisVersion(info string) (string, int) {
+	for _, line := range strings.Split(info, "\n") {
+		v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:")
+		if !ok {
+			continue
+		}
+		majorText, _, _ := strings.Cut(v, ".")
+		major, err := strconv.Atoi(majorText)
+		if err != nil {
+			return v, 0
+		}
+		return v, major
+	}
+	return "", 0
 }
