@@ -21,20 +21,18 @@ import (
 // at a time (lane). All the entries of one principal go through one lane,
 // in stream order, so a principal's first answer reaches the ledger before
 // the second even while other lanes' batches are applied at once: every
-// rule that depends on order is about one principal. A lane that is
-// applying takes no more than one more read; once that waits, the split
-// waits, and so do the readers: memory stays bounded. When ctx is done
+// rule that depends on order is about one principal. Each lane has a
+// mailbox the split drops entries into without waiting, so a lane that is
+// slow (a batch waiting on a lock, a poison entry) does not starve the
+// others; only when a lane's mailbox holds a full batch does the split wait
+// for it, and with it the readers: memory stays bounded. When ctx is done
 // each lane applies what it holds, on applyCtx, and batchLoop returns once
 // every lane has finished.
 func (p *Projector) batchLoop(ctx, applyCtx context.Context, in <-chan []message) {
-	if p.cfg.Workers == 1 {
-		p.lane(ctx, applyCtx, in)
-		return
-	}
-	lanes := make([]chan []message, p.cfg.Workers)
+	lanes := make([]*mailbox, p.cfg.Workers)
 	var wg sync.WaitGroup
 	for w := range lanes {
-		lanes[w] = make(chan []message, 1)
+		lanes[w] = newMailbox()
 		wg.Go(func() { p.lane(ctx, applyCtx, lanes[w]) })
 	}
 	defer wg.Wait()
@@ -47,18 +45,13 @@ func (p *Projector) batchLoop(ctx, applyCtx context.Context, in <-chan []message
 		case msgs := <-in:
 			for _, m := range msgs {
 				w := 0 // an entry without a principal is dead-lettered in any lane
-				if principal, ok := m.values[stream.FieldPrincipal].(string); ok {
+				if principal, ok := m.values[stream.FieldPrincipal].(string); ok && len(lanes) > 1 {
 					w = int(maphash.String(seed, principal) % uint64(len(lanes)))
 				}
 				parts[w] = append(parts[w], m)
 			}
 			for w, part := range parts {
-				if len(part) == 0 {
-					continue
-				}
-				select {
-				case lanes[w] <- part:
-				case <-ctx.Done():
+				if len(part) > 0 && !lanes[w].put(ctx, part, p.cfg.BatchSize) {
 					return // what is not handed over stays pending
 				}
 				parts[w] = nil
@@ -67,11 +60,62 @@ func (p *Projector) batchLoop(ctx, applyCtx context.Context, in <-chan []message
 	}
 }
 
-// lane gathers entries into batches and applies each one when it holds
-// Config.BatchSize entries or Config.BatchWait has passed since its first
-// entry arrived, until ctx is done; then it applies what it holds once
-// more, on applyCtx.
-func (p *Projector) lane(ctx, applyCtx context.Context, in <-chan []message) {
+// mailbox is what the split has handed to one lane and the lane has not
+// taken yet.
+type mailbox struct {
+	mu    sync.Mutex
+	msgs  []message
+	ready chan struct{} // a token while msgs is not empty
+	space chan struct{} // a token when the lane has taken msgs
+}
+
+func newMailbox() *mailbox {
+	return &mailbox{ready: make(chan struct{}, 1), space: make(chan struct{}, 1)}
+}
+
+// put adds msgs, first waiting while the mailbox holds at least limit
+// entries. It reports false when ctx ended first.
+func (mb *mailbox) put(ctx context.Context, msgs []message, limit int) bool {
+	for {
+		mb.mu.Lock()
+		if len(mb.msgs) < limit {
+			mb.msgs = append(mb.msgs, msgs...)
+			mb.mu.Unlock()
+			signal(mb.ready)
+			return true
+		}
+		mb.mu.Unlock()
+		select {
+		case <-mb.space:
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// take returns what the mailbox holds and empties it.
+func (mb *mailbox) take() []message {
+	mb.mu.Lock()
+	msgs := mb.msgs
+	mb.msgs = nil
+	mb.mu.Unlock()
+	signal(mb.space)
+	return msgs
+}
+
+// signal leaves a token in c unless one is there already.
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// lane gathers the entries of its mailbox into batches and applies each
+// one when it holds Config.BatchSize entries or Config.BatchWait has passed
+// since its first entry arrived, until ctx is done; then it applies what it
+// holds once more, on applyCtx.
+func (p *Projector) lane(ctx, applyCtx context.Context, mb *mailbox) {
 	var buf []message
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
@@ -81,14 +125,15 @@ func (p *Projector) lane(ctx, applyCtx context.Context, in <-chan []message) {
 	for {
 		select {
 		case <-ctx.Done():
+			buf = append(buf, mb.take()...)
 			for len(buf) > 0 {
 				n := min(len(buf), size)
 				p.apply1(ctx, applyCtx, buf[:n])
 				buf = buf[n:]
 			}
 			return
-		case msgs := <-in:
-			buf = append(buf, msgs...)
+		case <-mb.ready:
+			buf = append(buf, mb.take()...)
 			for len(buf) >= size {
 				p.apply1(ctx, applyCtx, buf[:size:size])
 				buf = append([]message(nil), buf[size:]...)
@@ -161,6 +206,7 @@ func (p *Projector) flush(ctx, applyCtx context.Context, msgs []message) {
 	}
 	p.deadLetter(applyCtx, dead)
 	var st flushState
+	commitsBefore := p.commits.Load()
 	p.apply(ctx, applyCtx, items, &st)
 	switch {
 	case len(st.suspects) == 0:
@@ -169,6 +215,11 @@ func (p *Projector) flush(ctx, applyCtx context.Context, msgs []message) {
 		}
 	case st.committed:
 		// The ledger took the rest: these entries are at fault.
+		p.deadLetter(applyCtx, st.suspects)
+	case p.commits.Load() > commitsBefore:
+		// Not one entry of this batch went in, but another worker's batch
+		// committed meanwhile: the database takes writes, so these entries
+		// are at fault (a lane's batch can be a single poison entry).
 		p.deadLetter(applyCtx, st.suspects)
 	default:
 		// Not one entry went in. The fault is likelier the database's (a
@@ -236,6 +287,7 @@ func (p *Projector) apply(ctx, applyCtx context.Context, items []item, st *flush
 	switch {
 	case err == nil:
 		st.committed = true
+		p.commits.Add(1)
 		p.acks <- ackJob{items: items, outcomes: outcomes}
 	case errors.Is(err, errAbandoned):
 		for _, it := range items {

@@ -15,9 +15,10 @@
 //     are applied at once, each in its own transaction. Entries are split
 //     among the workers by principal, so the entries of one principal
 //     reach the ledger in stream order, as with one worker, and the first
-//     of a principal's answers is the one counted. A worker that is busy
-//     takes at most one more read; once that waits, the projector stops
-//     reading, so memory stays bounded. Between several projectors the
+//     of a principal's answers is the one counted. A busy worker's
+//     entries wait in its mailbox without holding up the other workers;
+//     once a mailbox holds a full batch the projector stops reading, so
+//     memory stays bounded. Between several projectors the
 //     ledger decides every conflict (the first to commit wins); an entry
 //     claimed while another consumer still applies it commits once and
 //     answers duplicate the second time (I2).
@@ -44,7 +45,9 @@
 //     When not one entry of the batch commits, the database is more likely
 //     at fault than every entry (a missing migration, a permission): the
 //     entries stay pending, the projector slows down, and only
-//     MaxDeliveries dead-letters them. An entry Redis reports as deleted
+//     MaxDeliveries dead-letters them; unless another worker's batch
+//     committed meanwhile, which shows the database takes writes, and
+//     then the entries are dead-lettered at once. An entry Redis reports as deleted
 //     while still pending is counted and logged as lost, and leaves a
 //     tombstone in the dead-letter stream.
 //   - Recovery. At start a projector re-reads its own pending entries;

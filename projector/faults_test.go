@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -508,6 +509,61 @@ func TestAllFailingBatchStaysPending(t *testing.T) {
 		if d.Reason != projector.ReasonMaxDeliveries || !strings.Contains(d.Error, "does not exist") || d.Deliveries != 3 {
 			t.Errorf("dead letter %s: reason %s, deliveries %d, error %q", d.ID, d.Reason, d.Deliveries, d.Error)
 		}
+	}
+	r.stop()
+	b.checkInvariants()
+}
+
+// A poison entry alone in its worker's batch, while the other worker's
+// batches commit: the database takes writes, so the entry is at fault and
+// is dead-lettered at once (reason failed), not kept pending until it has
+// been delivered MaxDeliveries times. The poison's worker is held until
+// the other has committed, so this also shows that one slow worker does
+// not starve the others.
+func TestPoisonAloneInItsLane(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1)
+	b.poll("lunch", "pizza", "sushi")
+	// The good batches wait for the poison's batch to start, and the
+	// poison's batch (when alone) for the projector to have counted a
+	// good one as recorded, which it does after noting the commit.
+	poisonStarted := make(chan struct{})
+	var startOnce sync.Once
+	var current atomic.Pointer[running]
+	recorded := func() bool {
+		r := current.Load()
+		return r != nil && r.metric("tally_projector_events_total", "outcome", "recorded") > 0
+	}
+	app := applierFunc(func(ctx context.Context, events []ledger.Event) ([]ledger.Outcome, error) {
+		if contains(events, "k-broken") {
+			startOnce.Do(func() { close(poisonStarted) })
+			for deadline := time.Now().Add(10 * time.Second); len(events) == 1 && !recorded() && time.Now().Before(deadline); {
+				time.Sleep(5 * time.Millisecond)
+			}
+			return nil, fmt.Errorf("append batch: %w", errPermanent)
+		}
+		select {
+		case <-poisonStarted:
+		case <-time.After(10 * time.Second):
+		}
+		return b.store.Append(ctx, events)
+	})
+	cfg := fast("p1")
+	cfg.Workers = 2
+	cfg.MaxDeliveries = 100
+	cfg.MinIdle = time.Minute // no redelivery within the test
+	r := b.start(app, cfg)
+	current.Store(r)
+	b.enqueue(vote("alice", "k-broken", "lunch", "pizza"))
+	time.Sleep(5 * cfg.BatchWait) // alice's batch is alice alone
+	b.enqueue(votes("u", 200, "lunch", "pizza", "sushi")...)
+	b.waitDrained(10 * time.Second)
+	ds := b.deadLetters()
+	if len(ds) != 1 || ds[0].Reason != projector.ReasonFailed || ds[0].Fields[stream.FieldEventID] != "k-broken" {
+		t.Fatalf("dead letters %+v, want alice's entry alone, reason failed", ds)
+	}
+	if got := sum(b.tallies("lunch")); got != 200 {
+		t.Errorf("total votes %d, want 200", got)
 	}
 	r.stop()
 	b.checkInvariants()

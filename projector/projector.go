@@ -67,6 +67,10 @@ type Projector struct {
 	// every entry failed with a permanent error; it sets the wait before
 	// the next one.
 	systemic atomic.Int64
+	// commits counts the Append calls, over all workers, that committed:
+	// a batch that fails as a whole while another worker's commits shows
+	// a database that takes writes.
+	commits atomic.Int64
 }
 
 // failure is why an entry's last apply failed.

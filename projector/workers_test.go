@@ -236,9 +236,9 @@ func TestWorkersBackPressure(t *testing.T) {
 		t.Errorf("in-flight gauge %v, want %d", got, workers)
 	}
 	// Per lane: the batch in flight, what is left over of the read that
-	// filled it (under a read), and one read waiting in the lane; and one
-	// read being split. A read is at most a batch.
-	held, bound := b.pending("p1"), int64(workers*(batch+(batch-1)+batch)+batch)
+	// filled it (under a read), and its mailbox (under a batch, plus one
+	// read); and one read being split. A read is at most a batch.
+	held, bound := b.pending("p1"), int64(workers*(batch+(batch-1)+(2*batch-1))+batch)
 	if held < workers*batch || held > bound {
 		t.Errorf("%d entries read while %d workers are stuck, want between %d and %d", held, workers, workers*batch, bound)
 	}
