@@ -23,54 +23,17 @@ import (
 // status and tally deadletter, as an operator would.
 func TestProjectorStatusDeadletter(t *testing.T) {
 	t.Parallel()
-	db := testenv.Postgres(t)
-	rdb, prefix := testenv.Redis(t)
-	ctx := context.Background()
-	store, err := ledger.New(db.Pool, ledger.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := store.CreatePoll(ctx, ledger.Poll{ID: "lunch", Title: "Lunch?", OpensAt: time.Unix(0, 0), Choices: []string{"pizza"}}); err != nil {
-		t.Fatal(err)
-	}
-	keys, _ := stream.NewKeys(prefix, 1)
-	good := stream.Entry{PrincipalID: "u1", ClientEventID: "e1", PollID: "lunch", CandidateID: "pizza",
-		Fingerprint: ledger.FingerprintHex("lunch", "pizza"), ReceivedAt: time.Now()}
-	if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: keys.Stream(0), Values: good.Values()}).Err(); err != nil {
-		t.Fatal(err)
-	}
+	f := newStreamFixture(t, "u1")
+	ctx, rdb, keys, store, prefix, db := f.ctx, f.rdb, f.keys, f.store, f.prefix, f.db
 	if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: keys.Stream(0), Values: []string{"v", "1", "junk", "x"}}).Err(); err != nil {
 		t.Fatal(err)
 	}
 	common := []string{"--database-url", db.URL, "--redis-url", testenv.RedisURL(), "--stream-prefix", prefix, "--log-format", "text"}
 
 	// The projector runs until both entries left the stream.
-	pctx, stop := context.WithCancel(ctx)
-	done := make(chan int, 1)
-	var out, errOut bytes.Buffer
-	go func() {
-		runMu.Lock() // see runMu; released when the projector stops
-		defer runMu.Unlock()
-		args := append([]string{"tally", "projector", "--batch-wait", "10ms", "--consumer", "cli-test"}, common...)
-		done <- Run(pctx, args, strings.NewReader(""), &out, &errOut)
-	}()
-	deadline := time.Now().Add(20 * time.Second)
-	for rdb.XLen(ctx, keys.Stream(0)).Val() != 0 || rdb.XLen(ctx, keys.DeadLetter(0)).Val() != 1 {
-		if time.Now().After(deadline) {
-			stop()
-			t.Fatalf("the projector did not drain the stream; its log:\n%s", errOut.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	stop()
-	select {
-	case code := <-done:
-		if code != 0 {
-			t.Fatalf("projector exited %d:\n%s", code, errOut.String())
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("projector did not stop within 15s of its context ending")
-	}
+	f.runProjector(append([]string{"--batch-wait", "10ms", "--consumer", "cli-test"}, common...), func() bool {
+		return rdb.XLen(ctx, keys.Stream(0)).Val() == 0 && rdb.XLen(ctx, keys.DeadLetter(0)).Val() == 1
+	})
 
 	if res, err := store.Results(ctx, "lunch"); err != nil || res.Total != 1 {
 		t.Fatalf("results %+v %v, want the good vote recorded", res, err)
@@ -101,6 +64,77 @@ func TestProjectorStatusDeadletter(t *testing.T) {
 	if r.code != 0 || rdb.XLen(ctx, keys.DeadLetter(0)).Val() != 0 {
 		t.Fatalf("purge --all --yes: %+v", r)
 	}
+}
+
+// streamFixture is a ledger with the poll "lunch" (one choice, pizza) and
+// a one-shard stream holding a vote for it from each principal given.
+type streamFixture struct {
+	t      *testing.T
+	ctx    context.Context
+	db     testenv.DB
+	rdb    *redis.Client
+	prefix string
+	keys   stream.Keys
+	store  *ledger.Store
+}
+
+func newStreamFixture(t *testing.T, principals ...string) streamFixture {
+	t.Helper()
+	f := streamFixture{t: t, ctx: context.Background(), db: testenv.Postgres(t)}
+	f.rdb, f.prefix = testenv.Redis(t)
+	var err error
+	if f.store, err = ledger.New(f.db.Pool, ledger.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.store.CreatePoll(f.ctx, ledger.Poll{ID: "lunch", Title: "Lunch?", OpensAt: time.Unix(0, 0), Choices: []string{"pizza"}}); err != nil {
+		t.Fatal(err)
+	}
+	if f.keys, err = stream.NewKeys(f.prefix, 1); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range principals {
+		e := stream.Entry{PrincipalID: p, ClientEventID: "e1", PollID: "lunch", CandidateID: "pizza",
+			Fingerprint: ledger.FingerprintHex("lunch", "pizza"), ReceivedAt: time.Now()}
+		if err := f.rdb.XAdd(f.ctx, &redis.XAddArgs{Stream: f.keys.Stream(0), Values: e.Values()}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return f
+}
+
+// runProjector runs tally projector with args until done holds (at most
+// 20s), stops it the way SIGTERM does, fails unless it exits 0, and
+// returns its log.
+func (f streamFixture) runProjector(args []string, done func() bool) string {
+	f.t.Helper()
+	pctx, stop := context.WithCancel(f.ctx)
+	defer stop()
+	exited := make(chan int, 1)
+	var out, errOut bytes.Buffer
+	go func() {
+		runMu.Lock() // see runMu; released when the projector stops
+		defer runMu.Unlock()
+		exited <- Run(pctx, append([]string{"tally", "projector"}, args...), strings.NewReader(""), &out, &errOut)
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for !done() {
+		if time.Now().After(deadline) {
+			stop()
+			<-exited
+			f.t.Fatalf("the projector did not drain the stream; its log:\n%s", errOut.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	stop()
+	select {
+	case code := <-exited:
+		if code != 0 {
+			f.t.Fatalf("projector exited %d:\n%s", code, errOut.String())
+		}
+	case <-time.After(15 * time.Second):
+		f.t.Fatal("projector did not stop within 15s of its context ending")
+	}
+	return errOut.String()
 }
 
 // tallyWith runs the command line as given, without the database flags
