@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -112,9 +111,7 @@ func runIntake(c *ucli.Context) error {
 		MaxHeaderBytes:    c.Int("max-header-bytes"),
 		ShutdownTimeout:   c.Duration("shutdown-timeout"),
 	}
-	if _, set := os.LookupEnv("GOGC"); set {
-		cfg.GCPercent = -1 // the operator's GOGC wins over intake's default
-	}
+	setDaemonGC()
 	cs, err := openConns(c, ledger.Config{Logger: log}, c.Duration(flagStartupWait.Name))
 	if err != nil {
 		return err

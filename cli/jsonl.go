@@ -8,6 +8,8 @@ import (
 	"io"
 	"time"
 
+	"tally/vote"
+
 	"tally/ledger"
 )
 
@@ -78,8 +80,8 @@ func parseImportLine(line []byte, now time.Time) (ledger.Event, error) {
 		if f.v == "" {
 			return ledger.Event{}, fmt.Errorf("field %q is missing or empty", f.name)
 		}
-		if !ledger.ValidID(f.v) {
-			return ledger.Event{}, fmt.Errorf("field %q is %q: ids are 1-64 characters of [A-Za-z0-9_-]", f.name, f.v)
+		if !vote.ValidID(f.v) {
+			return ledger.Event{}, fmt.Errorf("field %q is %q: ids are "+vote.IDRule, f.name, f.v)
 		}
 	}
 	e := ledger.Event{PrincipalID: l.PrincipalID, ClientEventID: l.EventID, PollID: l.PollID,

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -92,9 +91,7 @@ func runProjector(c *ucli.Context) error {
 		// Checked here too, before connecting: 0 would silently mean the default.
 		return fmt.Errorf("--workers must be between 1 and %d, got %d", projector.MaxWorkers, cfg.Workers)
 	}
-	if _, set := os.LookupEnv("GOGC"); set {
-		cfg.GCPercent = -1 // the operator's GOGC wins over the projector's default
-	}
+	setDaemonGC()
 	cs, err := openConns(c, ledger.Config{Logger: log, MaxBatch: max(cfg.BatchSize, 1)}, c.Duration(flagStartupWait.Name))
 	if err != nil {
 		return err

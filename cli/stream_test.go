@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"tally/vote"
+
 	"github.com/redis/go-redis/v9"
 
 	"tally/internal/testenv"
@@ -94,7 +96,7 @@ func newStreamFixture(t *testing.T, principals ...string) streamFixture {
 	}
 	for _, p := range principals {
 		e := stream.Entry{PrincipalID: p, ClientEventID: "e1", PollID: "lunch", CandidateID: "pizza",
-			Fingerprint: ledger.FingerprintHex("lunch", "pizza"), ReceivedAt: time.Now()}
+			Fingerprint: vote.FingerprintHex("lunch", "pizza"), ReceivedAt: time.Now()}
 		if err := f.rdb.XAdd(f.ctx, &redis.XAddArgs{Stream: f.keys.Stream(0), Values: e.Values()}).Err(); err != nil {
 			t.Fatal(err)
 		}

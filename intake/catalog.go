@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"tally/vote"
+
 	"tally/ledger"
 )
 
@@ -26,13 +28,13 @@ type pollInfo struct {
 // choice is one choice of a poll.
 type choice struct {
 	idArg          any // the candidate id
-	fingerprintArg any // ledger.FingerprintHex of the poll and candidate
+	fingerprintArg any // vote.FingerprintHex of the poll and candidate
 }
 
 func newPollInfo(p ledger.Poll) *pollInfo {
 	pi := &pollInfo{poll: p, idArg: p.ID, choices: make(map[string]*choice, len(p.Choices))}
 	for _, c := range p.Choices {
-		pi.choices[c] = &choice{idArg: c, fingerprintArg: ledger.FingerprintHex(p.ID, c)}
+		pi.choices[c] = &choice{idArg: c, fingerprintArg: vote.FingerprintHex(p.ID, c)}
 	}
 	if p.Eligibility == ledger.EligibleList {
 		pi.eligible = make(map[string]struct{}, len(p.Eligible))

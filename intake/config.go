@@ -90,14 +90,6 @@ type Config struct {
 	// ShutdownTimeout bounds the drain of requests in flight once Run's
 	// context is cancelled. Default 10s.
 	ShutdownTimeout time.Duration
-
-	// GCPercent is the garbage collector's target (debug.SetGCPercent)
-	// while Serve runs; -1 leaves the runtime's setting alone (tally intake
-	// passes -1 when the GOGC environment variable is set). Default 400:
-	// intake keeps a few MB live and allocates a few KB per vote, so at
-	// the runtime's default of 100 it collects many times a second under
-	// load (see BENCHMARKS.md).
-	GCPercent int
 }
 
 func (c Config) withDefaults() Config {
@@ -149,9 +141,6 @@ func (c Config) withDefaults() Config {
 		c.MaxHeaderBytes = 16 << 10
 	}
 	setDur(&c.ShutdownTimeout, 10*time.Second)
-	if c.GCPercent == 0 {
-		c.GCPercent = 400
-	}
 	return c
 }
 
@@ -184,9 +173,6 @@ func (c Config) validate() error {
 	}
 	if c.BreakerFailures < 1 {
 		bad("BreakerFailures must be at least 1, got %d", c.BreakerFailures)
-	}
-	if c.GCPercent < -1 {
-		bad("GCPercent must be -1 (leave the runtime's setting) or positive, got %d", c.GCPercent)
 	}
 	if c.MaxHeaderBytes < 1<<10 {
 		bad("MaxHeaderBytes must be at least 1024, got %d", c.MaxHeaderBytes)

@@ -11,12 +11,13 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"tally/vote"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
@@ -216,7 +217,7 @@ func TestVoteAcceptedAndStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	if e.PrincipalID != b.who.ID || e.ClientEventID != "e1" || e.PollID != "p1" || e.CandidateID != "a" ||
-		e.Fingerprint != ledger.FingerprintHex("p1", "a") || time.Since(e.ReceivedAt) > time.Minute {
+		e.Fingerprint != vote.FingerprintHex("p1", "a") || time.Since(e.ReceivedAt) > time.Minute {
 		t.Fatalf("entry %+v", e)
 	}
 
@@ -468,7 +469,7 @@ func TestIdempotencyLegacyRecord(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	key := b.keys.Idempotency(b.who.ID, "old")
-	if err := b.rdb.HSet(ctx, key, "fp", ledger.FingerprintHex("p1", "a"), "id", "1-0", "poll", "p1",
+	if err := b.rdb.HSet(ctx, key, "fp", vote.FingerprintHex("p1", "a"), "id", "1-0", "poll", "p1",
 		"candidate", "a", "received_at", "1700000000000000").Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -882,29 +883,6 @@ func TestShutdownDrains(t *testing.T) {
 	}
 }
 
-// TestServeSetsGCPercent checks that Serve sets the garbage collector's
-// target while it serves and restores it after. Not parallel: the target is
-// the process's.
-func TestServeSetsGCPercent(t *testing.T) {
-	gcPercent := func() int { p := debug.SetGCPercent(100); debug.SetGCPercent(p); return p }
-	before := gcPercent()
-	t.Cleanup(func() { // runs after the server's cleanup stopped it
-		if got := gcPercent(); got != before {
-			t.Errorf("GC percent after serving: %d, want %d", got, before)
-		}
-	})
-	b := setup(t, func(c *intake.Config) { c.GCPercent = 250 })
-	if r := b.vote(t, b.token, "e1", "p1", "a"); r.code != http.StatusAccepted {
-		t.Fatalf("vote: %d %s", r.code, r.raw)
-	}
-	if got := gcPercent(); got != 250 {
-		t.Fatalf("GC percent while serving: %d, want 250", got)
-	}
-	if intake.DefaultConfig().GCPercent != 400 {
-		t.Fatalf("default GC percent %d, want 400", intake.DefaultConfig().GCPercent)
-	}
-}
-
 func TestConfigValidate(t *testing.T) {
 	t.Parallel()
 	keys, _ := stream.NewKeys("x", 1)
@@ -914,7 +892,6 @@ func TestConfigValidate(t *testing.T) {
 	for _, cfg := range []intake.Config{
 		{Rate: -1}, {Burst: -1}, {MaxBacklog: -5}, {IdempotencyWindow: time.Millisecond},
 		{WaitReplicas: -1}, {ReadTimeout: -time.Second}, {RequestTimeout: time.Minute, WriteTimeout: time.Second},
-		{GCPercent: -2},
 	} {
 		_, err := intake.New(cfg, store, rdb, keys, nil, nil)
 		if err == nil {

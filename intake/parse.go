@@ -8,14 +8,14 @@ import (
 	"io"
 	"strconv"
 
-	"tally/stream"
+	"tally/vote"
 )
 
 // maxBodyBytes bounds the body of POST /v1/votes.
 const maxBodyBytes = 4 << 10
 
 // vote is the body of POST /v1/votes.
-type vote struct {
+type voteBody struct {
 	EventID     string // the client's idempotency key
 	PollID      string
 	CandidateID string
@@ -42,7 +42,7 @@ func refuse(format string, args ...any) error {
 // event_id, poll_id and candidate_id, each once, each a string of 1-64
 // characters of [A-Za-z0-9_-], and nothing but whitespace after it. Every
 // error is a *parseError that says what was wrong.
-func parseVote(body []byte) (vote, error) {
+func parseVote(body []byte) (voteBody, error) {
 	if v, ok := parseVoteFast(body); ok {
 		return v, nil
 	}
@@ -51,12 +51,12 @@ func parseVote(body []byte) (vote, error) {
 
 // parseVoteTokens is parseVote on encoding/json's token stream: it handles
 // every JSON form and names what is wrong.
-func parseVoteTokens(body []byte) (vote, error) {
+func parseVoteTokens(body []byte) (voteBody, error) {
 	if len(body) > maxBodyBytes {
-		return vote{}, refuse("the body is %d bytes, the limit is %d", len(body), maxBodyBytes)
+		return voteBody{}, refuse("the body is %d bytes, the limit is %d", len(body), maxBodyBytes)
 	}
 	if len(bytes.TrimSpace(body)) == 0 {
-		return vote{}, refuse(`the body is empty: send {"event_id": "...", "poll_id": "...", "candidate_id": "..."}`)
+		return voteBody{}, refuse(`the body is empty: send {"event_id": "...", "poll_id": "...", "candidate_id": "..."}`)
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
@@ -69,21 +69,21 @@ func parseVoteTokens(body []byte) (vote, error) {
 
 	tok, err := dec.Token()
 	if err != nil {
-		return vote{}, syntax(err)
+		return voteBody{}, syntax(err)
 	}
 	if d, ok := tok.(json.Delim); !ok || d != '{' {
-		return vote{}, refuse("the body must be a JSON object, got %s", kindOf(tok))
+		return voteBody{}, refuse("the body must be a JSON object, got %s", kindOf(tok))
 	}
-	var v vote
+	var v voteBody
 	seen := make(map[string]bool, 3)
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
-			return vote{}, syntax(err)
+			return voteBody{}, syntax(err)
 		}
 		key, ok := tok.(string)
 		if !ok { // the decoder only yields strings here; be safe anyway
-			return vote{}, refuse("the body is not valid JSON at byte %d: object keys must be strings", dec.InputOffset())
+			return voteBody{}, refuse("the body is not valid JSON at byte %d: object keys must be strings", dec.InputOffset())
 		}
 		var dst *string
 		switch key {
@@ -94,38 +94,38 @@ func parseVoteTokens(body []byte) (vote, error) {
 		case keyCandidateID:
 			dst = &v.CandidateID
 		default:
-			return vote{}, refuse(`key %s is not allowed: the body takes exactly "event_id", "poll_id" and "candidate_id"`, quoteKey(key))
+			return voteBody{}, refuse(`key %s is not allowed: the body takes exactly "event_id", "poll_id" and "candidate_id"`, quoteKey(key))
 		}
 		if seen[key] {
-			return vote{}, refuse("key %q appears more than once: give each key once", key)
+			return voteBody{}, refuse("key %q appears more than once: give each key once", key)
 		}
 		seen[key] = true
 		tok, err = dec.Token()
 		if err != nil {
-			return vote{}, syntax(err)
+			return voteBody{}, syntax(err)
 		}
 		s, ok := tok.(string)
 		if !ok {
-			return vote{}, refuse("%q must be a string, got %s", key, kindOf(tok))
+			return voteBody{}, refuse("%q must be a string, got %s", key, kindOf(tok))
 		}
-		if !stream.ValidID(s) {
-			return vote{}, refuse("%q must be 1-64 characters of [A-Za-z0-9_-], got %s", key, describeID(s))
+		if !vote.ValidID(s) {
+			return voteBody{}, refuse("%q must be "+vote.IDRule+", got %s", key, describeID(s))
 		}
 		*dst = s
 	}
 	if _, err := dec.Token(); err != nil { // the closing brace
-		return vote{}, syntax(err)
+		return voteBody{}, syntax(err)
 	}
 	for _, k := range []string{keyEventID, keyPollID, keyCandidateID} {
 		if !seen[k] {
-			return vote{}, refuse(`key %q is missing: the body takes exactly "event_id", "poll_id" and "candidate_id"`, k)
+			return voteBody{}, refuse(`key %q is missing: the body takes exactly "event_id", "poll_id" and "candidate_id"`, k)
 		}
 	}
 	if tok, err := dec.Token(); !errors.Is(err, io.EOF) {
 		if err != nil {
-			return vote{}, refuse("unexpected data after the JSON object at byte %d: send one object and nothing else", dec.InputOffset())
+			return voteBody{}, refuse("unexpected data after the JSON object at byte %d: send one object and nothing else", dec.InputOffset())
 		}
-		return vote{}, refuse("unexpected %s after the JSON object: send one object and nothing else", kindOf(tok))
+		return voteBody{}, refuse("unexpected %s after the JSON object: send one object and nothing else", kindOf(tok))
 	}
 	return v, nil
 }
@@ -186,12 +186,12 @@ type rawVote struct {
 }
 
 // parseVoteFast is parseVoteRaw with the ids made strings.
-func parseVoteFast(b []byte) (vote, bool) {
+func parseVoteFast(b []byte) (voteBody, bool) {
 	rv, ok := parseVoteRaw(b)
 	if !ok {
-		return vote{}, false
+		return voteBody{}, false
 	}
-	return vote{EventID: string(rv.eventID), PollID: string(rv.pollID), CandidateID: string(rv.candidateID)}, true
+	return voteBody{EventID: string(rv.eventID), PollID: string(rv.pollID), CandidateID: string(rv.candidateID)}, true
 }
 
 // parseVoteRaw accepts the plain form clients send, without allocating:
@@ -240,7 +240,7 @@ func parseVoteRaw(b []byte) (rawVote, bool) {
 			return rawVote{}, false
 		}
 		vs, ve, ok := plainString(b, skipSpace(b, i+1))
-		if !ok || ve-vs < 1 || ve-vs > 64 || !idChars(b[vs:ve]) {
+		if !ok || !vote.ValidID(b[vs:ve]) {
 			return rawVote{}, false
 		}
 		val := b[vs:ve:ve]
@@ -288,14 +288,4 @@ func plainString(b []byte, i int) (start, end int, ok bool) {
 		}
 	}
 	return 0, 0, false
-}
-
-// idChars reports whether s is made of [A-Za-z0-9_-] only.
-func idChars(s []byte) bool {
-	for _, c := range s {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
-			return false
-		}
-	}
-	return true
 }

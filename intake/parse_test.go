@@ -10,15 +10,15 @@ import (
 var parseCases = []struct {
 	name   string
 	body   string
-	want   vote   // when detail is empty
-	detail string // a substring of the refusal's detail
-	slow   bool   // valid, but only the token parser takes it
+	want   voteBody // when detail is empty
+	detail string   // a substring of the refusal's detail
+	slow   bool     // valid, but only the token parser takes it
 }{
-	{name: "ok", body: `{"event_id":"e1","poll_id":"p1","candidate_id":"c1"}`, want: vote{"e1", "p1", "c1"}},
-	{name: "ok any order and whitespace", body: " \n{ \"candidate_id\" : \"c_1\", \"poll_id\":\"P-1\",\t\"event_id\":\"e\" }\r\n", want: vote{"e", "P-1", "c_1"}},
-	{name: "ok 64 chars", body: `{"event_id":"` + strings.Repeat("a", 64) + `","poll_id":"p","candidate_id":"c"}`, want: vote{strings.Repeat("a", 64), "p", "c"}},
-	{name: "ok escaped key", body: `{"event\u005fid":"e","poll_id":"p","candidate_id":"c"}`, want: vote{"e", "p", "c"}, slow: true},
-	{name: "ok escaped value", body: `{"event_id":"\u0065","poll_id":"p","candidate_id":"c"}`, want: vote{"e", "p", "c"}, slow: true},
+	{name: "ok", body: `{"event_id":"e1","poll_id":"p1","candidate_id":"c1"}`, want: voteBody{"e1", "p1", "c1"}},
+	{name: "ok any order and whitespace", body: " \n{ \"candidate_id\" : \"c_1\", \"poll_id\":\"P-1\",\t\"event_id\":\"e\" }\r\n", want: voteBody{"e", "P-1", "c_1"}},
+	{name: "ok 64 chars", body: `{"event_id":"` + strings.Repeat("a", 64) + `","poll_id":"p","candidate_id":"c"}`, want: voteBody{strings.Repeat("a", 64), "p", "c"}},
+	{name: "ok escaped key", body: `{"event\u005fid":"e","poll_id":"p","candidate_id":"c"}`, want: voteBody{"e", "p", "c"}, slow: true},
+	{name: "ok escaped value", body: `{"event_id":"\u0065","poll_id":"p","candidate_id":"c"}`, want: voteBody{"e", "p", "c"}, slow: true},
 	{name: "empty", body: ``, detail: "the body is empty"},
 	{name: "blank", body: "  \n", detail: "the body is empty"},
 	{name: "array", body: `[]`, detail: "must be a JSON object, got an array"},

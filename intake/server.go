@@ -16,6 +16,8 @@ import (
 	"sync"
 	"time"
 
+	"tally/vote"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
@@ -122,17 +124,13 @@ func (s *Server) Run(ctx context.Context) error {
 // Serve serves on ln until ctx is cancelled, then stops accepting, drains
 // the requests in flight within Config.ShutdownTimeout (closing whatever is
 // left after it) and returns nil. It returns an error when serving failed.
-// A Server serves once. While it serves, the garbage collector's target is
-// Config.GCPercent (see there).
+// A Server serves once.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	served := false
 	s.runOnce.Do(func() { served = true })
 	if !served {
 		ln.Close()
 		return errors.New("intake: a Server serves once")
-	}
-	if s.cfg.GCPercent > 0 {
-		defer debug.SetGCPercent(debug.SetGCPercent(s.cfg.GCPercent))
 	}
 	srv := &http.Server{
 		Handler:           s.handler,
@@ -557,9 +555,9 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := r.PathValue("event_id")
-	if !stream.ValidID(id) {
+	if !vote.ValidID(id) {
 		writeProblem(w, http.StatusBadRequest, probBadID,
-			fmt.Sprintf("event id %s is invalid: event ids are 1-64 characters of [A-Za-z0-9_-]", describeID(id)), 0)
+			fmt.Sprintf("event id %s is invalid: event ids are "+vote.IDRule, describeID(id)), 0)
 		return
 	}
 	notFound := func() {
@@ -634,9 +632,9 @@ func (s *Server) handleResults(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := r.PathValue("poll_id")
-	if !stream.ValidID(id) {
+	if !vote.ValidID(id) {
 		writeProblem(w, http.StatusBadRequest, probBadID,
-			fmt.Sprintf("poll id %s is invalid: poll ids are 1-64 characters of [A-Za-z0-9_-]", describeID(id)), 0)
+			fmt.Sprintf("poll id %s is invalid: poll ids are "+vote.IDRule, describeID(id)), 0)
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.PostgresTimeout)

@@ -2,8 +2,6 @@ package ledger
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
@@ -11,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"tally/internal/ids"
+	"tally/vote"
 )
 
 // Event is one vote to append: the authenticated principal, the client's
@@ -66,18 +64,6 @@ func (o Outcome) String() string {
 	return string(o.Status)
 }
 
-// Fingerprint is the SHA-256 of an event's payload, the part a client key
-// must always carry the same: the poll and the candidate.
-func Fingerprint(pollID, candidateID string) [32]byte {
-	return sha256.Sum256([]byte(pollID + "\x00" + candidateID))
-}
-
-// FingerprintHex is Fingerprint in lowercase hex, as the stream carries it.
-func FingerprintHex(pollID, candidateID string) string {
-	fp := Fingerprint(pollID, candidateID)
-	return hex.EncodeToString(fp[:])
-}
-
 // InvalidEventError reports an event Append refused to look at: a malformed
 // id or a missing receive time. Nothing of its batch was applied.
 type InvalidEventError struct {
@@ -87,7 +73,7 @@ type InvalidEventError struct {
 }
 
 func (e *InvalidEventError) Error() string {
-	return fmt.Sprintf("event %d: %s %q is invalid: ids are 1-64 characters of [A-Za-z0-9_-] and received_at must be set", e.Index, e.Field, e.Value)
+	return fmt.Sprintf("event %d: %s %q is invalid: ids are "+vote.IDRule+" and received_at must be set", e.Index, e.Field, e.Value)
 }
 
 func (e *InvalidEventError) Unwrap() error { return ErrInvalid }
@@ -99,7 +85,7 @@ func validateEvent(i int, e Event) error {
 		{"poll_id", e.PollID},
 		{"candidate_id", e.CandidateID},
 	} {
-		if !ValidID(f.v) {
+		if !vote.ValidID(f.v) {
 			return &InvalidEventError{Index: i, Field: f.name, Value: f.v}
 		}
 	}
@@ -108,10 +94,6 @@ func validateEvent(i int, e Event) error {
 	}
 	return nil
 }
-
-// ValidID reports whether s is a valid poll, candidate, principal or client
-// event id: 1-64 characters of [A-Za-z0-9_-].
-func ValidID(s string) bool { return ids.Valid(s) }
 
 // Append applies events in one transaction and returns one outcome per
 // event, in order. See the package documentation for the rules.
@@ -206,7 +188,7 @@ func appendTx(ctx context.Context, tx pgx.Tx, events []Event, fast bool) ([]Outc
 	outcomes := make([]Outcome, len(events))
 	fps := make([][32]byte, len(events))
 	for i, e := range events {
-		fps[i] = Fingerprint(e.PollID, e.CandidateID)
+		fps[i] = vote.Fingerprint(e.PollID, e.CandidateID)
 	}
 	rest := make([]int, 0, len(events))
 	if fast {

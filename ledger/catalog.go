@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"time"
 
+	"tally/vote"
+
 	"github.com/jackc/pgx/v5"
 )
 
@@ -40,8 +42,8 @@ func (p Poll) OpenAt(t time.Time) bool {
 // tally for each choice. Eligibility is EligibleList when Eligible is not
 // empty.
 func (s *Store) CreatePoll(ctx context.Context, p Poll) error {
-	if !ValidID(p.ID) {
-		return fmt.Errorf("create poll: %w: poll id %q must be 1-64 characters of [A-Za-z0-9_-]", ErrInvalid, p.ID)
+	if !vote.ValidID(p.ID) {
+		return fmt.Errorf("create poll: %w: poll id %q must be "+vote.IDRule, ErrInvalid, p.ID)
 	}
 	if p.Title == "" {
 		return fmt.Errorf("create poll %s: %w: the title is empty", p.ID, ErrInvalid)
@@ -51,8 +53,8 @@ func (s *Store) CreatePoll(ctx context.Context, p Poll) error {
 	}
 	dup := map[string]bool{}
 	for _, c := range p.Choices {
-		if !ValidID(c) {
-			return fmt.Errorf("create poll %s: %w: choice %q must be 1-64 characters of [A-Za-z0-9_-]", p.ID, ErrInvalid, c)
+		if !vote.ValidID(c) {
+			return fmt.Errorf("create poll %s: %w: choice %q must be "+vote.IDRule, p.ID, ErrInvalid, c)
 		}
 		if dup[c] {
 			return fmt.Errorf("create poll %s: %w: choice %q is given twice", p.ID, ErrInvalid, c)
@@ -60,8 +62,8 @@ func (s *Store) CreatePoll(ctx context.Context, p Poll) error {
 		dup[c] = true
 	}
 	for _, e := range p.Eligible {
-		if !ValidID(e) {
-			return fmt.Errorf("create poll %s: %w: eligible principal %q must be 1-64 characters of [A-Za-z0-9_-]", p.ID, ErrInvalid, e)
+		if !vote.ValidID(e) {
+			return fmt.Errorf("create poll %s: %w: eligible principal %q must be "+vote.IDRule, p.ID, ErrInvalid, e)
 		}
 	}
 	eligibility := EligibleAny

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"tally/vote"
+
 	"github.com/redis/go-redis/v9"
 	"github.com/sony/gobreaker/v2"
 
@@ -260,7 +262,7 @@ func (p *Projector) triage(m message) (stream.Entry, deadItem, bool) {
 	if err != nil {
 		return e, deadItem{msg: m, reason: ReasonUndecodable, detail: err.Error()}, true
 	}
-	if want := ledger.FingerprintHex(e.PollID, e.CandidateID); e.Fingerprint != want {
+	if want := vote.FingerprintHex(e.PollID, e.CandidateID); e.Fingerprint != want {
 		return e, deadItem{msg: m, reason: ReasonFingerprintMismatch, detail: fmt.Sprintf("fingerprint %s does not match the payload's %s", e.Fingerprint, want)}, true
 	}
 	return e, deadItem{}, false

@@ -69,15 +69,6 @@ type Config struct {
 	// StatsInterval is how often the backlog, pending and dead-letter
 	// gauges are refreshed from Redis. Default 5s.
 	StatsInterval time.Duration
-
-	// GCPercent is the garbage collector's target (debug.SetGCPercent)
-	// while Run runs; -1 leaves the runtime's setting alone (tally
-	// projector passes -1 when the GOGC environment variable is set). Default 400: the projector keeps
-	// a few MB live and allocates fast, so at the runtime's default of 100
-	// it spends about a third of its CPU collecting (see BENCHMARKS.md);
-	// at 400 its peak RSS stays about 55 MB with one worker and a
-	// 1M-entry backlog, and grows about 10 MB with each further worker.
-	GCPercent int
 }
 
 func (c Config) withDefaults() Config {
@@ -130,9 +121,6 @@ func (c Config) withDefaults() Config {
 	if c.StatsInterval == 0 {
 		c.StatsInterval = 5 * time.Second
 	}
-	if c.GCPercent == 0 {
-		c.GCPercent = 400
-	}
 	return c
 }
 
@@ -168,8 +156,6 @@ func (c Config) validate(maxBatch int) error {
 		return fmt.Errorf("projector: shutdown grace must not be negative, got %s", c.ShutdownGrace)
 	case c.StatsInterval <= 0:
 		return fmt.Errorf("projector: stats interval must be positive, got %s", c.StatsInterval)
-	case c.GCPercent < -1:
-		return fmt.Errorf("projector: GC percent must be -1 (leave it) or positive, got %d", c.GCPercent)
 	}
 	return nil
 }

@@ -33,7 +33,7 @@ func TestDeadLetterReplayAndPurge(t *testing.T) {
 	cfg := fast("p1")
 	cfg.Workers = 1 // alice's and bob's entries in one batch: bob's commits, so alice's is at fault
 	r := b.start(app, cfg)
-	b.enqueue(vote("alice", "k-broken", "lunch", "pizza"), vote("bob", "k1", "lunch", "sushi"))
+	b.enqueue(ballot("alice", "k-broken", "lunch", "pizza"), ballot("bob", "k1", "lunch", "sushi"))
 	b.enqueueRaw(1, "garbage", "1")
 	b.waitDrained(10 * time.Second)
 	dl := projector.NewDeadLetters(b.rdb, b.keys)
@@ -92,8 +92,8 @@ func TestDeletedWhilePendingCountedAsLost(t *testing.T) {
 	b := setup(t, 1)
 	b.poll("lunch", "pizza", "sushi")
 	b.enqueue(votes("u", 2, "lunch", "pizza")...)
-	gone1 := b.enqueueRaw(0, vote("v1", "k1", "lunch", "sushi").Values()...)
-	gone2 := b.enqueueRaw(0, vote("v2", "k1", "lunch", "sushi").Values()...)
+	gone1 := b.enqueueRaw(0, ballot("v1", "k1", "lunch", "sushi").Values()...)
+	gone2 := b.enqueueRaw(0, ballot("v2", "k1", "lunch", "sushi").Values()...)
 	msgs := b.readAs("dead-consumer", 3) // the two votes and gone1
 	if len(msgs) != 3 {
 		t.Fatalf("read %d entries, want 3", len(msgs))

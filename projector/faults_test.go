@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"tally/vote"
+
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
@@ -196,9 +198,9 @@ func TestConflictingEventID(t *testing.T) {
 	b := setup(t, 1)
 	b.poll("lunch", "pizza", "sushi")
 	r := b.start(b.store, fast("p1"))
-	b.enqueue(vote("alice", "k1", "lunch", "pizza"))
+	b.enqueue(ballot("alice", "k1", "lunch", "pizza"))
 	b.waitDrained(10 * time.Second)
-	b.enqueue(vote("alice", "k1", "lunch", "sushi"))
+	b.enqueue(ballot("alice", "k1", "lunch", "sushi"))
 	b.waitDrained(10 * time.Second)
 	if got := b.tallies("lunch"); got["pizza"] != 1 || got["sushi"] != 0 {
 		t.Errorf("tallies %v, want pizza 1 sushi 0", got)
@@ -316,10 +318,10 @@ func TestPoisonEntriesDeadLettered(t *testing.T) {
 	good := votes("u", 40, "lunch", "pizza", "sushi")
 	b.enqueue(good[:20]...)
 	badID := b.enqueueRaw(0, stream.FieldVersion, "1", stream.FieldPrincipal, "mallory", "junk", "x")
-	liar := vote("liar", "k1", "lunch", "pizza")
-	liar.Fingerprint = ledger.FingerprintHex("lunch", "sushi")
+	liar := ballot("liar", "k1", "lunch", "pizza")
+	liar.Fingerprint = vote.FingerprintHex("lunch", "sushi")
 	b.enqueue(liar)
-	b.enqueue(vote("bomber", "boom", "lunch", "sushi"))
+	b.enqueue(ballot("bomber", "boom", "lunch", "sushi"))
 	b.enqueue(good[20:]...)
 	cfg := fast("p1")
 	cfg.BatchWait = 300 * time.Millisecond // one batch
@@ -554,7 +556,7 @@ func TestPoisonAloneInItsLane(t *testing.T) {
 	cfg.MinIdle = time.Minute // no redelivery within the test
 	r := b.start(app, cfg)
 	current.Store(r)
-	b.enqueue(vote("alice", "k-broken", "lunch", "pizza"))
+	b.enqueue(ballot("alice", "k-broken", "lunch", "pizza"))
 	time.Sleep(5 * cfg.BatchWait) // alice's batch is alice alone
 	b.enqueue(votes("u", 200, "lunch", "pizza", "sushi")...)
 	b.waitDrained(10 * time.Second)

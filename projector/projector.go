@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -155,16 +154,12 @@ func (p *Projector) Consumer() string { return p.cfg.Consumer }
 // start or another consumer's claim. Run returns an error only when it
 // cannot start because Redis refuses to create the consumer group (it
 // retries while Redis is unreachable); it may run again after it
-// returned, but not twice at once. While it runs, the garbage collector's
-// target is Config.GCPercent (see there).
+// returned, but not twice at once.
 func (p *Projector) Run(ctx context.Context) error {
 	if !p.running.CompareAndSwap(false, true) {
 		return errors.New("projector: Run is already running")
 	}
 	defer p.running.Store(false)
-	if p.cfg.GCPercent > 0 {
-		defer debug.SetGCPercent(debug.SetGCPercent(p.cfg.GCPercent))
-	}
 	for failures := 1; ; failures++ {
 		err := p.ensureGroups(ctx)
 		if err == nil {

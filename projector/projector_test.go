@@ -21,6 +21,7 @@ import (
 	"tally/ledger"
 	"tally/projector"
 	"tally/stream"
+	"tally/vote"
 )
 
 func TestMain(m *testing.M) {
@@ -63,11 +64,11 @@ func (b *bundle) poll(id string, choices ...string) {
 	}
 }
 
-// vote is a well-formed stream entry.
-func vote(principal, key, poll, candidate string) stream.Entry {
+// ballot is a well-formed stream entry.
+func ballot(principal, key, poll, candidate string) stream.Entry {
 	return stream.Entry{
 		PrincipalID: principal, ClientEventID: key, PollID: poll, CandidateID: candidate,
-		Fingerprint: ledger.FingerprintHex(poll, candidate),
+		Fingerprint: vote.FingerprintHex(poll, candidate),
 		ReceivedAt:  time.Now().UTC().Truncate(time.Microsecond),
 	}
 }
@@ -392,7 +393,7 @@ func transient(t testing.TB) error {
 			transientErr = err
 			return
 		}
-		_, transientErr = dead.Append(context.Background(), []ledger.Event{event(vote("p", "k", "poll", "c"))})
+		_, transientErr = dead.Append(context.Background(), []ledger.Event{event(ballot("p", "k", "poll", "c"))})
 	})
 	if transientErr == nil || !ledger.IsRetryable(transientErr) {
 		t.Fatalf("want a retryable error from a refused connection, got %v", transientErr)
@@ -405,7 +406,7 @@ func transient(t testing.TB) error {
 func votes(prefix string, n int, poll string, choices ...string) []stream.Entry {
 	out := make([]stream.Entry, n)
 	for i := range out {
-		out[i] = vote(fmt.Sprintf("%s%d", prefix, i), "k1", poll, choices[i%len(choices)])
+		out[i] = ballot(fmt.Sprintf("%s%d", prefix, i), "k1", poll, choices[i%len(choices)])
 	}
 	return out
 }

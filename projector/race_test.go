@@ -75,7 +75,7 @@ func (b *bundle) enqueueBacklog(rng *rand.Rand, polls, unique, repeats int) back
 	for i := range unique {
 		poll := fmt.Sprintf("poll%d", i%polls)
 		choice := bl.choices[rng.IntN(len(bl.choices))]
-		entries = append(entries, vote(fmt.Sprintf("u%d", i), "k1", poll, choice))
+		entries = append(entries, ballot(fmt.Sprintf("u%d", i), "k1", poll, choice))
 		if bl.truth[poll] == nil {
 			bl.truth[poll] = map[string]int64{}
 		}

@@ -112,13 +112,13 @@ func TestWorkersDrainBacklogWithFaults(t *testing.T) {
 			var contested []stream.Entry
 			for i := range twice {
 				p := fmt.Sprintf("twice%d", i)
-				contested = append(contested, vote(p, "k1", "contested", "a"), vote(p, "k2", "contested", "b"))
+				contested = append(contested, ballot(p, "k1", "contested", "a"), ballot(p, "k2", "contested", "b"))
 			}
 			for i := range reuse {
 				p := fmt.Sprintf("reuse%d", i)
-				contested = append(contested, vote(p, "k1", "contested", "a"), vote(p, "k1", "contested", "b"))
+				contested = append(contested, ballot(p, "k1", "contested", "a"), ballot(p, "k1", "contested", "b"))
 			}
-			contested = append(contested, vote("bomber1", "boom", "contested", "a"), vote("bomber2", "boom", "contested", "b"))
+			contested = append(contested, ballot("bomber1", "boom", "contested", "a"), ballot("bomber2", "boom", "contested", "b"))
 			rng.Shuffle(len(contested), func(i, j int) { contested[i], contested[j] = contested[j], contested[i] })
 			b.enqueue(contested...)
 			entries := unique + repeats + len(contested)
@@ -312,10 +312,10 @@ func TestWorkersKeepEachPrincipalsOrder(t *testing.T) {
 	var es []stream.Entry
 	for i := range n + lag {
 		if i < n {
-			es = append(es, vote(fmt.Sprintf("u%d", i), "first", "lunch", "pizza"))
+			es = append(es, ballot(fmt.Sprintf("u%d", i), "first", "lunch", "pizza"))
 		}
 		if j := i - lag; j >= 0 {
-			es = append(es, vote(fmt.Sprintf("u%d", j), "second", "lunch", "sushi"))
+			es = append(es, ballot(fmt.Sprintf("u%d", j), "second", "lunch", "sushi"))
 		}
 	}
 	b.enqueue(es...)

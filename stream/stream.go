@@ -22,7 +22,7 @@ import (
 	"strconv"
 	"time"
 
-	"tally/internal/ids"
+	"tally/vote"
 )
 
 // Group is the consumer group every projector joins.
@@ -120,7 +120,7 @@ type Entry struct {
 	ClientEventID string    // the client's idempotency key, scoped to PrincipalID
 	PollID        string    //
 	CandidateID   string    //
-	Fingerprint   string    // hex SHA-256 of the payload; see ledger.Fingerprint
+	Fingerprint   string    // vote.FingerprintHex of the payload
 	ReceivedAt    time.Time // intake's clock when the request arrived
 }
 
@@ -154,10 +154,6 @@ func (e Entry) Values() []string {
 // ErrUndecodable is wrapped by every Decode error: the entry can never be
 // applied and belongs in the dead-letter stream.
 var ErrUndecodable = errors.New("undecodable stream entry")
-
-// ValidID reports whether s is a valid poll, candidate, principal or client
-// event id: 1-64 characters of [A-Za-z0-9_-].
-func ValidID(s string) bool { return ids.Valid(s) }
 
 // isLowerHex64 reports whether s is 64 lowercase hex digits.
 func isLowerHex64(s string) bool {
@@ -207,8 +203,8 @@ func Decode(values map[string]any) (Entry, error) {
 		if err != nil {
 			return Entry{}, err
 		}
-		if !ValidID(s) {
-			return Entry{}, fmt.Errorf("%w: field %q is %q, want 1-64 characters of [A-Za-z0-9_-]", ErrUndecodable, f.name, s)
+		if !vote.ValidID(s) {
+			return Entry{}, fmt.Errorf("%w: field %q is %q, want "+vote.IDRule, ErrUndecodable, f.name, s)
 		}
 		*f.dst = s
 	}

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"tally/vote"
+
 	"tally/stream"
 )
 
@@ -89,7 +91,7 @@ func FuzzDecode(f *testing.F) {
 			return
 		}
 		for _, id := range []string{got.PrincipalID, got.ClientEventID, got.PollID, got.CandidateID} {
-			if !stream.ValidID(id) {
+			if !vote.ValidID(id) {
 				t.Fatalf("accepted invalid id %q", id)
 			}
 		}

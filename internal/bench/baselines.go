@@ -8,10 +8,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"tally/vote"
+
 	"github.com/jackc/pgx/v5"
 	"golang.org/x/sync/errgroup"
-
-	"tally/ledger"
 )
 
 // naiveUpdateSQL is what a user without a ledger would run for each vote.
@@ -82,7 +82,7 @@ func copyRows(ctx context.Context, conns func(context.Context) (*pgx.Conn, func(
 	fps := map[[2]string][]byte{}
 	for p := range polls {
 		for _, c := range benchChoices {
-			fp := ledger.Fingerprint(pollID(p), c)
+			fp := vote.Fingerprint(pollID(p), c)
 			fps[[2]string{pollID(p), c}] = fp[:]
 		}
 	}

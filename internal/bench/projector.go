@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"time"
 
+	"tally/vote"
+
 	"github.com/redis/go-redis/v9"
 
 	"tally/ledger"
@@ -40,7 +42,7 @@ func (e *env) preload(ctx context.Context, keys stream.Keys, n, polls int) error
 			for i := start; i < min(start+chunk, n); i++ {
 				ev := syntheticEvent(i, polls, now)
 				entry := stream.Entry{PrincipalID: ev.PrincipalID, ClientEventID: ev.ClientEventID, PollID: ev.PollID,
-					CandidateID: ev.CandidateID, Fingerprint: ledger.FingerprintHex(ev.PollID, ev.CandidateID), ReceivedAt: now}
+					CandidateID: ev.CandidateID, Fingerprint: vote.FingerprintHex(ev.PollID, ev.CandidateID), ReceivedAt: now}
 				pipe.XAdd(ctx, &redis.XAddArgs{Stream: keys.Stream(0), Values: entry.Values()})
 			}
 			return nil

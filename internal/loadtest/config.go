@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"tally/vote"
+
 	"tally/ledger"
 )
 
@@ -223,7 +225,7 @@ func (c Config) validate() error {
 	if c.ProgressEvery <= 0 {
 		bad("progress interval must be positive, got %s", c.ProgressEvery)
 	}
-	if c.PollPrefix != "" && (len(c.PollPrefix) > 40 || !ledger.ValidID(c.PollPrefix)) {
+	if c.PollPrefix != "" && (len(c.PollPrefix) > 40 || !vote.ValidID(c.PollPrefix)) {
 		bad("poll prefix %q must be 1-40 characters of [A-Za-z0-9_-]", c.PollPrefix)
 	}
 	if err := errors.Join(errs...); err != nil {

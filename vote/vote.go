@@ -1,0 +1,52 @@
+// Package vote owns the rules of one vote that every stage applies the same
+// way: the syntax of an id (poll, candidate, principal, client event id) and
+// the payload fingerprint that binds a client event id to one choice.
+//
+// It is a leaf: it imports only the standard library, so ledger, stream,
+// intake and projector can all depend on it without depending on each other.
+package vote
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+)
+
+// MaxIDLen is the longest id.
+const MaxIDLen = 64
+
+// IDRule says what ValidID accepts, in the words error messages use.
+const IDRule = "1-64 characters of [A-Za-z0-9_-]"
+
+// ValidID reports whether s is a valid poll, candidate, principal or client
+// event id: IDRule. It takes bytes too, so a parser can check an id before
+// it makes a string of it.
+func ValidID[S ~string | ~[]byte](s S) bool {
+	if len(s) < 1 || len(s) > MaxIDLen {
+		return false
+	}
+	return IDChars(s)
+}
+
+// IDChars reports whether s is made of [A-Za-z0-9_-] only, whatever its
+// length.
+func IDChars[S ~string | ~[]byte](s S) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// Fingerprint is the SHA-256 of a vote's payload, the part a client event id
+// must always carry the same: the poll and the candidate.
+func Fingerprint(pollID, candidateID string) [32]byte {
+	return sha256.Sum256([]byte(pollID + "\x00" + candidateID))
+}
+
+// FingerprintHex is Fingerprint in lowercase hex, as the stream carries it.
+func FingerprintHex(pollID, candidateID string) string {
+	fp := Fingerprint(pollID, candidateID)
+	return hex.EncodeToString(fp[:])
+}

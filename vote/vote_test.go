@@ -1,0 +1,42 @@
+package vote
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+var rule = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+func TestValidID(t *testing.T) {
+	for _, s := range []string{"", "a", "A-b_9", strings.Repeat("x", 64), strings.Repeat("x", 65), "a b", "é", "a/b", "a.b", "a\x00"} {
+		if ValidID(s) != rule.MatchString(s) {
+			t.Errorf("ValidID(%q) = %v, the rule says %v", s, ValidID(s), rule.MatchString(s))
+		}
+	}
+}
+
+func TestFingerprint(t *testing.T) {
+	want := sha256.Sum256([]byte("lunch\x00pizza"))
+	if Fingerprint("lunch", "pizza") != want {
+		t.Fatal("Fingerprint is not SHA-256 of poll NUL candidate")
+	}
+	if FingerprintHex("lunch", "pizza") != hex.EncodeToString(want[:]) {
+		t.Fatal("FingerprintHex is not the lowercase hex of Fingerprint")
+	}
+	// The separator keeps ("ab", "c") and ("a", "bc") apart.
+	if Fingerprint("ab", "c") == Fingerprint("a", "bc") {
+		t.Fatal("two payloads share a fingerprint")
+	}
+}
+
+func FuzzValidID(f *testing.F) {
+	f.Add("abc")
+	f.Fuzz(func(t *testing.T, s string) {
+		if ValidID(s) != rule.MatchString(s) {
+			t.Fatalf("ValidID(%q) = %v, the rule says %v", s, ValidID(s), rule.MatchString(s))
+		}
+	})
+}
