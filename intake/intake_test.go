@@ -21,7 +21,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 
 	"tally/intake"
 	"tally/internal/testenv"
@@ -32,7 +31,7 @@ import (
 func TestMain(m *testing.M) {
 	// The Redis-down test makes go-redis log every failed dial.
 	redis.SetLogger(quietRedis{})
-	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) { testenv.DropTemplate(); os.Exit(code) }))
+	os.Exit(testenv.Main(m))
 }
 
 type quietRedis struct{}

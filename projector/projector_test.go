@@ -15,7 +15,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 
 	"tally/internal/testenv"
 	"tally/ledger"
@@ -25,7 +24,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) { testenv.DropTemplate(); os.Exit(code) }))
+	os.Exit(testenv.Main(m))
 }
 
 // bundle is what a projector test needs: a fresh ledger, a unique stream

@@ -15,11 +15,14 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -111,35 +114,39 @@ func DropTemplate() {
 	admin.Exec(ctx, `DROP DATABASE IF EXISTS `+id+` WITH (FORCE)`)
 }
 
-// Main runs the tests of a package that uses Postgres and then drops the
-// template database: func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }.
-func Main(m *testing.M) int {
+// Main runs the tests of a package, drops the template database and, when
+// they passed, fails the run if any goroutine is left behind (goleak): a
+// daemon that does not stop when its context ends is a bug. Use it as
+// func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }.
+func Main(m *testing.M, opts ...goleak.Option) int {
 	code := m.Run()
 	DropTemplate()
-	return code
+	if code != 0 {
+		return code
+	}
+	if err := goleak.Find(opts...); err != nil {
+		fmt.Fprintf(os.Stderr, "goleak: goroutines still running after the tests passed: %v\n", err)
+		return 1
+	}
+	return 0
 }
 
 var _ = stdlib.GetDefaultDriver // registers the "pgx" database/sql driver
 
-// withDatabase returns url with its database name replaced.
-func withDatabase(url, db string) string {
-	cfg, err := pgconn.ParseConfig(url)
-	if err != nil {
-		panic(err)
+// withDatabase returns the connection string dsn with its database
+// replaced by db. It takes both forms pgx does: a URL (whose user,
+// password, host list and query are kept as they are) and a keyword/value
+// string ("host=... user=..."), where a later key overrides an earlier one.
+func withDatabase(dsn, db string) string {
+	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
+		u, err := url.Parse(dsn)
+		if err != nil {
+			panic(fmt.Sprintf("testenv: database URL: %v", err))
+		}
+		u.Path, u.RawPath = "/"+db, ""
+		return u.String()
 	}
-	rest := ""
-	if i := strings.IndexByte(url, '?'); i >= 0 {
-		rest = url[i:]
-	}
-	host := cfg.Host
-	if strings.Contains(host, ":") {
-		host = "[" + host + "]"
-	}
-	user := cfg.User
-	if cfg.Password != "" {
-		user += ":" + cfg.Password
-	}
-	return fmt.Sprintf("postgres://%s@%s:%d/%s%s", user, host, cfg.Port, db, rest)
+	return dsn + " dbname=" + db
 }
 
 // DB is a fresh, migrated database of one test.
