@@ -9,6 +9,7 @@ package vote
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"hash/maphash"
 )
 
 // MaxIDLen is the longest id.
@@ -49,4 +50,28 @@ func Fingerprint(pollID, candidateID string) [32]byte {
 func FingerprintHex(pollID, candidateID string) string {
 	fp := Fingerprint(pollID, candidateID)
 	return hex.EncodeToString(fp[:])
+}
+
+// Lanes splits work among n workers by principal so that it may run in
+// parallel without changing any outcome: every rule that makes an outcome
+// depend on order (a key's first payload, a principal's first answer in a
+// poll) is about one principal, so a worker that sees all of a principal's
+// votes, in order, decides them as one worker would decide everything. The
+// split is stable within one Lanes value, not across processes.
+type Lanes struct {
+	seed maphash.Seed
+	n    uint64
+}
+
+// NewLanes returns a split among n workers (at least 1).
+func NewLanes(n int) Lanes {
+	return Lanes{seed: maphash.MakeSeed(), n: uint64(max(n, 1))}
+}
+
+// Of is the worker, 0 to n-1, that owns principalID.
+func (l Lanes) Of(principalID string) int {
+	if l.n == 1 {
+		return 0
+	}
+	return int(maphash.String(l.seed, principalID) % l.n)
 }

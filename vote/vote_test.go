@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -39,4 +40,26 @@ func FuzzValidID(f *testing.F) {
 			t.Fatalf("ValidID(%q) = %v, the rule says %v", s, ValidID(s), rule.MatchString(s))
 		}
 	})
+}
+
+func TestLanes(t *testing.T) {
+	l := NewLanes(4)
+	seen := map[int]bool{}
+	for i := range 1000 {
+		p := "p" + strconv.Itoa(i)
+		w := l.Of(p)
+		if w < 0 || w >= 4 {
+			t.Fatalf("Of(%q) = %d, want 0-3", p, w)
+		}
+		if l.Of(p) != w {
+			t.Fatalf("Of(%q) changed between calls", p)
+		}
+		seen[w] = true
+	}
+	if len(seen) != 4 {
+		t.Fatalf("1000 principals reached %d of 4 lanes", len(seen))
+	}
+	if NewLanes(0).Of("x") != 0 || NewLanes(1).Of("y") != 0 {
+		t.Fatal("one lane (or zero, taken as one) must own every principal")
+	}
 }
