@@ -2,10 +2,6 @@ package ledger
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/base64"
-	"encoding/hex"
 	"fmt"
 	"time"
 
@@ -42,6 +38,57 @@ func (p Poll) OpenAt(t time.Time) bool {
 // tally for each choice. Eligibility is EligibleList when Eligible is not
 // empty.
 func (s *Store) CreatePoll(ctx context.Context, p Poll) error {
+	if err := p.validateNew(); err != nil {
+		return err
+	}
+	eligibility := EligibleAny
+	if len(p.Eligible) > 0 {
+		eligibility = EligibleList
+	}
+	var opens *time.Time
+	if !p.OpensAt.IsZero() {
+		opens = &p.OpensAt
+	}
+	return s.runTx(ctx, "create poll "+p.ID, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, createPollSQL, p.ID, p.Title, opens, p.ClosesAt, eligibility); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, createChoicesSQL, p.ID, p.Choices); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, createZeroResultsSQL, p.ID, p.Choices); err != nil {
+			return err
+		}
+		if len(p.Eligible) > 0 {
+			if _, err := tx.Exec(ctx, createEligibleSQL, p.ID, p.Eligible); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// The statements of CreatePoll, in the order it runs them. A poll opens now
+// unless it says when.
+const (
+	createPollSQL = `
+INSERT INTO polls (id, title, opens_at, closes_at, eligibility)
+VALUES ($1, $2, coalesce($3, now()), $4, $5)`
+	createChoicesSQL = `
+INSERT INTO poll_choices (poll_id, candidate_id, position)
+SELECT $1, c, ord FROM unnest($2::text[]) WITH ORDINALITY AS t(c, ord)`
+	createZeroResultsSQL = `
+INSERT INTO poll_results (poll_id, candidate_id, vote_count)
+SELECT $1, c, 0 FROM unnest($2::text[]) AS t(c)
+ON CONFLICT DO NOTHING`
+	createEligibleSQL = `
+INSERT INTO poll_eligible (poll_id, principal_id)
+SELECT DISTINCT $1, e FROM unnest($2::text[]) AS t(e)`
+)
+
+// validateNew checks a poll given to CreatePoll: valid ids, a title, at
+// least one choice and no choice twice, and no closing before opening.
+func (p Poll) validateNew() error {
 	if !vote.ValidID(p.ID) {
 		return fmt.Errorf("create poll: %w: poll id %q must be "+vote.IDRule, ErrInvalid, p.ID)
 	}
@@ -66,43 +113,10 @@ func (s *Store) CreatePoll(ctx context.Context, p Poll) error {
 			return fmt.Errorf("create poll %s: %w: eligible principal %q must be "+vote.IDRule, p.ID, ErrInvalid, e)
 		}
 	}
-	eligibility := EligibleAny
-	if len(p.Eligible) > 0 {
-		eligibility = EligibleList
-	}
-	var opens *time.Time
-	if !p.OpensAt.IsZero() {
-		opens = &p.OpensAt
-	}
-	if p.ClosesAt != nil && opens != nil && p.ClosesAt.Before(*opens) {
+	if p.ClosesAt != nil && !p.OpensAt.IsZero() && p.ClosesAt.Before(p.OpensAt) {
 		return fmt.Errorf("create poll %s: %w: it closes before it opens", p.ID, ErrInvalid)
 	}
-	return s.runTx(ctx, "create poll "+p.ID, pgx.TxOptions{}, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `
-INSERT INTO polls (id, title, opens_at, closes_at, eligibility)
-VALUES ($1, $2, coalesce($3, now()), $4, $5)`, p.ID, p.Title, opens, p.ClosesAt, eligibility); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `
-INSERT INTO poll_choices (poll_id, candidate_id, position)
-SELECT $1, c, ord FROM unnest($2::text[]) WITH ORDINALITY AS t(c, ord)`, p.ID, p.Choices); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `
-INSERT INTO poll_results (poll_id, candidate_id, vote_count)
-SELECT $1, c, 0 FROM unnest($2::text[]) AS t(c)
-ON CONFLICT DO NOTHING`, p.ID, p.Choices); err != nil {
-			return err
-		}
-		if len(p.Eligible) > 0 {
-			if _, err := tx.Exec(ctx, `
-INSERT INTO poll_eligible (poll_id, principal_id)
-SELECT DISTINCT $1, e FROM unnest($2::text[]) AS t(e)`, p.ID, p.Eligible); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	return nil
 }
 
 // ClosePoll closes a poll at the time at (or keeps an earlier closing time).
@@ -157,78 +171,4 @@ func (s *Store) queryPolls(ctx context.Context, id *string) ([]Poll, error) {
 		return p, err
 	})
 	return ps, interpretError("list polls", err)
-}
-
-// Principal is an authenticated opaque identity.
-type Principal struct {
-	ID        string
-	Name      string
-	CreatedAt time.Time
-	RevokedAt *time.Time
-}
-
-// TokenHash is the SHA-256 of a bearer token, the only form stored.
-func TokenHash(token string) [32]byte { return sha256.Sum256([]byte(token)) }
-
-// AddPrincipal creates a principal named name with a fresh random bearer
-// token, and returns both. The token is not stored and cannot be shown
-// again.
-func (s *Store) AddPrincipal(ctx context.Context, name string) (Principal, string, error) {
-	if name == "" || len(name) > 200 {
-		return Principal{}, "", fmt.Errorf("add principal: %w: the name must be 1-200 characters", ErrInvalid)
-	}
-	var raw [12]byte
-	var secret [32]byte
-	if _, err := rand.Read(raw[:]); err != nil {
-		return Principal{}, "", fmt.Errorf("add principal: %w", err)
-	}
-	if _, err := rand.Read(secret[:]); err != nil {
-		return Principal{}, "", fmt.Errorf("add principal: %w", err)
-	}
-	p := Principal{ID: "p-" + hex.EncodeToString(raw[:]), Name: name}
-	token := "tly_" + base64.RawURLEncoding.EncodeToString(secret[:])
-	h := TokenHash(token)
-	err := s.pool.QueryRow(ctx, `
-INSERT INTO principals (id, name, token_sha256) VALUES ($1, $2, $3) RETURNING created_at`,
-		p.ID, p.Name, h[:]).Scan(&p.CreatedAt)
-	if err != nil {
-		return Principal{}, "", interpretError("add principal", err)
-	}
-	return p, token, nil
-}
-
-// RevokePrincipal revokes a principal's token. Its ledger rows stay.
-func (s *Store) RevokePrincipal(ctx context.Context, id string) error {
-	tag, err := s.pool.Exec(ctx, `UPDATE principals SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1`, id)
-	if err != nil {
-		return interpretError("revoke principal "+id, err)
-	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("revoke principal %s: %w", id, ErrNotFound)
-	}
-	return nil
-}
-
-// Principals lists every principal, oldest first.
-func (s *Store) Principals(ctx context.Context) ([]Principal, error) {
-	rows, err := s.pool.Query(ctx, `SELECT id, name, created_at, revoked_at FROM principals ORDER BY created_at, id`)
-	if err != nil {
-		return nil, interpretError("list principals", err)
-	}
-	ps, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Principal])
-	return ps, interpretError("list principals", err)
-}
-
-// Authenticate returns the principal whose token is token. An unknown or
-// revoked token gives ErrNotFound.
-func (s *Store) Authenticate(ctx context.Context, token string) (Principal, error) {
-	h := TokenHash(token)
-	var p Principal
-	err := s.pool.QueryRow(ctx, `
-SELECT id, name, created_at, revoked_at FROM principals WHERE token_sha256 = $1 AND revoked_at IS NULL`,
-		h[:]).Scan(&p.ID, &p.Name, &p.CreatedAt, &p.RevokedAt)
-	if err != nil {
-		return Principal{}, interpretError("authenticate", err)
-	}
-	return p, nil
 }

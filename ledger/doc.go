@@ -34,8 +34,35 @@
 // REPEATABLE READ snapshot and diffs it against the projection; Store.Repair
 // rewrites the projection from the ledger while appends go on.
 //
+// Store.WatchCatalog reports changes to polls, choices, eligibility and
+// principals as they commit (LISTEN on the channel migration 00002's
+// triggers notify), so a cache of the catalog, like intake's, can stay
+// fresh.
+//
 // The package knows nothing of Redis or HTTP. Its methods take a context and
 // run on a pgx pool; errors from PostgreSQL are translated in one place
 // (interpretError) into this package's errors, which callers test with
 // errors.Is and IsRetryable.
+//
+// # Files
+//
+//   - ledger.go: Config, Store, and runTx, the one way into a transaction
+//     (retried on deadlock and serialization failure).
+//   - event.go: what Append takes and returns: Event, Outcome with its
+//     Status and Reason, InvalidEventError.
+//   - append.go: Append and its two steps (appendTx), the optimistic one
+//     first.
+//   - classify.go: the full rules: decide, the pure per-event decision,
+//     and classify, which loads the facts, decides each event and writes
+//     the result.
+//   - facts.go: the one query that reads what decides each event.
+//   - insert.go: the statements that write ledger rows with their
+//     projection deltas, and rejection records.
+//   - catalog.go: polls and their choices and eligibility.
+//   - principals.go: principals and their bearer tokens.
+//   - watch.go: WatchCatalog, the LISTEN connection for catalog changes.
+//   - results.go: reads of the projection and of one event's record.
+//   - rebuild.go: Rebuild and Repair of the projection from the ledger.
+//   - export.go: Export, the ledger in seq order.
+//   - errors.go: the package's errors and interpretError.
 package ledger

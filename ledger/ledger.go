@@ -11,20 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/sethvargo/go-retry"
 )
-
-// DB is the narrow seam every query goes through: a *pgxpool.Pool, a
-// *pgx.Conn or a pgx.Tx.
-type DB interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
-// txBeginner is what runTx needs of the pool.
-type txBeginner interface {
-	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
-}
 
 // Config tunes a Store. The zero value is usable.
 type Config struct {
@@ -95,27 +83,33 @@ func (s *Store) Ping(ctx context.Context) error {
 // reports a deadlock or serialization failure. Connection errors are not
 // retried here: the caller decides, since a commit may have happened.
 func (s *Store) runTx(ctx context.Context, what string, opts pgx.TxOptions, fn func(pgx.Tx) error) error {
-	var err error
-	for attempt := 1; ; attempt++ {
-		err = interpretError(what, pgx.BeginTxFunc(ctx, s.pool, opts, fn))
-		if err == nil || !isConflict(err) || attempt >= s.cfg.MaxAttempts {
-			return err
-		}
+	attempt := 0
+	var last error // what the last attempt returned
+	backoff := retry.WithMaxRetries(uint64(s.cfg.MaxAttempts-1), retry.BackoffFunc(func() (time.Duration, bool) {
 		level := slog.LevelWarn
-		if errors.Is(err, errRaced) { // expected when entries are redelivered
+		if errors.Is(last, errRaced) { // expected when entries are redelivered
 			level = slog.LevelDebug
 		}
 		s.cfg.Logger.LogAttrs(ctx, level, "transaction conflict, retrying",
 			slog.String("component", "ledger"), slog.String("op", what),
-			slog.Int("attempt", attempt), slog.String("error", err.Error()))
-		backoff := time.Duration(attempt*attempt) * 5 * time.Millisecond
-		backoff += time.Duration(rand.Int64N(int64(backoff)))
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%s: %w", what, ctx.Err())
-		case <-time.After(backoff):
+			slog.Int("attempt", attempt), slog.String("error", last.Error()))
+		// Quadratic, with up to as much again at random, so that the
+		// transactions that collided do not collide again.
+		d := time.Duration(attempt*attempt) * 5 * time.Millisecond
+		return d + time.Duration(rand.Int64N(int64(d))), false
+	}))
+	err := retry.Do(ctx, backoff, func(ctx context.Context) error {
+		attempt++
+		last = interpretError(what, pgx.BeginTxFunc(ctx, s.pool, opts, fn))
+		if isConflict(last) {
+			return retry.RetryableError(last)
 		}
+		return last
+	})
+	if err != nil && err != last { // retry.Do's own: ctx ended before an attempt
+		return fmt.Errorf("%s: %w", what, err)
 	}
+	return err
 }
 
 // isConflict reports a deadlock or serialization failure: the transaction

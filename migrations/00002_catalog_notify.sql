@@ -1,7 +1,8 @@
 -- +goose Up
 -- Intake keeps polls, choices, eligibility and principals in an in-process
--- cache; this trigger tells it (LISTEN tally_catalog) when any of them
--- changes, so a closed poll or a revoked token takes effect at once.
+-- cache; this trigger tells it (LISTEN tally_catalog, through
+-- ledger.Store.WatchCatalog) when any of them changes, so a closed poll or a
+-- revoked token takes effect at once.
 
 -- +goose StatementBegin
 CREATE FUNCTION tally_catalog_changed() RETURNS trigger

@@ -6,6 +6,15 @@
 // choices, principals, the append-only ledger poll_events (its trigger
 // refuses UPDATE, DELETE and TRUNCATE), the rejection records and the
 // poll_results projection.
+//
+// # Files
+//
+//   - 00001_ledger.sql: the tables and the append-only trigger.
+//   - 00002_catalog_notify.sql: NOTIFY tally_catalog, with the table's name,
+//     when polls, choices, eligibility or principals change (the channel
+//     ledger.Store.WatchCatalog listens on).
+//   - 00003_ids_collate_c.sql: every id column compares bytewise (COLLATE "C").
+//   - migrations.go: the embedded files and goose's provider over them.
 package migrations
 
 import (

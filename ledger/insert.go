@@ -1,0 +1,156 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// The two inserts of Append's steps append ledger rows chosen from the
+// batch and, in the same statement, add them to the projection, per (poll,
+// candidate) in a fixed order. Rows are inserted in principal order so two
+// batches meet on the unique indexes in the same order. They differ only
+// in which rows of the batch they keep and in ON CONFLICT.
+
+// insertFreshSQL is the optimistic step of appendTx: it inserts the events
+// that are valid by the catalog, whose key has no rejection record, and
+// that conflict with no ledger row (ON CONFLICT DO NOTHING with no target
+// covers both unique indexes; a row a concurrent transaction holds is
+// waited for, then skipped if it committed). It is stricter than the full
+// rules, never looser: an event it skips gets the full rules. The lookups
+// are correlated LIMIT 1 subqueries, like loadFactsSQL's, so the generic
+// plan stays a nested loop of index probes whatever the size of the
+// ledger; it keeps ON CONFLICT rather than NOT EXISTS probes for the same
+// reason (BENCHMARKS.md has the figures).
+const insertFreshSQL = `
+WITH input AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::timestamptz[])
+        AS i(principal_id, client_event_id, poll_id, candidate_id, fingerprint, received_at)
+), ins AS (
+    INSERT INTO poll_events (poll_id, candidate_id, principal_id, client_event_id, fingerprint, received_at)
+    SELECT i.poll_id, i.candidate_id, i.principal_id, i.client_event_id, i.fingerprint, i.received_at
+    FROM input i
+    CROSS JOIN LATERAL (SELECT opens_at, closes_at, eligibility FROM polls WHERE id = i.poll_id LIMIT 1) p
+    WHERE p.eligibility = 'any'
+      AND p.opens_at <= i.received_at AND (p.closes_at IS NULL OR i.received_at < p.closes_at)
+      AND EXISTS (SELECT 1 FROM poll_choices c WHERE c.poll_id = i.poll_id AND c.candidate_id = i.candidate_id)
+      AND NOT EXISTS (SELECT 1 FROM poll_event_rejections r
+                      WHERE r.principal_id = i.principal_id AND r.client_event_id = i.client_event_id)
+    ORDER BY i.principal_id, i.poll_id, i.client_event_id
+    ON CONFLICT DO NOTHING
+    RETURNING seq, principal_id, client_event_id, poll_id, candidate_id
+), proj AS (
+    INSERT INTO poll_results AS r (poll_id, candidate_id, vote_count)
+    SELECT poll_id, candidate_id, count(*) FROM ins
+    GROUP BY poll_id, candidate_id ORDER BY poll_id, candidate_id
+    ON CONFLICT (poll_id, candidate_id) DO UPDATE SET vote_count = r.vote_count + EXCLUDED.vote_count
+)
+SELECT principal_id, client_event_id, seq FROM ins`
+
+// insertEventsSQL is the full rules' insert. It is a plain INSERT, not ON
+// CONFLICT DO NOTHING: the facts read before it already showed every key
+// and (poll, principal) free, so a unique violation can only come from a
+// concurrent transaction that committed the same key in between, and
+// insertEvents reports it as errRaced.
+const insertEventsSQL = `
+WITH input AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::timestamptz[])
+        AS i(principal_id, client_event_id, poll_id, candidate_id, fingerprint, received_at)
+), ins AS (
+    INSERT INTO poll_events (poll_id, candidate_id, principal_id, client_event_id, fingerprint, received_at)
+    SELECT i.poll_id, i.candidate_id, i.principal_id, i.client_event_id, i.fingerprint, i.received_at
+    FROM input i
+    ORDER BY i.principal_id, i.poll_id, i.client_event_id
+    RETURNING seq, principal_id, client_event_id, poll_id, candidate_id
+), proj AS (
+    INSERT INTO poll_results AS r (poll_id, candidate_id, vote_count)
+    SELECT poll_id, candidate_id, count(*) FROM ins
+    GROUP BY poll_id, candidate_id ORDER BY poll_id, candidate_id
+    ON CONFLICT (poll_id, candidate_id) DO UPDATE SET vote_count = r.vote_count + EXCLUDED.vote_count
+)
+SELECT principal_id, client_event_id, seq FROM ins`
+
+// insertEvents inserts events[idx] and returns the seq of each one inserted,
+// by index. An index missing from the map lost a race to a concurrent
+// transaction.
+func insertEvents(ctx context.Context, tx pgx.Tx, sql string, events []Event, fps [][32]byte, idx []int) (map[int]int64, error) {
+	if len(idx) == 0 {
+		return nil, nil
+	}
+	n := len(idx)
+	principals, keys, polls, candidates := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	fpb := make([][]byte, n)
+	received := make([]time.Time, n)
+	byKey := make(map[keyOf]int, n)
+	for j, i := range idx {
+		e := events[i]
+		principals[j], keys[j], polls[j], candidates[j], received[j] = e.PrincipalID, e.ClientEventID, e.PollID, e.CandidateID, e.ReceivedAt
+		fpb[j] = fps[i][:]
+		byKey[keyOf{e.PrincipalID, e.ClientEventID}] = i
+	}
+	rows, err := tx.Query(ctx, sql, principals, keys, polls, candidates, fpb, received)
+	if err != nil {
+		return nil, insertError(err)
+	}
+	seqs := make(map[int]int64, n)
+	var p, k string
+	var seq int64
+	_, err = pgx.ForEachRow(rows, []any{&p, &k, &seq}, func() error {
+		seqs[byKey[keyOf{p, k}]] = seq
+		return nil
+	})
+	if err != nil {
+		return nil, insertError(err)
+	}
+	return seqs, nil
+}
+
+// insertError reports a unique violation on the ledger's keys as errRaced:
+// the batch never inserts a key twice itself (appendTx claims each key and
+// each (poll, principal) once), so another transaction got there first.
+func insertError(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == codeUniqueViolation && pgErr.TableName == "poll_events" {
+		return errRaced
+	}
+	return interpretError("append batch: insert events", err)
+}
+
+const insertRejectionsSQL = `
+INSERT INTO poll_event_rejections (principal_id, client_event_id, poll_id, candidate_id, fingerprint, reason, received_at)
+SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::text[], $7::timestamptz[])
+ORDER BY 1, 2
+ON CONFLICT DO NOTHING`
+
+// insertRejections records rejections, once per (principal, client key):
+// the first of a key in the batch wins, and a key already recorded keeps
+// its record.
+func insertRejections(ctx context.Context, tx pgx.Tx, rs []rejection) error {
+	if len(rs) == 0 {
+		return nil
+	}
+	seen := make(map[keyOf]bool, len(rs))
+	var principals, keys, polls, candidates, reasons []string
+	var fpb [][]byte
+	var received []time.Time
+	for i := range rs {
+		r := &rs[i]
+		k := keyOf{r.e.PrincipalID, r.e.ClientEventID}
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
+		principals = append(principals, r.e.PrincipalID)
+		keys = append(keys, r.e.ClientEventID)
+		polls = append(polls, r.e.PollID)
+		candidates = append(candidates, r.e.CandidateID)
+		fpb = append(fpb, r.fp[:])
+		reasons = append(reasons, string(r.reason))
+		received = append(received, r.e.ReceivedAt)
+	}
+	_, err := tx.Exec(ctx, insertRejectionsSQL, principals, keys, polls, candidates, fpb, reasons, received)
+	return interpretError("append batch: record rejections", err)
+}

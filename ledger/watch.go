@@ -1,0 +1,69 @@
+package ledger
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/sethvargo/go-retry"
+)
+
+// listenCatalogSQL subscribes to the channel migration 00002's triggers
+// notify when polls, choices, eligibility or principals change; the payload
+// is the name of the table that changed.
+const listenCatalogSQL = `LISTEN tally_catalog`
+
+// CatalogChange says what changed in the catalog.
+type CatalogChange struct {
+	Polls      bool // polls, their choices or their eligibility lists
+	Principals bool // principals (added, revoked)
+}
+
+// WatchCatalog holds one connection that listens for catalog changes and
+// calls fn with each, until ctx ends. When the connection fails it
+// reconnects, with a backoff from 100ms doubling up to 10s. On every
+// (re)connection fn is called with both Polls and Principals set, since
+// notifications may have been missed meanwhile. fn runs on the listening
+// goroutine: it should only note the change and return.
+func (s *Store) WatchCatalog(ctx context.Context, fn func(CatalogChange)) {
+	var last error // why the last connection ended
+	backoff := retry.WithCappedDuration(10*time.Second, retry.NewExponential(100*time.Millisecond))
+	logged := retry.BackoffFunc(func() (time.Duration, bool) {
+		d, stop := backoff.Next()
+		s.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "catalog listener lost; reconnecting",
+			slog.String("component", "ledger"), slog.String("error", last.Error()), slog.Duration("backoff", d))
+		return d, stop
+	})
+	_ = retry.Do(ctx, logged, func(ctx context.Context) error {
+		last = s.watchOnce(ctx, fn)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return retry.RetryableError(last)
+	})
+}
+
+// watchOnce listens on one connection until it fails or ctx ends.
+func (s *Store) watchOnce(ctx context.Context, fn func(CatalogChange)) error {
+	pconn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	conn := pconn.Hijack() // a LISTENing connection must not go back to the pool
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, listenCatalogSQL); err != nil {
+		return err
+	}
+	fn(CatalogChange{Polls: true, Principals: true})
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		if n.Payload == "principals" {
+			fn(CatalogChange{Principals: true})
+		} else {
+			fn(CatalogChange{Polls: true})
+		}
+	}
+}

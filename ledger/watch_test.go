@@ -1,0 +1,82 @@
+package ledger_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"tally/ledger"
+)
+
+// TestWatchCatalog: a new poll and a new principal reach the watcher as
+// what they are; a LISTEN connection killed under it is re-established, the
+// watcher says so (everything may have changed), and later changes still
+// arrive. The watcher returns when its context ends.
+func TestWatchCatalog(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx, cancel := context.WithCancel(b.ctx)
+	changes := make(chan ledger.CatalogChange)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		b.store.WatchCatalog(ctx, func(c ledger.CatalogChange) {
+			select {
+			case changes <- c:
+			case <-ctx.Done():
+			}
+		})
+	})
+	defer wg.Wait()
+	defer cancel()
+
+	everything := ledger.CatalogChange{Polls: true, Principals: true}
+	waitChange(t, changes, everything) // connected
+	b.poll(t, "p1", "a", "b")
+	waitChange(t, changes, ledger.CatalogChange{Polls: true})
+	if _, _, err := b.store.AddPrincipal(b.ctx, "alice"); err != nil {
+		t.Fatal(err)
+	}
+	waitChange(t, changes, ledger.CatalogChange{Principals: true})
+
+	var killed int
+	if err := b.db.Pool.QueryRow(b.ctx, `
+SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity
+WHERE datname = current_database() AND query = 'LISTEN tally_catalog'`).Scan(&killed); err != nil {
+		t.Fatal(err)
+	}
+	if killed != 1 {
+		t.Fatalf("terminated %d LISTEN connections, want 1", killed)
+	}
+	waitChange(t, changes, everything) // reconnected
+	if err := b.store.ClosePoll(b.ctx, "p1", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	waitChange(t, changes, ledger.CatalogChange{Polls: true})
+
+	cancel()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("WatchCatalog did not return 5s after its context ended")
+	}
+}
+
+// waitChange reads changes until want arrives; others (a poll's choices
+// notify apart from the poll) are skipped.
+func waitChange(t *testing.T, changes <-chan ledger.CatalogChange, want ledger.CatalogChange) {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case c := <-changes:
+			if c == want {
+				return
+			}
+		case <-timeout:
+			t.Fatalf("no change %+v within 10s", want)
+		}
+	}
+}
