@@ -12,10 +12,6 @@ import (
 	"tally/ledger"
 )
 
-// catalogChannel is the channel migration 00002 notifies on; the payload is
-// the name of the table that changed.
-const catalogChannel = "tally_catalog"
-
 // pollInfo is one poll as intake checks votes against it, with the enqueue
 // script's arguments that depend on the poll and choice only, made once.
 type pollInfo struct {
@@ -57,9 +53,10 @@ func (pi *pollInfo) mayVote(principalID string) bool {
 }
 
 // catalog is the in-process copy of polls, choices and eligibility. It is
-// reloaded whole on every NOTIFY on catalogChannel and every refreshEvery;
-// a poll it does not hold is looked up once (maxMissLookups at a time) and
-// remembered, and an unknown id is remembered as unknown for unknownTTL.
+// reloaded whole on every change the store's WatchCatalog reports and every
+// refreshEvery; a poll it does not hold is looked up once (maxMissLookups at
+// a time) and remembered, and an unknown id is remembered as unknown for
+// unknownTTL.
 type catalog struct {
 	store        *ledger.Store
 	log          *slog.Logger
@@ -173,8 +170,8 @@ func (c *catalog) requestReload() {
 	}
 }
 
-// run keeps the catalog fresh until ctx is done: one goroutine listens on
-// catalogChannel, another reloads when asked and every refreshEvery.
+// run keeps the catalog fresh until ctx is done: one goroutine listens for
+// catalog changes, another reloads when asked and every refreshEvery.
 func (c *catalog) run(ctx context.Context) {
 	var wg sync.WaitGroup
 	wg.Go(func() { c.listen(ctx) })
@@ -199,53 +196,17 @@ func (c *catalog) refresh(ctx context.Context) {
 	}
 }
 
-// listen holds one connection with LISTEN tally_catalog and asks for a
-// reload on every notification, reconnecting with a backoff when the
-// connection fails. Each (re)connection asks for a reload too, since
+// listen asks for a reload whenever polls, choices or eligibility changed,
+// and tells the authenticator when principals did, until ctx is done. The
+// store's watcher reports both on every (re)connection, since
 // notifications may have been missed meanwhile.
 func (c *catalog) listen(ctx context.Context) {
-	backoff := 100 * time.Millisecond
-	for ctx.Err() == nil {
-		err := c.listenOnce(ctx)
-		if ctx.Err() != nil {
-			return
+	c.store.WatchCatalog(ctx, func(ch ledger.CatalogChange) {
+		if ch.Polls {
+			c.requestReload()
 		}
-		c.log.LogAttrs(ctx, slog.LevelWarn, "catalog listener lost; reconnecting",
-			slog.String("error", err.Error()), slog.Duration("backoff", backoff))
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(backoff):
+		if ch.Principals && c.onPrincipals != nil {
+			c.onPrincipals()
 		}
-		backoff = min(backoff*2, 10*time.Second)
-	}
-}
-
-func (c *catalog) listenOnce(ctx context.Context) error {
-	pconn, err := c.store.Pool().Acquire(ctx)
-	if err != nil {
-		return err
-	}
-	conn := pconn.Hijack() // a LISTENing connection must not go back to the pool
-	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, "LISTEN "+catalogChannel); err != nil {
-		return err
-	}
-	c.requestReload()
-	if c.onPrincipals != nil {
-		c.onPrincipals()
-	}
-	for {
-		n, err := conn.WaitForNotification(ctx)
-		if err != nil {
-			return err
-		}
-		if n.Payload == "principals" {
-			if c.onPrincipals != nil {
-				c.onPrincipals()
-			}
-			continue
-		}
-		c.requestReload()
-	}
+	})
 }
