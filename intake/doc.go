@@ -53,4 +53,33 @@
 //
 // Server.Run serves until its context is cancelled, then stops accepting,
 // drains requests in flight within Config.ShutdownTimeout and returns.
+//
+// # Files
+//
+// A vote goes through middleware.go, post_vote.go, enqueue.go and
+// batcher.go, in that order; each file owns one stage:
+//
+//   - server.go: the lifecycle. New wires the stages, Run and Serve serve
+//     and keep the catalog fresh, drain stops.
+//   - config.go: Config, its defaults and its validation.
+//   - middleware.go: the routes, the method check, the request deadline,
+//     panic recovery and request metrics (instrument), authentication
+//     (principal) and the log line of a failed request.
+//   - auth.go: the token cache and the voter, a principal with its enqueue
+//     arguments made once.
+//   - catalog.go: the in-process catalog of polls, choices and
+//     eligibility, and how it stays fresh.
+//   - post_vote.go: POST /v1/votes as its steps (readVote, admit, enqueue,
+//     answerEnqueue) and the table of the answer to each enqueue outcome.
+//   - parse.go: the vote body's rules, parseVote and its fast path for the
+//     plain form; parse_strict.go: the strict parser that takes every JSON
+//     form and says what is wrong.
+//   - enqueue.go: the enqueue step, through the circuit breaker and the
+//     batcher, and its outcomes.
+//   - script.go: the enqueue script, its argument layout and its reply.
+//   - batcher.go: the pipelines that carry concurrent votes' scripts to
+//     Redis, each vote answered by its deadline.
+//   - reads.go: GET /v1/votes/{event_id}, GET /v1/polls/{poll_id}/results,
+//     /healthz and /readyz.
+//   - problem.go: the RFC 9457 answers; metrics.go: the Prometheus metrics.
 package intake

@@ -118,7 +118,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		m.routes[route] = &routeStats{route: route, requests: m.requests, duration: &lazyObserver{vec: m.duration, label: route}}
 	}
 	m.outcomes = map[outcome]*lazyObserver{}
-	for _, o := range []outcome{outAccepted, outReplay, outConflict, outLimited, outBacklog, outUnconfirmed, outBreakerOpen, outRedisError} {
+	for _, o := range outcomes {
 		m.outcomes[o] = &lazyObserver{vec: m.enqueue, label: string(o)}
 	}
 	var errs []error

@@ -7,18 +7,23 @@ import (
 	"testing"
 )
 
+// parsed is a vote body's ids as strings, to compare.
+type parsed struct{ eventID, pollID, candidateID string }
+
+func (v voteBody) strings() parsed { return parsed{v.eventID, string(v.pollID), string(v.candidateID)} }
+
 var parseCases = []struct {
 	name   string
 	body   string
-	want   voteBody // when detail is empty
-	detail string   // a substring of the refusal's detail
-	slow   bool     // valid, but only the token parser takes it
+	want   parsed // when detail is empty
+	detail string // a substring of the refusal's detail
+	slow   bool   // valid, but only the token parser takes it
 }{
-	{name: "ok", body: `{"event_id":"e1","poll_id":"p1","candidate_id":"c1"}`, want: voteBody{"e1", "p1", "c1"}},
-	{name: "ok any order and whitespace", body: " \n{ \"candidate_id\" : \"c_1\", \"poll_id\":\"P-1\",\t\"event_id\":\"e\" }\r\n", want: voteBody{"e", "P-1", "c_1"}},
-	{name: "ok 64 chars", body: `{"event_id":"` + strings.Repeat("a", 64) + `","poll_id":"p","candidate_id":"c"}`, want: voteBody{strings.Repeat("a", 64), "p", "c"}},
-	{name: "ok escaped key", body: `{"event\u005fid":"e","poll_id":"p","candidate_id":"c"}`, want: voteBody{"e", "p", "c"}, slow: true},
-	{name: "ok escaped value", body: `{"event_id":"\u0065","poll_id":"p","candidate_id":"c"}`, want: voteBody{"e", "p", "c"}, slow: true},
+	{name: "ok", body: `{"event_id":"e1","poll_id":"p1","candidate_id":"c1"}`, want: parsed{"e1", "p1", "c1"}},
+	{name: "ok any order and whitespace", body: " \n{ \"candidate_id\" : \"c_1\", \"poll_id\":\"P-1\",\t\"event_id\":\"e\" }\r\n", want: parsed{"e", "P-1", "c_1"}},
+	{name: "ok 64 chars", body: `{"event_id":"` + strings.Repeat("a", 64) + `","poll_id":"p","candidate_id":"c"}`, want: parsed{strings.Repeat("a", 64), "p", "c"}},
+	{name: "ok escaped key", body: `{"event\u005fid":"e","poll_id":"p","candidate_id":"c"}`, want: parsed{"e", "p", "c"}, slow: true},
+	{name: "ok escaped value", body: `{"event_id":"\u0065","poll_id":"p","candidate_id":"c"}`, want: parsed{"e", "p", "c"}, slow: true},
 	{name: "empty", body: ``, detail: "the body is empty"},
 	{name: "blank", body: "  \n", detail: "the body is empty"},
 	{name: "array", body: `[]`, detail: "must be a JSON object, got an array"},
@@ -55,24 +60,24 @@ func TestParseVote(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			got, err := parseVote([]byte(tc.body))
-			fast, fastOK := parseVoteFast([]byte(tc.body))
+			plain, plainOK := parsePlain([]byte(tc.body))
 			if tc.detail == "" {
 				if err != nil {
 					t.Fatalf("parseVote(%q): %v", tc.body, err)
 				}
-				if got != tc.want {
-					t.Fatalf("parseVote(%q) = %+v, want %+v", tc.body, got, tc.want)
+				if got.strings() != tc.want {
+					t.Fatalf("parseVote(%q) = %+v, want %+v", tc.body, got.strings(), tc.want)
 				}
-				if fastOK != !tc.slow || (fastOK && fast != tc.want) {
-					t.Fatalf("parseVoteFast(%q) = %+v, %v; want the fast path taken: %v", tc.body, fast, fastOK, !tc.slow)
+				if plainOK != !tc.slow {
+					t.Fatalf("parsePlain(%q) took it: %v; want %v", tc.body, plainOK, !tc.slow)
 				}
 				return
 			}
-			if fastOK {
-				t.Fatalf("parseVoteFast(%q) accepted %+v", tc.body, fast)
+			if plainOK {
+				t.Fatalf("parsePlain(%q) accepted %+v", tc.body, plain.strings())
 			}
 			if err == nil {
-				t.Fatalf("parseVote(%q) accepted %+v, want a refusal containing %q", tc.body, got, tc.detail)
+				t.Fatalf("parseVote(%q) accepted %+v, want a refusal containing %q", tc.body, got.strings(), tc.detail)
 			}
 			if _, ok := err.(*parseError); !ok {
 				t.Fatalf("parseVote(%q) error is %T, want *parseError", tc.body, err)
@@ -84,22 +89,51 @@ func TestParseVote(t *testing.T) {
 	}
 }
 
+// TestParsePlainInPlace checks what the handler relies on: the fast path
+// returns the poll and candidate ids as slices of the body (no copy), and
+// allocates only the event id's string.
+func TestParsePlainInPlace(t *testing.T) {
+	body := []byte(`{"event_id":"e1","poll_id":"p1","candidate_id":"c1"}`)
+	v, ok := parsePlain(body)
+	if !ok {
+		t.Fatal("parsePlain refused the plain form")
+	}
+	for _, id := range [][]byte{v.pollID, v.candidateID} {
+		if !inside(id, body) {
+			t.Fatalf("id %q is not a slice of the body", id)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { parsePlain(body) }); n != 1 {
+		t.Fatalf("parsePlain allocates %v times, want 1 (the event id)", n)
+	}
+}
+
+// inside reports whether s is a slice of b's array.
+func inside(s, b []byte) bool {
+	for i := range b {
+		if len(s) > 0 && &b[i] == &s[0] {
+			return true
+		}
+	}
+	return false
+}
+
 var fuzzIDRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
 // FuzzParseVote checks that parseVote never panics and that whatever it
 // accepts satisfies the rules, re-checked independently: valid JSON, one
 // object with exactly three members (counted on the raw bytes), the three
 // keys each a string matching the id pattern and equal to what was parsed,
-// at most maxBodyBytes. Whatever the fast path accepts, the token parser
+// at most maxBodyBytes. Whatever the fast path accepts, the strict parser
 // must accept the same.
 func FuzzParseVote(f *testing.F) {
 	for _, tc := range parseCases {
 		f.Add([]byte(tc.body))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		if fast, ok := parseVoteFast(body); ok {
-			if slow, err := parseVoteTokens(body); err != nil || slow != fast {
-				t.Fatalf("fast path accepted %q as %+v, the token parser says %+v, %v", body, fast, slow, err)
+		if fast, ok := parsePlain(body); ok {
+			if slow, err := parseStrict(body); err != nil || slow.strings() != fast.strings() {
+				t.Fatalf("fast path accepted %q as %+v, the strict parser says %+v, %v", body, fast.strings(), slow.strings(), err)
 			}
 		}
 		v, err := parseVote(body)
@@ -128,7 +162,7 @@ func FuzzParseVote(f *testing.F) {
 		if n := topLevelMembers(body); n != 3 {
 			t.Fatalf("accepted %q with %d members (duplicate keys?)", body, n)
 		}
-		for k, want := range map[string]string{"event_id": v.EventID, "poll_id": v.PollID, "candidate_id": v.CandidateID} {
+		for k, want := range map[string]string{"event_id": v.eventID, "poll_id": string(v.pollID), "candidate_id": string(v.candidateID)} {
 			s, ok := m[k].(string)
 			if !ok {
 				t.Fatalf("accepted %q where %s is %T", body, k, m[k])

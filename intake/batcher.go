@@ -1,0 +1,277 @@
+package intake
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+)
+
+// This file owns the pipelining batcher: it sends the scripts of concurrent
+// votes to Redis in shared pipelines and answers each vote by its deadline.
+// What a script says and how its command is laid out is script.go's.
+
+// batcher sends the enqueue scripts of concurrent requests to Redis in
+// pipelines. Each vote is still one script and one round trip, but votes
+// that arrive while a round trip is under way share the next one, which
+// spares both sides a write and a read per vote. There is no timer: a vote
+// that finds a free pipeline goes at once.
+//
+// It runs no goroutine of its own. The first caller that finds fewer than
+// maxInFlight pipelines under way becomes a leader: it sends what is
+// pending, up to maxBatch at a time, until nothing is pending; once its own
+// vote is answered it hands what is left to a new goroutine that ends when
+// nothing is pending.
+type batcher struct {
+	rdb          redis.UniversalClient
+	timeout      time.Duration // bound on one pipeline
+	maxBatch     int
+	maxInFlight  int
+	waitReplicas int
+	waitTimeout  time.Duration
+	batchSize    prometheus.Histogram
+
+	mu       sync.Mutex
+	pending  []*scriptCall
+	leaders  int
+	flying   [][]*scriptCall // the batches under way
+	watch    *time.Timer     // runs expire
+	watching bool            // watch is set
+}
+
+type scriptCall struct {
+	args    []any // the whole EVALSHA command, in argBuf
+	argBuf  [scriptCmdLen]any
+	key     string // the idempotency key, &key in args
+	eventID string // &eventID in args
+	// receivedAt is received_at (µs), &receivedAt in args.
+	receivedAt int64
+	deadline   time.Time        // answered by then
+	done       chan scriptReply // buffered; one answer
+	answered   atomic.Bool      // done has had its answer
+}
+
+type scriptReply struct {
+	res      any
+	err      error
+	replicas int64 // acknowledged by WAIT, when asked
+	waitErr  error
+	// expiredInFlight: expire answered it while its pipeline held it.
+	expiredInFlight bool
+}
+
+func newBatcher(rdb redis.UniversalClient, cfg Config, batchSize prometheus.Histogram) *batcher {
+	timeout := cfg.RedisTimeout
+	if cfg.WaitReplicas > 0 {
+		timeout += cfg.WaitTimeout
+	}
+	b := &batcher{
+		rdb: rdb, timeout: timeout, maxBatch: cfg.EnqueueBatch, maxInFlight: cfg.EnqueuePipelines,
+		waitReplicas: cfg.WaitReplicas, waitTimeout: cfg.WaitTimeout, batchSize: batchSize,
+	}
+	b.watch = time.AfterFunc(time.Hour, b.expire)
+	b.watch.Stop()
+	return b
+}
+
+// calls recycles the scriptCalls whose answer was received.
+var calls = sync.Pool{New: func() any { return &scriptCall{done: make(chan scriptReply, 1)} }}
+
+// errDeadline answers a vote whose deadline passed before Redis answered
+// it; the breaker counts it as a failure, as any Redis that does not answer
+// in time.
+var errDeadline = fmt.Errorf("no answer from Redis within the request deadline: %w", context.DeadlineExceeded)
+
+// do runs the script command of c (EVALSHA sha 3 keys... args...), a
+// call from the calls pool, and waits for its answer, at the latest until
+// deadline: the batcher bounds each vote itself, with one timer for all,
+// so a request needs no context and timer of its own. A vote still pending
+// at its deadline is never sent; one under way is answered errDeadline all
+// the same, and its pipeline's context ends at the earliest deadline of its
+// votes. ctx gives values only: a client that goes away does not withdraw
+// its vote. c goes back to the pool unless a pipeline still holds it.
+func (b *batcher) do(ctx context.Context, c *scriptCall, deadline time.Time) scriptReply {
+	if !time.Now().Before(deadline) {
+		c.recycle()
+		return scriptReply{err: errDeadline}
+	}
+	c.deadline = deadline
+	c.answered.Store(false)
+	b.mu.Lock()
+	b.pending = append(b.pending, c)
+	if !b.watching {
+		b.watching = true
+		b.watch.Reset(time.Until(deadline))
+	}
+	lead := b.leaders < b.maxInFlight
+	if lead {
+		b.leaders++
+	}
+	b.mu.Unlock()
+	if lead {
+		b.lead(context.WithoutCancel(ctx), c)
+	}
+	r := <-c.done
+	if !r.expiredInFlight { // else its pipeline still holds it
+		c.recycle()
+	}
+	return r
+}
+
+func (c *scriptCall) recycle() {
+	c.args = nil
+	clear(c.argBuf[:])
+	calls.Put(c)
+}
+
+// answer gives c its reply, unless it has one already (expire and send
+// may race for a vote under way).
+func answer(c *scriptCall, r scriptReply) {
+	if c.answered.CompareAndSwap(false, true) {
+		c.done <- r
+	}
+}
+
+// expire answers errDeadline to the votes, pending or under way, whose
+// deadline passed, and sets the watch timer for the earliest deadline of
+// the others. The timer runs only while votes wait, and is set again only
+// once it fired: votes mostly come in deadline order, so one timer serves
+// them all, and a vote costs no timer of its own.
+func (b *batcher) expire() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := time.Now()
+	var next time.Time
+	soonest := func(c *scriptCall) {
+		if next.IsZero() || c.deadline.Before(next) {
+			next = c.deadline
+		}
+	}
+	kept := b.pending[:0]
+	for _, c := range b.pending {
+		if !now.Before(c.deadline) {
+			answer(c, scriptReply{err: errDeadline})
+			continue
+		}
+		soonest(c)
+		kept = append(kept, c)
+	}
+	clear(b.pending[len(kept):])
+	b.pending = kept
+	for _, batch := range b.flying {
+		for _, c := range batch {
+			switch {
+			case c.answered.Load():
+			case !now.Before(c.deadline):
+				answer(c, scriptReply{err: errDeadline, expiredInFlight: true})
+			default:
+				soonest(c)
+			}
+		}
+	}
+	b.watching = !next.IsZero()
+	if b.watching {
+		b.watch.Reset(next.Sub(now))
+	}
+}
+
+// lead sends pending batches until none is left, or until own is answered.
+func (b *batcher) lead(ctx context.Context, own *scriptCall) {
+	var sent []*scriptCall
+	for {
+		b.mu.Lock()
+		if sent != nil {
+			i := slices.IndexFunc(b.flying, func(f []*scriptCall) bool { return &f[0] == &sent[0] })
+			b.flying = slices.Delete(b.flying, i, i+1)
+			sent = nil
+		}
+		if len(b.pending) == 0 {
+			b.leaders--
+			b.mu.Unlock()
+			return
+		}
+		if own != nil && len(own.done) > 0 {
+			b.mu.Unlock()
+			go b.lead(ctx, nil)
+			return
+		}
+		now := time.Now()
+		batch := make([]*scriptCall, 0, min(len(b.pending), b.maxBatch))
+		i := 0
+		for ; i < len(b.pending) && len(batch) < b.maxBatch; i++ {
+			if c := b.pending[i]; now.Before(c.deadline) {
+				batch = append(batch, c)
+			} else {
+				answer(c, scriptReply{err: errDeadline})
+			}
+		}
+		rest := copy(b.pending, b.pending[i:])
+		clear(b.pending[rest:])
+		b.pending = b.pending[:rest]
+		if len(batch) == 0 {
+			b.mu.Unlock()
+			continue
+		}
+		b.flying = append(b.flying, batch)
+		b.mu.Unlock()
+		b.send(ctx, batch)
+		sent = batch
+	}
+}
+
+// send runs one pipeline: the batch's scripts (EVALSHA, loading the script
+// once when Redis does not know it) and, with waitReplicas, one WAIT that
+// covers every write of the pipeline's connection.
+func (b *batcher) send(ctx context.Context, batch []*scriptCall) {
+	b.batchSize.Observe(float64(len(batch)))
+	deadline := time.Now().Add(b.timeout)
+	for _, c := range batch {
+		if c.deadline.Before(deadline) {
+			deadline = c.deadline
+		}
+	}
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	cmds, wait, err := b.pipeline(ctx, batch)
+	if err != nil && redis.HasErrorPrefix(cmds[0].Err(), "NOSCRIPT") {
+		// A script error has no effect, so the whole batch may go again.
+		if lerr := enqueueScript.Load(ctx, b.rdb).Err(); lerr == nil {
+			cmds, wait, err = b.pipeline(ctx, batch)
+		}
+	}
+	rep := scriptReply{}
+	if wait != nil {
+		rep.replicas, rep.waitErr = wait.Int64()
+	}
+	for i, c := range batch {
+		r := rep
+		r.res, r.err = cmds[i].Result()
+		if r.err == nil && err != nil && !isReplyError(err) {
+			r.err = err
+		}
+		answer(c, r)
+	}
+}
+
+func (b *batcher) pipeline(ctx context.Context, batch []*scriptCall) ([]*redis.Cmd, *redis.Cmd, error) {
+	cmds := make([]*redis.Cmd, len(batch))
+	var wait *redis.Cmd
+	_, err := b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, c := range batch {
+			cmd := redis.NewCmd(ctx, c.args...)
+			cmd.SetFirstKeyPos(3) // for a cluster client: KEYS[1] routes it
+			p.Process(ctx, cmd)
+			cmds[i] = cmd
+		}
+		if b.waitReplicas > 0 {
+			wait = p.Do(ctx, "WAIT", b.waitReplicas, b.waitTimeout.Milliseconds())
+		}
+		return nil
+	})
+	return cmds, wait, err
+}

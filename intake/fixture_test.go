@@ -1,0 +1,239 @@
+package intake_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/redis/go-redis/v9"
+
+	"tally/intake"
+	"tally/internal/testenv"
+	"tally/ledger"
+	"tally/stream"
+)
+
+func TestMain(m *testing.M) {
+	// The Redis-down test makes go-redis log every failed dial.
+	redis.SetLogger(quietRedis{})
+	os.Exit(testenv.Main(m))
+}
+
+type quietRedis struct{}
+
+func (quietRedis) Printf(context.Context, string, ...any) {}
+
+// This file holds the fixture of the HTTP tests: setup serves an intake on
+// a fresh database and Redis prefix, and the helpers send requests and read
+// answers and metrics.
+
+// bundle is what one test needs: a served intake on a fresh database and a
+// unique Redis prefix, a principal and an open poll "p1" with choices a, b.
+type bundle struct {
+	store  *ledger.Store
+	rdb    redis.UniversalClient
+	keys   stream.Keys
+	url    string
+	client *http.Client
+	token  string
+	who    ledger.Principal
+	cfg    intake.Config
+	m      intake.Metrics
+}
+
+type option func(*intake.Config)
+
+func setup(t testing.TB, opts ...option) *bundle {
+	t.Helper()
+	db := testenv.Postgres(t)
+	rdb, prefix := testenv.Redis(t)
+	return setupOn(t, db, rdb, prefix, opts...)
+}
+
+func setupOn(t testing.TB, db testenv.DB, rdb redis.UniversalClient, prefix string, opts ...option) *bundle {
+	t.Helper()
+	store, err := ledger.New(db.Pool, ledger.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := stream.NewKeys(prefix, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := intake.Config{Rate: 1000, Burst: 1000}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	srv, err := intake.New(cfg, store, rdb, keys, testLogger(), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, ln) }()
+	tr := &http.Transport{MaxIdleConnsPerHost: 32}
+	t.Cleanup(func() {
+		tr.CloseIdleConnections()
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	b := &bundle{store: store, rdb: rdb, keys: keys, url: "http://" + ln.Addr().String(),
+		client: &http.Client{Transport: tr, Timeout: 10 * time.Second}, cfg: cfg, m: srv.Metrics()}
+	b.who, b.token = b.principal(t, "voter")
+	b.poll(t, ledger.Poll{ID: "p1", Title: "Lunch", Choices: []string{"a", "b"}})
+	return b
+}
+
+func testLogger() *slog.Logger {
+	if os.Getenv("TALLY_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+func (b *bundle) principal(t testing.TB, name string) (ledger.Principal, string) {
+	t.Helper()
+	p, token, err := b.store.AddPrincipal(context.Background(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, token
+}
+
+func (b *bundle) poll(t testing.TB, p ledger.Poll) {
+	t.Helper()
+	if err := b.store.CreatePoll(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// reply is an HTTP answer with its body decoded.
+type reply struct {
+	code   int
+	header http.Header
+	body   map[string]any
+	raw    string
+}
+
+func (r reply) str(key string) string { s, _ := r.body[key].(string); return s }
+
+func (b *bundle) do(t *testing.T, method, path, token, contentType string, body []byte) reply {
+	t.Helper()
+	req, err := http.NewRequest(method, b.url+path, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	resp, err := b.client.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := reply{code: resp.StatusCode, header: resp.Header, raw: string(raw)}
+	_ = json.Unmarshal(raw, &r.body)
+	return r
+}
+
+func voteBody(eventID, poll, cand string) []byte {
+	return []byte(fmt.Sprintf(`{"event_id":%q,"poll_id":%q,"candidate_id":%q}`, eventID, poll, cand))
+}
+
+func (b *bundle) vote(t *testing.T, token, eventID, poll, cand string) reply {
+	t.Helper()
+	return b.do(t, http.MethodPost, "/v1/votes", token, "application/json", voteBody(eventID, poll, cand))
+}
+
+func (b *bundle) xlen(t *testing.T) int64 {
+	t.Helper()
+	n, err := b.rdb.XLen(context.Background(), b.keys.Stream(0)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// wantProblem checks r is a problem+json answer with status code.
+func wantProblem(t *testing.T, r reply, code int) {
+	t.Helper()
+	if r.code != code {
+		t.Fatalf("status %d, want %d: %s", r.code, code, r.raw)
+	}
+	if ct := r.header.Get("Content-Type"); ct != "application/problem+json" {
+		t.Fatalf("Content-Type %q, want application/problem+json", ct)
+	}
+	if r.str("type") == "" || r.str("title") == "" || r.str("detail") == "" || r.body["status"] != float64(code) {
+		t.Fatalf("incomplete problem document: %s", r.raw)
+	}
+}
+
+// count is the value of a counter, to compare with what the test sent.
+func count(c prometheus.Collector) int { return int(testutil.ToFloat64(c)) }
+
+// observations is the number of samples of one child of a histogram.
+func observations(t *testing.T, vec *prometheus.HistogramVec, label string) uint64 {
+	t.Helper()
+	var m dto.Metric
+	if err := vec.WithLabelValues(label).(prometheus.Metric).Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetHistogram().GetSampleCount()
+}
+
+// eventually fails t unless ok holds within 5s. A request is counted
+// after its answer was written, so a client may see the answer first.
+func eventually(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !ok(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("after 5s: %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// codeRecorder is an http.ResponseWriter that keeps the status code only.
+type codeRecorder struct {
+	header http.Header
+	code   int
+}
+
+func (w *codeRecorder) Header() http.Header { return w.header }
+func (w *codeRecorder) Write(b []byte) (int, error) {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	return len(b), nil
+}
+func (w *codeRecorder) WriteHeader(code int) {
+	if w.code == 0 {
+		w.code = code
+	}
+}
+
+// TestClosedPollByNotify closes a poll while intake runs; with the periodic

@@ -1,0 +1,182 @@
+package intake
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// This file owns what every request goes through before and after its
+// handler: the routes, the method check (allow), the request deadline,
+// panic recovery and metrics (instrument), authentication (principal) and
+// the log line of a failed request (failed).
+
+// Route templates, also the route label of the metrics.
+const (
+	routeVotes   = "/v1/votes"
+	routeVote    = "/v1/votes/{event_id}"
+	routeResults = "/v1/polls/{poll_id}/results"
+	routeHealth  = "/healthz"
+	routeReady   = "/readyz"
+	routeMetrics = "/metrics"
+	routeOther   = "other"
+)
+
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle(routeVotes, allow(http.MethodPost, s.handleVote))
+	mux.Handle(routeVote, allow(http.MethodGet, s.handleStatus))
+	mux.Handle(routeResults, allow(http.MethodGet, s.handleResults))
+	mux.Handle(routeHealth, allow(http.MethodGet, s.handleHealth))
+	mux.Handle(routeReady, allow(http.MethodGet, s.handleReady))
+	if s.gatherer != nil {
+		mux.Handle(routeMetrics, allow(http.MethodGet, promhttp.HandlerFor(s.gatherer, promhttp.HandlerOpts{}).ServeHTTP))
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeProblem(w, http.StatusNotFound, probNotFound,
+			"no such route: intake serves POST /v1/votes, GET /v1/votes/{event_id}, GET /v1/polls/{poll_id}/results, /healthz, /readyz and /metrics", 0)
+	})
+	return s.instrument(mux)
+}
+
+// allow answers 405 to any method but method (and HEAD for GET).
+func allow(method string, h http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != method && !(method == http.MethodGet && r.Method == http.MethodHead) {
+			w.Header().Set("Allow", method)
+			writeProblem(w, http.StatusMethodNotAllowed, probMethod,
+				fmt.Sprintf("%s takes %s, not %s", r.URL.Path, method, r.Method), 0)
+			return
+		}
+		h(w, r)
+	})
+}
+
+// statusWriters recycles statusWriters once their request is answered.
+var statusWriters = sync.Pool{New: func() any { return new(statusWriter) }}
+
+// statusWriter remembers the status code written.
+type statusWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.code == 0 {
+		w.code = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// instrument bounds each request by Config.RequestTimeout and counts it by
+// route template and status code. A vote is bounded without a context of
+// its own: see handleVote.
+func (s *Server) instrument(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		if r.URL.Path != routeVotes {
+			ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
+			defer cancel()
+			r = r.WithContext(ctx)
+		}
+		ctx := r.Context()
+		sw := statusWriters.Get().(*statusWriter)
+		*sw = statusWriter{ResponseWriter: w}
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				s.log.LogAttrs(ctx, slog.LevelError, "handler panicked", slog.String("route", r.Pattern),
+					slog.Any("panic", v), slog.String("stack", string(debug.Stack())))
+				if sw.code == 0 {
+					writeProblem(sw, http.StatusInternalServerError, probInternal,
+						"intake failed on this request; it has been logged: retry later, and report it if it persists", 0)
+				}
+			}
+			s.observe(r, sw, start)
+			*sw = statusWriter{}
+			statusWriters.Put(sw)
+		}()
+		next.ServeHTTP(sw, r)
+	})
+}
+
+// observe counts a request by route template and status code.
+func (s *Server) observe(r *http.Request, sw *statusWriter, start time.Time) {
+	route := r.Pattern
+	if route == "" || route == "/" {
+		route = routeOther
+	}
+	code := sw.code
+	if code == 0 {
+		code = http.StatusOK
+	}
+	rm := s.metrics.route(route)
+	rm.request(code)
+	rm.duration.Observe(time.Since(start).Seconds())
+}
+
+// principal authenticates the request, or answers 401 or 503 and returns
+// false.
+func (s *Server) principal(w http.ResponseWriter, r *http.Request) (*voter, bool) {
+	return s.principalBy(w, r, time.Time{})
+}
+
+// principalBy is principal with a lookup in PostgreSQL bounded by deadline
+// too, unless it is zero.
+func (s *Server) principalBy(w http.ResponseWriter, r *http.Request, deadline time.Time) (*voter, bool) {
+	h := r.Header.Get("Authorization")
+	scheme, token, found := strings.Cut(h, " ")
+	token = strings.TrimSpace(token)
+	if h == "" {
+		writeProblem(w, http.StatusUnauthorized, probUnauthorized,
+			"the request has no Authorization header: send \"Authorization: Bearer TOKEN\" with your principal's token", 0)
+		return nil, false
+	}
+	if !found || !strings.EqualFold(scheme, "Bearer") || token == "" {
+		writeProblem(w, http.StatusUnauthorized, probUnauthorized,
+			"the Authorization header is not of the form \"Bearer TOKEN\": send your principal's token that way", 0)
+		return nil, false
+	}
+	p, err := s.auth.authenticate(r.Context(), token, deadline)
+	switch {
+	case errors.Is(err, errUnauthenticated):
+		writeProblem(w, http.StatusUnauthorized, probUnauthorized,
+			"the bearer token is unknown or revoked: ask an operator for a valid token", 0)
+		return nil, false
+	case err != nil:
+		s.failed(r, "authentication failed: PostgreSQL did not answer", err)
+		writeProblem(w, http.StatusServiceUnavailable, probUnavailable,
+			"the token could not be checked because the database did not answer: retry after the Retry-After delay", time.Second)
+		return nil, false
+	}
+	return p, true
+}
+
+// failed logs an error that made a request fail: a warning, unless the
+// client had gone away, which is no news.
+func (s *Server) failed(r *http.Request, msg string, err error) {
+	level := slog.LevelWarn
+	if errors.Is(err, context.Canceled) || r.Context().Err() == context.Canceled {
+		level = slog.LevelDebug
+	}
+	s.log.LogAttrs(r.Context(), level, msg, slog.String("route", r.Pattern), slog.String("error", err.Error()))
+}

@@ -1,0 +1,137 @@
+package intake
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+
+	"tally/vote"
+)
+
+// This file owns the strict parser of a vote body: parseVote's answer for
+// every body the fast path (parsePlain) does not take, and the details
+// that say what is wrong with a refused one.
+
+// parseStrict is parseVote on encoding/json's token stream: it takes every
+// JSON form (escapes, any order) and names what is wrong.
+func parseStrict(body []byte) (voteBody, error) {
+	if len(body) > maxBodyBytes {
+		return voteBody{}, refuse("the body is %d bytes, the limit is %d", len(body), maxBodyBytes)
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		return voteBody{}, refuse(`the body is empty: send {"event_id": "...", "poll_id": "...", "candidate_id": "..."}`)
+	}
+	p := strictParser{dec: json.NewDecoder(bytes.NewReader(body)), vals: make(map[string]string, 3)}
+	p.dec.UseNumber()
+	tok, err := p.dec.Token()
+	if err != nil {
+		return voteBody{}, p.syntax(err)
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '{' {
+		return voteBody{}, refuse("the body must be a JSON object, got %s", kindOf(tok))
+	}
+	for p.dec.More() {
+		if err := p.member(); err != nil {
+			return voteBody{}, err
+		}
+	}
+	if _, err := p.dec.Token(); err != nil { // the closing brace
+		return voteBody{}, p.syntax(err)
+	}
+	for _, k := range []string{keyEventID, keyPollID, keyCandidateID} {
+		if _, ok := p.vals[k]; !ok {
+			return voteBody{}, refuse(`key %q is missing: the body takes exactly "event_id", "poll_id" and "candidate_id"`, k)
+		}
+	}
+	if tok, err := p.dec.Token(); !errors.Is(err, io.EOF) {
+		if err != nil {
+			return voteBody{}, refuse("unexpected data after the JSON object at byte %d: send one object and nothing else", p.dec.InputOffset())
+		}
+		return voteBody{}, refuse("unexpected %s after the JSON object: send one object and nothing else", kindOf(tok))
+	}
+	return voteBody{eventID: p.vals[keyEventID], pollID: []byte(p.vals[keyPollID]), candidateID: []byte(p.vals[keyCandidateID])}, nil
+}
+
+// strictParser is the state of parseStrict: the token stream and the
+// values read so far, by key.
+type strictParser struct {
+	dec  *json.Decoder
+	vals map[string]string
+}
+
+// member reads one member of the object: a known key, not seen before,
+// and a string value that is a valid id.
+func (p *strictParser) member() error {
+	tok, err := p.dec.Token()
+	if err != nil {
+		return p.syntax(err)
+	}
+	key, ok := tok.(string)
+	if !ok { // the decoder only yields strings here; be safe anyway
+		return refuse("the body is not valid JSON at byte %d: object keys must be strings", p.dec.InputOffset())
+	}
+	switch key {
+	case keyEventID, keyPollID, keyCandidateID:
+	default:
+		return refuse(`key %s is not allowed: the body takes exactly "event_id", "poll_id" and "candidate_id"`, quoteKey(key))
+	}
+	if _, seen := p.vals[key]; seen {
+		return refuse("key %q appears more than once: give each key once", key)
+	}
+	tok, err = p.dec.Token()
+	if err != nil {
+		return p.syntax(err)
+	}
+	s, ok := tok.(string)
+	if !ok {
+		return refuse("%q must be a string, got %s", key, kindOf(tok))
+	}
+	if !vote.ValidID(s) {
+		return refuse("%q must be "+vote.IDRule+", got %s", key, describeID(s))
+	}
+	p.vals[key] = s
+	return nil
+}
+
+// syntax is the refusal of a body the decoder found invalid.
+func (p *strictParser) syntax(err error) error {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return refuse("the body is not valid JSON: it ends before the object is closed")
+	}
+	return refuse("the body is not valid JSON at byte %d: %v", p.dec.InputOffset(), err)
+}
+
+// kindOf names the JSON kind of a token for a detail.
+func kindOf(tok json.Token) string {
+	switch t := tok.(type) {
+	case json.Delim:
+		switch t {
+		case '{':
+			return "an object"
+		case '[':
+			return "an array"
+		}
+		return "a stray " + strconv.QuoteRune(rune(t))
+	case string:
+		return "a string"
+	case json.Number, float64:
+		return "a number"
+	case bool:
+		return "a boolean"
+	case nil:
+		return "null"
+	}
+	return fmt.Sprintf("%T", tok)
+}
+
+// quoteKey quotes a client's key for a detail, shortened so a detail stays
+// small whatever the client sent.
+func quoteKey(k string) string {
+	if len(k) > 40 {
+		return strconv.Quote(k[:40]) + "..."
+	}
+	return strconv.Quote(k)
+}

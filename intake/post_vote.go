@@ -1,0 +1,268 @@
+package intake
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"tally/ledger"
+	"tally/vote"
+)
+
+// This file owns the vote path, POST /v1/votes: handleVote and its steps
+// in the order it calls them (readVote, admit, enqueue in enqueue.go,
+// answerEnqueue), and the one table that maps each enqueue outcome to its
+// answer.
+
+// handleVote takes POST /v1/votes. Its deadline, Config.RequestTimeout
+// after receivedAt, is not a context: a context with a timer per request
+// costs more than a vote's own work. The lookups that can go to PostgreSQL
+// (a token or poll not cached) bound themselves by it, and the batcher
+// answers the enqueue by it. Each step answers its own refusals.
+func (s *Server) handleVote(w http.ResponseWriter, r *http.Request) {
+	receivedAt := time.Now()
+	deadline := receivedAt.Add(s.cfg.RequestTimeout)
+	p, ok := s.principalBy(w, r, deadline)
+	if !ok {
+		return
+	}
+	buf := bodyBufs.Get().(*[maxBodyBytes + 1]byte)
+	defer bodyBufs.Put(buf)
+	v, ok := readVote(w, r, buf[:])
+	if !ok {
+		return
+	}
+	poll, c, ok := s.admit(w, r, p, v, receivedAt, deadline)
+	if !ok {
+		return
+	}
+	start := time.Now()
+	res, err := s.enqueue(r.Context(), p, v.eventID, poll, c, receivedAt, deadline)
+	s.metrics.outcome(res.outcome).Observe(time.Since(start).Seconds())
+	s.answerEnqueue(w, r, v.eventID, res, err)
+}
+
+// bodyBufs recycles the buffers vote bodies are read into, so a vote
+// allocates no buffer for its body. A buffer goes back when handleVote
+// returns; what outlives the handler is copied out of it (see voteBody).
+var bodyBufs = sync.Pool{New: func() any { return new([maxBodyBytes + 1]byte) }}
+
+// readVote checks the Content-Type and size of the body, reads it into buf
+// (room for one byte over maxBodyBytes) and parses it, or answers 415, 413
+// or 400 and returns false.
+func readVote(w http.ResponseWriter, r *http.Request, buf []byte) (voteBody, bool) {
+	if ct := r.Header.Get("Content-Type"); !isJSON(ct) {
+		got := "no Content-Type"
+		if ct != "" {
+			got = "Content-Type " + strconv.Quote(ct)
+		}
+		writeProblem(w, http.StatusUnsupportedMediaType, probMediaType,
+			"the request has "+got+": send the vote as Content-Type: application/json", 0)
+		return voteBody{}, false
+	}
+	if r.ContentLength > maxBodyBytes {
+		writeProblem(w, http.StatusRequestEntityTooLarge, probTooLarge,
+			fmt.Sprintf("the body is %d bytes; a vote takes at most %d", r.ContentLength, maxBodyBytes), 0)
+		return voteBody{}, false
+	}
+	body, err := readBody(w, r, buf)
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			writeProblem(w, http.StatusRequestEntityTooLarge, probTooLarge,
+				fmt.Sprintf("the body is over %d bytes, the most a vote takes", maxBodyBytes), 0)
+			return voteBody{}, false
+		}
+		writeProblem(w, http.StatusBadRequest, probBadRequest, "the body could not be read: "+err.Error(), 0)
+		return voteBody{}, false
+	}
+	v, err := parseVote(body)
+	if err != nil {
+		writeProblem(w, http.StatusBadRequest, probBadRequest, err.Error(), 0)
+		return voteBody{}, false
+	}
+	return v, true
+}
+
+// isJSON reports whether a Content-Type is application/json, with any
+// parameters.
+func isJSON(ct string) bool {
+	if ct == "application/json" { // what clients send, without parsing
+		return true
+	}
+	mt, _, err := mime.ParseMediaType(ct)
+	return err == nil && mt == "application/json"
+}
+
+// readBody reads the body of r into buf, which has room for one byte over
+// maxBodyBytes. A body of a known length was already checked against
+// maxBodyBytes, and net/http reads no further than that length; any other
+// is read through http.MaxBytesReader, whose error says it was too large.
+func readBody(w http.ResponseWriter, r *http.Request, buf []byte) ([]byte, error) {
+	rd := r.Body
+	if r.ContentLength < 0 {
+		rd = http.MaxBytesReader(w, r.Body, maxBodyBytes)
+	}
+	n := 0
+	for n < len(buf) {
+		m, err := rd.Read(buf[n:])
+		n += m
+		if errors.Is(err, io.EOF) {
+			return buf[:n], nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return nil, &http.MaxBytesError{Limit: maxBodyBytes}
+}
+
+// admit checks the vote of p against the catalog as of receivedAt: the
+// poll exists, p may vote on it, it is open, and the candidate is one of
+// its choices. It returns the poll and choice, or answers 404, 503, 403 or
+// 422 and returns false.
+func (s *Server) admit(w http.ResponseWriter, r *http.Request, p *voter, v voteBody, receivedAt, deadline time.Time) (*pollInfo, *choice, bool) {
+	poll, err := s.catalog.lookup(r.Context(), v.pollID, deadline)
+	switch {
+	case errors.Is(err, ledger.ErrNotFound):
+		writeProblem(w, http.StatusNotFound, probUnknownPoll,
+			fmt.Sprintf("there is no poll %q: check the poll_id", v.pollID), 0)
+		return nil, nil, false
+	case err != nil:
+		s.failed(r, "poll lookup failed", err)
+		writeProblem(w, http.StatusServiceUnavailable, probUnavailable,
+			"the poll could not be looked up because the database did not answer: retry after the Retry-After delay", time.Second)
+		return nil, nil, false
+	}
+	if !poll.mayVote(p.ID) {
+		writeProblem(w, http.StatusForbidden, probNotEligible,
+			fmt.Sprintf("poll %q takes votes only from its list of eligible principals, and yours is not on it", poll.poll.ID), 0)
+		return nil, nil, false
+	}
+	if !poll.poll.OpenAt(receivedAt) {
+		detail := fmt.Sprintf("poll %q opens at %s: vote after that", poll.poll.ID, poll.poll.OpensAt.UTC().Format(time.RFC3339))
+		if closes := poll.poll.ClosesAt; closes != nil && !receivedAt.Before(*closes) {
+			detail = fmt.Sprintf("poll %q closed at %s and takes no more votes", poll.poll.ID, closes.UTC().Format(time.RFC3339))
+		}
+		writeProblem(w, http.StatusUnprocessableEntity, probPollClosed, detail, 0)
+		return nil, nil, false
+	}
+	c := poll.choice(v.candidateID)
+	if c == nil {
+		writeProblem(w, http.StatusUnprocessableEntity, probInvalidChoice,
+			fmt.Sprintf("%q is not a choice of poll %q: pick one of its choices", v.candidateID, poll.poll.ID), 0)
+		return nil, nil, false
+	}
+	return poll, c, true
+}
+
+// enqueueAnswer is the answer to an enqueue outcome: 202, or a problem
+// whose detail and Retry-After may name the vote, what enqueue found and
+// the server's settings.
+type enqueueAnswer struct {
+	status     int
+	problem    problemType
+	detail     func(s *Server, eventID string, res enqueueResult) string
+	retryAfter func(s *Server, res enqueueResult) time.Duration
+}
+
+// enqueueAnswers maps every outcome of enqueue to its answer.
+var enqueueAnswers = map[outcome]enqueueAnswer{
+	outAccepted: {status: http.StatusAccepted},
+	outReplay:   {status: http.StatusAccepted},
+	outConflict: {status: http.StatusConflict, problem: probKeyReused,
+		detail: func(_ *Server, eventID string, _ enqueueResult) string {
+			return fmt.Sprintf("event id %q was already used with another poll or candidate: use a new event id for a new vote", eventID)
+		}},
+	outLimited: {status: http.StatusTooManyRequests, problem: probRateLimited,
+		detail: func(s *Server, _ string, _ enqueueResult) string {
+			return fmt.Sprintf("your principal may enqueue %g votes per second with bursts of %d: retry after the Retry-After delay", s.cfg.Rate, s.cfg.Burst)
+		},
+		retryAfter: func(_ *Server, res enqueueResult) time.Duration { return res.wait }},
+	outBacklog: {status: http.StatusServiceUnavailable, problem: probBacklog,
+		detail:     fixedDetail("the queue of votes waiting to be counted is full: retry after the Retry-After delay"),
+		retryAfter: func(s *Server, _ enqueueResult) time.Duration { return s.cfg.BacklogRetryAfter }},
+	outUnconfirmed: {status: http.StatusServiceUnavailable, problem: probUnavailable,
+		detail: func(s *Server, _ string, res enqueueResult) string {
+			return fmt.Sprintf("the vote was written but only %d of %d Redis replicas confirmed it in time: retry the same request (same event_id) after the Retry-After delay", res.replicas, s.cfg.WaitReplicas)
+		},
+		retryAfter: oneSecond},
+	outBreakerOpen: {status: http.StatusServiceUnavailable, problem: probUnavailable,
+		detail:     fixedDetail("the queue (Redis) is failing and intake is not trying it for now: retry after the Retry-After delay"),
+		retryAfter: func(s *Server, _ enqueueResult) time.Duration { return s.cfg.BreakerOpenFor }},
+	outRedisError: {status: http.StatusServiceUnavailable, problem: probUnavailable,
+		detail:     fixedDetail("the queue (Redis) did not answer; the vote may or may not be queued: retry the same request (same event_id) after the Retry-After delay"),
+		retryAfter: oneSecond},
+}
+
+func fixedDetail(d string) func(*Server, string, enqueueResult) string {
+	return func(*Server, string, enqueueResult) string { return d }
+}
+
+func oneSecond(*Server, enqueueResult) time.Duration { return time.Second }
+
+// answerEnqueue answers the outcome of enqueue from enqueueAnswers, counts
+// the outcomes that have a counter of their own, and logs a failed enqueue.
+func (s *Server) answerEnqueue(w http.ResponseWriter, r *http.Request, eventID string, res enqueueResult, err error) {
+	switch res.outcome {
+	case outReplay:
+		s.metrics.replays.Inc()
+	case outLimited:
+		s.metrics.rateLimited.Inc()
+	case outBacklog:
+		s.metrics.backlogRefusals.Inc()
+	case outRedisError:
+		s.failed(r, "enqueue failed", err)
+	}
+	a := enqueueAnswers[res.outcome]
+	if a.status == http.StatusAccepted {
+		writeAccepted(w, eventID)
+		return
+	}
+	var retryAfter time.Duration
+	if a.retryAfter != nil {
+		retryAfter = a.retryAfter(s, res)
+	}
+	writeProblem(w, a.status, a.problem, a.detail(s, eventID, res), retryAfter)
+}
+
+// Header values every 202 shares, so a 202 allocates none. net/http only
+// reads them (Header.Clone copies), and a slice of one value is full, so an
+// Add to one of them copies it first.
+var (
+	headerJSON    = []string{"application/json"}
+	headerNoStore = []string{"no-store"}
+)
+
+// acceptedBufs recycles the buffers 202 bodies are built in (net/http
+// copies what is written), so a 202 allocates no body; acceptedBufSize
+// holds one for the longest event id.
+const acceptedBufSize = 96 + 2*vote.MaxIDLen
+
+var acceptedBufs = sync.Pool{New: func() any { return new([acceptedBufSize]byte) }}
+
+// writeAccepted answers 202 with
+// {"event_id": ..., "status": "pending", "status_url": "/v1/votes/{event_id}"}.
+// The event id is made of id characters only, so it needs no escaping.
+func writeAccepted(w http.ResponseWriter, eventID string) {
+	url := "/v1/votes/" + eventID
+	h := w.Header()
+	h["Location"] = []string{url}
+	h["Content-Type"] = headerJSON
+	h["Cache-Control"] = headerNoStore
+	w.WriteHeader(http.StatusAccepted)
+	buf := acceptedBufs.Get().(*[acceptedBufSize]byte)
+	defer acceptedBufs.Put(buf)
+	b := buf[:0]
+	b = append(b, `{"event_id":"`...)
+	b = append(b, eventID...)
+	b = append(b, `","status":"pending","status_url":"`...)
+	b = append(b, url...)
+	b = append(b, "\"}\n"...)
+	w.Write(b)
+}

@@ -1,0 +1,212 @@
+package intake_test
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
+
+	"tally/intake"
+	"tally/internal/testenv"
+	"tally/ledger"
+	"tally/stream"
+)
+
+// This file tests intake when what it depends on fails or it stops: a
+// hung or dead Redis, and the drain at shutdown.
+
+// TestRedisHung: a Redis that takes the connection and never answers costs
+// a vote its request deadline, not Config.RedisTimeout nor the client's
+// read timeout, whether its vote was under way or still pending; the
+// breaker counts each such vote.
+func TestRedisHung(t *testing.T) {
+	t.Parallel()
+	db := testenv.Postgres(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns sync.WaitGroup
+	t.Cleanup(func() { ln.Close(); conns.Wait() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns.Go(func() { io.Copy(io.Discard, c); c.Close() })
+		}
+	}()
+	rdb := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), ReadTimeout: time.Minute, MaxRetries: -1,
+		ContextTimeoutEnabled: true})
+	t.Cleanup(func() { rdb.Close() })
+	const requestTimeout = 400 * time.Millisecond
+	b := setupOn(t, db, rdb, testenv.RandomName("t"), func(c *intake.Config) {
+		c.RequestTimeout = requestTimeout
+		c.RedisTimeout = time.Minute
+		c.BreakerFailures = 3
+	})
+	var wg sync.WaitGroup
+	replies := make([]reply, 4)
+	took := make([]time.Duration, len(replies))
+	for i := range replies { // the first ones under way, the others pending
+		wg.Go(func() {
+			start := time.Now()
+			replies[i] = b.vote(t, b.token, "hung"+strconv.Itoa(i), "p1", "a")
+			took[i] = time.Since(start)
+		})
+	}
+	wg.Wait()
+	for i, r := range replies {
+		wantProblem(t, r, http.StatusServiceUnavailable)
+		if r.header.Get("Retry-After") == "" {
+			t.Fatalf("503 without Retry-After")
+		}
+		if took[i] < requestTimeout || took[i] > requestTimeout+time.Second {
+			t.Fatalf("503 after %s, want about the request deadline %s", took[i], requestTimeout)
+		}
+	}
+	if st := testutil.ToFloat64(b.m.BreakerState); st != 2 {
+		t.Fatalf("breaker state %v after 4 votes without an answer, want 2 (open)", st)
+	}
+}
+
+func TestRedisDown(t *testing.T) {
+	t.Parallel()
+	db := testenv.Postgres(t)
+	server := testenv.StartRedis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: server.Addr, ContextTimeoutEnabled: true, MaxRetries: 1})
+	t.Cleanup(func() { rdb.Close() })
+	const requestTimeout = 2 * time.Second
+	b := setupOn(t, db, rdb, testenv.RandomName("t"), func(c *intake.Config) {
+		c.RequestTimeout = requestTimeout
+		c.RedisTimeout = 500 * time.Millisecond
+		c.BreakerFailures = 3
+		c.BreakerOpenFor = 500 * time.Millisecond
+	})
+	if r := b.vote(t, b.token, "before", "p1", "a"); r.code != http.StatusAccepted {
+		t.Fatalf("vote with Redis up: %d %s", r.code, r.raw)
+	}
+
+	server.Kill()
+	for i := range 6 { // enough to open the breaker
+		start := time.Now()
+		r := b.vote(t, b.token, "down"+strconv.Itoa(i), "p1", "a")
+		took := time.Since(start)
+		wantProblem(t, r, http.StatusServiceUnavailable)
+		if r.header.Get("Retry-After") == "" {
+			t.Fatalf("503 without Retry-After")
+		}
+		if took > requestTimeout {
+			t.Fatalf("503 after %s, over the request deadline %s", took, requestTimeout)
+		}
+	}
+	ready := b.do(t, http.MethodGet, "/readyz", "", "", nil)
+	if ready.code != http.StatusServiceUnavailable || ready.str("status") != "not ready" ||
+		!strings.Contains(ready.raw, `"redis"`) {
+		t.Fatalf("/readyz with Redis down: %d %s", ready.code, ready.raw)
+	}
+	if st := testutil.ToFloat64(b.m.BreakerState); st != 2 && st != 1 {
+		t.Fatalf("breaker state %v, want 2 (open) or 1 (half-open)", st)
+	}
+
+	// With no votes coming, /readyz alone closes the breaker again.
+	server.Start()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		r := b.do(t, http.MethodGet, "/readyz", "", "", nil)
+		if r.code == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz not ready 10s after Redis came back: %s", r.raw)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r := b.vote(t, b.token, "after", "p1", "a")
+		if r.code == http.StatusAccepted {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no recovery 10s after Redis came back: %d %s", r.code, r.raw)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if n := b.xlen(t); n != 2 {
+		t.Fatalf("stream holds %d entries, want 2 (before and after)", n)
+	}
+	if ready := b.do(t, http.MethodGet, "/readyz", "", "", nil); ready.code != http.StatusOK {
+		t.Fatalf("/readyz after recovery: %d %s", ready.code, ready.raw)
+	}
+}
+
+func TestShutdownDrains(t *testing.T) {
+	t.Parallel()
+	db := testenv.Postgres(t)
+	rdb, prefix := testenv.Redis(t)
+	store, _ := ledger.New(db.Pool, ledger.Config{})
+	keys, _ := stream.NewKeys(prefix, 1)
+	srv, err := intake.New(intake.Config{ShutdownTimeout: 2 * time.Second}, store, rdb, keys, testLogger(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, ln) }()
+
+	// A request whose body is still coming when the stop begins is answered.
+	_, token, _ := store.AddPrincipal(context.Background(), "voter")
+	pr, pw := io.Pipe()
+	req, _ := http.NewRequest(http.MethodPost, "http://"+ln.Addr().String()+"/v1/votes", pr)
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	got := make(chan int, 1)
+	go func() {
+		resp, err := (&http.Client{Transport: tr}).Do(req)
+		if err != nil {
+			got <- 0
+			return
+		}
+		resp.Body.Close()
+		got <- resp.StatusCode
+	}()
+	pw.Write([]byte(`{"event_id":"e1",`))
+	time.Sleep(200 * time.Millisecond)
+	start := time.Now()
+	cancel()
+	time.Sleep(100 * time.Millisecond)
+	pw.Write([]byte(`"poll_id":"nope","candidate_id":"a"}`))
+	pw.Close()
+	if code := <-got; code != http.StatusNotFound {
+		t.Fatalf("request in flight at shutdown answered %d, want 404 (unknown poll)", code)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Serve: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Serve did not return within its shutdown bound")
+	}
+	if took := time.Since(start); took > 3*time.Second {
+		t.Fatalf("shutdown took %s", took)
+	}
+	if err := srv.Serve(context.Background(), ln); err == nil {
+		t.Fatal("a second Serve succeeded")
+	}
+}

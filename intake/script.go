@@ -1,0 +1,223 @@
+package intake
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"tally/stream"
+)
+
+// This file owns the enqueue script: its source, its argument layout (which
+// ARGV carries what, and how a vote's arguments are laid out in its
+// scriptCall) and the contract of its reply (decodeEnqueue).
+
+// enqueueSrc is the one script a vote costs. All three keys carry the
+// principal's shard hash tag.
+//
+//	KEYS[1] idempotency record (string), KEYS[2] rate-limit bucket (string),
+//	KEYS[3] the shard's stream
+//	ARGV[1] emission interval in microseconds (1e6 / rate), ARGV[2] burst
+//	tolerance in microseconds, ARGV[3] record lifetime in milliseconds,
+//	ARGV[4] max backlog, ARGV[5] principal, ARGV[6] client event id,
+//	ARGV[7] poll, ARGV[8] candidate, ARGV[9] payload fingerprint,
+//	ARGV[10] received_at (µs since the epoch)
+//
+// It answers a small integer, which go-redis reads without allocating, or
+// a pair for the rare refusals:
+//
+//	0 (replyAccepted)            XADDed
+//	1 (replyReplay)              the same key with the same payload is
+//	                             known; nothing is enqueued (the record is
+//	                             rewritten as it is, so that a WAIT after it
+//	                             also covers the original write)
+//	2 (replyConflict)            the same key is known with another
+//	                             payload; nothing changes
+//	{3 (replyLimited), µs}       the principal's rate is spent for that long
+//	{4 (replyBacklog), length}   the stream holds max backlog entries
+//
+// The idempotency record is a string, "poll candidate", written with its
+// lifetime by the same SET NX GET that looks it up, so a new vote costs one
+// call for both. A vote that is then refused deletes it again, within the
+// script, so nobody ever sees it. The SET goes through pcall so that its
+// error (a Redis before 7.0 has no SET ... NX GET) is answered as Redis
+// gave it, which enqueue recognizes.
+//
+// The rate limit is GCRA on Redis' clock: the bucket key holds the
+// theoretical arrival time (µs) and expires once it is in the past. Only an
+// accepted vote moves it.
+//
+// The XADD's fields are the stream package's encoding (see xaddFields).
+var enqueueSrc = `
+local record = ARGV[7] .. ' ' .. ARGV[8]
+local known = redis.pcall('SET', KEYS[1], record, 'NX', 'GET', 'PX', ARGV[3])
+if type(known) == 'table' then
+  return known
+end
+if known then
+  if known == record then
+    redis.call('SET', KEYS[1], known, 'KEEPTTL')
+    return 1
+  end
+  return 2
+end
+local t = redis.call('TIME')
+local now = t[1] * 1000000 + t[2]
+local tat = tonumber(redis.call('GET', KEYS[2])) or now
+if tat < now then tat = now end
+local newTat = tat + ARGV[1]
+local allowAt = newTat - ARGV[2]
+if allowAt > now then
+  redis.call('DEL', KEYS[1])
+  return {3, math.ceil(allowAt - now)}
+end
+local backlog = redis.call('XLEN', KEYS[3])
+if backlog >= tonumber(ARGV[4]) then
+  redis.call('DEL', KEYS[1])
+  return {4, backlog}
+end
+redis.call('XADD', KEYS[3], '*', ` + xaddFields() + `)
+redis.call('SET', KEYS[2], newTat, 'PX', math.ceil((newTat - now) / 1000) + 1)
+return 0
+`
+
+var enqueueScript = redis.NewScript(enqueueSrc)
+
+// enqueueSHA is the script's SHA1, boxed once.
+var enqueueSHA any = enqueueScript.Hash()
+
+// The script's answers (see enqueueSrc).
+const (
+	replyAccepted = 0
+	replyReplay   = 1
+	replyConflict = 2
+	replyLimited  = 3
+	replyBacklog  = 4
+)
+
+// The script's arguments (ARGV indexes): first the four that are the same
+// for every vote (scriptArgs.consts), then those that carry an entry's
+// values.
+const (
+	argConsts      = 4
+	argPrincipal   = 5
+	argEventID     = 6
+	argPoll        = 7
+	argCandidate   = 8
+	argFingerprint = 9
+	argReceivedAt  = 10
+)
+
+// scriptCmdLen is the length of a vote's whole command: EVALSHA, the SHA,
+// the key count, the three keys and the arguments.
+const scriptCmdLen = 6 + argReceivedAt
+
+// xaddFields is the field/value list of the script's XADD: the fields of
+// stream.Entry.Values in its order, each value the script argument that
+// carries it, the version the literal the stream package writes. It panics
+// when the stream package has a field the script does not carry, which
+// every test of intake would show.
+func xaddFields() string {
+	argOf := map[string]int{
+		stream.FieldPrincipal:   argPrincipal,
+		stream.FieldEventID:     argEventID,
+		stream.FieldPoll:        argPoll,
+		stream.FieldCandidate:   argCandidate,
+		stream.FieldFingerprint: argFingerprint,
+		stream.FieldReceivedAt:  argReceivedAt,
+	}
+	pairs := stream.Entry{}.Values()
+	var b strings.Builder
+	for i := 0; i < len(pairs); i += 2 {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		field := pairs[i]
+		if field == stream.FieldVersion {
+			fmt.Fprintf(&b, "%q, %q", field, pairs[i+1])
+			continue
+		}
+		n, ok := argOf[field]
+		if !ok {
+			panic(fmt.Sprintf("intake: the enqueue script does not carry stream field %q", field))
+		}
+		fmt.Fprintf(&b, "%q, ARGV[%d]", field, n)
+	}
+	return b.String()
+}
+
+// scriptArgs are the arguments of the enqueue script that do not depend on
+// the vote, boxed once: go-redis takes a command as []any, and a value
+// boxed per vote would be an allocation per vote.
+type scriptArgs struct {
+	keys stream.Keys
+	// consts are ARGV[1..4]: the GCRA emission interval and burst
+	// tolerance (µs), the idempotency record's lifetime (ms) and the max
+	// backlog.
+	consts [argConsts]any
+	// streamKeys are the stream keys by shard.
+	streamKeys []any
+}
+
+func newScriptArgs(cfg Config, keys stream.Keys) scriptArgs {
+	a := scriptArgs{keys: keys, consts: [argConsts]any{
+		strconv.FormatFloat(1e6/cfg.Rate, 'f', 3, 64),
+		strconv.FormatFloat(1e6/cfg.Rate*float64(cfg.Burst), 'f', 3, 64),
+		strconv.FormatInt(cfg.IdempotencyWindow.Milliseconds(), 10),
+		strconv.FormatInt(cfg.MaxBacklog, 10),
+	}}
+	for _, k := range keys.Streams() {
+		a.streamKeys = append(a.streamKeys, k)
+	}
+	return a
+}
+
+// call returns a recycled scriptCall holding the whole command of the vote
+// of v with clientEventID for choice c of poll. The arguments that depend
+// on the voter, poll or choice were boxed once with them; the others are
+// pointers into the call (go-redis writes a *string or *int64 as its
+// value), so a vote allocates only its idempotency key here.
+func (a *scriptArgs) call(v *voter, clientEventID string, poll *pollInfo, c *choice, receivedAt time.Time) *scriptCall {
+	call := calls.Get().(*scriptCall)
+	call.key = v.idempotencyKey(a.keys, clientEventID)
+	call.eventID = clientEventID
+	call.receivedAt = receivedAt.UnixMicro()
+	args := append(call.argBuf[:0], "evalsha", enqueueSHA, 3, &call.key, v.rateKeyArg, a.streamKeys[v.shard])
+	args = append(args, a.consts[:]...)
+	call.args = append(args, v.idArg, &call.eventID, poll.idArg, c.idArg, c.fingerprintArg, &call.receivedAt)
+	return call
+}
+
+// decodeEnqueue reads the answer of the enqueue script.
+func decodeEnqueue(res any) (enqueueResult, error) {
+	switch v := res.(type) {
+	case int64:
+		switch v {
+		case replyAccepted:
+			return enqueueResult{outcome: outAccepted}, nil
+		case replyReplay:
+			return enqueueResult{outcome: outReplay}, nil
+		case replyConflict:
+			return enqueueResult{outcome: outConflict}, nil
+		}
+	case []any:
+		if len(v) != 2 {
+			break
+		}
+		kind, _ := v[0].(int64)
+		n, ok := v[1].(int64)
+		if !ok {
+			break
+		}
+		switch kind {
+		case replyLimited:
+			return enqueueResult{outcome: outLimited, wait: time.Duration(n) * time.Microsecond}, nil
+		case replyBacklog:
+			return enqueueResult{outcome: outBacklog}, nil
+		}
+	}
+	return enqueueResult{}, fmt.Errorf("enqueue script answered %v", res)
+}
