@@ -1,10 +1,3 @@
-// Package cli is the tally command: it reads flags and TALLY_* environment
-// variables, builds the logger and connections, and runs the daemons and
-// admin commands of packages intake, projector and ledger. It is the only
-// package that reads the environment.
-//
-// Exit codes: 0 success, 1 a check failed (rebuild found a difference), 2
-// an error (bad flags, unreachable server). Run never calls os.Exit.
 package cli
 
 import (
@@ -13,18 +6,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
 	"os"
-	"strings"
-	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/redis/go-redis/v9"
 	ucli "github.com/urfave/cli/v2"
 
-	"tally/ledger"
 	"tally/stream"
 )
 
@@ -134,15 +121,6 @@ func commonFlags(own ...ucli.Flag) []ucli.Flag {
 	return append(own, &db, &rd, &sp, &sh, &lf, &ll)
 }
 
-// redactURL hides the password of a connection URL for messages.
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	return u.Redacted()
-}
-
 // logger builds the slog logger from --log-format and --log-level.
 func logger(c *ucli.Context) (*slog.Logger, error) {
 	var level slog.Level
@@ -173,157 +151,6 @@ func isTerminal(w io.Writer) bool {
 	}
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
-}
-
-// openPool connects to PostgreSQL and checks it answers.
-func openPool(c *ucli.Context) (*pgxpool.Pool, error) {
-	return openPoolWaiting(c, 0, nil)
-}
-
-// openPoolWaiting is openPool that keeps trying for up to wait while the
-// server does not answer (a daemon started while PostgreSQL restarts).
-func openPoolWaiting(c *ucli.Context, wait time.Duration, log *slog.Logger) (*pgxpool.Pool, error) {
-	dbURL := c.String(flagDatabaseURL.Name)
-	cfg, err := pgxpool.ParseConfig(dbURL)
-	if err != nil {
-		return nil, fmt.Errorf("--database-url: %w", err)
-	}
-	// A command with --workers (projector, import) holds a connection per
-	// worker; pgx's default pool (4, or the number of CPUs) would make the
-	// extra workers wait. An explicit pool_max_conns wins.
-	if w := int32(c.Int("workers")); w+1 > cfg.MaxConns && !strings.Contains(dbURL, "pool_max_conns") {
-		cfg.MaxConns = w + 1
-	}
-	pool, err := pgxpool.NewWithConfig(c.Context, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("--database-url: %w", err)
-	}
-	if err := waitFor(c.Context, "PostgreSQL", wait, log, pool.Ping); err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("cannot reach PostgreSQL at %s: %w (is it running? set --database-url or TALLY_DATABASE_URL)", redactURL(dbURL), err)
-	}
-	return pool, nil
-}
-
-// waitFor calls ping, each try bounded to 10 s, until it succeeds or wait
-// has passed (one try when wait is 0), logging each failure to log.
-func waitFor(ctx context.Context, what string, wait time.Duration, log *slog.Logger, ping func(context.Context) error) error {
-	deadline := time.Now().Add(wait)
-	backoff := 500 * time.Millisecond
-	for {
-		tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err := ping(tctx)
-		cancel()
-		left := time.Until(deadline)
-		if err == nil || left <= 0 || ctx.Err() != nil {
-			return err
-		}
-		pause := min(backoff, left)
-		if log != nil {
-			log.Warn("waiting for "+what, "error", err.Error(), "retry_in", pause.String(),
-				"gives_up_in", left.Round(time.Second).String())
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(pause):
-		}
-		backoff = min(2*backoff, 5*time.Second)
-	}
-}
-
-// openStore connects to PostgreSQL and returns the ledger on it.
-func openStore(c *ucli.Context, cfg ledger.Config) (*ledger.Store, error) {
-	pool, err := openPool(c)
-	if err != nil {
-		return nil, err
-	}
-	store, err := ledger.New(pool, cfg)
-	if err != nil {
-		pool.Close()
-		return nil, err
-	}
-	return store, nil
-}
-
-// openRedis connects to Redis and checks it answers.
-func openRedis(c *ucli.Context) (*redis.Client, error) {
-	return openRedisWaiting(c, 0, nil)
-}
-
-// openRedisWaiting is openRedis that keeps trying for up to wait while the
-// server does not answer.
-func openRedisWaiting(c *ucli.Context, wait time.Duration, log *slog.Logger) (*redis.Client, error) {
-	redisURL := c.String(flagRedisURL.Name)
-	opt, err := redis.ParseURL(redisURL)
-	if err != nil {
-		return nil, fmt.Errorf("--redis-url: %w", err)
-	}
-	// A context deadline bounds every command, so a hung Redis costs a
-	// caller at most its deadline.
-	opt.ContextTimeoutEnabled = true
-	rdb := redis.NewClient(opt)
-	ping := func(ctx context.Context) error { return rdb.Ping(ctx).Err() }
-	if err := waitFor(c.Context, "Redis", wait, log, ping); err != nil {
-		rdb.Close()
-		return nil, fmt.Errorf("cannot reach Redis at %s: %w (is it running? set --redis-url or TALLY_REDIS_URL)", redactURL(redisURL), err)
-	}
-	return rdb, nil
-}
-
-// streamKeys returns the Redis key names from --stream-prefix and --shards.
-func streamKeys(c *ucli.Context) (stream.Keys, error) {
-	return stream.NewKeys(c.String(flagStreamPrefix.Name), c.Int(flagShards.Name))
-}
-
-// conns are what a daemon or the load test needs: the ledger, the Redis
-// client and the stream key names.
-type conns struct {
-	store *ledger.Store
-	rdb   *redis.Client
-	keys  stream.Keys
-}
-
-// flagStartupWait is how long a daemon waits at start for PostgreSQL and
-// Redis to answer (a template; see commonFlags).
-var flagStartupWait = ucli.DurationFlag{
-	Name: "startup-wait", EnvVars: []string{"TALLY_STARTUP_WAIT"}, Value: 2 * time.Minute,
-	Usage: "how long to keep trying PostgreSQL and Redis at start before giving up (exit 2)",
-}
-
-// startupWaitFlag is --startup-wait, a new one for each command.
-func startupWaitFlag() *ucli.DurationFlag {
-	f := flagStartupWait
-	return &f
-}
-
-// openConns connects to PostgreSQL and Redis, each tried for up to wait
-// (a daemon's --startup-wait; 0 for one try); close releases both.
-func openConns(c *ucli.Context, cfg ledger.Config, wait time.Duration) (*conns, error) {
-	keys, err := streamKeys(c)
-	if err != nil {
-		return nil, err
-	}
-	pool, err := openPoolWaiting(c, wait, cfg.Logger)
-	if err != nil {
-		return nil, err
-	}
-	store, err := ledger.New(pool, cfg)
-	if err != nil {
-		pool.Close()
-		return nil, err
-	}
-	rdb, err := openRedisWaiting(c, wait, cfg.Logger)
-	if err != nil {
-		pool.Close()
-		return nil, err
-	}
-	return &conns{store: store, rdb: rdb, keys: keys}, nil
-}
-
-func (cs *conns) close() {
-	cs.rdb.Close()
-	cs.store.Pool().Close()
 }
 
 // newRegistry is a Prometheus registry with the Go runtime and process

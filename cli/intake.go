@@ -17,9 +17,9 @@ import (
 
 func intakeCommand() *ucli.Command {
 	def := intake.DefaultConfig()
-	dur := func(name, env string, value time.Duration, usage string) *ucli.DurationFlag {
-		return &ucli.DurationFlag{Name: name, EnvVars: []string{env}, Value: value, Usage: usage}
-	}
+	flags := append([]ucli.Flag{startupWaitFlag()}, intakeEnqueueFlags(def)...)
+	flags = append(flags, intakeLookupFlags(def)...)
+	flags = append(flags, intakeHTTPFlags(def)...)
 	return &ucli.Command{
 		Name:  "intake",
 		Usage: "run the HTTP intake daemon: authenticate, validate, rate-limit and enqueue votes",
@@ -27,63 +27,108 @@ func intakeCommand() *ucli.Command {
 			"/healthz, /readyz and /metrics. It answers 202 only after Redis acknowledged the vote. " +
 			"SIGTERM or SIGINT stops it: it stops accepting, drains the requests in flight within " +
 			"--shutdown-timeout and exits 0.",
-		Flags: commonFlags(startupWaitFlag(),
-			&ucli.StringFlag{Name: "listen", EnvVars: []string{"TALLY_INTAKE_LISTEN"}, Value: def.Listen,
-				Usage: "TCP `ADDR`ess to serve HTTP on"},
-			&ucli.Float64Flag{Name: "rate", EnvVars: []string{"TALLY_INTAKE_RATE"}, Value: def.Rate,
-				Usage: "votes per second one principal may enqueue, sustained"},
-			&ucli.IntFlag{Name: "burst", EnvVars: []string{"TALLY_INTAKE_BURST"}, Value: def.Burst,
-				Usage: "votes one principal may enqueue at once before --rate applies"},
-			&ucli.Int64Flag{Name: "max-backlog", EnvVars: []string{"TALLY_INTAKE_MAX_BACKLOG"}, Value: def.MaxBacklog,
-				Usage: "entries one stream shard may hold; beyond it votes get 503 + Retry-After"},
-			dur("backlog-retry-after", "TALLY_INTAKE_BACKLOG_RETRY_AFTER", def.BacklogRetryAfter,
-				"Retry-After of a refusal for a full backlog"),
-			dur("idempotency-window", "TALLY_INTAKE_IDEMPOTENCY_WINDOW", def.IdempotencyWindow,
-				"how long Redis remembers a client event id"),
-			&ucli.IntFlag{Name: "redis-wait-replicas", EnvVars: []string{"TALLY_INTAKE_REDIS_WAIT_REPLICAS"}, Value: def.WaitReplicas,
-				Usage: "answer 202 only after WAIT confirmed the vote on `N` replicas (0: off)"},
-			dur("redis-wait-timeout", "TALLY_INTAKE_REDIS_WAIT_TIMEOUT", def.WaitTimeout,
-				"how long WAIT may take; unconfirmed votes get 503"),
-			&ucli.IntFlag{Name: "enqueue-pipelines", EnvVars: []string{"TALLY_INTAKE_ENQUEUE_PIPELINES"}, Value: def.EnqueuePipelines,
-				Usage: "Redis pipelines of votes under way at once; votes arriving meanwhile share the next one"},
-			&ucli.IntFlag{Name: "enqueue-batch", EnvVars: []string{"TALLY_INTAKE_ENQUEUE_BATCH"}, Value: def.EnqueueBatch,
-				Usage: "most votes in one Redis pipeline"},
-			dur("request-timeout", "TALLY_INTAKE_REQUEST_TIMEOUT", def.RequestTimeout, "bound on the work of one request"),
-			dur("redis-timeout", "TALLY_INTAKE_REDIS_TIMEOUT", def.RedisTimeout, "bound on one Redis round trip"),
-			dur("postgres-timeout", "TALLY_INTAKE_POSTGRES_TIMEOUT", def.PostgresTimeout, "bound on one PostgreSQL query"),
-			dur("auth-cache-ttl", "TALLY_INTAKE_AUTH_CACHE_TTL", def.AuthTTL,
-				"how long an authenticated token is cached; a revocation takes effect within it"),
-			dur("auth-negative-ttl", "TALLY_INTAKE_AUTH_NEGATIVE_TTL", def.AuthNegativeTTL,
-				"how long an unknown or revoked token is cached"),
-			&ucli.IntFlag{Name: "auth-cache-size", EnvVars: []string{"TALLY_INTAKE_AUTH_CACHE_SIZE"}, Value: def.AuthCacheSize,
-				Usage: "most tokens cached"},
-			dur("catalog-refresh", "TALLY_INTAKE_CATALOG_REFRESH", def.CatalogRefresh,
-				"period of the full reload of polls, beside LISTEN tally_catalog"),
-			dur("unknown-poll-ttl", "TALLY_INTAKE_UNKNOWN_POLL_TTL", def.UnknownPollTTL,
-				"how long an unknown poll id is remembered as unknown"),
-			&ucli.IntFlag{Name: "breaker-failures", EnvVars: []string{"TALLY_INTAKE_BREAKER_FAILURES"}, Value: def.BreakerFailures,
-				Usage: "consecutive Redis failures that open the circuit breaker"},
-			dur("breaker-open-for", "TALLY_INTAKE_BREAKER_OPEN_FOR", def.BreakerOpenFor,
-				"how long the breaker stays open before a trial request"),
-			dur("read-header-timeout", "TALLY_INTAKE_READ_HEADER_TIMEOUT", def.ReadHeaderTimeout, "HTTP server read header timeout"),
-			dur("read-timeout", "TALLY_INTAKE_READ_TIMEOUT", def.ReadTimeout, "HTTP server read timeout"),
-			dur("write-timeout", "TALLY_INTAKE_WRITE_TIMEOUT", def.WriteTimeout, "HTTP server write timeout"),
-			dur("idle-timeout", "TALLY_INTAKE_IDLE_TIMEOUT", def.IdleTimeout, "HTTP server keep-alive idle timeout"),
-			&ucli.IntFlag{Name: "max-header-bytes", EnvVars: []string{"TALLY_INTAKE_MAX_HEADER_BYTES"}, Value: def.MaxHeaderBytes,
-				Usage: "most bytes of request headers"},
-			dur("shutdown-timeout", "TALLY_INTAKE_SHUTDOWN_TIMEOUT", def.ShutdownTimeout,
-				"bound on draining requests in flight at shutdown"),
-		),
+		Flags:  commonFlags(flags...),
 		Action: runIntake,
 	}
 }
 
+// intakeDuration is a duration flag of tally intake.
+func intakeDuration(name, env string, value time.Duration, usage string) *ucli.DurationFlag {
+	return &ucli.DurationFlag{Name: name, EnvVars: []string{env}, Value: value, Usage: usage}
+}
+
+// intakeEnqueueFlags are the flags of the vote path: where intake listens,
+// the rate limit, the backlog bound, idempotency and the Redis pipelines.
+func intakeEnqueueFlags(def intake.Config) []ucli.Flag {
+	return []ucli.Flag{
+		&ucli.StringFlag{Name: "listen", EnvVars: []string{"TALLY_INTAKE_LISTEN"}, Value: def.Listen,
+			Usage: "TCP `ADDR`ess to serve HTTP on"},
+		&ucli.Float64Flag{Name: "rate", EnvVars: []string{"TALLY_INTAKE_RATE"}, Value: def.Rate,
+			Usage: "votes per second one principal may enqueue, sustained"},
+		&ucli.IntFlag{Name: "burst", EnvVars: []string{"TALLY_INTAKE_BURST"}, Value: def.Burst,
+			Usage: "votes one principal may enqueue at once before --rate applies"},
+		&ucli.Int64Flag{Name: "max-backlog", EnvVars: []string{"TALLY_INTAKE_MAX_BACKLOG"}, Value: def.MaxBacklog,
+			Usage: "entries one stream shard may hold; beyond it votes get 503 + Retry-After"},
+		intakeDuration("backlog-retry-after", "TALLY_INTAKE_BACKLOG_RETRY_AFTER", def.BacklogRetryAfter,
+			"Retry-After of a refusal for a full backlog"),
+		intakeDuration("idempotency-window", "TALLY_INTAKE_IDEMPOTENCY_WINDOW", def.IdempotencyWindow,
+			"how long Redis remembers a client event id"),
+		&ucli.IntFlag{Name: "redis-wait-replicas", EnvVars: []string{"TALLY_INTAKE_REDIS_WAIT_REPLICAS"}, Value: def.WaitReplicas,
+			Usage: "answer 202 only after WAIT confirmed the vote on `N` replicas (0: off)"},
+		intakeDuration("redis-wait-timeout", "TALLY_INTAKE_REDIS_WAIT_TIMEOUT", def.WaitTimeout,
+			"how long WAIT may take; unconfirmed votes get 503"),
+		&ucli.IntFlag{Name: "enqueue-pipelines", EnvVars: []string{"TALLY_INTAKE_ENQUEUE_PIPELINES"}, Value: def.EnqueuePipelines,
+			Usage: "Redis pipelines of votes under way at once; votes arriving meanwhile share the next one"},
+		&ucli.IntFlag{Name: "enqueue-batch", EnvVars: []string{"TALLY_INTAKE_ENQUEUE_BATCH"}, Value: def.EnqueueBatch,
+			Usage: "most votes in one Redis pipeline"},
+	}
+}
+
+// intakeLookupFlags bound the calls intake makes and set its caches of
+// tokens and polls and its circuit breaker.
+func intakeLookupFlags(def intake.Config) []ucli.Flag {
+	return []ucli.Flag{
+		intakeDuration("request-timeout", "TALLY_INTAKE_REQUEST_TIMEOUT", def.RequestTimeout, "bound on the work of one request"),
+		intakeDuration("redis-timeout", "TALLY_INTAKE_REDIS_TIMEOUT", def.RedisTimeout, "bound on one Redis round trip"),
+		intakeDuration("postgres-timeout", "TALLY_INTAKE_POSTGRES_TIMEOUT", def.PostgresTimeout, "bound on one PostgreSQL query"),
+		intakeDuration("auth-cache-ttl", "TALLY_INTAKE_AUTH_CACHE_TTL", def.AuthTTL,
+			"how long an authenticated token is cached; a revocation takes effect within it"),
+		intakeDuration("auth-negative-ttl", "TALLY_INTAKE_AUTH_NEGATIVE_TTL", def.AuthNegativeTTL,
+			"how long an unknown or revoked token is cached"),
+		&ucli.IntFlag{Name: "auth-cache-size", EnvVars: []string{"TALLY_INTAKE_AUTH_CACHE_SIZE"}, Value: def.AuthCacheSize,
+			Usage: "most tokens cached"},
+		intakeDuration("catalog-refresh", "TALLY_INTAKE_CATALOG_REFRESH", def.CatalogRefresh,
+			"period of the full reload of polls, beside LISTEN tally_catalog"),
+		intakeDuration("unknown-poll-ttl", "TALLY_INTAKE_UNKNOWN_POLL_TTL", def.UnknownPollTTL,
+			"how long an unknown poll id is remembered as unknown"),
+		&ucli.IntFlag{Name: "breaker-failures", EnvVars: []string{"TALLY_INTAKE_BREAKER_FAILURES"}, Value: def.BreakerFailures,
+			Usage: "consecutive Redis failures that open the circuit breaker"},
+		intakeDuration("breaker-open-for", "TALLY_INTAKE_BREAKER_OPEN_FOR", def.BreakerOpenFor,
+			"how long the breaker stays open before a trial request"),
+	}
+}
+
+// intakeHTTPFlags are the HTTP server's limits and the shutdown bound.
+func intakeHTTPFlags(def intake.Config) []ucli.Flag {
+	return []ucli.Flag{
+		intakeDuration("read-header-timeout", "TALLY_INTAKE_READ_HEADER_TIMEOUT", def.ReadHeaderTimeout, "HTTP server read header timeout"),
+		intakeDuration("read-timeout", "TALLY_INTAKE_READ_TIMEOUT", def.ReadTimeout, "HTTP server read timeout"),
+		intakeDuration("write-timeout", "TALLY_INTAKE_WRITE_TIMEOUT", def.WriteTimeout, "HTTP server write timeout"),
+		intakeDuration("idle-timeout", "TALLY_INTAKE_IDLE_TIMEOUT", def.IdleTimeout, "HTTP server keep-alive idle timeout"),
+		&ucli.IntFlag{Name: "max-header-bytes", EnvVars: []string{"TALLY_INTAKE_MAX_HEADER_BYTES"}, Value: def.MaxHeaderBytes,
+			Usage: "most bytes of request headers"},
+		intakeDuration("shutdown-timeout", "TALLY_INTAKE_SHUTDOWN_TIMEOUT", def.ShutdownTimeout,
+			"bound on draining requests in flight at shutdown"),
+	}
+}
+
+// runIntake is tally intake: it connects (waiting up to --startup-wait),
+// checks the Redis version and serves until ctx ends.
 func runIntake(c *ucli.Context) error {
 	log, err := logger(c)
 	if err != nil {
 		return err
 	}
-	cfg := intake.Config{
+	cfg := intakeConfig(c)
+	setDaemonGC()
+	cs, err := openConns(c, ledger.Config{Logger: log}, c.Duration(flagStartupWait.Name))
+	if err != nil {
+		return err
+	}
+	defer cs.close()
+	if err := checkRedisVersion(c.Context, cs.rdb, log); err != nil {
+		return err
+	}
+	srv, err := intake.New(cfg, cs.store, cs.rdb, cs.keys, log, newRegistry())
+	if err != nil {
+		return err
+	}
+	return srv.Run(c.Context)
+}
+
+// intakeConfig is the intake.Config the flags describe.
+func intakeConfig(c *ucli.Context) intake.Config {
+	return intake.Config{
 		Listen:            c.String("listen"),
 		Rate:              c.Float64("rate"),
 		Burst:             c.Int("burst"),
@@ -111,20 +156,6 @@ func runIntake(c *ucli.Context) error {
 		MaxHeaderBytes:    c.Int("max-header-bytes"),
 		ShutdownTimeout:   c.Duration("shutdown-timeout"),
 	}
-	setDaemonGC()
-	cs, err := openConns(c, ledger.Config{Logger: log}, c.Duration(flagStartupWait.Name))
-	if err != nil {
-		return err
-	}
-	defer cs.close()
-	if err := checkRedisVersion(c.Context, cs.rdb, log); err != nil {
-		return err
-	}
-	srv, err := intake.New(cfg, cs.store, cs.rdb, cs.keys, log, newRegistry())
-	if err != nil {
-		return err
-	}
-	return srv.Run(c.Context)
 }
 
 // checkRedisVersion refuses to start intake on a Redis older than 7.0,

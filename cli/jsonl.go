@@ -8,9 +8,8 @@ import (
 	"io"
 	"time"
 
-	"tally/vote"
-
 	"tally/ledger"
+	"tally/vote"
 )
 
 // ledgerLine is one event as export writes it and import reads it: a JSON
@@ -31,58 +30,12 @@ type ledgerLine struct {
 // it. now stands in for a missing received_at. Its errors say what is wrong
 // with the line.
 func parseImportLine(line []byte, now time.Time) (ledger.Event, error) {
-	dec := json.NewDecoder(bytes.NewReader(line))
-	dec.UseNumber()
-	tok, err := dec.Token()
-	if errors.Is(err, io.EOF) {
-		return ledger.Event{}, errors.New("the line is empty; each line must be one JSON object")
+	l, err := decodeImportLine(line)
+	if err != nil {
+		return ledger.Event{}, err
 	}
-	if d, ok := tok.(json.Delim); err != nil || !ok || d != '{' {
-		return ledger.Event{}, errors.New("the line is not a JSON object; each line must be one object like tally export writes")
-	}
-	var l ledgerLine
-	fields := map[string]any{
-		"seq": &l.Seq, "event_id": &l.EventID, "poll_id": &l.PollID, "candidate_id": &l.CandidateID,
-		"principal_id": &l.PrincipalID, "received_at": &l.ReceivedAt, "recorded_at": &l.RecordedAt,
-	}
-	seen := map[string]bool{}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return ledger.Event{}, fmt.Errorf("malformed JSON: %v", err)
-		}
-		key, _ := tok.(string)
-		dst, known := fields[key]
-		if !known {
-			return ledger.Event{}, fmt.Errorf("unknown field %q; the fields are event_id, poll_id, candidate_id, principal_id, received_at (and seq, recorded_at, which import ignores)", key)
-		}
-		if seen[key] {
-			return ledger.Event{}, fmt.Errorf("field %q is given twice", key)
-		}
-		seen[key] = true
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			return ledger.Event{}, fmt.Errorf("malformed JSON: %v", err)
-		}
-		if err := json.Unmarshal(raw, dst); err != nil || string(raw) == "null" && key != "received_at" && key != "recorded_at" {
-			return ledger.Event{}, fmt.Errorf("field %q must be a %s", key, wantType(key))
-		}
-	}
-	if _, err := dec.Token(); err != nil {
-		return ledger.Event{}, fmt.Errorf("malformed JSON: %v", err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return ledger.Event{}, errors.New("data follows the JSON object; each line must hold exactly one object")
-	}
-	for _, f := range []struct{ name, v string }{
-		{"event_id", l.EventID}, {"poll_id", l.PollID}, {"candidate_id", l.CandidateID}, {"principal_id", l.PrincipalID},
-	} {
-		if f.v == "" {
-			return ledger.Event{}, fmt.Errorf("field %q is missing or empty", f.name)
-		}
-		if !vote.ValidID(f.v) {
-			return ledger.Event{}, fmt.Errorf("field %q is %q: ids are "+vote.IDRule, f.name, f.v)
-		}
+	if err := checkImportIDs(l); err != nil {
+		return ledger.Event{}, err
 	}
 	e := ledger.Event{PrincipalID: l.PrincipalID, ClientEventID: l.EventID, PollID: l.PollID,
 		CandidateID: l.CandidateID, ReceivedAt: now}
@@ -93,6 +46,80 @@ func parseImportLine(line []byte, now time.Time) (ledger.Event, error) {
 		e.ReceivedAt = *l.ReceivedAt
 	}
 	return e, nil
+}
+
+// decodeImportLine decodes the one JSON object of line, refusing what
+// encoding/json would let pass: unknown or differently spelt keys, a key
+// given twice, null ids, and data after the object.
+func decodeImportLine(line []byte) (ledgerLine, error) {
+	var l ledgerLine
+	dec := json.NewDecoder(bytes.NewReader(line))
+	dec.UseNumber()
+	tok, err := dec.Token()
+	if errors.Is(err, io.EOF) {
+		return l, errors.New("the line is empty; each line must be one JSON object")
+	}
+	if d, ok := tok.(json.Delim); err != nil || !ok || d != '{' {
+		return l, errors.New("the line is not a JSON object; each line must be one object like tally export writes")
+	}
+	if err := decodeImportFields(dec, &l); err != nil {
+		return l, err
+	}
+	if _, err := dec.Token(); err != nil {
+		return l, fmt.Errorf("malformed JSON: %v", err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return l, errors.New("data follows the JSON object; each line must hold exactly one object")
+	}
+	return l, nil
+}
+
+// decodeImportFields reads the key-value pairs of the object dec is in
+// into l, up to its closing brace.
+func decodeImportFields(dec *json.Decoder, l *ledgerLine) error {
+	fields := map[string]any{
+		"seq": &l.Seq, "event_id": &l.EventID, "poll_id": &l.PollID, "candidate_id": &l.CandidateID,
+		"principal_id": &l.PrincipalID, "received_at": &l.ReceivedAt, "recorded_at": &l.RecordedAt,
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return fmt.Errorf("malformed JSON: %v", err)
+		}
+		key, _ := tok.(string)
+		dst, known := fields[key]
+		if !known {
+			return fmt.Errorf("unknown field %q; the fields are event_id, poll_id, candidate_id, principal_id, received_at (and seq, recorded_at, which import ignores)", key)
+		}
+		if seen[key] {
+			return fmt.Errorf("field %q is given twice", key)
+		}
+		seen[key] = true
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return fmt.Errorf("malformed JSON: %v", err)
+		}
+		if err := json.Unmarshal(raw, dst); err != nil || string(raw) == "null" && key != "received_at" && key != "recorded_at" {
+			return fmt.Errorf("field %q must be a %s", key, wantType(key))
+		}
+	}
+	return nil
+}
+
+// checkImportIDs checks that every id of l is present and valid.
+func checkImportIDs(l ledgerLine) error {
+	for _, f := range []struct{ name, v string }{
+		{"event_id", l.EventID}, {"poll_id", l.PollID}, {"candidate_id", l.CandidateID}, {"principal_id", l.PrincipalID},
+	} {
+		if f.v == "" {
+			return fmt.Errorf("field %q is missing or empty", f.name)
+		}
+		if !vote.ValidID(f.v) {
+			return fmt.Errorf("field %q is %q: ids are "+vote.IDRule, f.name, f.v)
+		}
+	}
+	return nil
 }
 
 func wantType(field string) string {

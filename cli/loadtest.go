@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -77,6 +78,8 @@ func loadtestCommand() *ucli.Command {
 	}
 }
 
+// runLoadtest is tally loadtest: check the flags, connect, set up, send,
+// drain, verify, report; its polls and tokens are closed on the way out.
 func runLoadtest(c *ucli.Context) error {
 	asJSON, err := outputJSON(c)
 	if err != nil {
@@ -86,16 +89,47 @@ func runLoadtest(c *ucli.Context) error {
 	if err != nil {
 		return err
 	}
+	// Check the flags before connecting anywhere.
+	cfg, err := loadtestConfig(c, log)
+	if err != nil {
+		return err
+	}
+	cs, err := openConns(c, ledger.Config{Logger: log}, 0)
+	if err != nil {
+		return err
+	}
+	defer cs.close()
+	s, err := loadtest.New(cfg, loadtest.Deps{Store: cs.store, Queue: loadtest.RedisQueue(cs.rdb, cs.keys)})
+	if err != nil {
+		return err
+	}
+	// After the first Ctrl-C, stop sending but still drain and verify.
+	after := context.WithoutCancel(c.Context)
+	defer func() {
+		cctx, cancel := context.WithTimeout(after, time.Minute)
+		defer cancel()
+		if err := s.Close(cctx); err != nil {
+			log.Warn("loadtest could not close all its polls and tokens", "error", err.Error())
+		}
+	}()
+	rep, interrupted, err := loadtestSession(c, s, cfg, after)
+	if err != nil {
+		return err
+	}
+	return reportLoadtest(c.App.Writer, rep, interrupted, asJSON)
+}
+
+// loadtestConfig is the loadtest.Config the flags describe, validated.
+func loadtestConfig(c *ucli.Context, log *slog.Logger) (loadtest.Config, error) {
 	var votes int
 	if c.IsSet("votes") {
 		if votes = c.Int("votes"); votes <= 0 {
-			return fmt.Errorf("--votes %d: give a positive number of votes", votes)
+			return loadtest.Config{}, fmt.Errorf("--votes %d: give a positive number of votes", votes)
 		}
 	}
 	if c.IsSet("duration") && c.Duration("duration") <= 0 {
-		return fmt.Errorf("--duration %s: give a positive duration", c.Duration("duration"))
+		return loadtest.Config{}, fmt.Errorf("--duration %s: give a positive duration", c.Duration("duration"))
 	}
-	stderr := c.App.ErrWriter
 	cfg := loadtest.Config{
 		Targets:             c.StringSlice("target"),
 		Votes:               votes,
@@ -116,59 +150,47 @@ func runLoadtest(c *ucli.Context) error {
 		Logger:              log,
 	}
 	if !c.Bool("quiet") {
+		stderr := c.App.ErrWriter
 		cfg.Progress = func(p loadtest.Progress) { printProgress(stderr, p) }
 	}
-	// Check the flags before connecting anywhere.
 	if err := cfg.Validate(); err != nil {
-		return err
+		return loadtest.Config{}, err
 	}
-	cs, err := openConns(c, ledger.Config{Logger: log}, 0)
-	if err != nil {
-		return err
-	}
-	defer cs.close()
-	store, rdb, keys := cs.store, cs.rdb, cs.keys
+	return cfg, nil
+}
 
-	s, err := loadtest.New(cfg, loadtest.Deps{Store: store, Queue: loadtest.RedisQueue(rdb, keys)})
-	if err != nil {
-		return err
-	}
-	ctx := c.Context
-	// After the first Ctrl-C, stop sending but still drain and verify.
-	after := context.WithoutCancel(ctx)
-	defer func() {
-		cctx, cancel := context.WithTimeout(after, time.Minute)
-		defer cancel()
-		if err := s.Close(cctx); err != nil {
-			log.Warn("loadtest could not close all its polls and tokens", "error", err.Error())
-		}
-	}()
+// loadtestSession sets up and sends on c's context, then drains and
+// verifies on after, which outlives the first Ctrl-C; interrupted says
+// that Ctrl-C cut the sending short.
+func loadtestSession(c *ucli.Context, s *loadtest.Session, cfg loadtest.Config, after context.Context) (rep loadtest.Report, interrupted bool, err error) {
+	ctx, stderr := c.Context, c.App.ErrWriter
 	if err := s.Setup(ctx); err != nil {
-		return err
+		return rep, false, err
 	}
 	if !c.Bool("quiet") {
 		fmt.Fprintf(stderr, "loadtest: polls %s-*, %d principals; sending to %s\n", s.PollPrefix(), cfg.Principals, strings.Join(cfg.Targets, ", "))
 	}
-	interrupted := false
 	if err := s.Send(ctx); err != nil {
 		if !errors.Is(err, context.Canceled) || ctx.Err() == nil {
-			return err
+			return rep, false, err
 		}
 		interrupted = true
 		fmt.Fprintln(stderr, "loadtest: interrupted: no more votes are sent; draining and verifying what was sent (Ctrl-C again to kill)")
 	}
 	if err := s.Drain(after); err != nil {
-		return err
+		return rep, interrupted, err
 	}
-	rep, err := s.Verify(after)
-	if err != nil {
-		return err
-	}
+	rep, err = s.Verify(after)
+	return rep, interrupted, err
+}
+
+// reportLoadtest writes the report to w and exits 1 when a check failed.
+func reportLoadtest(w io.Writer, rep loadtest.Report, interrupted, asJSON bool) error {
 	if asJSON {
-		if err := writeJSON(c.App.Writer, rep); err != nil {
+		if err := writeJSON(w, rep); err != nil {
 			return err
 		}
-	} else if err := printLoadtestReport(c.App.Writer, rep, interrupted); err != nil {
+	} else if err := printLoadtestReport(w, rep, interrupted); err != nil {
 		return err
 	}
 	if !rep.Passed() {
@@ -186,7 +208,7 @@ func printProgress(w io.Writer, p loadtest.Progress) {
 		p.Phase, p.Elapsed.Seconds(), p.Sent, p.Accepted, p.Rate, p.Requests, q)
 }
 
-// printReport prints the report for a person.
+// printLoadtestReport prints the report for a person.
 func printLoadtestReport(w io.Writer, r loadtest.Report, interrupted bool) error {
 	t := newTable(w, "LOADTEST", r.PollPrefix)
 	t.row("polls", strconv.Itoa(r.Polls))

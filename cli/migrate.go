@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strconv"
@@ -16,85 +15,118 @@ import (
 )
 
 func migrateCommand() *ucli.Command {
-	sub := func(name, usage, argsUsage string, run func(ctx context.Context, c *ucli.Context, p *goose.Provider) error) *ucli.Command {
-		return &ucli.Command{
-			Name: name, Usage: usage, ArgsUsage: argsUsage, Flags: commonFlags(),
-			Action: func(c *ucli.Context) error {
-				return withProvider(c, name == "up", func(p *goose.Provider) error { return run(c.Context, c, p) })
-			},
-		}
-	}
-	printResults := func(c *ucli.Context, rs []*goose.MigrationResult) {
-		if len(rs) == 0 {
-			fmt.Fprintln(c.App.ErrWriter, "nothing to do")
-		}
-		for _, r := range rs {
-			fmt.Fprintln(c.App.Writer, r.String())
-		}
+	sub := func(name, usage, argsUsage string, action ucli.ActionFunc) *ucli.Command {
+		return &ucli.Command{Name: name, Usage: usage, ArgsUsage: argsUsage, Flags: commonFlags(), Action: action}
 	}
 	return &ucli.Command{
 		Name:  "migrate",
 		Usage: "apply or roll back the database schema (goose migrations embedded in tally)",
 		Subcommands: []*ucli.Command{
-			sub("up", "apply every pending migration (creates the database when missing)", "", func(ctx context.Context, c *ucli.Context, p *goose.Provider) error {
-				rs, err := p.Up(ctx)
-				printResults(c, rs)
-				return err
-			}),
-			sub("down", "roll back the newest migration", "", func(ctx context.Context, c *ucli.Context, p *goose.Provider) error {
-				r, err := p.Down(ctx)
-				if r != nil {
-					printResults(c, []*goose.MigrationResult{r})
-				}
-				return err
-			}),
-			sub("down-to", "roll back to VERSION (0 removes everything)", "VERSION", func(ctx context.Context, c *ucli.Context, p *goose.Provider) error {
-				v, err := versionArg(c)
-				if err != nil {
-					return err
-				}
-				rs, err := p.DownTo(ctx, v)
-				printResults(c, rs)
-				return err
-			}),
-			sub("reset", "roll back every migration: drops all of tally's tables, the ledger with them", "", func(ctx context.Context, c *ucli.Context, p *goose.Provider) error {
-				rs, err := p.DownTo(ctx, 0)
-				printResults(c, rs)
-				return err
-			}),
-			sub("redo", "roll back the newest migration and apply it again", "", func(ctx context.Context, c *ucli.Context, p *goose.Provider) error {
-				r, err := p.Down(ctx)
-				if err != nil {
-					return err
-				}
-				r2, err := p.UpByOne(ctx)
-				printResults(c, []*goose.MigrationResult{r, r2})
-				return err
-			}),
-			sub("status", "list the migrations and whether each is applied", "", func(ctx context.Context, c *ucli.Context, p *goose.Provider) error {
-				st, err := p.Status(ctx)
-				if err != nil {
-					return err
-				}
-				t := newTable(c.App.Writer, "VERSION", "STATE", "APPLIED AT", "FILE")
-				for _, s := range st {
-					at := ""
-					if !s.AppliedAt.IsZero() {
-						at = s.AppliedAt.UTC().Format("2006-01-02 15:04:05Z")
-					}
-					t.row(strconv.FormatInt(s.Source.Version, 10), string(s.State), at, s.Source.Path)
-				}
-				return t.flush()
-			}),
-			sub("version", "print the version the database is at", "", func(ctx context.Context, c *ucli.Context, p *goose.Provider) error {
-				v, err := p.GetDBVersion(ctx)
-				if err != nil {
-					return err
-				}
-				fmt.Fprintln(c.App.Writer, v)
-				return nil
-			}),
+			sub("up", "apply every pending migration (creates the database when missing)", "", migrateUp),
+			sub("down", "roll back the newest migration", "", migrateDown),
+			sub("down-to", "roll back to VERSION (0 removes everything)", "VERSION", migrateDownTo),
+			sub("reset", "roll back every migration: drops all of tally's tables, the ledger with them", "", migrateReset),
+			sub("redo", "roll back the newest migration and apply it again", "", migrateRedo),
+			sub("status", "list the migrations and whether each is applied", "", migrateStatus),
+			sub("version", "print the version the database is at", "", migrateVersion),
 		},
+	}
+}
+
+// migrateUp is tally migrate up; it creates the database when missing.
+func migrateUp(c *ucli.Context) error {
+	return withProvider(c, true, func(p *goose.Provider) error {
+		rs, err := p.Up(c.Context)
+		printMigrations(c, rs...)
+		return err
+	})
+}
+
+// migrateDown is tally migrate down.
+func migrateDown(c *ucli.Context) error {
+	return withProvider(c, false, func(p *goose.Provider) error {
+		r, err := p.Down(c.Context)
+		if r != nil {
+			printMigrations(c, r)
+		}
+		return err
+	})
+}
+
+// migrateDownTo is tally migrate down-to VERSION.
+func migrateDownTo(c *ucli.Context) error {
+	return withProvider(c, false, func(p *goose.Provider) error {
+		v, err := versionArg(c)
+		if err != nil {
+			return err
+		}
+		rs, err := p.DownTo(c.Context, v)
+		printMigrations(c, rs...)
+		return err
+	})
+}
+
+// migrateReset is tally migrate reset.
+func migrateReset(c *ucli.Context) error {
+	return withProvider(c, false, func(p *goose.Provider) error {
+		rs, err := p.DownTo(c.Context, 0)
+		printMigrations(c, rs...)
+		return err
+	})
+}
+
+// migrateRedo is tally migrate redo.
+func migrateRedo(c *ucli.Context) error {
+	return withProvider(c, false, func(p *goose.Provider) error {
+		r, err := p.Down(c.Context)
+		if err != nil {
+			return err
+		}
+		r2, err := p.UpByOne(c.Context)
+		printMigrations(c, r, r2)
+		return err
+	})
+}
+
+// migrateStatus is tally migrate status.
+func migrateStatus(c *ucli.Context) error {
+	return withProvider(c, false, func(p *goose.Provider) error {
+		st, err := p.Status(c.Context)
+		if err != nil {
+			return err
+		}
+		t := newTable(c.App.Writer, "VERSION", "STATE", "APPLIED AT", "FILE")
+		for _, s := range st {
+			at := ""
+			if !s.AppliedAt.IsZero() {
+				at = s.AppliedAt.UTC().Format("2006-01-02 15:04:05Z")
+			}
+			t.row(strconv.FormatInt(s.Source.Version, 10), string(s.State), at, s.Source.Path)
+		}
+		return t.flush()
+	})
+}
+
+// migrateVersion is tally migrate version.
+func migrateVersion(c *ucli.Context) error {
+	return withProvider(c, false, func(p *goose.Provider) error {
+		v, err := p.GetDBVersion(c.Context)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(c.App.Writer, v)
+		return nil
+	})
+}
+
+// printMigrations prints one line per migration run, or "nothing to do" on
+// standard error when none ran.
+func printMigrations(c *ucli.Context, rs ...*goose.MigrationResult) {
+	if len(rs) == 0 {
+		fmt.Fprintln(c.App.ErrWriter, "nothing to do")
+	}
+	for _, r := range rs {
+		fmt.Fprintln(c.App.Writer, r.String())
 	}
 }
 

@@ -1,0 +1,136 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"tally/internal/testenv"
+)
+
+// TestWaitFor checks the start-up wait's pace and its ends: one try when
+// the wait is 0, tries until the server answers, gives up with the
+// server's error once the wait has passed, and logs each failure.
+func TestWaitFor(t *testing.T) {
+	t.Parallel()
+	refused := errors.New("connection refused")
+	for _, tc := range []struct {
+		name      string
+		wait      time.Duration
+		failures  int // pings that fail before one succeeds; -1: all fail
+		wantTries int
+		wantErr   bool
+	}{
+		{"no wait, down", 0, -1, 1, true},
+		{"no wait, up", 0, 0, 1, false},
+		{"comes up", time.Minute, 2, 3, false},
+		// Pauses 0.5 s then 0.7 s (the rest of the wait): tries at 0, 0.5 and 1.2 s.
+		{"stays down", 1200 * time.Millisecond, -1, 3, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var logs bytes.Buffer
+			log := slog.New(slog.NewTextHandler(&logs, nil))
+			tries := 0
+			err := waitFor(context.Background(), "Redis", tc.wait, log, func(ctx context.Context) error {
+				tries++
+				if _, ok := ctx.Deadline(); !ok {
+					t.Error("a try has no deadline")
+				}
+				if tc.failures < 0 || tries <= tc.failures {
+					return refused
+				}
+				return nil
+			})
+			if tc.wantErr != (err != nil) || err != nil && !errors.Is(err, refused) {
+				t.Fatalf("error %v, want the ping's error: %v", err, tc.wantErr)
+			}
+			if tries != tc.wantTries {
+				t.Errorf("%d tries, want %d", tries, tc.wantTries)
+			}
+			if n := strings.Count(logs.String(), "waiting for Redis"); n != tc.wantTries-1 {
+				t.Errorf("%d warnings, want one per failure followed by a try (%d):\n%s", n, tc.wantTries-1, logs.String())
+			}
+		})
+	}
+}
+
+// The start-up wait ends as soon as its context does (Ctrl-C), with the
+// server's last error rather than the cancellation.
+func TestWaitForStopsOnCancel(t *testing.T) {
+	t.Parallel()
+	refused := errors.New("connection refused")
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(200*time.Millisecond, cancel)
+	start := time.Now()
+	err := waitFor(ctx, "PostgreSQL", time.Hour, slog.New(slog.NewTextHandler(io.Discard, nil)),
+		func(context.Context) error { return refused })
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("waitFor took %s after its context ended at 200ms", took)
+	}
+	if !errors.Is(err, refused) {
+		t.Errorf("error %v, want the ping's error", err)
+	}
+}
+
+// A daemon waiting at start for a Redis that is down stops at once when
+// it is told to stop (its context ends), exit 2, naming the server.
+func TestDaemonStartupWaitStopsOnSignal(t *testing.T) {
+	t.Parallel()
+	db := testenv.Postgres(t)
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	done := make(chan int, 1)
+	errOut := &syncBuffer{}
+	go func() {
+		runMu.Lock() // see runMu
+		defer runMu.Unlock()
+		done <- Run(ctx, []string{"tally", "intake", "--listen", "127.0.0.1:0", "--database-url", db.URL,
+			"--redis-url", "redis://127.0.0.1:1/0", "--startup-wait", "10m", "--log-format", "text"},
+			strings.NewReader(""), io.Discard, errOut)
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(errOut.String(), "waiting for Redis") {
+		if time.Now().After(deadline) {
+			t.Fatalf("intake did not wait for Redis:\n%s", errOut.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	stopped := time.Now()
+	stop()
+	select {
+	case code := <-done:
+		if took := time.Since(stopped); took > 2*time.Second {
+			t.Errorf("intake took %s to give up its start-up wait", took)
+		}
+		if code != ExitError || !strings.Contains(errOut.String(), "cannot reach Redis at redis://127.0.0.1:1/0") {
+			t.Errorf("intake stopped while waiting for Redis: exit %d\n%s\nwant exit 2 naming Redis", code, errOut.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("intake did not stop within 10s of its context ending")
+	}
+}
+
+// syncBuffer is a bytes.Buffer a test may read while a command writes it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

@@ -1,0 +1,35 @@
+// Package cli is the tally command: it reads flags and TALLY_* environment
+// variables, builds the logger and connections, and runs the daemons and
+// admin commands of packages intake, projector and ledger. It is the only
+// package that reads the environment.
+//
+// Exit codes: 0 success, 1 a check failed (rebuild found a difference), 2
+// an error (bad flags, unreachable server). Run never calls os.Exit; main
+// does, and handles the signals.
+//
+// One file per command noun; each command's Action is a named function in
+// its file:
+//
+//   - app.go: Run, the exit codes, the app with its list of commands, the
+//     flags every command shares (commonFlags), the logger and the
+//     Prometheus registry of a daemon.
+//   - conns.go: opening PostgreSQL (the ledger) and Redis from the shared
+//     flags, and the start-up wait (--startup-wait) that keeps trying them
+//     while a daemon starts.
+//   - output.go: --format, JSON output and the aligned tables people read.
+//   - args.go: lets positional arguments come before or after the flags.
+//   - gc.go: the garbage collector's target of the daemons.
+//   - migrate.go: tally migrate (goose on the embedded migrations).
+//   - intake.go: tally intake, the HTTP daemon, and its Redis version check.
+//   - projector.go: tally projector, the daemon, and its /metrics server;
+//     tally status, the backlog and dead letters per stream shard.
+//   - deadletter.go: tally deadletter list, show, replay and purge.
+//   - rebuild.go: tally rebuild, the ledger against the projection.
+//   - export.go: tally export and tally import, the commands.
+//   - importer.go: the parallel import behind tally import, split by
+//     principal so that its outcomes are those of one worker.
+//   - jsonl.go: the JSON-lines event format export writes and import reads.
+//   - poll.go: tally poll create, close, list and show.
+//   - principal.go: tally principal add, revoke and list.
+//   - loadtest.go: tally loadtest, on package internal/loadtest.
+package cli

@@ -1,0 +1,43 @@
+package cli
+
+import (
+	"encoding/json"
+	"regexp"
+	"strings"
+	"testing"
+
+	"tally/internal/testenv"
+)
+
+// tally poll create takes its times and eligible principals from the
+// flags, and refuses a time that is not RFC 3339 before connecting.
+func TestPollCreateFlags(t *testing.T) {
+	t.Parallel()
+	db := testenv.Postgres(t)
+	if r := tally(t, db.URL, "poll", "create", "p1", "--title", "T", "--choice", "a", "--choice", "b",
+		"--opens-at", "2020-01-01T00:00:00Z", "--closes-at", "2999-01-01T00:00:00Z", "--eligible", "u1"); r.code != 0 {
+		t.Fatalf("poll create: %+v", r)
+	}
+	r := tally(t, db.URL, "poll", "show", "p1", "--format", "json")
+	var p pollJSON
+	if err := json.Unmarshal([]byte(r.stdout), &p); err != nil || r.code != 0 {
+		t.Fatalf("poll show --format json: %+v (%v)", r, err)
+	}
+	if p.State != "open" || p.OpensAt.Year() != 2020 || p.ClosesAt == nil || p.ClosesAt.Year() != 2999 ||
+		len(p.Eligible) != 1 || p.Eligible[0] != "u1" || strings.Join(p.Choices, ",") != "a,b" || p.Results == nil {
+		t.Fatalf("poll show: %+v", p)
+	}
+	r = tally(t, db.URL, "poll", "list")
+	if !regexp.MustCompile(`p1\s+open\s+2999-01-01T00:00:00Z\s+1 listed\s+a,b\s+T`).MatchString(r.stdout) {
+		t.Fatalf("poll list: %+v", r)
+	}
+	// An unreachable database: the time is checked first.
+	r = tallyWith(t, "poll", "create", "p2", "--title", "T", "--choice", "a", "--closes-at", "tomorrow",
+		"--database-url", "postgres://postgres@127.0.0.1:1/none")
+	if r.code != 2 || !strings.Contains(r.stderr, `--closes-at "tomorrow": want an RFC 3339 time`) {
+		t.Fatalf("poll create --closes-at tomorrow: %+v", r)
+	}
+	if r := tally(t, db.URL, "poll", "show", "nope"); r.code != 2 || !strings.Contains(r.stderr, "no poll nope") {
+		t.Fatalf("poll show nope: %+v", r)
+	}
+}
