@@ -12,7 +12,10 @@ import (
 
 func main() {
 	// The first signal cancels ctx (a soft stop: daemons drain); the
-	// second one kills the process the default way.
+	// second one kills the process the default way. The soft stop's time
+	// bound belongs to each command (intake --shutdown-timeout, projector
+	// --shutdown-grace, loadtest --drain-timeout), so no timer here cuts
+	// it shorter.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	go func() {
 		<-ctx.Done()
