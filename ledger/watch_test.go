@@ -2,6 +2,8 @@ package ledger_test
 
 import (
 	"context"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -16,11 +18,16 @@ import (
 func TestWatchCatalog(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
+	var logs ledger.LockedBuffer
+	store, err := ledger.New(b.db.Pool, ledger.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(b.ctx)
 	changes := make(chan ledger.CatalogChange)
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		b.store.WatchCatalog(ctx, func(c ledger.CatalogChange) {
+		store.WatchCatalog(ctx, func(c ledger.CatalogChange) {
 			select {
 			case changes <- c:
 			case <-ctx.Done():
@@ -49,6 +56,9 @@ WHERE datname = current_database() AND query = 'LISTEN tally_catalog'`).Scan(&ki
 		t.Fatalf("terminated %d LISTEN connections, want 1", killed)
 	}
 	waitChange(t, changes, everything) // reconnected
+	if !strings.Contains(logs.String(), "catalog listener lost; reconnecting") {
+		t.Errorf("the reconnection was not logged:\n%s", logs.String())
+	}
 	if err := b.store.ClosePoll(b.ctx, "p1", time.Now()); err != nil {
 		t.Fatal(err)
 	}
