@@ -10,9 +10,8 @@ import (
 	"strings"
 	"time"
 
-	"tally/vote"
-
 	"tally/ledger"
+	"tally/vote"
 )
 
 // Bounds of a Config: a loadtest is a capacity test, not a soak test.
@@ -155,38 +154,62 @@ func (c Config) withDefaults() Config {
 func (c Config) Validate() error { return c.withDefaults().validate() }
 
 func (c Config) validate() error {
-	var errs []error
-	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	var p problems
+	c.validateLoad(&p)
+	c.validateVotes(&p)
+	c.validateTiming(&p)
+	if c.PollPrefix != "" && (len(c.PollPrefix) > 40 || !vote.ValidID(c.PollPrefix)) {
+		p.add("poll prefix %q must be 1-40 characters of [A-Za-z0-9_-]", c.PollPrefix)
+	}
+	if err := errors.Join(p...); err != nil {
+		return fmt.Errorf("loadtest config: %w", err)
+	}
+	return nil
+}
+
+// problems collects what is wrong with a Config, so validate reports it all
+// at once.
+type problems []error
+
+func (p *problems) add(format string, args ...any) { *p = append(*p, fmt.Errorf(format, args...)) }
+
+// validateLoad checks where the votes go, how many and how fast.
+func (c Config) validateLoad(p *problems) {
 	if len(c.Targets) == 0 {
-		bad("give the intake URL to send to (--target http://HOST:PORT)")
+		p.add("give the intake URL to send to (--target http://HOST:PORT)")
 	}
 	for _, t := range c.Targets {
 		u, err := url.Parse(t)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			bad("target %q is not an http:// or https:// URL with a host", t)
+			p.add("target %q is not an http:// or https:// URL with a host", t)
 		}
 	}
 	switch {
 	case c.Votes == 0 && c.Duration == 0:
-		bad("give the number of votes to send or how long to send (--votes N or --duration D)")
+		p.add("give the number of votes to send or how long to send (--votes N or --duration D)")
 	case c.Votes != 0 && c.Duration != 0:
-		bad("give either the number of votes (%d) or a duration (%s), not both", c.Votes, c.Duration)
+		p.add("give either the number of votes (%d) or a duration (%s), not both", c.Votes, c.Duration)
 	case c.Votes < 0 || c.Votes > MaxVotes:
-		bad("votes must be between 1 and %d, got %d", MaxVotes, c.Votes)
+		p.add("votes must be between 1 and %d, got %d", MaxVotes, c.Votes)
 	case c.Duration < 0 || c.Duration > MaxDuration:
-		bad("duration must be above 0 and at most %s, got %s", MaxDuration, c.Duration)
+		p.add("duration must be above 0 and at most %s, got %s", MaxDuration, c.Duration)
 	}
 	if c.Rate < 0 || math.IsNaN(c.Rate) || c.Rate > MaxRate {
-		bad("rate must be 0 (as fast as possible) or a positive number of votes per second up to %d, got %v", MaxRate, c.Rate)
+		p.add("rate must be 0 (as fast as possible) or a positive number of votes per second up to %d, got %v", MaxRate, c.Rate)
 	}
 	if c.Concurrency < 1 || c.Concurrency > MaxConcurrency {
-		bad("concurrency must be between 1 and %d, got %d", MaxConcurrency, c.Concurrency)
+		p.add("concurrency must be between 1 and %d, got %d", MaxConcurrency, c.Concurrency)
 	}
+}
+
+// validateVotes checks who votes, in which polls, and the shares of each
+// kind of vote.
+func (c Config) validateVotes(p *problems) {
 	if c.Principals < 1 || c.Principals > MaxPrincipals {
-		bad("principals must be between 1 and %d, got %d", MaxPrincipals, c.Principals)
+		p.add("principals must be between 1 and %d, got %d", MaxPrincipals, c.Principals)
 	}
 	if c.PollChoices < 2 || c.PollChoices > MaxPollChoices {
-		bad("poll choices must be between 2 and %d, got %d", MaxPollChoices, c.PollChoices)
+		p.add("poll choices must be between 2 and %d, got %d", MaxPollChoices, c.PollChoices)
 	}
 	shares := []struct {
 		name string
@@ -195,41 +218,39 @@ func (c Config) validate() error {
 	sum := 0.0
 	for _, s := range shares {
 		if !(s.v >= 0 && s.v <= 1) {
-			bad("%s must be a fraction between 0 and 1, got %v", s.name, s.v)
+			p.add("%s must be a fraction between 0 and 1, got %v", s.name, s.v)
 		}
 		sum += s.v
 	}
 	if sum > 1+1e-9 {
-		bad("the retry, key reuse and second response shares add up to %v; they must leave room for first responses (at most 1)", sum)
+		p.add("the retry, key reuse and second response shares add up to %v; they must leave room for first responses (at most 1)", sum)
 	}
 	if c.Votes > 0 && c.Principals > 0 {
 		if polls := (c.Votes + c.Principals - 1) / c.Principals; polls > MaxPolls {
-			bad("%d votes over %d principals may need up to %d polls, more than %d: raise the principals", c.Votes, c.Principals, polls, MaxPolls)
+			p.add("%d votes over %d principals may need up to %d polls, more than %d: raise the principals", c.Votes, c.Principals, polls, MaxPolls)
 		}
 	}
+}
+
+// validateTiming checks the timeouts, the retries and the progress
+// interval.
+func (c Config) validateTiming(p *problems) {
 	if c.DrainTimeout < 0 || c.DrainTimeout > MaxDrain {
-		bad("drain timeout must be between 0 and %s, got %s", MaxDrain, c.DrainTimeout)
+		p.add("drain timeout must be between 0 and %s, got %s", MaxDrain, c.DrainTimeout)
 	}
 	if c.RequestTimeout <= 0 || c.RequestTimeout > 5*time.Minute {
-		bad("request timeout must be above 0 and at most 5m, got %s", c.RequestTimeout)
+		p.add("request timeout must be above 0 and at most 5m, got %s", c.RequestTimeout)
 	}
 	if c.MaxAttempts < 1 || c.MaxAttempts > MaxAttemptsCap {
-		bad("max attempts must be between 1 and %d, got %d", MaxAttemptsCap, c.MaxAttempts)
+		p.add("max attempts must be between 1 and %d, got %d", MaxAttemptsCap, c.MaxAttempts)
 	}
 	if c.BackoffMin <= 0 || c.BackoffMax < c.BackoffMin || c.BackoffMax > time.Minute {
-		bad("backoff bounds must satisfy 0 < min <= max <= 1m, got min %s max %s", c.BackoffMin, c.BackoffMax)
+		p.add("backoff bounds must satisfy 0 < min <= max <= 1m, got min %s max %s", c.BackoffMin, c.BackoffMax)
 	}
 	if c.MaxRetryAfter <= 0 || c.MaxRetryAfter > 5*time.Minute {
-		bad("max Retry-After must be above 0 and at most 5m, got %s", c.MaxRetryAfter)
+		p.add("max Retry-After must be above 0 and at most 5m, got %s", c.MaxRetryAfter)
 	}
 	if c.ProgressEvery <= 0 {
-		bad("progress interval must be positive, got %s", c.ProgressEvery)
+		p.add("progress interval must be positive, got %s", c.ProgressEvery)
 	}
-	if c.PollPrefix != "" && (len(c.PollPrefix) > 40 || !vote.ValidID(c.PollPrefix)) {
-		bad("poll prefix %q must be 1-40 characters of [A-Za-z0-9_-]", c.PollPrefix)
-	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("loadtest config: %w", err)
-	}
-	return nil
 }

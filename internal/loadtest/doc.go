@@ -73,4 +73,24 @@
 // while Send runs, and change the ledger between Drain and Verify to see
 // the verification fail. Close closes the polls and revokes the tokens, so
 // a loadtest leaves no open poll and no usable token behind.
+//
+// # Files
+//
+//   - config.go: Config and Deps, their defaults and validation;
+//   - session.go: Session, New, Run and Close (the polls closed, the
+//     tokens revoked);
+//   - setup.go: Setup (principals, the first poll, the dead letters
+//     before), the polls created round by round, and the retry of ledger
+//     writes that fail transiently;
+//   - send.go: Send, its workers and their schedule, and one vote's
+//     requests until it has a final answer (the backoff between them);
+//   - post.go: one POST /v1/votes and how its answer is read;
+//   - truth.go: the ground truth: the votes planned, every key sent and
+//     what intake answered;
+//   - drain.go: Drain, the wait for the queue to empty;
+//   - queue.go: Queue, what the loadtest reads of the queue (RedisQueue);
+//   - verify.go: Verify, the ledger checked against the ground truth;
+//   - report.go: Report, what a run found, and how it is assembled;
+//   - progress.go: Progress and the loop that reports it while sending
+//     and draining.
 package loadtest

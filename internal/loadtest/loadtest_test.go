@@ -16,7 +16,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 
 	"tally/cli"
 	"tally/intake"
@@ -28,7 +27,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) { testenv.DropTemplate(); os.Exit(code) }))
+	os.Exit(testenv.Main(m))
 }
 
 // pipeline is an intake and a projector, in process, on a fresh database

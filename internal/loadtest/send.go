@@ -1,131 +1,137 @@
 package loadtest
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
-	"math/rand/v2"
+	"fmt"
+	"log/slog"
 	"net/http"
-	"strconv"
-	"strings"
 	"time"
+
+	"github.com/sethvargo/go-retry"
+	"golang.org/x/sync/errgroup"
 )
 
-// newClient returns an HTTP client that keeps up to concurrency
-// connections alive per target.
-func newClient(cfg Config) *http.Client {
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.MaxIdleConns = cfg.Concurrency * len(cfg.Targets)
-	tr.MaxIdleConnsPerHost = cfg.Concurrency
-	tr.IdleConnTimeout = 30 * time.Second
-	return &http.Client{Transport: tr}
-}
+// Send sends the votes: Config.Votes of them, or for Config.Duration, at
+// Config.Rate, with Config.Concurrency under way at once. It returns once
+// every vote has its final answer; an error only when the load could not
+// be sent (a poll could not be created, ctx ended).
+func (s *Session) Send(ctx context.Context) error {
+	if len(s.principals) == 0 {
+		return errors.New("loadtest: call Setup before Send")
+	}
+	s.phase.Store("sending")
+	s.sendStart = time.Now()
+	defer func() { s.sendEnd = time.Now() }()
+	stopProgress := s.startProgress(ctx)
+	defer stopProgress()
 
-// voteBody is the body of POST /v1/votes.
-type voteBody struct {
-	EventID     string `json:"event_id"`
-	PollID      string `json:"poll_id"`
-	CandidateID string `json:"candidate_id"`
-}
-
-// maxAnswer bounds the answer body read.
-const maxAnswer = 64 << 10
-
-// post sends one vote to target and reads the answer whole, so the
-// connection can be used again.
-func (s *Session) post(ctx context.Context, target, token string, body []byte) answer {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
-	defer cancel()
-	start := time.Now()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target+"/v1/votes", bytes.NewReader(body))
+	var deadline time.Time
+	if s.cfg.Duration > 0 {
+		deadline = s.sendStart.Add(s.cfg.Duration)
+	}
+	// The first worker that cannot go on stops the others.
+	g, wctx := errgroup.WithContext(ctx)
+	for range s.cfg.Concurrency {
+		g.Go(func() error { return s.work(wctx, deadline) })
+	}
+	err := g.Wait()
+	s.log.LogAttrs(ctx, slog.LevelDebug, "sending done", slog.Int64("votes", s.sent.Load()),
+		slog.Int64("accepted", s.acceptedN.Load()), slog.Duration("took", time.Since(s.sendStart)))
 	if err != nil {
-		return answer{err: err}
+		return err
 	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := s.client.Do(req)
-	if err != nil {
-		return answer{err: err, latency: time.Since(start)}
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
-	a := answer{status: resp.StatusCode, latency: time.Since(start)}
-	if err != nil {
-		// The status came but the answer was cut off: as good as none.
-		return answer{err: err, latency: a.latency}
-	}
-	switch {
-	case a.status == http.StatusAccepted:
-		var acc struct {
-			EventID string `json:"event_id"`
-		}
-		if json.Unmarshal(raw, &acc) == nil {
-			a.eventID = acc.EventID
-		}
-	default:
-		var prob struct {
-			Type string `json:"type"`
-		}
-		if json.Unmarshal(raw, &prob) == nil && prob.Type != "" {
-			a.slug = prob.Type[strings.LastIndexByte(prob.Type, ':')+1:]
-		}
-		a.retryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
-	}
-	return a
+	return ctx.Err()
 }
 
-// parseRetryAfter reads a Retry-After header: seconds or an HTTP date.
-func parseRetryAfter(v string, now time.Time) time.Duration {
-	if v == "" {
-		return 0
+// work is one worker: it takes the next ticket, waits for its time on the
+// schedule, plans the vote and sends it, until the votes are sent, the
+// deadline has passed or ctx ends. An error means the load cannot go on.
+func (s *Session) work(ctx context.Context, deadline time.Time) error {
+	for ctx.Err() == nil {
+		i := s.tickets.Add(1) - 1
+		if s.cfg.Votes > 0 && i >= int64(s.cfg.Votes) {
+			return nil
+		}
+		if !s.waitTurn(ctx, i, deadline) {
+			return nil
+		}
+		tk, ok := s.truth.next(s.maxRounds())
+		if !ok {
+			return fmt.Errorf("loadtest: the principals answered all %d polls a loadtest may create: raise --principals", s.maxRounds())
+		}
+		if err := s.openRound(ctx, tk); err != nil {
+			return err
+		}
+		// Each vote goes to the next target; its retries to the ones after.
+		s.send(ctx, tk, int(i%int64(len(s.cfg.Targets))))
 	}
-	if n, err := strconv.Atoi(v); err == nil && n >= 0 {
-		return time.Duration(n) * time.Second
-	}
-	if t, err := http.ParseTime(v); err == nil {
-		return max(t.Sub(now), 0)
-	}
-	return 0
+	return nil
 }
 
-// retryable reports whether a vote is sent again after a: no answer, 429,
-// or a 5xx.
-func retryable(a answer) bool {
-	return a.status == 0 || a.status == http.StatusTooManyRequests || a.status >= 500
+// waitTurn waits until ticket i's time on the Config.Rate schedule, and
+// reports whether it may still be sent (ctx alive, deadline not passed).
+func (s *Session) waitTurn(ctx context.Context, i int64, deadline time.Time) bool {
+	if s.cfg.Rate > 0 {
+		at := s.sendStart.Add(time.Duration(float64(i) / s.cfg.Rate * float64(time.Second)))
+		if !sleep(ctx, time.Until(at)) {
+			return false
+		}
+	}
+	return deadline.IsZero() || time.Now().Before(deadline)
 }
+
+// openRound makes sure the poll of a first response exists before it is
+// sent, and starts creating the next poll as the round's first principal
+// votes. A poll that cannot be created ends the load: the vote is
+// recorded as unanswered.
+func (s *Session) openRound(ctx context.Context, tk task) error {
+	if tk.kind != kindFirst {
+		return nil
+	}
+	if err := s.ensureRound(ctx, int(tk.round)); err != nil {
+		s.truth.record(tk, answer{err: err}, false, time.Now())
+		return fmt.Errorf("loadtest: %w", err)
+	}
+	if int(tk.principal) == 0 {
+		s.prefetchRound(ctx, int(tk.round)+1)
+	}
+	return nil
+}
+
+// errNoFinalAnswer marks a request whose answer (none, 429, 5xx) sends
+// the vote again.
+var errNoFinalAnswer = errors.New("no final answer")
 
 // send sends one vote until it gets a final answer or MaxAttempts requests
 // were made. A request without an answer is sent again with the same key
-// after a jittered backoff; a 429 or 5xx after its Retry-After (or the
-// backoff when it has none). Each request goes to the next target.
+// after voteBackoff; each request goes to the next target.
 func (s *Session) send(ctx context.Context, tk task, turn int) {
 	p := s.principals[tk.principal]
 	body, _ := json.Marshal(voteBody{EventID: keyID(tk.key), PollID: s.pollID(int(tk.round)), CandidateID: candidateID(int(tk.candidate))})
-	ambiguous := false
-	var a answer
-	for attempt := 1; ; attempt++ {
+	var (
+		a         answer
+		ambiguous bool
+		attempt   int
+	)
+	// The error is ctx's or errNoFinalAnswer: either way a is the last answer.
+	_ = retry.Do(ctx, s.voteBackoff(&a), func(ctx context.Context) error {
+		attempt++
 		s.requests.Add(1)
 		a = s.post(ctx, s.cfg.Targets[(turn+attempt-1)%len(s.cfg.Targets)], p.token, body)
 		if !retryable(a) || attempt >= s.cfg.MaxAttempts || ctx.Err() != nil {
-			break
+			return nil
 		}
 		if !a.definite() {
 			ambiguous = true
 		}
 		s.truth.noteRetry(a)
-		wait := s.backoff(attempt)
-		if a.retryAfter > 0 {
-			wait = min(a.retryAfter, s.cfg.MaxRetryAfter)
-		}
 		if a.status == 0 && !errors.Is(a.err, context.Canceled) {
 			s.cfg.Logger.DebugContext(ctx, "vote got no answer; sending it again", "key", keyID(tk.key), "attempt", attempt, "error", a.err.Error())
 		}
-		if !sleep(ctx, wait) {
-			break
-		}
-	}
+		return retry.RetryableError(errNoFinalAnswer)
+	})
 	s.truth.record(tk, a, ambiguous, time.Now())
 	s.sent.Add(1)
 	if a.status == http.StatusAccepted {
@@ -133,14 +139,18 @@ func (s *Session) send(ctx context.Context, tk task, turn int) {
 	}
 }
 
-// backoff is the wait before the attempt+1-th request of a vote that got no
-// answer: doubling from BackoffMin up to BackoffMax, with full jitter.
-func (s *Session) backoff(attempt int) time.Duration {
-	d := s.cfg.BackoffMin << min(attempt-1, 20)
-	if d <= 0 || d > s.cfg.BackoffMax {
-		d = s.cfg.BackoffMax
-	}
-	return time.Duration(rand.Int64N(int64(d)) + 1)
+// voteBackoff is the wait before a vote is sent again after the answer
+// *last: its Retry-After, at most MaxRetryAfter, when it has one;
+// otherwise doubling from BackoffMin up to BackoffMax, with full jitter.
+func (s *Session) voteBackoff(last *answer) retry.Backoff {
+	jittered := retry.WithFullJitter(retry.WithCappedDuration(s.cfg.BackoffMax, retry.NewExponential(s.cfg.BackoffMin)))
+	return retry.BackoffFunc(func() (time.Duration, bool) {
+		d, _ := jittered.Next() // every request counts towards the doubling
+		if last.retryAfter > 0 {
+			return min(last.retryAfter, s.cfg.MaxRetryAfter), false
+		}
+		return d, false
+	})
 }
 
 // sleep waits d or until ctx is done, and reports whether it waited d.

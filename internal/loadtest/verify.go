@@ -40,17 +40,41 @@ func (s *Session) Verify(ctx context.Context) (Report, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	rounds := s.roundsCreated()
+	v := newVerification(len(t.keys))
+	// 1. Every ledger row of the polls must be one accepted (or uncertain)
+	// key, with its payload, once per key and once per principal and poll.
+	if err := s.checkRows(ctx, v, rounds); err != nil {
+		return Report{}, err
+	}
+	// 2. Every accepted key without a ledger row must be rejected, for the
+	// reason its kind expects; without a record it is lost.
+	if err := s.checkUnrecorded(ctx, v); err != nil {
+		return Report{}, err
+	}
+	// 3. The projection equals the ground truth, and rebuild equals the
+	// projection.
+	tallyDiffs, rebuildDiffs, err := s.checkTallies(ctx, v, rounds)
+	if err != nil {
+		return Report{}, err
+	}
+	return s.report(v, rounds, tallyDiffs, rebuildDiffs), nil
+}
+
+func newVerification(keys int) *verification {
+	v := &verification{rowCand: make([]int16, keys), ppRow: make([]int64, keys), rejected: map[string]int64{}}
+	for i := range keys {
+		v.rowCand[i], v.ppRow[i] = noRow, -1
+	}
+	return v
+}
+
+// checkRows reads the ledger rows of the session's polls and checks each
+// (checkRow).
+func (s *Session) checkRows(ctx context.Context, v *verification, rounds int) error {
 	byID := make(map[string]int32, len(s.principals))
 	for i, p := range s.principals {
 		byID[p.id] = int32(i)
 	}
-	v := &verification{rowCand: make([]int16, len(t.keys)), ppRow: make([]int64, len(t.keys)), rejected: map[string]int64{}}
-	for i := range t.keys {
-		v.rowCand[i], v.ppRow[i] = noRow, -1
-	}
-
-	// 1. Every ledger row of the polls must be one accepted (or uncertain)
-	// key, with its payload, once per key and once per principal and poll.
 	for r := range rounds {
 		poll := s.pollID(r)
 		err := s.store.Export(ctx, poll, func(row ledger.LedgerRow) error {
@@ -58,25 +82,21 @@ func (s *Session) Verify(ctx context.Context) (Report, error) {
 			return nil
 		})
 		if err != nil {
-			return Report{}, fmt.Errorf("loadtest verify: read the ledger of %s: %w", poll, err)
+			return fmt.Errorf("loadtest verify: read the ledger of %s: %w", poll, err)
 		}
 	}
+	return nil
+}
 
-	// 2. Every accepted key without a ledger row must be rejected, for the
-	// reason its kind expects; without a record it is lost.
-	if err := s.checkUnrecorded(ctx, v); err != nil {
-		return Report{}, err
-	}
-
-	// 3. The projection equals the ground truth, and rebuild equals the
-	// projection.
-	var tallyDiffs, rebuildDiffs []string
+// checkTallies compares, poll by poll, the projection with the ground
+// truth and rebuild with the projection, and returns the differences.
+func (s *Session) checkTallies(ctx context.Context, v *verification, rounds int) (tallyDiffs, rebuildDiffs []string, err error) {
 	expected := s.expectedTallies(v, rounds)
 	for r := range rounds {
 		poll := s.pollID(r)
 		res, err := s.store.Results(ctx, poll)
 		if err != nil {
-			return Report{}, fmt.Errorf("loadtest verify: read the results of %s: %w", poll, err)
+			return nil, nil, fmt.Errorf("loadtest verify: read the results of %s: %w", poll, err)
 		}
 		for _, cv := range res.Results {
 			want := int64(0)
@@ -89,13 +109,13 @@ func (s *Session) Verify(ctx context.Context) (Report, error) {
 		}
 		rep, err := s.store.Rebuild(ctx, poll)
 		if err != nil {
-			return Report{}, fmt.Errorf("loadtest verify: rebuild %s: %w", poll, err)
+			return nil, nil, fmt.Errorf("loadtest verify: rebuild %s: %w", poll, err)
 		}
 		for _, d := range rep.Diffs() {
 			rebuildDiffs = append(rebuildDiffs, fmt.Sprintf("%s %s: ledger %d, projection %d", d.PollID, d.CandidateID, d.Ledger, d.Projection))
 		}
 	}
-	return s.report(v, rounds, tallyDiffs, rebuildDiffs), nil
+	return tallyDiffs, rebuildDiffs, nil
 }
 
 // candidateIndex is the inverse of candidateID.
@@ -155,7 +175,8 @@ func (s *Session) checkRow(v *verification, r int32, byID map[string]int32, row 
 }
 
 // checkUnrecorded looks up, in the ledger, every key answered 202 (or
-// uncertain) that has no ledger row.
+// uncertain) that has no ledger row, and judges what it finds
+// (judgeUnrecorded).
 func (s *Session) checkUnrecorded(ctx context.Context, v *verification) error {
 	t := s.truth
 	var todo []uint32
@@ -165,64 +186,86 @@ func (s *Session) checkUnrecorded(ctx context.Context, v *verification) error {
 			todo = append(todo, uint32(i))
 		}
 	}
-	type result struct {
-		rec ledger.EventRecord
-		err error
+	found, err := s.lookUpEvents(ctx, todo)
+	if err != nil {
+		return err
 	}
-	results := make([]result, len(todo))
+	for j, i := range todo {
+		if err := s.judgeUnrecorded(v, i, found[j]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// lookup is what the ledger holds of one key.
+type lookup struct {
+	rec ledger.EventRecord
+	err error
+}
+
+// lookUpEvents reads the ledger's record of each key, eight at a time.
+func (s *Session) lookUpEvents(ctx context.Context, keys []uint32) ([]lookup, error) {
+	t := s.truth
+	found := make([]lookup, len(keys))
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	for range min(8, len(todo)) {
+	for range min(8, len(keys)) {
 		wg.Go(func() {
 			for {
 				j := int(next.Add(1) - 1)
-				if j >= len(todo) || ctx.Err() != nil {
+				if j >= len(keys) || ctx.Err() != nil {
 					return
 				}
-				k := t.keys[todo[j]]
-				rec, err := s.store.Event(ctx, s.principals[k.principal].id, keyID(todo[j]))
-				results[j] = result{rec, err}
+				k := t.keys[keys[j]]
+				rec, err := s.store.Event(ctx, s.principals[k.principal].id, keyID(keys[j]))
+				found[j] = lookup{rec, err}
 			}
 		})
 	}
 	wg.Wait()
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("loadtest verify: %w", err)
+		return nil, fmt.Errorf("loadtest verify: %w", err)
 	}
-	for j, i := range todo {
-		k := &t.keys[i]
-		res := results[j]
-		switch {
-		case errors.Is(res.err, ledger.ErrNotFound):
-			if k.status == keyAccepted {
-				v.lost++
-				v.anomalies.add("lost: answered 202, yet neither recorded nor rejected (I1)", "%s (%s) of principal %s in %s",
-					keyID(i), k.kind, s.principals[k.principal].id, s.pollID(int(k.round)))
-			}
-			continue
-		case res.err != nil:
-			return fmt.Errorf("loadtest verify: look up %s: %w", keyID(i), res.err)
-		case res.rec.Status != ledger.StatusRejected:
-			v.anomalies.add("recorded after the queue drained (the verification raced the projector)", "%s", keyID(i))
-			continue
+	return found, nil
+}
+
+// judgeUnrecorded judges key i, which has no ledger row, by what the
+// ledger holds of it: nothing (lost, when it was accepted), or a
+// rejection whose reason its kind must explain.
+func (s *Session) judgeUnrecorded(v *verification, i uint32, found lookup) error {
+	t := s.truth
+	k := &t.keys[i]
+	switch {
+	case errors.Is(found.err, ledger.ErrNotFound):
+		if k.status == keyAccepted {
+			v.lost++
+			v.anomalies.add("lost: answered 202, yet neither recorded nor rejected (I1)", "%s (%s) of principal %s in %s",
+				keyID(i), k.kind, s.principals[k.principal].id, s.pollID(int(k.round)))
 		}
-		reason := res.rec.Reason
-		v.rejected[string(reason)]++
-		winner := v.ppRow[k.first]
-		switch {
-		case reason == ledger.ReasonAlreadyResponded && winner >= 0 && winner != int64(i):
-			if k.kind == kindFirst && k.status == keyAccepted && t.keys[winner].status == keyAccepted {
-				v.reordered++
-				if !s.cfg.AllowReorder {
-					v.anomalies.add("reordered: the ledger counted a later response of a principal instead of the first accepted one",
-						"%s rejected already_responded, %s recorded", keyID(i), keyID(uint32(winner)))
-				}
+		return nil
+	case found.err != nil:
+		return fmt.Errorf("loadtest verify: look up %s: %w", keyID(i), found.err)
+	case found.rec.Status != ledger.StatusRejected:
+		v.anomalies.add("recorded after the queue drained (the verification raced the projector)", "%s", keyID(i))
+		return nil
+	}
+	reason := found.rec.Reason
+	v.rejected[string(reason)]++
+	winner := v.ppRow[k.first]
+	switch {
+	case reason == ledger.ReasonAlreadyResponded && winner >= 0 && winner != int64(i):
+		if k.kind == kindFirst && k.status == keyAccepted && t.keys[winner].status == keyAccepted {
+			v.reordered++
+			if !s.cfg.AllowReorder {
+				v.anomalies.add("reordered: the ledger counted a later response of a principal instead of the first accepted one",
+					"%s rejected already_responded, %s recorded", keyID(i), keyID(uint32(winner)))
 			}
-		case k.status == keyUncertain:
-			// Its fate was never known; any record of it is fine.
-		default:
-			v.anomalies.add("rejected for a reason the vote does not explain", "%s (%s) rejected %s", keyID(i), k.kind, reason)
 		}
+	case k.status == keyUncertain:
+		// Its fate was never known; any record of it is fine.
+	default:
+		v.anomalies.add("rejected for a reason the vote does not explain", "%s (%s) rejected %s", keyID(i), k.kind, reason)
 	}
 	return nil
 }
