@@ -175,7 +175,7 @@ func run(t *testing.T, c *cluster, scenario string, sendFor time.Duration, injec
 // runWith is run for a scenario that writes poison entries: deadLetters
 // returns, once sending is over, the stream ids that must end
 // dead-lettered (and no other).
-func runWith(t *testing.T, c *cluster, scenario string, sendFor time.Duration, inject injector, deadLetters func() map[string]string) {
+func runWith(t *testing.T, c *cluster, scenario string, sendFor time.Duration, inject injector, deadLetters func() map[string]projector.Reason) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), sendFor+5*time.Minute)
 	defer cancel()
@@ -304,7 +304,7 @@ func runWith(t *testing.T, c *cluster, scenario string, sendFor time.Duration, i
 	} else if st.Total.Backlog != 0 || st.Total.Pending != 0 {
 		fail("after the drain the queue holds backlog %d, pending %d; want 0 and 0", st.Total.Backlog, st.Total.Pending)
 	}
-	var want map[string]string // stream id -> the reason it must be dead-lettered for
+	var want map[string]projector.Reason // stream id -> the reason it must be dead-lettered for
 	if deadLetters != nil {
 		want = deadLetters()
 	}
@@ -581,7 +581,7 @@ func TestPoisonEntries(t *testing.T) {
 	count := prof.poison
 	window := time.Duration(count) * 300 * time.Millisecond
 	var mu sync.Mutex
-	want := map[string]string{}
+	want := map[string]projector.Reason{}
 	runWith(t, c, "poison", window+4*time.Second, func(ctx context.Context, ending func()) (int, string, error) {
 		n := 0
 		for n < count {
@@ -610,7 +610,7 @@ func TestPoisonEntries(t *testing.T) {
 			n++
 		}
 		return n, "poison entries", nil
-	}, func() map[string]string {
+	}, func() map[string]projector.Reason {
 		mu.Lock()
 		defer mu.Unlock()
 		return maps.Clone(want)
