@@ -3,14 +3,12 @@ package main
 import (
 	"context"
 	"crypto/rand"
-	"errors"
 	"fmt"
+	"net/url"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -77,20 +75,19 @@ func (e *env) close(ctx context.Context) {
 	os.RemoveAll(e.tmp)
 }
 
-// dbURL is adminURL with its database replaced by name.
+// dbURL is adminURL with its database replaced by name, and
+// sslmode=disable when adminURL has no query; for a keyword/value string
+// ("host=... user=..."), adminURL with dbname=name added.
 func (e *env) dbURL(name string) string {
-	u := e.adminURL
-	q := ""
-	if i := strings.IndexByte(u, '?'); i >= 0 {
-		u, q = u[:i], u[i:]
+	u, err := url.Parse(e.adminURL)
+	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+		return e.adminURL + " dbname=" + name
 	}
-	if i := strings.LastIndexByte(u, '/'); i > len("postgres://") {
-		u = u[:i]
+	u.Path, u.RawPath = "/"+name, ""
+	if u.RawQuery == "" {
+		u.RawQuery = "sslmode=disable"
 	}
-	if q == "" {
-		q = "?sslmode=disable"
-	}
-	return u + "/" + name + q
+	return u.String()
 }
 
 func (e *env) dropDB(ctx context.Context, name string) error {
@@ -194,148 +191,4 @@ func syntheticEvent(i, polls int, now time.Time) ledger.Event {
 		CandidateID:   benchChoices[(i/polls)%len(benchChoices)],
 		ReceivedAt:    now,
 	}
-}
-
-// proc is a child process whose peak memory is followed.
-type proc struct {
-	cmd    *exec.Cmd
-	exited chan error
-	args   []string
-}
-
-func start(ctx context.Context, logTo *os.File, args ...string) (*proc, error) {
-	cmd := exec.Command(args[0], args[1:]...)
-	cmd.Stdout, cmd.Stderr = logTo, logTo
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	p := &proc{cmd: cmd, exited: make(chan error, 1), args: args}
-	go func() { p.exited <- cmd.Wait() }()
-	return p, nil
-}
-
-// hwmMB is the process's peak resident set size so far (VmHWM), in MB (10^6 bytes).
-func (p *proc) hwmMB() float64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			n, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 64)
-			return n * 1024 / 1e6
-		}
-	}
-	return 0
-}
-
-// stop sends SIGTERM and waits; SIGKILL after 30s.
-func (p *proc) stop() error {
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-p.exited:
-		return err
-	case <-time.After(30 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.exited
-		return errors.New(p.args[0] + " did not stop within 30s of SIGTERM")
-	}
-}
-
-// waitHealthy waits until the server p runs answers on addr.
-func waitHealthy(ctx context.Context, p *proc, addr string) error {
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
-		select {
-		case err := <-p.exited:
-			return fmt.Errorf("%s exited: %v", p.args[0], err)
-		default:
-		}
-		if err := httpGet(ctx, "http://"+addr+"/healthz"); err == nil {
-			return nil
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return fmt.Errorf("%s did not answer on %s within 15s", strings.Join(p.args[:2], " "), addr)
-}
-
-// loadAvg is the one-minute load average.
-func loadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	return strings.Fields(string(b))[0]
-}
-
-// versions names the servers.
-func (e *env) versions(ctx context.Context) string {
-	pg, rd := "PostgreSQL ?", "Redis ?"
-	if conn, err := pgx.Connect(ctx, e.adminURL); err == nil {
-		var v string
-		if conn.QueryRow(ctx, `SHOW server_version`).Scan(&v) == nil {
-			pg = "PostgreSQL " + strings.Fields(v)[0]
-		}
-		conn.Close(ctx)
-	}
-	if info, err := e.rdb.Info(ctx, "server").Result(); err == nil {
-		for _, line := range strings.Split(info, "\n") {
-			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
-				rd = "Redis " + v
-			}
-		}
-	}
-	return pg + ", " + rd
-}
-
-// cpuSeconds is the user and system CPU time pid has used, in seconds.
-func cpuSeconds(pid int) float64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 13 {
-		return 0
-	}
-	ut, _ := strconv.ParseFloat(f[11], 64)
-	st, _ := strconv.ParseFloat(f[12], 64)
-	return (ut + st) / 100 // USER_HZ
-}
-
-// backendCPU is the CPU time the PostgreSQL backends connected to
-// database db have used, in seconds (0 when the server is not local). It
-// asks over a connection of its own, to another database.
-func (e *env) backendCPU(ctx context.Context, db string) float64 {
-	conn, err := pgx.Connect(ctx, e.adminURL)
-	if err != nil {
-		return 0
-	}
-	defer conn.Close(ctx)
-	rows, err := conn.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE datname = $1`, db)
-	if err != nil {
-		return 0
-	}
-	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
-	if err != nil {
-		return 0
-	}
-	var sum float64
-	for _, pid := range pids {
-		sum += cpuSeconds(int(pid))
-	}
-	return sum
-}
-
-// loadAvg3 is the 1, 5 and 15-minute load averages.
-func loadAvg3() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	return strings.Join(strings.Fields(string(b))[:3], " ")
 }

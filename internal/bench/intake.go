@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"regexp"
@@ -14,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"tally/ledger"
 )
@@ -94,14 +95,7 @@ func (e *env) intakeVsBare(ctx context.Context, rounds int, d time.Duration) (in
 		return
 	}
 	defer pool.Close()
-	if err = createPolls(ctx, pool, 1); err != nil {
-		return
-	}
-	store, err := ledger.New(pool, ledger.Config{})
-	if err != nil {
-		return
-	}
-	_, token, err := store.AddPrincipal(ctx, "bench")
+	token, err := benchPrincipal(ctx, pool)
 	if err != nil {
 		return
 	}
@@ -125,41 +119,58 @@ func (e *env) intakeVsBare(ctx context.Context, rounds int, d time.Duration) (in
 	if err = waitHealthy(ctx, bp, bareAddr); err != nil {
 		return
 	}
-	var intakes, bares []wrkResult
+	targets := []wrkTarget{{"intake", intakeAddr, ip}, {"bare", bareAddr, bp}}
+	var runs [2][]wrkResult
 	for round := range rounds {
-		for _, target := range []string{"intake", "bare"} {
-			addr := intakeAddr
-			if target == "bare" {
-				addr = bareAddr
-			}
-			server := ip
-			if target == "bare" {
-				server = bp
-			}
-			cpu0, redis0 := cpuSeconds(server.cmd.Process.Pid), e.redisCPU(ctx)
+		for i, tg := range targets {
 			var r wrkResult
-			r, err = e.runWrk(ctx, addr, token, pollID(0), fmt.Sprintf("%s-%d-%s", e.run, round, target), 2, 64, d)
+			r, err = e.wrkRound(ctx, tg, token, fmt.Sprintf("%s-%d-%s", e.run, round, tg.name), d)
 			if err != nil {
 				return
 			}
-			if r.total > 0 {
-				r.serverCPU = 1e6 * (cpuSeconds(server.cmd.Process.Pid) - cpu0) / float64(r.total)
-				r.redisCPU = 1e6 * (e.redisCPU(ctx) - redis0) / float64(r.total)
-			}
-			if r.non202 > 0 {
-				err = fmt.Errorf("%s answered %d requests with another status than 202", target, r.non202)
-				return
-			}
-			if target == "bare" {
-				bares = append(bares, r)
-			} else {
-				intakes = append(intakes, r)
-			}
+			runs[i] = append(runs[i], r)
 		}
 	}
-	intake, bare = medianRound(intakes), medianRound(bares)
-	intakeHWM = ip.hwmMB()
-	return
+	return medianRound(runs[0]), medianRound(runs[1]), ip.hwmMB(), nil
+}
+
+// benchPrincipal creates the one poll and the one principal wrk votes
+// as, and returns the principal's token.
+func benchPrincipal(ctx context.Context, pool *pgxpool.Pool) (string, error) {
+	if err := createPolls(ctx, pool, 1); err != nil {
+		return "", err
+	}
+	store, err := ledger.New(pool, ledger.Config{})
+	if err != nil {
+		return "", err
+	}
+	_, token, err := store.AddPrincipal(ctx, "bench")
+	return token, err
+}
+
+// wrkTarget is one server wrk runs against.
+type wrkTarget struct {
+	name   string // "intake" or "bare"
+	addr   string
+	server *proc
+}
+
+// wrkRound runs wrk against tg for d, and adds the CPU time per request
+// the server and Redis used. A request answered other than 202 fails it.
+func (e *env) wrkRound(ctx context.Context, tg wrkTarget, token, runID string, d time.Duration) (wrkResult, error) {
+	cpu0, redis0 := cpuSeconds(tg.server.cmd.Process.Pid), e.redisCPU(ctx)
+	r, err := e.runWrk(ctx, tg.addr, token, pollID(0), runID, 2, 64, d)
+	if err != nil {
+		return r, err
+	}
+	if r.total > 0 {
+		r.serverCPU = 1e6 * (cpuSeconds(tg.server.cmd.Process.Pid) - cpu0) / float64(r.total)
+		r.redisCPU = 1e6 * (e.redisCPU(ctx) - redis0) / float64(r.total)
+	}
+	if r.non202 > 0 {
+		return r, fmt.Errorf("%s answered %d requests with another status than 202", tg.name, r.non202)
+	}
+	return r, nil
 }
 
 // medianRound is the round with the median request rate (the lower
@@ -235,36 +246,4 @@ func (e *env) endToEnd(ctx context.Context, d time.Duration, concurrency int) (e
 	res.recorded, res.attempted = rep.Recorded, rep.Attempted
 	res.intakeHWM, res.projHWM = ip.hwmMB(), pp.hwmMB()
 	return res, nil
-}
-
-func httpGet(ctx context.Context, url string) error {
-	ctx, cancel := context.WithTimeout(ctx, time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	resp.Body.Close()
-	return nil
-}
-
-// redisCPU is the CPU time the Redis server has used, in seconds.
-func (e *env) redisCPU(ctx context.Context) float64 {
-	info, err := e.rdb.Info(ctx, "cpu").Result()
-	if err != nil {
-		return 0
-	}
-	var sum float64
-	for _, line := range strings.Split(info, "\n") {
-		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if ok && (k == "used_cpu_sys" || k == "used_cpu_user") {
-			f, _ := strconv.ParseFloat(v, 64)
-			sum += f
-		}
-	}
-	return sum
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"tally/ledger"
 )
@@ -92,31 +93,11 @@ func (e *env) rebuildVsCount(ctx context.Context, n, rounds int) (rebuildResult,
 	}
 	defer pool.Close()
 	const polls = 10
-	if err := createPolls(ctx, pool, polls); err != nil {
+	if err := prepareLedger(ctx, pool, polls); err != nil {
 		return res, err
-	}
-	// A recount reads the whole table and uses neither unique index;
-	// without them the table loads several times faster.
-	if _, err := pool.Exec(ctx, `ALTER TABLE poll_events DROP CONSTRAINT poll_events_principal_key_uniq,
-		DROP CONSTRAINT poll_events_poll_principal_uniq`); err != nil {
-		return res, err
-	}
-	conns := func(ctx context.Context) (*pgx.Conn, func(), error) {
-		c, err := pool.Acquire(ctx)
-		if err != nil {
-			return nil, nil, err
-		}
-		return c.Conn(), c.Release, nil
 	}
 	start := time.Now()
-	if _, err := copyRows(ctx, conns, n, 250_000, 2, polls); err != nil {
-		return res, err
-	}
-	if _, err := pool.Exec(ctx, `INSERT INTO poll_results AS r (poll_id, candidate_id, vote_count) `+plainCountSQL+`
-		ON CONFLICT (poll_id, candidate_id) DO UPDATE SET vote_count = EXCLUDED.vote_count`); err != nil {
-		return res, err
-	}
-	if _, err := pool.Exec(ctx, `VACUUM (ANALYZE) poll_events`); err != nil {
+	if err := fillLedger(ctx, pool, n, polls); err != nil {
 		return res, err
 	}
 	res.build = time.Since(start)
@@ -124,40 +105,12 @@ func (e *env) rebuildVsCount(ctx context.Context, n, rounds int) (rebuildResult,
 	if err != nil {
 		return res, err
 	}
-	runRebuild := func() (time.Duration, error) {
-		t := time.Now()
-		rep, err := store.Rebuild(ctx, "")
-		if err != nil {
-			return 0, err
-		}
-		if rep.Differing != 0 || rep.LedgerEvents != int64(n) {
-			return 0, fmt.Errorf("rebuild: %d events, %d differing tallies; want %d and 0", rep.LedgerEvents, rep.Differing, n)
-		}
-		return time.Since(t), nil
-	}
-	runPlain := func() (time.Duration, error) {
-		t := time.Now()
-		rows, err := pool.Query(ctx, plainCountSQL)
-		if err != nil {
-			return 0, err
-		}
-		var sum int64
-		var p, c string
-		var k int64
-		if _, err := pgx.ForEachRow(rows, []any{&p, &c, &k}, func() error { sum += k; return nil }); err != nil {
-			return 0, err
-		}
-		if sum != int64(n) {
-			return 0, fmt.Errorf("plain count: %d events, want %d", sum, n)
-		}
-		return time.Since(t), nil
-	}
 	for i := 0; i <= rounds; i++ {
-		r, err := runRebuild()
+		r, err := timeRebuild(ctx, store, n)
 		if err != nil {
 			return res, err
 		}
-		p, err := runPlain()
+		p, err := timePlainCount(ctx, pool, n)
 		if err != nil {
 			return res, err
 		}
@@ -168,6 +121,72 @@ func (e *env) rebuildVsCount(ctx context.Context, n, rounds int) (rebuildResult,
 	}
 	res.rebuild, res.plain = median(res.rebuilds), median(res.plains)
 	return res, nil
+}
+
+// prepareLedger creates the polls of a fresh ledger and drops its unique
+// constraints: a recount reads the whole table and uses neither unique
+// index, and without them the table loads several times faster.
+func prepareLedger(ctx context.Context, pool *pgxpool.Pool, polls int) error {
+	if err := createPolls(ctx, pool, polls); err != nil {
+		return err
+	}
+	_, err := pool.Exec(ctx, `ALTER TABLE poll_events DROP CONSTRAINT poll_events_principal_key_uniq,
+		DROP CONSTRAINT poll_events_poll_principal_uniq`)
+	return err
+}
+
+// fillLedger writes n events over the polls by COPY from two writers, and
+// the projection from a recount.
+func fillLedger(ctx context.Context, pool *pgxpool.Pool, n, polls int) error {
+	conns := func(ctx context.Context) (*pgx.Conn, func(), error) {
+		c, err := pool.Acquire(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		return c.Conn(), c.Release, nil
+	}
+	if _, err := copyRows(ctx, conns, n, 250_000, 2, polls); err != nil {
+		return err
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO poll_results AS r (poll_id, candidate_id, vote_count) `+plainCountSQL+`
+		ON CONFLICT (poll_id, candidate_id) DO UPDATE SET vote_count = EXCLUDED.vote_count`); err != nil {
+		return err
+	}
+	_, err := pool.Exec(ctx, `VACUUM (ANALYZE) poll_events`)
+	return err
+}
+
+// timeRebuild times one Store.Rebuild of the whole ledger, which must
+// find n events and no differing tally.
+func timeRebuild(ctx context.Context, store *ledger.Store, n int) (time.Duration, error) {
+	t := time.Now()
+	rep, err := store.Rebuild(ctx, "")
+	if err != nil {
+		return 0, err
+	}
+	if rep.Differing != 0 || rep.LedgerEvents != int64(n) {
+		return 0, fmt.Errorf("rebuild: %d events, %d differing tallies; want %d and 0", rep.LedgerEvents, rep.Differing, n)
+	}
+	return time.Since(t), nil
+}
+
+// timePlainCount times one plainCountSQL, whose counts must add up to n.
+func timePlainCount(ctx context.Context, pool *pgxpool.Pool, n int) (time.Duration, error) {
+	t := time.Now()
+	rows, err := pool.Query(ctx, plainCountSQL)
+	if err != nil {
+		return 0, err
+	}
+	var sum int64
+	var p, c string
+	var k int64
+	if _, err := pgx.ForEachRow(rows, []any{&p, &c, &k}, func() error { sum += k; return nil }); err != nil {
+		return 0, err
+	}
+	if sum != int64(n) {
+		return 0, fmt.Errorf("plain count: %d events, want %d", sum, n)
+	}
+	return time.Since(t), nil
 }
 
 func median(ds []time.Duration) time.Duration {

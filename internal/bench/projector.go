@@ -3,11 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"time"
 
 	"tally/vote"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
 	"tally/ledger"
@@ -82,36 +82,9 @@ func (e *env) drainProjector(ctx context.Context, what string, n int, limit time
 	if err != nil {
 		return res, err
 	}
-	var first time.Time
-	var left int64
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			_ = p.stop()
-			return res, ctx.Err()
-		case err := <-p.exited:
-			return res, fmt.Errorf("the projector exited early: %v", err)
-		case <-tick.C:
-		}
-		left, err = e.rdb.XLen(ctx, keys.Stream(0)).Result()
-		if err != nil {
-			_ = p.stop()
-			return res, err
-		}
-		if first.IsZero() && left < int64(n) {
-			first = time.Now()
-		}
-		if !first.IsZero() && time.Since(first) > limit {
-			break
-		}
-		if left > 0 {
-			continue
-		}
-		if pend, err := e.rdb.XPending(ctx, keys.Stream(0), stream.Group).Result(); err == nil && pend.Count == 0 {
-			break
-		}
+	first, err := e.waitDrained(ctx, p, keys, n, limit)
+	if err != nil {
+		return res, err
 	}
 	res.drain = time.Since(first)
 	res.hwmMB = p.hwmMB()
@@ -120,12 +93,8 @@ func (e *env) drainProjector(ctx context.Context, what string, n int, limit time
 	if err := p.stop(); err != nil {
 		return res, fmt.Errorf("projector: %w", err)
 	}
-	left, err = e.rdb.XLen(ctx, keys.Stream(0)).Result()
+	left, err := e.rdb.XLen(ctx, keys.Stream(0)).Result()
 	if err != nil {
-		return res, err
-	}
-	var rows int64
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM poll_events`).Scan(&rows); err != nil {
 		return res, err
 	}
 	res.events = n - int(left)
@@ -133,24 +102,72 @@ func (e *env) drainProjector(ctx context.Context, what string, n int, limit time
 		res.projCPU, res.pgCPU = 1e6*projCPU/float64(res.events), 1e6*pgCPU/float64(res.events)
 		res.redisCPU = 1e6 * redisCPU / float64(res.events)
 	}
-	if rows < int64(res.events) {
-		return res, fmt.Errorf("the ledger holds %d events, but %d entries were acknowledged", rows, res.events)
+	return res, e.checkDrained(ctx, pool, keys, res.events)
+}
+
+// waitDrained polls, every 10ms, until the projector p has emptied the
+// stream of its n events and holds none pending, or limit has passed
+// since it applied the first; it returns when it applied the first. It
+// stops p when it fails.
+func (e *env) waitDrained(ctx context.Context, p *proc, keys stream.Keys, n int, limit time.Duration) (time.Time, error) {
+	var first time.Time
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			_ = p.stop()
+			return first, ctx.Err()
+		case <-p.done:
+			return first, fmt.Errorf("the projector exited early: %v", p.err)
+		case <-tick.C:
+		}
+		left, err := e.rdb.XLen(ctx, keys.Stream(0)).Result()
+		if err != nil {
+			_ = p.stop()
+			return first, err
+		}
+		if first.IsZero() && left < int64(n) {
+			first = time.Now()
+		}
+		if !first.IsZero() && time.Since(first) > limit {
+			return first, nil
+		}
+		if left > 0 {
+			continue
+		}
+		if pend, err := e.rdb.XPending(ctx, keys.Stream(0), stream.Group).Result(); err == nil && pend.Count == 0 {
+			return first, nil
+		}
+	}
+}
+
+// checkDrained checks the ledger after a drain: at least the events
+// acknowledged are in it, rebuild finds every tally right, and nothing was
+// dead-lettered.
+func (e *env) checkDrained(ctx context.Context, pool *pgxpool.Pool, keys stream.Keys, acked int) error {
+	var rows int64
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM poll_events`).Scan(&rows); err != nil {
+		return err
+	}
+	if rows < int64(acked) {
+		return fmt.Errorf("the ledger holds %d events, but %d entries were acknowledged", rows, acked)
 	}
 	store, err := ledger.New(pool, ledger.Config{})
 	if err != nil {
-		return res, err
+		return err
 	}
 	rep, err := store.Rebuild(ctx, "")
 	if err != nil {
-		return res, err
+		return err
 	}
 	if rep.Differing != 0 {
-		return res, fmt.Errorf("rebuild finds %d tallies that differ from the ledger", rep.Differing)
+		return fmt.Errorf("rebuild finds %d tallies that differ from the ledger", rep.Differing)
 	}
 	if dl, _ := e.rdb.XLen(ctx, keys.DeadLetter(0)).Result(); dl != 0 {
-		return res, fmt.Errorf("%d entries were dead-lettered", dl)
+		return fmt.Errorf("%d entries were dead-lettered", dl)
 	}
-	return res, nil
+	return nil
 }
 
 func joinArgs(args []string) string {
@@ -166,5 +183,3 @@ func joinArgs(args []string) string {
 	}
 	return s
 }
-
-func itoa(n int) string { return strconv.Itoa(n) }

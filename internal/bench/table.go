@@ -3,7 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
-	"os/exec"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -157,14 +157,6 @@ func (t *table) markdown() string {
 	return b.String()
 }
 
-func goVersion() string {
-	out, err := exec.Command("go", "env", "GOVERSION").Output()
-	if err != nil {
-		return "go ?"
-	}
-	return strings.TrimSpace(string(out))
-}
-
 const beginMarker, endMarker = "<!-- bench:begin -->", "<!-- bench:end -->"
 
 // writeBetweenMarkers replaces what lies between the bench markers of
@@ -187,3 +179,25 @@ func writeBetweenMarkers(path, md string) error {
 	}
 	return os.WriteFile(path, []byte(s), 0o644)
 }
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d.Microseconds())/1000) }
+
+func secs(ds []time.Duration) string {
+	var s []string
+	for _, d := range ds {
+		s = append(s, fmt.Sprintf("%.2f", d.Seconds()))
+	}
+	return strings.Join(s, ", ") + " s"
+}
+
+func count(n int) string {
+	switch {
+	case n >= 1_000_000 && n%1_000_000 == 0:
+		return fmt.Sprintf("%dM", n/1_000_000)
+	case n >= 1000 && n%1000 == 0:
+		return fmt.Sprintf("%dk", n/1000)
+	}
+	return itoa(n)
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }

@@ -1,0 +1,133 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+func machine() string {
+	return fmt.Sprintf("%d CPUs, %s, %s/%s", runtime.NumCPU(), memTotal(), runtime.GOOS, runtime.GOARCH)
+}
+
+func memTotal() string {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return "? memory"
+	}
+	var kb float64
+	fmt.Sscanf(strings.TrimPrefix(strings.SplitN(string(b), "\n", 2)[0], "MemTotal:"), "%f", &kb)
+	return fmt.Sprintf("%.0f GiB", kb/1024/1024)
+}
+
+func goVersion() string {
+	out, err := exec.Command("go", "env", "GOVERSION").Output()
+	if err != nil {
+		return "go ?"
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// loadAvg is the one-minute load average.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	return strings.Fields(string(b))[0]
+}
+
+// versions names the servers.
+func (e *env) versions(ctx context.Context) string {
+	pg, rd := "PostgreSQL ?", "Redis ?"
+	if conn, err := pgx.Connect(ctx, e.adminURL); err == nil {
+		var v string
+		if conn.QueryRow(ctx, `SHOW server_version`).Scan(&v) == nil {
+			pg = "PostgreSQL " + strings.Fields(v)[0]
+		}
+		conn.Close(ctx)
+	}
+	if info, err := e.rdb.Info(ctx, "server").Result(); err == nil {
+		for _, line := range strings.Split(info, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
+				rd = "Redis " + v
+			}
+		}
+	}
+	return pg + ", " + rd
+}
+
+// cpuSeconds is the user and system CPU time pid has used, in seconds.
+func cpuSeconds(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (ut + st) / 100 // USER_HZ
+}
+
+// backendCPU is the CPU time the PostgreSQL backends connected to
+// database db have used, in seconds (0 when the server is not local). It
+// asks over a connection of its own, to another database.
+func (e *env) backendCPU(ctx context.Context, db string) float64 {
+	conn, err := pgx.Connect(ctx, e.adminURL)
+	if err != nil {
+		return 0
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE datname = $1`, db)
+	if err != nil {
+		return 0
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		return 0
+	}
+	var sum float64
+	for _, pid := range pids {
+		sum += cpuSeconds(int(pid))
+	}
+	return sum
+}
+
+// loadAvg3 is the 1, 5 and 15-minute load averages.
+func loadAvg3() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	return strings.Join(strings.Fields(string(b))[:3], " ")
+}
+
+// redisCPU is the CPU time the Redis server has used, in seconds.
+func (e *env) redisCPU(ctx context.Context) float64 {
+	info, err := e.rdb.Info(ctx, "cpu").Result()
+	if err != nil {
+		return 0
+	}
+	var sum float64
+	for _, line := range strings.Split(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (k == "used_cpu_sys" || k == "used_cpu_user") {
+			f, _ := strconv.ParseFloat(v, 64)
+			sum += f
+		}
+	}
+	return sum
+}

@@ -1,0 +1,161 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// measurement is one name -only accepts; run measures and adds its rows
+// to the table.
+type measurement struct {
+	name string
+	run  func(context.Context, *env, sizes, *table) error
+}
+
+// measurements are every measurement of a run, in the order they run and
+// their rows print.
+var measurements = []measurement{
+	{"projector", measureProjector},
+	{"naive", measureNaive},
+	{"batch1", measureBatch1},
+	{"copy", measureCopy},
+	{"intake", measureIntake},
+	{"e2e", measureEndToEnd},
+	{"import", measureImport},
+	{"rebuild", measureRebuild},
+}
+
+// measureProjector: P and MB with the shipped settings, P1 with one worker.
+func measureProjector(ctx context.Context, e *env, sz sizes, t *table) error {
+	load := loadAvg()
+	r, err := e.drainProjector(ctx, "proj", sz.projector, sz.projectorLimit)
+	if err != nil {
+		return err
+	}
+	if r.events < sz.projector {
+		return fmt.Errorf("the projector applied %d of %d events within %s", r.events, sz.projector, sz.projectorLimit)
+	}
+	t.add(fig{id: "P", what: fmt.Sprintf("projector: %s preloaded events drained, batch 1000, 2 workers (shipped settings)", count(sz.projector)),
+		value: r.rate(), unit: "events/s", load: load, command: r.command, extra: r.cpu()})
+	t.add(fig{id: "MB", what: fmt.Sprintf("memory: projector peak RSS draining a %s-entry backlog", count(sz.projector)),
+		value: r.hwmMB, unit: "MB", load: load, command: "VmHWM of the process in P"})
+	load = loadAvg()
+	r1, err := e.drainProjector(ctx, "proj1", sz.projector, sz.projectorLimit, "--workers", "1")
+	if err != nil {
+		return err
+	}
+	if r1.events < sz.projector {
+		return fmt.Errorf("the projector with one worker applied %d of %d events within %s", r1.events, sz.projector, sz.projectorLimit)
+	}
+	t.add(fig{id: "P1", what: "projector as P with one worker (one transaction in flight)",
+		value: r1.rate(), unit: "events/s", load: load, command: r1.command, extra: r1.cpu()})
+	return nil
+}
+
+// measureNaive: A, the per-vote UPDATE a user without a ledger would run.
+func measureNaive(ctx context.Context, e *env, sz sizes, t *table) error {
+	load := loadAvg()
+	v, err := e.naive(ctx, 8, sz.naiveMax, sz.naiveFor)
+	if err != nil {
+		return err
+	}
+	t.add(fig{id: "A", what: "(a) naive per-vote `UPDATE poll_results SET vote_count = vote_count + 1`, 8 clients",
+		value: v, unit: "votes/s", load: load,
+		command: fmt.Sprintf("bench -only naive  (8 connections, autocommit, at most %s votes or %s)", count(sz.naiveMax), sz.naiveFor)})
+	return nil
+}
+
+// measureBatch1: B, the projector applying one event per transaction.
+func measureBatch1(ctx context.Context, e *env, sz sizes, t *table) error {
+	load := loadAvg()
+	r, err := e.drainProjector(ctx, "b1", sz.batch1, sz.batch1Limit, "--batch-size", "1")
+	if err != nil {
+		return err
+	}
+	t.add(fig{id: "B", what: fmt.Sprintf("(b) projector at batch 1, one event per transaction (%s events applied from a %s-event stream, at most %s)",
+		count(r.events), count(sz.batch1), sz.batch1Limit),
+		value: r.rate(), unit: "events/s", load: load, command: r.command, extra: r.cpu()})
+	return nil
+}
+
+// measureCopy: C1 and C2, the COPY ceiling with one and two writers.
+func measureCopy(ctx context.Context, e *env, sz sizes, t *table) error {
+	for _, w := range []int{1, 2} {
+		load := loadAvg()
+		v, cpu, err := e.copyCeiling(ctx, sz.copyRows, 10_000, w)
+		if err != nil {
+			return err
+		}
+		t.add(fig{id: fmt.Sprintf("C%d", w), what: fmt.Sprintf("(c) raw COPY into poll_events with its indexes, %d writer(s), %s rows in COPYs of 10k", w, count(sz.copyRows)),
+			value: v, unit: "rows/s", load: load, extra: fmt.Sprintf("CPU per row: PostgreSQL %.1f µs", cpu),
+			command: "bench -only copy  (pgx CopyFrom, same ids as P, each COPY its own transaction)"})
+	}
+	return nil
+}
+
+// measureIntake: I, IB and MI, intake and the bare handler under wrk.
+func measureIntake(ctx context.Context, e *env, sz sizes, t *table) error {
+	if e.wrk == "" {
+		t.skip("intake", "wrk is not installed: install it (apt-get install -y wrk) and run again")
+		return nil
+	}
+	load := loadAvg()
+	in, bare, hwm, err := e.intakeVsBare(ctx, sz.wrkRounds, sz.wrkFor)
+	if err != nil {
+		return err
+	}
+	note := fmt.Sprintf("median of %d alternating rounds", sz.wrkRounds)
+	t.add(fig{id: "I", what: "intake: POST /v1/votes under wrk (" + note + ")", value: in.reqs, unit: "req/s",
+		extra: fmt.Sprintf("p50 %s, p99 %s; CPU per request: intake %.1f µs, Redis %.1f µs", ms(in.p50), ms(in.p99), in.serverCPU, in.redisCPU), load: load,
+		command: in.command + "  (tally intake " + strings.Join(intakeFlags, " ") + ")"})
+	t.add(fig{id: "IB", what: "bare net/http handler answering 202 to the same body (" + note + ")", value: bare.reqs, unit: "req/s",
+		extra: fmt.Sprintf("p50 %s, p99 %s; CPU per request: server %.1f µs", ms(bare.p50), ms(bare.p99), bare.serverCPU), load: load,
+		command: bare.command + "  (go run ./intake/internal/bareserver)"})
+	t.add(fig{id: "MI", what: "memory: intake peak RSS under wrk load", value: hwm, unit: "MB", load: load, command: "VmHWM of the process in I"})
+	return nil
+}
+
+// measureEndToEnd: E, MP and MIE, tally loadtest through intake and the
+// projector.
+func measureEndToEnd(ctx context.Context, e *env, sz sizes, t *table) error {
+	load := loadAvg()
+	r, err := e.endToEnd(ctx, sz.e2eFor, 32)
+	if err != nil {
+		return err
+	}
+	t.add(fig{id: "E", what: fmt.Sprintf("end to end: votes accepted by intake and recorded by the projector, sustained for %s", sz.e2eFor),
+		value: r.rate, unit: "votes/s", extra: fmt.Sprintf("accept-to-recorded p50 %.0f ms, p99 %.0f ms", r.p50, r.p99),
+		load: load, command: r.command})
+	t.add(fig{id: "MP", what: "memory: projector peak RSS under load (E)", value: r.projHWM, unit: "MB", load: load, command: "VmHWM of the projector in E"})
+	t.add(fig{id: "MIE", what: "memory: intake peak RSS under load (E)", value: r.intakeHWM, unit: "MB", load: load, command: "VmHWM of intake in E"})
+	return nil
+}
+
+// measureImport: IM, tally import of a file.
+func measureImport(ctx context.Context, e *env, sz sizes, t *table) error {
+	load := loadAvg()
+	v, cmd, err := e.importFile(ctx, sz.importEvents)
+	if err != nil {
+		return err
+	}
+	t.add(fig{id: "IM", what: fmt.Sprintf("import: tally import of a %s-event file", count(sz.importEvents)),
+		value: v, unit: "events/s", load: load, command: cmd})
+	return nil
+}
+
+// measureRebuild: R and RG, Store.Rebuild next to a plain GROUP BY.
+func measureRebuild(ctx context.Context, e *env, sz sizes, t *table) error {
+	load := loadAvg()
+	r, err := e.rebuildVsCount(ctx, sz.rebuildEvents, sz.rebuildRounds)
+	if err != nil {
+		return err
+	}
+	t.add(fig{id: "R", what: fmt.Sprintf("rebuild: verify a %s-event ledger (ledger.Store.Rebuild, as tally rebuild; median of %d warm runs)", count(sz.rebuildEvents), sz.rebuildRounds),
+		value: r.rebuild.Seconds(), unit: "s", extra: "runs " + secs(r.rebuilds), load: load,
+		command: fmt.Sprintf("bench -only rebuild  (ledger built with COPY in %s, unique indexes left off)", r.build.Round(time.Second))})
+	t.add(fig{id: "RG", what: "plain `" + plainCountSQL + "` over the same table", value: r.plain.Seconds(), unit: "s",
+		extra: "runs " + secs(r.plains), load: load, command: "bench -only rebuild"})
+	return nil
+}
