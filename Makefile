@@ -7,11 +7,18 @@ SERVICES := eval "$$(scripts/services.sh env)"
 FUZZTIME ?= 10s
 # package:FuzzTarget, each run for FUZZTIME by make test.
 FUZZ_TARGETS := ./intake:FuzzParseVote ./cli:FuzzParseImportLine ./stream:FuzzDecode
+# staticcheck at a pinned version, fetched through the module proxy by go run:
+# lint never depends on what happens to be installed.
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+# $(call quietly,WHAT,COMMAND): run COMMAND with its output kept aside; show
+# the output only when COMMAND fails, so a passing run stays short.
+quietly = out="$$(mktemp)"; if $(2) >"$$out" 2>&1; then rm -f "$$out"; else \
+	rc=$$?; cat "$$out"; rm -f "$$out"; echo "$(1) failed (exit $$rc); its output is above" >&2; exit $$rc; fi
 
 .PHONY: help build run test test-race fuzz bench bench-short chaos lint services services-stop clean
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
 
 build: ## build the tally binary into ./tally
 	$(GO) build -o tally .
@@ -19,7 +26,7 @@ build: ## build the tally binary into ./tally
 run: ## set up PostgreSQL and Redis, migrate, and run the demo poll end to end
 	@scripts/run.sh
 
-test: ## what CI runs: vet, every test with -race, short fuzz and benchmark runs
+test: ## vet, every test with -race, short fuzz and benchmark runs (CI runs lint, then this)
 	@$(SERVICES); \
 	$(GO) vet ./... && \
 	$(GO) test -race -count=1 -timeout 8m ./... && \
@@ -37,17 +44,24 @@ fuzz: ## run each fuzz target for FUZZTIME (default 10s)
 bench: ## every throughput, latency and memory figure next to its baseline (about 3-4 minutes); writes BENCHMARKS.md
 	@scripts/bench.sh
 
-bench-short: ## every Go benchmark once, and every bench measurement at small sizes (under a minute)
-	@$(SERVICES); $(GO) test -run '^$$' -bench . -benchtime 1x -count 1 ./... >/dev/null && \
-	scripts/bench.sh --short >/dev/null && echo "benchmarks: ok"
+bench-short: ## every Go benchmark once, and every bench measurement at small sizes; output only on failure
+	@$(SERVICES); \
+	$(call quietly,go test -bench,$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 ./...); \
+	$(call quietly,scripts/bench.sh --short,scripts/bench.sh --short); \
+	echo "benchmarks: ok"
 
 chaos: ## the long fault suite: 80+ kills and crash-restarts under load, then its table
 	@$(SERVICES); TALLY_CHAOS=long $(GO) test ./internal/chaos/ -count=1 -run . -timeout 30m -v
 
-lint: ## gofmt, go vet, and staticcheck when installed
-	@test -z "$$(gofmt -l .)" || { gofmt -l .; echo "gofmt: the files above need formatting" >&2; exit 1; }
-	$(GO) vet ./...
-	@if command -v staticcheck >/dev/null; then staticcheck ./...; else echo "staticcheck not installed; skipped"; fi
+lint: ## go mod tidy -diff, gofmt, go vet and staticcheck (pinned); reports every check, fails if any did
+	@rc=0; \
+	$(GO) mod tidy -diff || { echo "lint: go.mod or go.sum is not tidy (diff above); run: go mod tidy" >&2; rc=1; }; \
+	unformatted="$$(gofmt -l .)"; \
+	if [[ -n "$$unformatted" ]]; then echo "$$unformatted"; echo "lint: the files above need gofmt -w" >&2; rc=1; fi; \
+	$(GO) vet ./... || { echo "lint: go vet found the problems above" >&2; rc=1; }; \
+	$(GO) run $(STATICCHECK) ./... || { echo "lint: staticcheck found the problems above" >&2; rc=1; }; \
+	if ((rc == 0)); then echo "lint: ok"; fi; \
+	exit $$rc
 
 services: ## start (or find) PostgreSQL and Redis and print their URLs
 	@scripts/services.sh env

@@ -2,14 +2,15 @@
 # bench.sh: tally's benchmarks in one run, next to their baselines (see
 # internal/bench). Prints the table and writes it into BENCHMARKS.md.
 #
-#   scripts/bench.sh           the full run (about 6-8 minutes on 2 cores)
+#   scripts/bench.sh           the full run (about 4 minutes on 2 cores)
 #   scripts/bench.sh --short   small sizes, under a minute: a check that
 #                              every measurement runs; writes nothing
 #
 # It uses the PostgreSQL and Redis that scripts/services.sh finds or
-# starts; every measurement gets its own database and Redis prefix, both
-# removed afterwards. wrk is installed with apt-get when missing and
-# running as root; otherwise the intake measurement is skipped.
+# starts, through the URLs it exports; every measurement gets its own
+# database and Redis prefix, both removed afterwards. wrk is installed with
+# apt-get when missing and running as root; otherwise the intake
+# measurement is skipped.
 # Extra arguments go to the bench program (e.g. -only projector,copy).
 set -euo pipefail
 
@@ -49,13 +50,9 @@ go build -o "$work/tally" .
 go build -o "$work/bare" ./intake/internal/bareserver
 go build -o "$work/bench" ./internal/bench
 
-# The admin URL: the service's database URL with the postgres database.
-admin="${TALLY_DATABASE_URL%%\?*}"
-admin="${admin%/*}/postgres?sslmode=disable"
-
 echo "bench: load before the run: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 "$work/bench" -tally "$work/tally" -bare "$work/bare" -wrk "$wrk_bin" \
-	-admin-url "$admin" -redis-url "$TALLY_REDIS_URL" -log "$work/children.log" \
+	-admin-url "$TALLY_ADMIN_DATABASE_URL" -redis-url "$TALLY_REDIS_URL" -log "$work/children.log" \
 	"${short[@]}" "${out[@]}" "${args[@]}" || {
 	rc=$?
 	echo "bench: failed; the last lines the servers wrote:" >&2

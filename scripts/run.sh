@@ -26,12 +26,30 @@ fi
 token="$(./tally principal add "demo-$(date +%s)")"
 
 pids=()
-stop() {
+# stop_daemons: SIGTERM to intake and projector, and wait for them.
+stop_daemons() {
 	trap - INT TERM
-	echo
-	echo "== stopping intake and projector"
 	for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
 	for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+}
+# fail MESSAGE LOG: stop what was started, show the end of LOG, exit 1.
+fail() {
+	echo >&2
+	echo "run: $1" >&2
+	stop_daemons
+	if [[ -s "$2" ]]; then
+		echo "run: the last lines of $2:" >&2
+		tail -n 40 "$2" >&2
+	fi
+	echo "run: failed; the logs are in $logs/" >&2
+	exit 1
+}
+# stop: the normal end (Ctrl-C or TALLY_RUN_FOR): stop, then show the
+# tallies and the rebuild table; the exit status is rebuild's.
+stop() {
+	echo
+	echo "== stopping intake and projector"
+	stop_daemons
 	echo
 	echo "== tally poll show demo"
 	./tally poll show demo || true
@@ -47,13 +65,12 @@ pids+=($!)
 ./tally projector --batch-wait 20ms --metrics-listen "$metrics" --log-format json >"$logs/projector.log" 2>&1 &
 pids+=($!)
 
-for _ in $(seq 1 100); do
-	curl -fs "http://$listen/readyz" >/dev/null 2>&1 && break
-	if ! kill -0 "${pids[0]}" 2>/dev/null; then
-		echo "intake did not start; its log:" >&2
-		cat "$logs/intake.log" >&2
-		stop
-	fi
+# intake answers /readyz once Redis and PostgreSQL answer it; 30s covers a
+# cold start on a loaded machine.
+ready_by=$((SECONDS + 30))
+until curl -fs "http://$listen/readyz" >/dev/null 2>&1; do
+	kill -0 "${pids[0]}" 2>/dev/null || fail "intake exited before it was ready" "$logs/intake.log"
+	((SECONDS < ready_by)) || fail "intake did not become ready at http://$listen/readyz within 30s" "$logs/intake.log"
 	sleep 0.1
 done
 
@@ -94,11 +111,7 @@ if [[ -n "${TALLY_RUN_FOR:-}" ]]; then
 	stop
 fi
 while true; do
-	for pid in "${pids[@]}"; do
-		if ! kill -0 "$pid" 2>/dev/null; then
-			echo "a daemon exited; see $logs/" >&2
-			stop
-		fi
-	done
+	kill -0 "${pids[0]}" 2>/dev/null || fail "intake exited" "$logs/intake.log"
+	kill -0 "${pids[1]}" 2>/dev/null || fail "the projector exited" "$logs/projector.log"
 	sleep 1
 done

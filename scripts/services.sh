@@ -8,8 +8,21 @@
 #      their own ports (55432, 56379), under .local/ (git-ignored); Redis
 #      with appendonly yes and appendfsync always.
 #
-# Missing binaries are installed with apt-get when running as root; otherwise
-# the script prints the command to run.
+# Servers that answer need nothing installed: without psql or redis-cli the
+# check falls back to a TCP connection (a PING for Redis). Only a private
+# instance that has to be started needs its server binaries; missing ones are
+# installed with apt-get when running as root, otherwise the script prints
+# the command to run.
+#
+# The exported URLs are the ones every other script and test uses:
+#   TALLY_DATABASE_URL        the tally database (created by tally migrate)
+#   TALLY_ADMIN_DATABASE_URL  the maintenance database "postgres" of the same
+#                             server, to create and drop databases from
+#                             (scripts/bench.sh)
+#   TALLY_REDIS_URL           the Redis intake and projector use
+#   TALLY_TEST_DATABASE_URL   the admin URL tests create their databases
+#                             from (default: TALLY_ADMIN_DATABASE_URL)
+#   TALLY_TEST_REDIS_URL      the Redis tests use (default: TALLY_REDIS_URL)
 #
 # TALLY_PRIVATE_SERVICES=1 skips 1 and 2 and always uses private instances.
 #
@@ -35,30 +48,102 @@ pg_bin() {
 	command -v "$1" || true
 }
 
-ensure_packages() {
-	local missing=()
-	command -v psql >/dev/null || missing+=(postgresql-client)
-	[[ -n "$(pg_bin initdb)" ]] || missing+=(postgresql)
-	command -v redis-server >/dev/null || missing+=(redis-server)
-	command -v redis-cli >/dev/null || missing+=(redis-tools)
-	((${#missing[@]} == 0)) && return 0
+# need_packages PACKAGE...: install what is missing with apt-get as root, or
+# say which command installs it and stop.
+need_packages() {
+	(($# == 0)) && return 0
 	if [[ "$(id -u)" == 0 ]]; then
-		say "installing ${missing[*]} with apt-get"
+		say "installing $* with apt-get"
 		DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >&2
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >&2
 	else
-		say "missing ${missing[*]}; install them with:"
-		say "  sudo apt-get update && sudo apt-get install -y ${missing[*]}"
+		say "missing $*; install them with:"
+		say "  sudo apt-get update && sudo apt-get install -y $*"
 		exit 1
 	fi
 }
 
-pg_ok() { psql "$1" -Atqc 'SELECT 1' >/dev/null 2>&1; }
-redis_ok() { [[ "$(redis-cli -u "$1" ping 2>/dev/null)" == PONG ]]; }
+# ensure_postgres_binaries and ensure_redis_binaries: what starting a private
+# instance needs, and only that.
+ensure_postgres_binaries() {
+	local missing=()
+	[[ -n "$(pg_bin initdb)" ]] || missing+=(postgresql)
+	command -v psql >/dev/null || missing+=(postgresql-client)
+	need_packages "${missing[@]}"
+}
+ensure_redis_binaries() {
+	local missing=()
+	command -v redis-server >/dev/null || missing+=(redis-server)
+	command -v redis-cli >/dev/null || missing+=(redis-tools)
+	need_packages "${missing[@]}"
+}
 
-# with_database URL NAME: URL with its database replaced by NAME.
+# host_port URL DEFAULT_PORT: "host port" of a postgres:// or redis:// URL
+# (user and password dropped; the first host of a list), or of a keyword/value
+# PostgreSQL string ("host=... port=..."). Empty when there is no TCP host.
+host_port() {
+	local url="$1" port="$2" host=""
+	if [[ "$url" == *://* ]]; then
+		host="${url#*://}"
+		host="${host%%[/?]*}"
+		host="${host##*@}"
+		host="${host%%,*}"
+		if [[ "$host" == \[* ]]; then # [ipv6]:port
+			[[ "$host" == *\]:* ]] && port="${host##*\]:}"
+			host="${host#\[}"
+			host="${host%%\]*}"
+		elif [[ "$host" == *:* ]]; then
+			port="${host##*:}"
+			host="${host%%:*}"
+		fi
+	else
+		local kv
+		for kv in $url; do
+			case "$kv" in
+			host=*) host="${kv#host=}" ;;
+			port=*) port="${kv#port=}" ;;
+			esac
+		done
+	fi
+	[[ -z "$host" || "$host" == /* ]] && return 0
+	echo "$host $port"
+}
+
+# tcp_open HOST PORT: whether something accepts a connection there, within 2s.
+tcp_open() {
+	timeout 2 bash -c 'exec 3<>"/dev/tcp/$1/$2"' _ "$1" "$2" 2>/dev/null
+}
+
+pg_ok() {
+	if command -v psql >/dev/null; then
+		psql "$1" -Atqc 'SELECT 1' >/dev/null 2>&1
+		return
+	fi
+	# Without psql: a server that accepts the connection is taken as it is.
+	local hp
+	hp="$(host_port "$1" 5432)"
+	[[ -n "$hp" ]] && tcp_open $hp
+}
+
+redis_ok() {
+	if command -v redis-cli >/dev/null; then
+		[[ "$(redis-cli -u "$1" ping 2>/dev/null)" == PONG ]]
+		return
+	fi
+	# Without redis-cli: PING over a plain connection; a server that wants a
+	# password first (NOAUTH) answers too.
+	local hp
+	hp="$(host_port "$1" 6379)"
+	[[ -n "$hp" ]] || return 1
+	timeout 2 bash -c 'exec 3<>"/dev/tcp/$1/$2" && printf "PING\r\n" >&3 && read -r line <&3 &&
+		[[ "$line" == "+PONG"* || "$line" == "-NOAUTH"* ]]' _ $hp 2>/dev/null
+}
+
+# with_database URL NAME: URL with its database replaced by NAME; for a
+# keyword/value string, NAME as its dbname.
 with_database() {
 	local url="$1" name="$2" base query=""
+	if [[ "$url" != *://* ]]; then echo "$url dbname=$name"; return; fi
 	if [[ "$url" == *\?* ]]; then query="?${url#*\?}"; url="${url%%\?*}"; fi
 	base="${url%/*}"
 	if [[ "$base" == *:/ ]]; then base="$url"; fi
@@ -66,6 +151,7 @@ with_database() {
 }
 
 start_private_postgres() {
+	ensure_postgres_binaries
 	local initdb pg_ctl
 	initdb="$(pg_bin initdb)"
 	pg_ctl="$(pg_bin pg_ctl)"
@@ -89,6 +175,7 @@ start_private_postgres() {
 }
 
 start_private_redis() {
+	ensure_redis_binaries
 	mkdir -p "$redis_dir"
 	say "starting a private Redis on 127.0.0.1:$redis_port (appendonly yes, appendfsync always)"
 	redis-server --daemonize yes --bind 127.0.0.1 --port "$redis_port" --dir "$redis_dir" \
@@ -103,7 +190,6 @@ start_private_redis() {
 }
 
 cmd_env() {
-	ensure_packages
 	local admin_url db_url redis_url
 	# PostgreSQL: the admin URL names the maintenance database "postgres".
 	local private="${TALLY_PRIVATE_SERVICES:-0}"
@@ -131,13 +217,14 @@ cmd_env() {
 	fi
 	say "PostgreSQL: ${db_url%%\?*}   Redis: $redis_url"
 	printf 'export TALLY_DATABASE_URL=%q\n' "$db_url"
+	printf 'export TALLY_ADMIN_DATABASE_URL=%q\n' "$admin_url"
 	printf 'export TALLY_REDIS_URL=%q\n' "$redis_url"
 	printf 'export TALLY_TEST_DATABASE_URL=%q\n' "${TALLY_TEST_DATABASE_URL:-$admin_url}"
 	printf 'export TALLY_TEST_REDIS_URL=%q\n' "${TALLY_TEST_REDIS_URL:-$redis_url}"
 }
 
 cmd_stop() {
-	if [[ -f "$pg_dir/data/postmaster.pid" ]]; then
+	if [[ -f "$pg_dir/data/postmaster.pid" && -n "$(pg_bin pg_ctl)" ]]; then
 		local as=()
 		[[ "$(id -u)" == 0 ]] && as=(runuser -u postgres --)
 		"${as[@]}" "$(pg_bin pg_ctl)" -D "$pg_dir/data" -m fast stop >&2 || true
