@@ -8,9 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -19,7 +17,6 @@ import (
 
 	"tally/ledger"
 	"tally/projector"
-	"tally/stream"
 )
 
 func projectorCommand() *ucli.Command {
@@ -29,6 +26,7 @@ func projectorCommand() *ucli.Command {
 	num := func(name, env string, value int, usage string) *ucli.IntFlag {
 		return &ucli.IntFlag{Name: name, EnvVars: []string{"TALLY_PROJECTOR_" + env}, Value: value, Usage: usage}
 	}
+	def := projector.DefaultConfig()
 	return &ucli.Command{
 		Name:  "projector",
 		Usage: "run the projector daemon: apply queued votes to the ledger in batches, one transaction each",
@@ -44,20 +42,20 @@ func projectorCommand() *ucli.Command {
 		Flags: commonFlags(startupWaitFlag(),
 			&ucli.StringFlag{Name: "consumer", EnvVars: []string{"TALLY_PROJECTOR_CONSUMER"},
 				Usage: "`NAME` in the consumer group, unique per live projector (default: host-pid)"},
-			num("batch-size", "BATCH_SIZE", 1000, "most entries applied in one transaction"),
-			dur("batch-wait", "BATCH_WAIT", 50*time.Millisecond, "how long a batch waits to fill before it is applied anyway"),
-			num("workers", "WORKERS", 2, fmt.Sprintf("batches applied at once, each in its own transaction and PostgreSQL connection (1-%d)", projector.MaxWorkers)),
-			dur("min-idle", "MIN_IDLE", 30*time.Second, "how long an entry stays pending on a consumer before another claims it"),
-			dur("claim-interval", "CLAIM_INTERVAL", 0, "how often idle pending entries are looked for (0: a quarter of --min-idle)"),
-			num("max-deliveries", "MAX_DELIVERIES", 10, "deliveries after which an entry is dead-lettered instead of applied"),
-			num("max-attempts", "MAX_ATTEMPTS", 8, "tries of a batch on transient PostgreSQL errors before it is left pending"),
-			dur("backoff-min", "BACKOFF_MIN", 100*time.Millisecond, "first wait between tries (doubles, with jitter)"),
-			dur("backoff-max", "BACKOFF_MAX", 5*time.Second, "longest wait between tries"),
-			dur("apply-timeout", "APPLY_TIMEOUT", 30*time.Second, "bound on one batch's transaction"),
-			num("breaker-failures", "BREAKER_FAILURES", 5, "consecutive transient failures that open the PostgreSQL circuit breaker"),
-			dur("breaker-open-for", "BREAKER_OPEN_FOR", 5*time.Second, "how long the breaker stays open before a probe batch"),
-			dur("shutdown-grace", "SHUTDOWN_GRACE", 5*time.Second, "how long the batches in flight may take to commit at shutdown"),
-			dur("stats-interval", "STATS_INTERVAL", 5*time.Second, "how often the backlog and dead-letter gauges are refreshed"),
+			num("batch-size", "BATCH_SIZE", def.BatchSize, "most entries applied in one transaction"),
+			dur("batch-wait", "BATCH_WAIT", def.BatchWait, "how long a batch waits to fill before it is applied anyway"),
+			num("workers", "WORKERS", def.Workers, fmt.Sprintf("batches applied at once, each in its own transaction and PostgreSQL connection (1-%d)", projector.MaxWorkers)),
+			dur("min-idle", "MIN_IDLE", def.MinIdle, "how long an entry stays pending on a consumer before another claims it"),
+			dur("claim-interval", "CLAIM_INTERVAL", def.ClaimInterval, "how often idle pending entries are looked for (0: a quarter of --min-idle)"),
+			num("max-deliveries", "MAX_DELIVERIES", def.MaxDeliveries, "deliveries after which an entry is dead-lettered instead of applied"),
+			num("max-attempts", "MAX_ATTEMPTS", def.MaxAttempts, "tries of a batch on transient PostgreSQL errors before it is left pending"),
+			dur("backoff-min", "BACKOFF_MIN", def.BackoffMin, "first wait between tries (doubles, with jitter)"),
+			dur("backoff-max", "BACKOFF_MAX", def.BackoffMax, "longest wait between tries"),
+			dur("apply-timeout", "APPLY_TIMEOUT", def.ApplyTimeout, "bound on one batch's transaction"),
+			num("breaker-failures", "BREAKER_FAILURES", def.BreakerFailures, "consecutive transient failures that open the PostgreSQL circuit breaker"),
+			dur("breaker-open-for", "BREAKER_OPEN_FOR", def.BreakerOpenFor, "how long the breaker stays open before a probe batch"),
+			dur("shutdown-grace", "SHUTDOWN_GRACE", def.ShutdownGrace, "how long the batches in flight may take to commit at shutdown"),
+			dur("stats-interval", "STATS_INTERVAL", def.StatsInterval, "how often the backlog and dead-letter gauges are refreshed"),
 			&ucli.StringFlag{Name: "metrics-listen", EnvVars: []string{"TALLY_PROJECTOR_METRICS_LISTEN"},
 				Usage: "TCP `ADDR`ess to serve /metrics and /healthz on (empty: none)"},
 		),
@@ -151,232 +149,55 @@ func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry, lo
 	}, nil
 }
 
-func deadletterCommand() *ucli.Command {
-	open := func(c *ucli.Context, run func(*projector.DeadLetters) error) error {
-		keys, err := streamKeys(c)
-		if err != nil {
-			return err
-		}
-		rdb, err := openRedis(c)
-		if err != nil {
-			return err
-		}
-		defer rdb.Close()
-		return run(projector.NewDeadLetters(rdb, keys))
-	}
-	// A fresh flag per command: urfave/cli keeps a flag's value in the flag.
-	allFlag := func() ucli.Flag { return &ucli.BoolFlag{Name: "all", Usage: "every dead letter of every shard"} }
-	refs := func(c *ucli.Context, verb string) ([]string, bool, error) {
-		args := c.Args().Slice()
-		all := c.Bool("all")
-		switch {
-		case all && len(args) > 0:
-			return nil, false, fmt.Errorf("%s: give IDs or --all, not both", verb)
-		case !all && len(args) == 0:
-			return nil, false, fmt.Errorf("%s: give the IDs to %s (see tally deadletter list), or --all", verb, verb)
-		}
-		return args, all, nil
-	}
-	return &ucli.Command{
-		Name:  "deadletter",
-		Usage: "inspect, replay and purge the entries the projector could not apply",
-		Description: "The projector moves an entry it cannot apply (undecodable, fingerprint mismatch, failing in the\n" +
-			"ledger, delivered too often, or deleted while pending) to its shard's dead-letter stream with the\n" +
-			"reason. ID is the dead-letter stream id as list shows it, SHARD/ID or the bare ID.",
-		Subcommands: []*ucli.Command{
-			{
-				Name:  "list",
-				Usage: "list dead letters, oldest first",
-				Flags: commonFlags(
-					&ucli.IntFlag{Name: "limit", EnvVars: []string{"TALLY_DEADLETTER_LIMIT"}, Value: 100, Usage: "show at most `N` (0: all)"},
-					formatFlag(),
-				),
-				Action: func(c *ucli.Context) error {
-					asJSON, err := outputJSON(c)
-					if err != nil {
-						return err
-					}
-					return open(c, func(dl *projector.DeadLetters) error {
-						ds, err := dl.List(c.Context, c.Int("limit"))
-						if err != nil {
-							return err
-						}
-						if asJSON {
-							if ds == nil {
-								ds = []projector.DeadLetter{}
-							}
-							return writeJSON(c.App.Writer, ds)
-						}
-						if len(ds) == 0 {
-							fmt.Fprintln(c.App.ErrWriter, "no dead letters")
-							return nil
-						}
-						t := newTable(c.App.Writer, "ID", "REASON", "POLL", "PRINCIPAL", "TIME")
-						for _, d := range ds {
-							t.row(d.Ref(), d.Reason, orDash(d.Fields[stream.FieldPoll]), orDash(d.Fields[stream.FieldPrincipal]), d.Time.Format(time.RFC3339))
-						}
-						return t.flush()
-					})
-				},
-			},
-			{
-				Name:      "show",
-				Usage:     "print one dead letter with all its fields",
-				ArgsUsage: "ID",
-				Flags:     commonFlags(formatFlag()),
-				Action: func(c *ucli.Context) error {
-					asJSON, err := outputJSON(c)
-					if err != nil {
-						return err
-					}
-					if c.NArg() != 1 {
-						return errors.New("show: give one ID (see tally deadletter list)")
-					}
-					return open(c, func(dl *projector.DeadLetters) error {
-						d, err := dl.Get(c.Context, c.Args().First())
-						if err != nil {
-							return err
-						}
-						if asJSON {
-							return writeJSON(c.App.Writer, d)
-						}
-						t := newTable(c.App.Writer, "FIELD", "VALUE")
-						t.row("id", d.Ref())
-						t.row("reason", d.Reason)
-						t.row("error", d.Error)
-						t.row("stream", d.Stream)
-						t.row("stream id", d.StreamID)
-						t.row("consumer", d.Consumer)
-						t.row("time", d.Time.Format(time.RFC3339Nano))
-						t.row("deliveries", strconv.FormatInt(d.Deliveries, 10))
-						names := make([]string, 0, len(d.Fields))
-						for k := range d.Fields {
-							names = append(names, k)
-						}
-						slices.Sort(names)
-						for _, k := range names {
-							t.row("field "+k, d.Fields[k])
-						}
-						return t.flush()
-					})
-				},
-			},
-			{
-				Name:      "replay",
-				Usage:     "enqueue dead letters on their main stream again, and remove them from the dead-letter stream",
-				ArgsUsage: "ID... | --all",
-				Flags:     commonFlags(allFlag()),
-				Action: func(c *ucli.Context) error {
-					ids, all, err := refs(c, "replay")
-					if err != nil {
-						return err
-					}
-					return open(c, func(dl *projector.DeadLetters) error {
-						var out []string
-						if all {
-							out, err = dl.ReplayAll(c.Context)
-						} else {
-							out, err = dl.Replay(c.Context, ids...)
-						}
-						fmt.Fprintf(c.App.Writer, "replayed %d dead letters\n", len(out))
-						return err
-					})
-				},
-			},
-			{
-				Name:      "purge",
-				Usage:     "delete dead letters for good (needs --yes)",
-				ArgsUsage: "ID... | --all",
-				Flags: commonFlags(allFlag(),
-					&ucli.BoolFlag{Name: "yes", Usage: "really delete; without it purge only says what it would delete"}),
-				Action: func(c *ucli.Context) error {
-					ids, all, err := refs(c, "purge")
-					if err != nil {
-						return err
-					}
-					return open(c, func(dl *projector.DeadLetters) error {
-						if !c.Bool("yes") {
-							what := strings.Join(ids, " ")
-							if all {
-								ds, err := dl.List(c.Context, 0)
-								if err != nil {
-									return err
-								}
-								if len(ds) == 0 {
-									fmt.Fprintln(c.App.ErrWriter, "no dead letters")
-									return nil
-								}
-								what = fmt.Sprintf("all %d dead letters", len(ds))
-							}
-							return fmt.Errorf("purge deletes %s for good, and nothing can bring them back: add --yes to do it", what)
-						}
-						var n int
-						if all {
-							n, err = dl.PurgeAll(c.Context)
-						} else {
-							n, err = dl.Purge(c.Context, ids...)
-						}
-						fmt.Fprintf(c.App.Writer, "purged %d dead letters\n", n)
-						return err
-					})
-				},
-			},
-		},
-	}
-}
-
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
-}
-
 func statusCommand() *ucli.Command {
 	return &ucli.Command{
-		Name:  "status",
-		Usage: "print, per stream shard, the backlog, pending entries, oldest pending age, consumers and dead letters",
-		Flags: commonFlags(formatFlag()),
-		Action: func(c *ucli.Context) error {
-			asJSON, err := outputJSON(c)
-			if err != nil {
-				return err
-			}
-			keys, err := streamKeys(c)
-			if err != nil {
-				return err
-			}
-			rdb, err := openRedis(c)
-			if err != nil {
-				return err
-			}
-			defer rdb.Close()
-			st, err := projector.Inspect(c.Context, rdb, keys)
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return writeJSON(c.App.Writer, st)
-			}
-			t := newTable(c.App.Writer, "SHARD", "BACKLOG", "PENDING", "OLDEST PENDING", "CONSUMERS", "DEAD LETTERS")
-			row := func(name string, s projector.ShardStatus) {
-				age := "-"
-				if s.Pending > 0 {
-					age = s.OldestPending.Round(time.Millisecond).String()
-				}
-				consumers := strconv.FormatInt(s.Consumers, 10)
-				if !s.GroupExists {
-					consumers = "no group"
-				}
-				t.row(name, strconv.FormatInt(s.Backlog, 10), strconv.FormatInt(s.Pending, 10), age, consumers, strconv.FormatInt(s.DeadLetters, 10))
-			}
-			for _, s := range st.Shards {
-				row(strconv.Itoa(s.Shard), s)
-			}
-			if len(st.Shards) > 1 {
-				row("total", st.Total)
-			}
-			return t.flush()
-		},
+		Name:   "status",
+		Usage:  "print, per stream shard, the backlog, pending entries, oldest pending age, consumers and dead letters",
+		Flags:  commonFlags(formatFlag()),
+		Action: runStatus,
 	}
+}
+
+// runStatus prints the status of every stream shard, and their total when
+// there are several.
+func runStatus(c *ucli.Context) error {
+	asJSON, err := outputJSON(c)
+	if err != nil {
+		return err
+	}
+	keys, err := streamKeys(c)
+	if err != nil {
+		return err
+	}
+	rdb, err := openRedis(c)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	st, err := projector.Inspect(c.Context, rdb, keys)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return writeJSON(c.App.Writer, st)
+	}
+	t := newTable(c.App.Writer, "SHARD", "BACKLOG", "PENDING", "OLDEST PENDING", "CONSUMERS", "DEAD LETTERS")
+	row := func(name string, s projector.ShardStatus) {
+		age := "-"
+		if s.Pending > 0 {
+			age = s.OldestPending.Round(time.Millisecond).String()
+		}
+		consumers := strconv.FormatInt(s.Consumers, 10)
+		if !s.GroupExists {
+			consumers = "no group"
+		}
+		t.row(name, strconv.FormatInt(s.Backlog, 10), strconv.FormatInt(s.Pending, 10), age, consumers, strconv.FormatInt(s.DeadLetters, 10))
+	}
+	for _, s := range st.Shards {
+		row(strconv.Itoa(s.Shard), s)
+	}
+	if len(st.Shards) > 1 {
+		row("total", st.Total)
+	}
+	return t.flush()
 }

@@ -71,7 +71,45 @@ type Config struct {
 	StatsInterval time.Duration
 }
 
+// DefaultConfig returns the default of every field that has a fixed one:
+// the one place the defaults are written. Consumer and ClaimInterval stay
+// zero, since their defaults follow from the host and from MinIdle; New
+// fills them in.
+func DefaultConfig() Config {
+	return Config{
+		BatchSize:       1000,
+		BatchWait:       50 * time.Millisecond,
+		Workers:         2,
+		MinIdle:         30 * time.Second,
+		MaxDeliveries:   10,
+		MaxAttempts:     8,
+		BackoffMin:      100 * time.Millisecond,
+		BackoffMax:      5 * time.Second,
+		ApplyTimeout:    30 * time.Second,
+		BreakerFailures: 5,
+		BreakerOpenFor:  5 * time.Second,
+		ShutdownGrace:   5 * time.Second,
+		StatsInterval:   5 * time.Second,
+	}
+}
+
+// withDefaults fills every zero field with its default.
 func (c Config) withDefaults() Config {
+	def := DefaultConfig()
+	orDefault(&c.BatchSize, def.BatchSize)
+	orDefault(&c.BatchWait, def.BatchWait)
+	orDefault(&c.Workers, def.Workers)
+	orDefault(&c.MinIdle, def.MinIdle)
+	orDefault(&c.MaxDeliveries, def.MaxDeliveries)
+	orDefault(&c.MaxAttempts, def.MaxAttempts)
+	orDefault(&c.BackoffMin, def.BackoffMin)
+	orDefault(&c.BackoffMax, def.BackoffMax)
+	orDefault(&c.ApplyTimeout, def.ApplyTimeout)
+	orDefault(&c.BreakerFailures, def.BreakerFailures)
+	orDefault(&c.BreakerOpenFor, def.BreakerOpenFor)
+	orDefault(&c.ShutdownGrace, def.ShutdownGrace)
+	orDefault(&c.StatsInterval, def.StatsInterval)
+	orDefault(&c.ClaimInterval, max(c.MinIdle/4, 10*time.Millisecond))
 	if c.Consumer == "" {
 		host, err := os.Hostname()
 		if err != nil || host == "" {
@@ -79,49 +117,15 @@ func (c Config) withDefaults() Config {
 		}
 		c.Consumer = host + "-" + strconv.Itoa(os.Getpid())
 	}
-	if c.BatchSize == 0 {
-		c.BatchSize = 1000
-	}
-	if c.BatchWait == 0 {
-		c.BatchWait = 50 * time.Millisecond
-	}
-	if c.Workers == 0 {
-		c.Workers = 2
-	}
-	if c.MinIdle == 0 {
-		c.MinIdle = 30 * time.Second
-	}
-	if c.ClaimInterval == 0 {
-		c.ClaimInterval = max(c.MinIdle/4, 10*time.Millisecond)
-	}
-	if c.MaxDeliveries == 0 {
-		c.MaxDeliveries = 10
-	}
-	if c.MaxAttempts == 0 {
-		c.MaxAttempts = 8
-	}
-	if c.BackoffMin == 0 {
-		c.BackoffMin = 100 * time.Millisecond
-	}
-	if c.BackoffMax == 0 {
-		c.BackoffMax = 5 * time.Second
-	}
-	if c.ApplyTimeout == 0 {
-		c.ApplyTimeout = 30 * time.Second
-	}
-	if c.BreakerFailures == 0 {
-		c.BreakerFailures = 5
-	}
-	if c.BreakerOpenFor == 0 {
-		c.BreakerOpenFor = 5 * time.Second
-	}
-	if c.ShutdownGrace == 0 {
-		c.ShutdownGrace = 5 * time.Second
-	}
-	if c.StatsInterval == 0 {
-		c.StatsInterval = 5 * time.Second
-	}
 	return c
+}
+
+// orDefault sets *v to def when *v is zero.
+func orDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
+	}
 }
 
 // validate checks a Config after withDefaults. maxBatch is the most events

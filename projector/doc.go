@@ -69,7 +69,35 @@
 // harmless.
 //
 // The package also gives operators what the tally command shows them:
-// Inspect for backlog, pending entries and dead letters, and the
-// dead-letter functions (ListDeadLetters, ReplayDeadLetters,
-// PurgeDeadLetters) to look at and drive failed entries again.
+// Inspect for backlog, pending entries and dead letters, and DeadLetters
+// (List, Get, Replay, Purge) to look at and drive failed entries again.
+//
+// # Files
+//
+// An entry goes read -> lanes -> apply -> ack (or deadletter); a change
+// goes in the file of its stage.
+//
+//   - config.go: Config, DefaultConfig (the one place for defaults), and
+//     their validation.
+//   - projector.go: the Projector, New, and Run, which starts the stages
+//     and stops them in order; the shared waits (sleep, backoff).
+//   - read.go: the blocking stream readers and the message type they hand
+//     on; the retry of failed Redis calls.
+//   - recover.go: this consumer's own pending entries at start, the
+//     periodic claim of idle entries (XAUTOCLAIM), and leaving the group.
+//   - lanes.go: the split by principal (vote.Lanes) into one mailbox per
+//     worker, and each lane gathering its batches.
+//   - apply.go: one batch through its layers: triage, bisection on
+//     permanent failures, retries on transient ones, the Append call; the
+//     memory of each entry's last failure.
+//   - breaker.go: the PostgreSQL circuit breaker and what counts as a
+//     transient error.
+//   - ack.go: counting a committed batch's outcomes and XACK+XDEL after
+//     commit, in a goroutine of its own.
+//   - deadletter.go: the dead-letter record (Reason, the dl_ fields) and
+//     the script that writes it.
+//   - deadletter_admin.go: DeadLetters, the operator's list, get, replay
+//     and purge.
+//   - inspect.go: Inspect, and the gauges refreshed from it.
+//   - metrics.go: the Prometheus series.
 package projector

@@ -3,6 +3,7 @@ package projector
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -31,19 +32,21 @@ type Status struct {
 	Total  ShardStatus   `json:"total"`
 }
 
+// shardCmds are the replies Inspect reads for one shard.
+type shardCmds struct {
+	xlen, dead *redis.IntCmd
+	groups     *redis.XInfoGroupsCmd
+	pending    *redis.XPendingCmd
+}
+
 // Inspect reads the status of every shard from Redis, one round trip. It
 // changes nothing.
 func Inspect(ctx context.Context, rdb redis.UniversalClient, keys stream.Keys) (Status, error) {
-	type cmds struct {
-		xlen, dead *redis.IntCmd
-		groups     *redis.XInfoGroupsCmd
-		pending    *redis.XPendingCmd
-	}
-	cs := make([]cmds, keys.Shards())
+	cs := make([]shardCmds, keys.Shards())
 	_, _ = rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 		for i := range cs {
 			s := keys.Stream(i)
-			cs[i] = cmds{
+			cs[i] = shardCmds{
 				xlen:    pipe.XLen(ctx, s),
 				dead:    pipe.XLen(ctx, keys.DeadLetter(i)),
 				groups:  pipe.XInfoGroups(ctx, s),
@@ -55,48 +58,82 @@ func Inspect(ctx context.Context, rdb redis.UniversalClient, keys stream.Keys) (
 	now := time.Now()
 	st := Status{Shards: make([]ShardStatus, len(cs)), Total: ShardStatus{Shard: -1, Stream: "total", GroupExists: true}}
 	for i, c := range cs {
-		sh := ShardStatus{Shard: i, Stream: keys.Stream(i)}
-		var err error
-		if sh.Backlog, err = c.xlen.Result(); err != nil {
-			return Status{}, fmt.Errorf("inspect %s: %w", sh.Stream, err)
+		sh, err := c.status(i, keys, now)
+		if err != nil {
+			return Status{}, err
 		}
-		if sh.DeadLetters, err = c.dead.Result(); err != nil {
-			return Status{}, fmt.Errorf("inspect %s: %w", keys.DeadLetter(i), err)
-		}
-		groups, err := c.groups.Result()
-		if err != nil && !missing(err) {
-			return Status{}, fmt.Errorf("inspect %s: %w", sh.Stream, err)
-		}
-		for _, g := range groups {
-			if g.Name == stream.Group {
-				sh.GroupExists = true
-				sh.Consumers = g.Consumers
-			}
-		}
-		pend, err := c.pending.Result()
-		if err != nil && !missing(err) {
-			return Status{}, fmt.Errorf("inspect %s: %w", sh.Stream, err)
-		}
-		if pend != nil && pend.Count > 0 {
-			sh.Pending = pend.Count
-			sh.OldestPending = max(now.Sub(time.UnixMilli(idMillis(pend.Lower))), 0)
-		}
-		sh.OldestPendingSeconds = sh.OldestPending.Seconds()
 		st.Shards[i] = sh
-
-		t := &st.Total
-		t.Backlog += sh.Backlog
-		t.Pending += sh.Pending
-		t.DeadLetters += sh.DeadLetters
-		t.Consumers = max(t.Consumers, sh.Consumers)
-		t.OldestPending = max(t.OldestPending, sh.OldestPending)
-		t.GroupExists = t.GroupExists && sh.GroupExists
+		st.Total.add(sh)
 	}
 	st.Total.OldestPendingSeconds = st.Total.OldestPending.Seconds()
 	return st, nil
 }
 
+// status reads the replies of shard i.
+func (c shardCmds) status(i int, keys stream.Keys, now time.Time) (ShardStatus, error) {
+	sh := ShardStatus{Shard: i, Stream: keys.Stream(i)}
+	var err error
+	if sh.Backlog, err = c.xlen.Result(); err != nil {
+		return sh, fmt.Errorf("inspect %s: %w", sh.Stream, err)
+	}
+	if sh.DeadLetters, err = c.dead.Result(); err != nil {
+		return sh, fmt.Errorf("inspect %s: %w", keys.DeadLetter(i), err)
+	}
+	groups, err := c.groups.Result()
+	if err != nil && !missing(err) {
+		return sh, fmt.Errorf("inspect %s: %w", sh.Stream, err)
+	}
+	for _, g := range groups {
+		if g.Name == stream.Group {
+			sh.GroupExists = true
+			sh.Consumers = g.Consumers
+		}
+	}
+	pend, err := c.pending.Result()
+	if err != nil && !missing(err) {
+		return sh, fmt.Errorf("inspect %s: %w", sh.Stream, err)
+	}
+	if pend != nil && pend.Count > 0 {
+		sh.Pending = pend.Count
+		sh.OldestPending = max(now.Sub(time.UnixMilli(idMillis(pend.Lower))), 0)
+	}
+	sh.OldestPendingSeconds = sh.OldestPending.Seconds()
+	return sh, nil
+}
+
+// add sums sh into the total t.
+func (t *ShardStatus) add(sh ShardStatus) {
+	t.Backlog += sh.Backlog
+	t.Pending += sh.Pending
+	t.DeadLetters += sh.DeadLetters
+	t.Consumers = max(t.Consumers, sh.Consumers)
+	t.OldestPending = max(t.OldestPending, sh.OldestPending)
+	t.GroupExists = t.GroupExists && sh.GroupExists
+}
+
 // missing reports Redis saying the stream or its group does not exist yet.
 func missing(err error) bool {
 	return redis.HasErrorPrefix(err, "NOGROUP") || redis.HasErrorPrefix(err, "no such key")
+}
+
+// statsLoop refreshes the backlog, pending and dead-letter gauges.
+func (p *Projector) statsLoop(ctx context.Context) {
+	t := time.NewTicker(p.cfg.StatsInterval)
+	defer t.Stop()
+	for {
+		st, err := Inspect(ctx, p.rdb, p.keys)
+		if err == nil {
+			p.m.backlog.Set(float64(st.Total.Backlog))
+			p.m.pending.Set(float64(st.Total.Pending))
+			p.m.oldest.Set(st.Total.OldestPending.Seconds())
+			p.m.deadLetter.Set(float64(st.Total.DeadLetters))
+		} else if ctx.Err() == nil {
+			p.log.LogAttrs(ctx, slog.LevelWarn, "refresh stream gauges", slog.String("error", err.Error()))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }

@@ -2,7 +2,6 @@ package projector
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/sony/gobreaker/v2"
 )
 
 // metrics are the projector's Prometheus series. Every label has a small,
@@ -83,21 +82,18 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Pending entries Redis reported as deleted before they were applied: they cannot be recovered from the stream.",
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.events, m.batchSize, m.applyTime, m.applyErrs, m.inFlight,
-		m.backlog, m.pending, m.oldest, m.deadLetter, m.breaker, m.claimed, m.lost} {
-		if err := reg.Register(c); err != nil {
-			return nil, err
-		}
+	if err := registerAll(reg, m.events, m.batchSize, m.applyTime, m.applyErrs, m.inFlight,
+		m.backlog, m.pending, m.oldest, m.deadLetter, m.breaker, m.claimed, m.lost); err != nil {
+		return nil, err
 	}
 	return m, nil
 }
 
-func breakerValue(s gobreaker.State) float64 {
-	switch s {
-	case gobreaker.StateHalfOpen:
-		return 1
-	case gobreaker.StateOpen:
-		return 2
+func registerAll(reg prometheus.Registerer, cs ...prometheus.Collector) error {
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
 	}
-	return 0
+	return nil
 }

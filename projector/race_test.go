@@ -52,7 +52,6 @@ func TestRacingProjectors(t *testing.T) {
 			t.Errorf("projector %s applied nothing: no race", r.p.Consumer())
 		}
 	}
-	b.checkInvariants()
 }
 
 // backlog is what enqueueBacklog enqueued: the tallies it must end in.
