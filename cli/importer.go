@@ -4,13 +4,15 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"hash/maphash"
 	"io"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/sethvargo/go-retry"
+
 	"tally/ledger"
+	"tally/vote"
 )
 
 // importEvents reads JSON lines from in and appends them in batches of
@@ -18,11 +20,10 @@ import (
 // applies everything before it, then stops with an error that names the
 // line; what was imported stays imported.
 //
-// Each worker owns the principals that hash to it, so the events of one
-// principal reach the ledger in file order, one batch after another. Every
-// rule that makes an outcome depend on order (a key's first payload, a
-// principal's first answer in a poll) is about one principal, so the
-// outcomes are those of importing the file with one worker.
+// Each worker owns the principals vote.Lanes gives it, as in the
+// projector, so the events of one principal reach the ledger in file
+// order, one batch after another, and the outcomes are those of importing
+// the file with one worker.
 func importEvents(ctx context.Context, store *ledger.Store, in io.Reader, size, workers int) (map[string]int, int, error) {
 	imp := newImporter(ctx, store, size, workers)
 	sc := bufio.NewScanner(in)
@@ -60,7 +61,7 @@ type importer struct {
 	ctx     context.Context
 	store   *ledger.Store
 	size    int
-	seed    maphash.Seed
+	lanes   vote.Lanes
 	filling [][]ledger.Event
 	queues  []chan []ledger.Event
 	wg      sync.WaitGroup
@@ -71,7 +72,7 @@ type importer struct {
 }
 
 func newImporter(ctx context.Context, store *ledger.Store, size, workers int) *importer {
-	imp := &importer{ctx: ctx, store: store, size: size, seed: maphash.MakeSeed(),
+	imp := &importer{ctx: ctx, store: store, size: size, lanes: vote.NewLanes(workers),
 		filling: make([][]ledger.Event, workers), queues: make([]chan []ledger.Event, workers),
 		counts: map[string]int{}}
 	for w := range imp.queues {
@@ -83,7 +84,7 @@ func newImporter(ctx context.Context, store *ledger.Store, size, workers int) *i
 }
 
 func (imp *importer) add(e ledger.Event) {
-	w := int(maphash.String(imp.seed, e.PrincipalID) % uint64(len(imp.queues)))
+	w := imp.lanes.Of(e.PrincipalID)
 	imp.filling[w] = append(imp.filling[w], e)
 	if len(imp.filling[w]) == imp.size {
 		imp.queues[w] <- imp.filling[w]
@@ -130,14 +131,23 @@ func (imp *importer) work(q <-chan []ledger.Event) {
 	}
 }
 
-// append applies one batch, trying again a few times when the ledger says
-// the failure is transient.
+// append applies one batch, trying again up to four times, after 200ms,
+// 400ms, 600ms and 800ms, when the ledger says the failure is transient.
+// A cancelled context ends the wait at once.
 func (imp *importer) append(batch []ledger.Event) ([]ledger.Outcome, error) {
-	for attempt := 1; ; attempt++ {
-		outs, err := imp.store.Append(imp.ctx, batch)
-		if err == nil || !ledger.IsRetryable(err) || attempt == 5 {
-			return outs, err
+	var waits time.Duration
+	backoff := retry.WithMaxRetries(4, retry.BackoffFunc(func() (time.Duration, bool) {
+		waits += 200 * time.Millisecond
+		return waits, false
+	}))
+	var outs []ledger.Outcome
+	err := retry.Do(imp.ctx, backoff, func(ctx context.Context) error {
+		var err error
+		outs, err = imp.store.Append(ctx, batch)
+		if ledger.IsRetryable(err) {
+			return retry.RetryableError(err)
 		}
-		time.Sleep(time.Duration(attempt) * 200 * time.Millisecond)
-	}
+		return err
+	})
+	return outs, err
 }

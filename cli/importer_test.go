@@ -10,11 +10,14 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	ucli "github.com/urfave/cli/v2"
 
 	"tally/internal/testenv"
+	"tally/ledger"
 )
 
 // TestImportWorkersKeepOutcomes: a file full of conflicts (second answers,
@@ -106,5 +109,35 @@ func TestWorkersSizeThePool(t *testing.T) {
 		if got != tc.want {
 			t.Errorf("%s with --workers 8: pool of %d, want %d", tc.url, got, tc.want)
 		}
+	}
+}
+
+// TestImportStopsWaitingOnCancel: while the ledger fails with a transient
+// error, a cancelled import stops waiting to retry at once (Ctrl-C does
+// not sit out the backoff).
+func TestImportStopsWaitingOnCancel(t *testing.T) {
+	t.Parallel()
+	pool, err := pgxpool.New(context.Background(), "postgres://postgres@127.0.0.1:1/none?sslmode=disable&connect_timeout=2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	store, err := ledger.New(pool, ledger.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	imp := newImporter(ctx, store, 10, 1)
+	batch := []ledger.Event{{PrincipalID: "u1", ClientEventID: "k1", PollID: "p", CandidateID: "a", ReceivedAt: time.Now()}}
+	// Cancelled during the second wait, which runs from 200ms to 600ms.
+	time.AfterFunc(250*time.Millisecond, cancel)
+	start := time.Now()
+	_, err = imp.append(batch)
+	if took := time.Since(start); err == nil || took > 500*time.Millisecond {
+		t.Errorf("append on a refused connection, cancelled after 250ms: error %v after %s; want an error at once, not at the end of the wait", err, took)
+	}
+	cancel()
+	if err := imp.close(); err != nil {
+		t.Fatal(err)
 	}
 }
