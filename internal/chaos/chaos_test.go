@@ -179,6 +179,65 @@ func runWith(t *testing.T, c *cluster, scenario string, sendFor time.Duration, i
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), sendFor+5*time.Minute)
 	defer cancel()
+	s, err := loadtest.New(loadConfig(t, c, scenario, sendFor), loadtest.Deps{Store: c.store, Queue: loadtest.RedisQueue(c.rdb, c.keys)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Setup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.WithoutCancel(ctx))
+
+	done := make(chan faultOutcome, 1)
+	go func() { done <- injectWhileSending(ctx, c, s, inject) }()
+	sendErr := s.Send(ctx)
+	fo := <-done
+	if sendErr != nil {
+		t.Fatalf("send: %v", sendErr)
+	}
+	if fo.err != nil {
+		t.Fatalf("inject faults: %v", fo.err)
+	}
+	drainErr := s.Drain(ctx)
+	rep, err := s.Verify(ctx)
+	if err != nil {
+		t.Fatalf("verify: %v", err)
+	}
+	res := result{
+		scenario: scenario, faults: fmt.Sprintf("%d %s", fo.n, fo.what),
+		accepted: rep.AcceptedEvents, lost: rep.Lost, twice: rep.CountedTwice,
+		drain: fo.drain, finalDrain: rep.DrainDuration, passed: true,
+	}
+	fail := func(format string, args ...any) {
+		t.Helper()
+		res.passed = false
+		t.Errorf(format, args...)
+	}
+	if drainErr != nil {
+		fail("drain: %v", drainErr)
+	}
+	if fo.derr != nil {
+		fail("drain after the last fault: %v", fo.derr)
+	}
+	checkReport(rep, fail)
+	checkQueueEmpty(ctx, c, fail)
+	var want map[string]projector.Reason
+	if deadLetters != nil {
+		want = deadLetters()
+	}
+	res.deadLetters = checkDeadLetters(ctx, c, want, fail)
+	c.checkAlive()
+	claimed, duplicates := c.projectorCounters(ctx)
+	t.Logf("%s: the live projectors counted, since their last start, %.0f entries claimed and %.0f duplicates absorbed", scenario, claimed, duplicates)
+	record(res)
+	t.Logf("%s: %s; accepted %d events (%d votes, %d requests, %d uncertain), retried %v, recorded %d, rejected %v, lost %d, counted twice %d, reordered %d; drain after the last fault %s, after sending %s",
+		scenario, res.faults, rep.AcceptedEvents, rep.Accepted, rep.Requests, rep.Uncertain, rep.Retried, rep.Recorded, rep.Rejected,
+		rep.Lost, rep.CountedTwice, rep.Reordered, fo.drain.Round(time.Millisecond), rep.DrainDuration.Round(time.Millisecond))
+}
+
+// loadConfig is the load every scenario sends: every kind of vote, with
+// retries patient enough to outlast a fault.
+func loadConfig(t *testing.T, c *cluster, scenario string, sendFor time.Duration) loadtest.Config {
 	level := slog.LevelError
 	if os.Getenv("TALLY_TEST_LOG") != "" {
 		level = slog.LevelDebug
@@ -212,83 +271,55 @@ func runWith(t *testing.T, c *cluster, scenario string, sendFor time.Duration, i
 			t.Logf("%s: %s %s accepted %d requests %d%s", scenario, p.Phase, p.Elapsed.Round(time.Second), p.Accepted, p.Requests, q)
 		}
 	}
-	s, err := loadtest.New(cfg, loadtest.Deps{Store: c.store, Queue: loadtest.RedisQueue(c.rdb, c.keys)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Setup(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close(context.WithoutCancel(ctx))
+	return cfg
+}
 
-	type faultOutcome struct {
-		n     int
-		what  string
-		err   error
-		drain time.Duration
-		derr  error
-	}
-	done := make(chan faultOutcome, 1)
-	go func() {
-		var out faultOutcome
-		defer func() { done <- out }()
-		// Faults start once votes flow.
-		for i := 0; i < 200 && s.Progress().Accepted < 200; i++ {
-			if !sleep(ctx, 50*time.Millisecond) {
-				break
-			}
-		}
-		var end time.Time
-		out.n, out.what, out.err = inject(ctx, func() { end = time.Now() })
-		if out.err != nil {
-			return
-		}
-		if end.IsZero() {
-			end = time.Now()
-		}
-		var mark chaos.Mark
-		for range 100 { // Redis may still be loading its file
-			qctx, qcancel := context.WithTimeout(ctx, time.Second)
-			mark, out.derr = chaos.MarkBacklog(qctx, c.rdb, c.keys)
-			qcancel()
-			if out.derr == nil || !sleep(ctx, 100*time.Millisecond) {
-				break
-			}
-		}
-		if out.derr == nil {
-			out.drain, out.derr = mark.WaitDrained(ctx, c.rdb, end, 3*time.Minute)
-		}
-	}()
+// faultOutcome is what injectWhileSending saw: the faults, and the time
+// to drain after the last one.
+type faultOutcome struct {
+	n     int
+	what  string
+	err   error
+	drain time.Duration
+	derr  error
+}
 
-	sendErr := s.Send(ctx)
-	fo := <-done
-	if sendErr != nil {
-		t.Fatalf("send: %v", sendErr)
+// injectWhileSending waits until votes flow, runs inject, then marks the
+// backlog the last fault left and times its drain.
+func injectWhileSending(ctx context.Context, c *cluster, s *loadtest.Session, inject injector) faultOutcome {
+	var out faultOutcome
+	// Faults start once votes flow.
+	for i := 0; i < 200 && s.Progress().Accepted < 200; i++ {
+		if !sleep(ctx, 50*time.Millisecond) {
+			break
+		}
 	}
-	if fo.err != nil {
-		t.Fatalf("inject faults: %v", fo.err)
+	var end time.Time
+	out.n, out.what, out.err = inject(ctx, func() { end = time.Now() })
+	if out.err != nil {
+		return out
 	}
-	drainErr := s.Drain(ctx)
-	rep, err := s.Verify(ctx)
-	if err != nil {
-		t.Fatalf("verify: %v", err)
+	if end.IsZero() {
+		end = time.Now()
 	}
-	res := result{
-		scenario: scenario, faults: fmt.Sprintf("%d %s", fo.n, fo.what),
-		accepted: rep.AcceptedEvents, lost: rep.Lost, twice: rep.CountedTwice,
-		drain: fo.drain, finalDrain: rep.DrainDuration, passed: true,
+	var mark chaos.Mark
+	for range 100 { // Redis may still be loading its file
+		qctx, qcancel := context.WithTimeout(ctx, time.Second)
+		mark, out.derr = chaos.MarkBacklog(qctx, c.rdb, c.keys)
+		qcancel()
+		if out.derr == nil || !sleep(ctx, 100*time.Millisecond) {
+			break
+		}
 	}
-	fail := func(format string, args ...any) {
-		t.Helper()
-		res.passed = false
-		t.Errorf(format, args...)
+	if out.derr == nil {
+		out.drain, out.derr = mark.WaitDrained(ctx, c.rdb, end, 3*time.Minute)
 	}
-	if drainErr != nil {
-		fail("drain: %v", drainErr)
-	}
-	if fo.derr != nil {
-		fail("drain after the last fault: %v", fo.derr)
-	}
+	return out
+}
+
+// checkReport fails the scenario on any broken invariant the loadtest's
+// verification found, and when it tested nothing.
+func checkReport(rep loadtest.Report, fail func(string, ...any)) {
 	if !rep.Passed() {
 		fail("verification failed (lost %d, counted twice %d):\n%s", rep.Lost, rep.CountedTwice, strings.Join(rep.Failures(), "\n"))
 	}
@@ -298,49 +329,50 @@ func runWith(t *testing.T, c *cluster, scenario string, sendFor time.Duration, i
 	if !rep.Drained {
 		fail("the queue did not drain within the drain timeout")
 	}
+	if rep.AcceptedEvents == 0 {
+		fail("no vote was accepted: the scenario tested nothing")
+	}
+}
+
+// checkQueueEmpty fails the scenario when the streams hold a backlog or
+// pending entries after the drain.
+func checkQueueEmpty(ctx context.Context, c *cluster, fail func(string, ...any)) {
 	st, err := projector.Inspect(ctx, c.rdb, c.keys)
 	if err != nil {
 		fail("inspect the queue: %v", err)
 	} else if st.Total.Backlog != 0 || st.Total.Pending != 0 {
 		fail("after the drain the queue holds backlog %d, pending %d; want 0 and 0", st.Total.Backlog, st.Total.Pending)
 	}
-	var want map[string]projector.Reason // stream id -> the reason it must be dead-lettered for
-	if deadLetters != nil {
-		want = deadLetters()
+}
+
+// checkDeadLetters fails the scenario unless the dead letters are exactly
+// want (stream id -> the reason it must be dead-lettered for), and returns
+// how many there are.
+func checkDeadLetters(ctx context.Context, c *cluster, want map[string]projector.Reason, fail func(string, ...any)) int {
+	ds, err := projector.NewDeadLetters(c.rdb, c.keys).List(ctx, 0)
+	if err != nil {
+		fail("list the dead letters: %v", err)
+		return 0
 	}
-	if ds, lerr := projector.NewDeadLetters(c.rdb, c.keys).List(ctx, 0); lerr != nil {
-		fail("list the dead letters: %v", lerr)
-	} else {
-		var unexpected []string
-		seen := map[string]bool{}
-		for _, d := range ds {
-			reason, ok := want[d.StreamID]
-			if !ok || reason != d.Reason || seen[d.StreamID] {
-				unexpected = append(unexpected, fmt.Sprintf("%s from %s/%s reason %q error %q deliveries %d fields %v",
-					d.Ref(), d.Stream, d.StreamID, d.Reason, d.Error, d.Deliveries, d.Fields))
-			}
-			seen[d.StreamID] = true
+	var unexpected []string
+	seen := map[string]bool{}
+	for _, d := range ds {
+		reason, ok := want[d.StreamID]
+		if !ok || reason != d.Reason || seen[d.StreamID] {
+			unexpected = append(unexpected, fmt.Sprintf("%s from %s/%s reason %q error %q deliveries %d fields %v",
+				d.Ref(), d.Stream, d.StreamID, d.Reason, d.Error, d.Deliveries, d.Fields))
 		}
-		if len(unexpected) > 0 {
-			fail("%d dead letters nobody accounts for:\n%s", len(unexpected), strings.Join(unexpected, "\n"))
-		}
-		for id, reason := range want {
-			if !seen[id] {
-				fail("poison entry %s was not dead-lettered (want reason %q)", id, reason)
-			}
-		}
-		res.deadLetters = len(ds)
+		seen[d.StreamID] = true
 	}
-	if rep.AcceptedEvents == 0 {
-		fail("no vote was accepted: the scenario tested nothing")
+	if len(unexpected) > 0 {
+		fail("%d dead letters nobody accounts for:\n%s", len(unexpected), strings.Join(unexpected, "\n"))
 	}
-	c.checkAlive()
-	claimed, duplicates := c.projectorCounters(ctx)
-	t.Logf("%s: the live projectors counted, since their last start, %.0f entries claimed and %.0f duplicates absorbed", scenario, claimed, duplicates)
-	record(res)
-	t.Logf("%s: %s; accepted %d events (%d votes, %d requests, %d uncertain), retried %v, recorded %d, rejected %v, lost %d, counted twice %d, reordered %d; drain after the last fault %s, after sending %s",
-		scenario, res.faults, rep.AcceptedEvents, rep.Accepted, rep.Requests, rep.Uncertain, rep.Retried, rep.Recorded, rep.Rejected,
-		rep.Lost, rep.CountedTwice, rep.Reordered, fo.drain.Round(time.Millisecond), rep.DrainDuration.Round(time.Millisecond))
+	for id, reason := range want {
+		if !seen[id] {
+			fail("poison entry %s was not dead-lettered (want reason %q)", id, reason)
+		}
+	}
+	return len(ds)
 }
 
 // setConsumer gives a stopped projector another consumer name.

@@ -70,4 +70,17 @@
 // It needs redis-server, the PostgreSQL server binaries (initdb, pg_ctl)
 // and the shared test PostgreSQL of package testenv. When run as root, the
 // private PostgreSQL runs as the postgres OS user.
+//
+// # Files
+//
+//   - process.go: Build (the tally binary) and Process, a daemon run as a
+//     child process that the suite kills and restarts;
+//   - proxy.go: Proxy, the in-process TCP proxy that slows or cuts a link;
+//   - backlog.go: Mark, the backlog a fault left behind, and the wait for
+//     it to drain;
+//   - cluster_test.go: one scenario's world (Redis, a database, intakes,
+//     projectors, proxies) and its checks on the daemons;
+//   - chaos_test.go: the profiles, TestMain and the table, the run every
+//     scenario shares (send, inject, drain, verify, check), and the
+//     scenarios themselves.
 package chaos

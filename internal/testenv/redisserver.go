@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/sethvargo/go-retry"
 )
 
 // RedisServer is a private redis-server of one test, which the test may
@@ -67,19 +68,16 @@ func (s *RedisServer) Start() {
 	s.cmd = cmd
 	rdb := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
 	defer rdb.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		err := rdb.Ping(ctx).Err()
-		cancel()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
-			s.t.Fatalf("redis-server on %s did not answer within 10s: %v\n%s", s.Addr, err, log)
-		}
-		time.Sleep(20 * time.Millisecond)
+	// It answers PING within moments; 10s covers a loaded machine.
+	b := retry.WithMaxDuration(10*time.Second, retry.NewConstant(20*time.Millisecond))
+	err := retry.Do(context.Background(), b, func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		defer cancel()
+		return retry.RetryableError(rdb.Ping(ctx).Err())
+	})
+	if err != nil {
+		log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
+		s.t.Fatalf("redis-server on %s did not answer within 10s: %v\n%s", s.Addr, err, log)
 	}
 }
 
