@@ -106,27 +106,17 @@ func openPoolWaiting(c *ucli.Context, wait time.Duration, log *slog.Logger) (*pg
 	return pool, nil
 }
 
-// openStore connects to PostgreSQL and returns the ledger on it.
-func openStore(c *ucli.Context, cfg ledger.Config) (*ledger.Store, error) {
-	pool, err := openPool(c)
-	if err != nil {
-		return nil, err
-	}
-	store, err := ledger.New(pool, cfg)
-	if err != nil {
-		pool.Close()
-		return nil, err
-	}
-	return store, nil
-}
-
 // withStore opens the ledger for one command, runs fn with it and closes it.
 func withStore(c *ucli.Context, fn func(*ledger.Store) error) error {
-	store, err := openStore(c, ledger.Config{})
+	pool, err := openPool(c)
 	if err != nil {
 		return err
 	}
-	defer store.Pool().Close()
+	defer pool.Close()
+	store, err := ledger.New(pool, ledger.Config{})
+	if err != nil {
+		return err
+	}
 	return fn(store)
 }
 
@@ -163,6 +153,7 @@ func streamKeys(c *ucli.Context) (stream.Keys, error) {
 // conns are what a daemon or the load test needs: the ledger, the Redis
 // client and the stream key names.
 type conns struct {
+	pool  *pgxpool.Pool // the store's, closed by close
 	store *ledger.Store
 	rdb   *redis.Client
 	keys  stream.Keys
@@ -189,10 +180,10 @@ func openConns(c *ucli.Context, cfg ledger.Config, wait time.Duration) (*conns, 
 		pool.Close()
 		return nil, err
 	}
-	return &conns{store: store, rdb: rdb, keys: keys}, nil
+	return &conns{pool: pool, store: store, rdb: rdb, keys: keys}, nil
 }
 
 func (cs *conns) close() {
 	cs.rdb.Close()
-	cs.store.Pool().Close()
+	cs.pool.Close()
 }

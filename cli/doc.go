@@ -21,8 +21,8 @@
 //   - gc.go: the garbage collector's target of the daemons.
 //   - migrate.go: tally migrate (goose on the embedded migrations).
 //   - intake.go: tally intake, the HTTP daemon, and its Redis version check.
-//   - projector.go: tally projector, the daemon, and its /metrics server;
-//     tally status, the backlog and dead letters per stream shard.
+//   - projector.go: tally projector, the daemon, and its /metrics server.
+//   - status.go: tally status, the backlog and dead letters per stream shard.
 //   - deadletter.go: tally deadletter list, show, replay and purge.
 //   - rebuild.go: tally rebuild, the ledger against the projection.
 //   - export.go: tally export and tally import, the commands.

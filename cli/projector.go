@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -100,7 +99,7 @@ func runProjector(c *ucli.Context) error {
 	if err != nil {
 		return err
 	}
-	if conns := cs.store.Pool().Config().MaxConns; int(conns) < cfg.Workers {
+	if conns := cs.pool.Config().MaxConns; int(conns) < cfg.Workers {
 		log.LogAttrs(c.Context, slog.LevelWarn, "fewer PostgreSQL connections than workers: the extra workers wait for a connection; add pool_max_conns to --database-url",
 			slog.String("component", "projector"), slog.Int("workers", cfg.Workers), slog.Int("pool_max_conns", int(conns)))
 	}
@@ -147,57 +146,4 @@ func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry, lo
 		_ = srv.Shutdown(sctx)
 		<-done
 	}, nil
-}
-
-func statusCommand() *ucli.Command {
-	return &ucli.Command{
-		Name:   "status",
-		Usage:  "print, per stream shard, the backlog, pending entries, oldest pending age, consumers and dead letters",
-		Flags:  commonFlags(formatFlag()),
-		Action: runStatus,
-	}
-}
-
-// runStatus prints the status of every stream shard, and their total when
-// there are several.
-func runStatus(c *ucli.Context) error {
-	asJSON, err := outputJSON(c)
-	if err != nil {
-		return err
-	}
-	keys, err := streamKeys(c)
-	if err != nil {
-		return err
-	}
-	rdb, err := openRedis(c)
-	if err != nil {
-		return err
-	}
-	defer rdb.Close()
-	st, err := projector.Inspect(c.Context, rdb, keys)
-	if err != nil {
-		return err
-	}
-	if asJSON {
-		return writeJSON(c.App.Writer, st)
-	}
-	t := newTable(c.App.Writer, "SHARD", "BACKLOG", "PENDING", "OLDEST PENDING", "CONSUMERS", "DEAD LETTERS")
-	row := func(name string, s projector.ShardStatus) {
-		age := "-"
-		if s.Pending > 0 {
-			age = s.OldestPending.Round(time.Millisecond).String()
-		}
-		consumers := strconv.FormatInt(s.Consumers, 10)
-		if !s.GroupExists {
-			consumers = "no group"
-		}
-		t.row(name, strconv.FormatInt(s.Backlog, 10), strconv.FormatInt(s.Pending, 10), age, consumers, strconv.FormatInt(s.DeadLetters, 10))
-	}
-	for _, s := range st.Shards {
-		row(strconv.Itoa(s.Shard), s)
-	}
-	if len(st.Shards) > 1 {
-		row("total", st.Total)
-	}
-	return t.flush()
 }

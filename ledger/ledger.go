@@ -67,9 +67,6 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	return &Store{pool: pool, cfg: cfg}, nil
 }
 
-// Pool returns the pool the store runs on.
-func (s *Store) Pool() *pgxpool.Pool { return s.pool }
-
 // MaxBatch is the most events one Append takes.
 func (s *Store) MaxBatch() int { return s.cfg.MaxBatch }
 

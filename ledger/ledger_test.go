@@ -39,14 +39,6 @@ func ev(principal, key, poll, cand string) ledger.Event {
 	return ledger.Event{PrincipalID: principal, ClientEventID: key, PollID: poll, CandidateID: cand, ReceivedAt: time.Now()}
 }
 
-func statuses(os []ledger.Outcome) []string {
-	out := make([]string, len(os))
-	for i, o := range os {
-		out[i] = o.String()
-	}
-	return out
-}
-
 func TestAppendOutcomes(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
