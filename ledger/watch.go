@@ -21,13 +21,17 @@ type CatalogChange struct {
 
 // WatchCatalog holds one connection that listens for catalog changes and
 // calls fn with each, until ctx ends. When the connection fails it
-// reconnects, with a backoff from 100ms doubling up to 10s. On every
+// reconnects, with a backoff from 100ms doubling up to 10s, which starts
+// again at 100ms once a connection was listening. On every
 // (re)connection fn is called with both Polls and Principals set, since
 // notifications may have been missed meanwhile. fn runs on the listening
 // goroutine: it should only note the change and return.
 func (s *Store) WatchCatalog(ctx context.Context, fn func(CatalogChange)) {
 	var last error // why the last connection ended
-	backoff := retry.WithCappedDuration(10*time.Second, retry.NewExponential(100*time.Millisecond))
+	newBackoff := func() retry.Backoff {
+		return retry.WithCappedDuration(10*time.Second, retry.NewExponential(100*time.Millisecond))
+	}
+	backoff := newBackoff()
 	logged := retry.BackoffFunc(func() (time.Duration, bool) {
 		d, stop := backoff.Next()
 		s.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "catalog listener lost; reconnecting",
@@ -35,7 +39,11 @@ func (s *Store) WatchCatalog(ctx context.Context, fn func(CatalogChange)) {
 		return d, stop
 	})
 	_ = retry.Do(ctx, logged, func(ctx context.Context) error {
-		last = s.watchOnce(ctx, fn)
+		var listened bool
+		listened, last = s.watchOnce(ctx, fn)
+		if listened {
+			backoff = newBackoff() // a connection that worked was not a failure in a row
+		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -44,21 +52,22 @@ func (s *Store) WatchCatalog(ctx context.Context, fn func(CatalogChange)) {
 }
 
 // watchOnce listens on one connection until it fails or ctx ends.
-func (s *Store) watchOnce(ctx context.Context, fn func(CatalogChange)) error {
+// listened reports that the LISTEN took effect.
+func (s *Store) watchOnce(ctx context.Context, fn func(CatalogChange)) (listened bool, err error) {
 	pconn, err := s.pool.Acquire(ctx)
 	if err != nil {
-		return err
+		return false, err
 	}
 	conn := pconn.Hijack() // a LISTENing connection must not go back to the pool
 	defer conn.Close(context.WithoutCancel(ctx))
 	if _, err := conn.Exec(ctx, listenCatalogSQL); err != nil {
-		return err
+		return false, err
 	}
 	fn(CatalogChange{Polls: true, Principals: true})
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
-			return err
+			return true, err
 		}
 		if n.Payload == "principals" {
 			fn(CatalogChange{Principals: true})

@@ -14,7 +14,9 @@ import (
 // TestWatchCatalog: a new poll and a new principal reach the watcher as
 // what they are; a LISTEN connection killed under it is re-established, the
 // watcher says so (everything may have changed), and later changes still
-// arrive. The watcher returns when its context ends.
+// arrive. A connection that listened resets the backoff, so each of
+// several losses in a row is retried after the first, shortest wait. The
+// watcher returns when its context ends.
 func TestWatchCatalog(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -46,18 +48,24 @@ func TestWatchCatalog(t *testing.T) {
 	}
 	waitChange(t, changes, ledger.CatalogChange{Principals: true})
 
-	var killed int
-	if err := b.db.Pool.QueryRow(b.ctx, `
+	const losses = 3
+	for range losses {
+		var killed int
+		if err := b.db.Pool.QueryRow(b.ctx, `
 SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity
 WHERE datname = current_database() AND query = 'LISTEN tally_catalog'`).Scan(&killed); err != nil {
-		t.Fatal(err)
+			t.Fatal(err)
+		}
+		if killed != 1 {
+			t.Fatalf("terminated %d LISTEN connections, want 1", killed)
+		}
+		waitChange(t, changes, everything) // reconnected
 	}
-	if killed != 1 {
-		t.Fatalf("terminated %d LISTEN connections, want 1", killed)
+	if n := strings.Count(logs.String(), "catalog listener lost; reconnecting"); n != losses {
+		t.Errorf("%d reconnections logged, want %d:\n%s", n, losses, logs.String())
 	}
-	waitChange(t, changes, everything) // reconnected
-	if !strings.Contains(logs.String(), "catalog listener lost; reconnecting") {
-		t.Errorf("the reconnection was not logged:\n%s", logs.String())
+	if n := strings.Count(logs.String(), "backoff=100ms"); n != losses {
+		t.Errorf("%d of %d reconnections waited the first backoff (100ms); the backoff was not reset after a connection that listened:\n%s", n, losses, logs.String())
 	}
 	if err := b.store.ClosePoll(b.ctx, "p1", time.Now()); err != nil {
 		t.Fatal(err)
