@@ -44,6 +44,8 @@ type batcher struct {
 	watching bool            // watch is set
 }
 
+// scriptCall is one vote in the batcher: its command, laid out by
+// scriptArgs.call, and the slot of its answer.
 type scriptCall struct {
 	args    []any // the whole EVALSHA command, in argBuf
 	argBuf  [scriptCmdLen]any
@@ -56,6 +58,7 @@ type scriptCall struct {
 	answered   atomic.Bool      // done has had its answer
 }
 
+// scriptReply is Redis' answer to one scriptCall.
 type scriptReply struct {
 	res      any
 	err      error
@@ -79,7 +82,8 @@ func newBatcher(rdb redis.UniversalClient, cfg Config, batchSize prometheus.Hist
 	return b
 }
 
-// calls recycles the scriptCalls whose answer was received.
+// calls recycles the scriptCalls whose answer was received, so a vote
+// allocates no call, command slice or answer channel.
 var calls = sync.Pool{New: func() any { return &scriptCall{done: make(chan scriptReply, 1)} }}
 
 // errDeadline answers a vote whose deadline passed before Redis answered
