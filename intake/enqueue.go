@@ -51,7 +51,7 @@ func (s *Server) enqueue(ctx context.Context, v *voter, clientEventID string, po
 		rep := s.batcher.do(ctx, call, deadline)
 		if rep.err != nil {
 			if isReplyError(rep.err) && strings.Contains(rep.err.Error(), "syntax error") {
-				return nil, fmt.Errorf("Redis refused the script's SET ... NX GET: intake needs Redis 7.0 or later: %w", rep.err)
+				return nil, fmt.Errorf("intake needs Redis 7.0 or later (this one refused the script's SET ... NX GET): %w", rep.err)
 			}
 			return nil, rep.err
 		}
