@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -168,12 +167,10 @@ func TestIntakeCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := testenv.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
-	ln.Close()
 
 	ictx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -231,12 +228,10 @@ func TestDaemonWaitsForRedisAtStart(t *testing.T) {
 	db := testenv.Postgres(t)
 	srv := testenv.StartRedis(t)
 	srv.Kill()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := testenv.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
-	ln.Close()
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	done := make(chan int, 1)

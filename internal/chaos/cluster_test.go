@@ -148,12 +148,11 @@ func (c *cluster) common(dbURL, redisURL string) []string {
 
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := testenv.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return addr
 }
 
 func (c *cluster) newIntake(n int) *chaos.Process {

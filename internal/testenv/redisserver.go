@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -99,11 +100,38 @@ func (s *RedisServer) Restart() {
 	s.Start()
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+// FreeAddr returns a loopback address ("127.0.0.1:port") whose port was
+// free a moment ago and that no earlier call in this process returned. The
+// kernel hands a just-closed port out again readily, so without the second
+// rule two daemons started one after the other could be given the same
+// port and one of them would fail to listen.
+func FreeAddr() (string, error) {
+	port, err := freePort()
 	if err != nil {
-		return 0, fmt.Errorf("listen: %w", err)
+		return "", err
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return "127.0.0.1:" + strconv.Itoa(port), nil
+}
+
+var handedOut = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
+
+func freePort() (int, error) {
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, fmt.Errorf("listen: %w", err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if !handedOut.ports[port] {
+			handedOut.ports[port] = true
+			return port, nil
+		}
+	}
+	return 0, errors.New("no free port that this process has not handed out already in 100 tries")
 }
