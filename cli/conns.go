@@ -145,6 +145,21 @@ func openRedisWaiting(c *ucli.Context, wait time.Duration, log *slog.Logger) (*r
 	return rdb, nil
 }
 
+// withRedis opens Redis for one command, runs fn with it and the stream key
+// names, and closes it.
+func withRedis(c *ucli.Context, fn func(*redis.Client, stream.Keys) error) error {
+	keys, err := streamKeys(c)
+	if err != nil {
+		return err
+	}
+	rdb, err := openRedis(c)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	return fn(rdb, keys)
+}
+
 // streamKeys returns the Redis key names from --stream-prefix and --shards.
 func streamKeys(c *ucli.Context) (stream.Keys, error) {
 	return stream.NewKeys(c.String(flagStreamPrefix.Name), c.Int(flagShards.Name))

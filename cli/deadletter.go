@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	ucli "github.com/urfave/cli/v2"
 
 	"tally/projector"
@@ -66,16 +67,9 @@ func allFlag() ucli.Flag {
 
 // withDeadLetters runs run on the dead-letter streams the flags name.
 func withDeadLetters(c *ucli.Context, run func(*projector.DeadLetters) error) error {
-	keys, err := streamKeys(c)
-	if err != nil {
-		return err
-	}
-	rdb, err := openRedis(c)
-	if err != nil {
-		return err
-	}
-	defer rdb.Close()
-	return run(projector.NewDeadLetters(rdb, keys))
+	return withRedis(c, func(rdb *redis.Client, keys stream.Keys) error {
+		return run(projector.NewDeadLetters(rdb, keys))
+	})
 }
 
 // deadletterRefs returns the IDs given as arguments, or all when --all is

@@ -4,9 +4,11 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	ucli "github.com/urfave/cli/v2"
 
 	"tally/projector"
+	"tally/stream"
 )
 
 func statusCommand() *ucli.Command {
@@ -25,16 +27,11 @@ func runStatus(c *ucli.Context) error {
 	if err != nil {
 		return err
 	}
-	keys, err := streamKeys(c)
-	if err != nil {
+	var st projector.Status
+	err = withRedis(c, func(rdb *redis.Client, keys stream.Keys) error {
+		st, err = projector.Inspect(c.Context, rdb, keys)
 		return err
-	}
-	rdb, err := openRedis(c)
-	if err != nil {
-		return err
-	}
-	defer rdb.Close()
-	st, err := projector.Inspect(c.Context, rdb, keys)
+	})
 	if err != nil {
 		return err
 	}

@@ -178,6 +178,21 @@ func (f *batcherFixture) wantIdle(t *testing.T) {
 	}
 }
 
+// sendHeld sends votes while the pipeline is occupied, so that they wait
+// in pending together, then releases it: they go in one pipeline.
+func (f *batcherFixture) sendHeld(t *testing.T, votes []ballot) ([]outcome, []error) {
+	t.Helper()
+	f.occupy(t)
+	done := make(chan struct{})
+	var outs []outcome
+	var errs []error
+	go func() { outs, errs = f.sendAll(votes); close(done) }()
+	f.waitPending(t, len(votes))
+	f.release()
+	<-done
+	return outs, errs
+}
+
 // sendAll sends every vote from a goroutine of its own and returns each
 // vote's outcome and error.
 func (f *batcherFixture) sendAll(votes []ballot) ([]outcome, []error) {
@@ -298,18 +313,11 @@ func TestBatcherFlushes(t *testing.T) {
 	}
 	f.wantIdle(t)
 
-	f.occupy(t)
 	var votes []ballot
 	for i := range 10 {
 		votes = append(votes, ballot{"v" + strconv.Itoa(i), "e" + strconv.Itoa(i), "a"})
 	}
-	done := make(chan struct{})
-	var outs []outcome
-	var errs []error
-	go func() { outs, errs = f.sendAll(votes); close(done) }()
-	f.waitPending(t, len(votes))
-	f.release()
-	<-done
+	outs, errs := f.sendHeld(t, votes)
 	for i := range votes {
 		if errs[i] != nil || outs[i] != outAccepted {
 			t.Fatalf("vote %v: %s, %v", votes[i], outs[i], errs[i])
@@ -399,24 +407,7 @@ func TestBatcherDeadline(t *testing.T) {
 // pipeline ends then too, and the batcher keeps no trace of it.
 func TestBatcherDeadlineInFlight(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var conns sync.WaitGroup
-	t.Cleanup(func() { ln.Close(); conns.Wait() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			conns.Go(func() { io.Copy(io.Discard, c); c.Close() })
-		}
-	}()
-	rdb := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), ReadTimeout: time.Minute, MaxRetries: -1,
-		ContextTimeoutEnabled: true})
-	t.Cleanup(func() { rdb.Close() })
+	rdb := hungRedis(t)
 	f := newBatcherFixture(t, rdb, Config{EnqueuePipelines: 1, RedisTimeout: time.Minute})
 
 	const wait = 200 * time.Millisecond
@@ -488,15 +479,8 @@ func TestBatcherLoadsScript(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: server.Addr, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { rdb.Close() })
 	f := newBatcherFixture(t, rdb, Config{EnqueuePipelines: 1})
-	f.occupy(t)
 	votes := []ballot{{"v", "e1", "a"}, {"w", "e2", "a"}}
-	done := make(chan struct{})
-	var outs []outcome
-	var errs []error
-	go func() { outs, errs = f.sendAll(votes); close(done) }()
-	f.waitPending(t, len(votes))
-	f.release()
-	<-done
+	outs, errs := f.sendHeld(t, votes)
 	for i := range votes {
 		if errs[i] != nil || outs[i] != outAccepted {
 			t.Fatalf("vote %v on a Redis without the script: %s, %v", votes[i], outs[i], errs[i])
@@ -523,4 +507,30 @@ func TestBatcherWait(t *testing.T) {
 	if rep.replicas != 0 {
 		t.Fatalf("WAIT confirmed %d replicas on a Redis without any", rep.replicas)
 	}
+}
+
+// hungRedis is a client of a server that accepts connections and reads
+// commands but never answers, as a hung Redis does; only deadlines end its
+// calls.
+func hungRedis(t testing.TB) *redis.Client {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns sync.WaitGroup
+	t.Cleanup(func() { ln.Close(); conns.Wait() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns.Go(func() { io.Copy(io.Discard, c); c.Close() })
+		}
+	}()
+	rdb := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), ReadTimeout: time.Minute, MaxRetries: -1,
+		ContextTimeoutEnabled: true})
+	t.Cleanup(func() { rdb.Close() })
+	return rdb
 }

@@ -15,6 +15,9 @@ type Metrics struct {
 	BreakerState    prometheus.Gauge
 }
 
+// HungRedis is a client of a Redis that never answers (see hungRedis).
+var HungRedis = hungRedis
+
 func (s *Server) Metrics() Metrics {
 	m := s.metrics
 	return Metrics{

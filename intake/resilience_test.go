@@ -30,24 +30,7 @@ import (
 func TestRedisHung(t *testing.T) {
 	t.Parallel()
 	db := testenv.Postgres(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var conns sync.WaitGroup
-	t.Cleanup(func() { ln.Close(); conns.Wait() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			conns.Go(func() { io.Copy(io.Discard, c); c.Close() })
-		}
-	}()
-	rdb := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), ReadTimeout: time.Minute, MaxRetries: -1,
-		ContextTimeoutEnabled: true})
-	t.Cleanup(func() { rdb.Close() })
+	rdb := intake.HungRedis(t)
 	const requestTimeout = 400 * time.Millisecond
 	b := setupOn(t, db, rdb, testenv.RandomName("t"), func(c *intake.Config) {
 		c.RequestTimeout = requestTimeout
