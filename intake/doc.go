@@ -69,6 +69,7 @@
 //     arguments made once.
 //   - catalog.go: the in-process catalog of polls, choices and
 //     eligibility, and how it stays fresh.
+//   - read_vote.go: the first step of a vote: content type, size, body.
 //   - post_vote.go: POST /v1/votes as its steps (readVote, admit, enqueue,
 //     answerEnqueue) and the table of the answer to each enqueue outcome.
 //   - parse.go: the vote body's rules, parseVote and its fast path for the

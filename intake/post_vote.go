@@ -3,10 +3,7 @@ package intake
 import (
 	"errors"
 	"fmt"
-	"io"
-	"mime"
 	"net/http"
-	"strconv"
 	"sync"
 	"time"
 
@@ -45,81 +42,6 @@ func (s *Server) handleVote(w http.ResponseWriter, r *http.Request) {
 	res, err := s.enqueue(r.Context(), p, v.eventID, poll, c, receivedAt, deadline)
 	s.metrics.outcome(res.outcome).Observe(time.Since(start).Seconds())
 	s.answerEnqueue(w, r, v.eventID, res, err)
-}
-
-// bodyBufs recycles the buffers vote bodies are read into, so a vote
-// allocates no buffer for its body. A buffer goes back when handleVote
-// returns; what outlives the handler is copied out of it (see voteBody).
-var bodyBufs = sync.Pool{New: func() any { return new([maxBodyBytes + 1]byte) }}
-
-// readVote checks the Content-Type and size of the body, reads it into buf
-// (room for one byte over maxBodyBytes) and parses it, or answers 415, 413
-// or 400 and returns false.
-func readVote(w http.ResponseWriter, r *http.Request, buf []byte) (voteBody, bool) {
-	if ct := r.Header.Get("Content-Type"); !isJSON(ct) {
-		got := "no Content-Type"
-		if ct != "" {
-			got = "Content-Type " + strconv.Quote(ct)
-		}
-		writeProblem(w, http.StatusUnsupportedMediaType, probMediaType,
-			"the request has "+got+": send the vote as Content-Type: application/json", 0)
-		return voteBody{}, false
-	}
-	if r.ContentLength > maxBodyBytes {
-		writeProblem(w, http.StatusRequestEntityTooLarge, probTooLarge,
-			fmt.Sprintf("the body is %d bytes; a vote takes at most %d", r.ContentLength, maxBodyBytes), 0)
-		return voteBody{}, false
-	}
-	body, err := readBody(w, r, buf)
-	if err != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			writeProblem(w, http.StatusRequestEntityTooLarge, probTooLarge,
-				fmt.Sprintf("the body is over %d bytes, the most a vote takes", maxBodyBytes), 0)
-			return voteBody{}, false
-		}
-		writeProblem(w, http.StatusBadRequest, probBadRequest, "the body could not be read: "+err.Error(), 0)
-		return voteBody{}, false
-	}
-	v, err := parseVote(body)
-	if err != nil {
-		writeProblem(w, http.StatusBadRequest, probBadRequest, err.Error(), 0)
-		return voteBody{}, false
-	}
-	return v, true
-}
-
-// isJSON reports whether a Content-Type is application/json, with any
-// parameters.
-func isJSON(ct string) bool {
-	if ct == "application/json" { // what clients send, without parsing
-		return true
-	}
-	mt, _, err := mime.ParseMediaType(ct)
-	return err == nil && mt == "application/json"
-}
-
-// readBody reads the body of r into buf, which has room for one byte over
-// maxBodyBytes. A body of a known length was already checked against
-// maxBodyBytes, and net/http reads no further than that length; any other
-// is read through http.MaxBytesReader, whose error says it was too large.
-func readBody(w http.ResponseWriter, r *http.Request, buf []byte) ([]byte, error) {
-	rd := r.Body
-	if r.ContentLength < 0 {
-		rd = http.MaxBytesReader(w, r.Body, maxBodyBytes)
-	}
-	n := 0
-	for n < len(buf) {
-		m, err := rd.Read(buf[n:])
-		n += m
-		if errors.Is(err, io.EOF) {
-			return buf[:n], nil
-		}
-		if err != nil {
-			return nil, err
-		}
-	}
-	return nil, &http.MaxBytesError{Limit: maxBodyBytes}
 }
 
 // admit checks the vote of p against the catalog as of receivedAt: the
