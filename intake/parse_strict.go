@@ -76,7 +76,7 @@ func (p *strictParser) member() error {
 	switch key {
 	case keyEventID, keyPollID, keyCandidateID:
 	default:
-		return refuse(`key %s is not allowed: the body takes exactly "event_id", "poll_id" and "candidate_id"`, quoteKey(key))
+		return refuse(`key %s is not allowed: the body takes exactly "event_id", "poll_id" and "candidate_id"`, quoteClip(key))
 	}
 	if _, seen := p.vals[key]; seen {
 		return refuse("key %q appears more than once: give each key once", key)
@@ -127,9 +127,9 @@ func kindOf(tok json.Token) string {
 	return fmt.Sprintf("%T", tok)
 }
 
-// quoteKey quotes a client's key for a detail, shortened so a detail stays
-// small whatever the client sent.
-func quoteKey(k string) string {
+// quoteClip quotes what a client sent (a key, a header) for a detail,
+// shortened so a detail stays small whatever the client sent.
+func quoteClip(k string) string {
 	if len(k) > 40 {
 		return strconv.Quote(k[:40]) + "..."
 	}

@@ -1,0 +1,180 @@
+package intake_test
+
+import (
+	"bufio"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"tally/intake"
+)
+
+// This file tests the edges of a request: its framing, headers and path,
+// over real connections to a served intake, some of them raw TCP where a
+// Go client would not send what a careless or hostile one does.
+
+// rawConn is a raw TCP connection to the bundle's intake.
+type rawConn struct {
+	net.Conn
+	rd *bufio.Reader
+}
+
+func (b *bundle) dial(t *testing.T) *rawConn {
+	t.Helper()
+	c, err := net.Dial("tcp", strings.TrimPrefix(b.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return &rawConn{Conn: c, rd: bufio.NewReader(c)}
+}
+
+// send writes raw bytes, the request as a client would put them on the wire.
+func (c *rawConn) send(t *testing.T, raw string) {
+	t.Helper()
+	if _, err := io.WriteString(c, raw); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// answer reads one response, within 10s.
+func (c *rawConn) answer(t *testing.T) reply {
+	t.Helper()
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(c.rd, nil)
+	if err != nil {
+		t.Fatalf("read the answer: %v", err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := reply{code: resp.StatusCode, header: resp.Header, raw: string(raw)}
+	_ = json.Unmarshal(raw, &r.body)
+	return r
+}
+
+// closed checks the server closes the connection (after any answer read).
+func (c *rawConn) closed(t *testing.T) {
+	t.Helper()
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := c.rd.Read(make([]byte, 1)); err != io.EOF {
+		t.Fatalf("the connection is still open: read %d bytes, %v; want EOF", n, err)
+	}
+}
+
+// postHead is the head of a POST /v1/votes with the given extra header
+// lines (each ending in CRLF).
+func postHead(token, extra string) string {
+	return "POST /v1/votes HTTP/1.1\r\nHost: intake\r\nAuthorization: Bearer " + token +
+		"\r\nContent-Type: application/json\r\n" + extra + "\r\n"
+}
+
+// TestBodyStopsArriving sends a Content-Length of 100 and 10 bytes, then
+// waits past the read timeout: the answer is 408 with a generic detail and
+// the connection is closed, never a 400 that quotes socket addresses.
+func TestBodyStopsArriving(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *intake.Config) { c.ReadTimeout = 300 * time.Millisecond })
+	c := b.dial(t)
+	c.send(t, postHead(b.token, "Content-Length: 100\r\n")+`{"event_id"`[:10])
+	r := c.answer(t)
+	wantProblem(t, r, http.StatusRequestTimeout)
+	if r.str("type") != "urn:tally:problem:request-timeout" {
+		t.Errorf("type %q", r.str("type"))
+	}
+	for _, leak := range []string{"127.0.0.1", "tcp", "timeout"} {
+		if strings.Contains(r.str("detail"), leak) {
+			t.Errorf("detail %q names %q", r.str("detail"), leak)
+		}
+	}
+	c.closed(t)
+	if n := b.xlen(t); n != 0 {
+		t.Fatalf("%d entries enqueued", n)
+	}
+}
+
+// TestBodyCutShort closes the sending side after 10 of 100 bytes: 400
+// saying the body ended early, without the connection's error.
+func TestBodyCutShort(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	c := b.dial(t)
+	c.send(t, postHead(b.token, "Content-Length: 100\r\n")+`{"event_id"`[:10])
+	c.Conn.(*net.TCPConn).CloseWrite()
+	r := c.answer(t)
+	wantProblem(t, r, http.StatusBadRequest)
+	if d := r.str("detail"); !strings.Contains(d, "the body ended before the length the request declared") {
+		t.Errorf("detail %q", d)
+	}
+}
+
+// TestRepresentation: a compressed body or a charset other than utf-8 gets
+// 415 saying what intake takes; identity and utf-8, named or not, pass.
+func TestRepresentation(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for i, tc := range []struct {
+		contentType, encoding string
+		code                  int
+		typ, detail           string
+	}{
+		{"application/json", "gzip", 415, "unsupported-content-encoding", `Content-Encoding "gzip", but intake takes the body uncompressed`},
+		{"application/json", "identity, br", 415, "unsupported-content-encoding", `"identity, br"`},
+		{"application/json; charset=iso-8859-1", "", 415, "unsupported-media-type", "intake takes UTF-8 only"},
+		{"application/json;charset=UTF-16", "", 415, "unsupported-media-type", "with charset=utf-8 or no charset"},
+		{"text/plain", "", 415, "unsupported-media-type", `Content-Type "text/plain"`},
+		{"application/json; charset=UTF-8", "", 202, "", ""},
+		{"application/json", "identity", 202, "", ""},
+		{"application/json", "Identity", 202, "", ""},
+	} {
+		req, err := http.NewRequest(http.MethodPost, b.url+"/v1/votes", strings.NewReader(string(voteBody("rep"+string(rune('a'+i)), "p1", "a"))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+b.token)
+		req.Header.Set("Content-Type", tc.contentType)
+		if tc.encoding != "" {
+			req.Header.Set("Content-Encoding", tc.encoding)
+		}
+		r := b.send(t, req)
+		if tc.code == 202 {
+			if r.code != 202 {
+				t.Errorf("%s, %s: status %d: %s", tc.contentType, tc.encoding, r.code, r.raw)
+			}
+			continue
+		}
+		wantProblem(t, r, tc.code)
+		if r.str("type") != "urn:tally:problem:"+tc.typ || !strings.Contains(r.str("detail"), tc.detail) {
+			t.Errorf("%s, %s: %s, want type %s and a detail with %q", tc.contentType, tc.encoding, r.raw, tc.typ, tc.detail)
+		}
+		if tc.typ == "unsupported-content-encoding" && r.header.Get("Accept-Encoding") != "identity" {
+			t.Errorf("Accept-Encoding %q, want identity", r.header.Get("Accept-Encoding"))
+		}
+	}
+	if n := b.xlen(t); n != 3 {
+		t.Fatalf("%d entries enqueued, want 3", n)
+	}
+}
+
+// send sends req with the bundle's client and reads the answer.
+func (b *bundle) send(t *testing.T, req *http.Request) reply {
+	t.Helper()
+	resp, err := b.client.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", req.Method, req.URL, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := reply{code: resp.StatusCode, header: resp.Header, raw: string(raw)}
+	_ = json.Unmarshal(raw, &r.body)
+	return r
+}
