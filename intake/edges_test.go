@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -55,6 +56,9 @@ func (c *rawConn) answer(t *testing.T) reply {
 		t.Fatal(err)
 	}
 	r := reply{code: resp.StatusCode, header: resp.Header, raw: string(raw)}
+	if resp.Close { // ReadResponse moves "Connection: close" there
+		r.header.Set("Connection", "close")
+	}
 	_ = json.Unmarshal(raw, &r.body)
 	return r
 }
@@ -177,4 +181,34 @@ func (b *bundle) send(t *testing.T, req *http.Request) reply {
 	r := reply{code: resp.StatusCode, header: resp.Header, raw: string(raw)}
 	_ = json.Unmarshal(raw, &r.body)
 	return r
+}
+
+// chunked is body in the chunked transfer coding.
+func chunked(body []byte) string {
+	return strconv.FormatInt(int64(len(body)), 16) + "\r\n" + string(body) + "\r\n0\r\n\r\n"
+}
+
+// TestLengthAndChunked sends a request with both Content-Length and
+// Transfer-Encoding, then a second request on the same connection: the
+// first is answered and the connection closed (RFC 9112 6.1), so the
+// second, which a proxy that trusted Content-Length would read otherwise,
+// is never served.
+func TestLengthAndChunked(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	c := b.dial(t)
+	c.send(t, postHead(b.token, "Content-Length: 4\r\nTransfer-Encoding: chunked\r\n")+chunked(voteBody("te1", "p1", "a"))+
+		postHead(b.token, "Content-Length: 52\r\n")+string(voteBody("te2", "p1", "b")))
+	r := c.answer(t)
+	if r.header.Get("Connection") != "close" {
+		t.Errorf("Connection %q, want close", r.header.Get("Connection"))
+	}
+	if r.code != http.StatusAccepted || r.str("event_id") != "te1" {
+		t.Errorf("status %d: %s; want 202 for te1, read by its chunked coding", r.code, r.raw)
+	}
+	c.closed(t)
+	time.Sleep(100 * time.Millisecond)
+	if n := b.xlen(t); n != 1 {
+		t.Fatalf("%d entries enqueued, want 1 (te1): the request sent after it was served too", n)
+	}
 }

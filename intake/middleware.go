@@ -15,9 +15,9 @@ import (
 )
 
 // This file owns what every request goes through before and after its
-// handler: the routes, the method check (allow), the request deadline,
-// panic recovery and metrics (instrument), authentication (principal) and
-// the log line of a failed request (failed).
+// handler: the routes, the request's framing (framed), the method check
+// (allow), the request deadline, panic recovery and metrics (instrument),
+// authentication (principal) and the log line of a failed request (failed).
 
 // Route templates, also the route label of the metrics.
 const (
@@ -44,7 +44,22 @@ func (s *Server) routes() http.Handler {
 		writeProblem(w, http.StatusNotFound, probNotFound,
 			"no such route: intake serves POST /v1/votes, GET /v1/votes/{event_id}, GET /v1/polls/{poll_id}/results, /healthz, /readyz and /metrics", 0)
 	})
-	return s.instrument(mux)
+	return s.instrument(framed(mux))
+}
+
+// framed closes the connection after answering a request that came with a
+// Transfer-Encoding. net/http reads such a body by its chunked coding and
+// drops any Content-Length beside it before a handler could see it, so a
+// request with both (the shape of request smuggling) cannot be told from
+// a plain chunked one; RFC 9112 6.1 asks to close the connection after
+// answering it, so that nothing a proxy read differently is served next.
+func framed(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.TransferEncoding != nil {
+			w.Header().Set("Connection", "close")
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // allow answers 405 to any method but method (and HEAD for GET).
