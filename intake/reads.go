@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"slices"
 	"strings"
@@ -49,15 +50,14 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 	pgCtx, cancel := context.WithTimeout(r.Context(), s.cfg.PostgresTimeout)
 	rec, err := s.store.Event(pgCtx, p.ID, id)
 	cancel()
-	switch {
-	case err == nil:
-		st := eventStatus{EventID: id, PollID: rec.PollID, CandidateID: rec.CandidateID, Status: string(rec.Status)}
-		if rec.Status == ledger.StatusRejected {
-			st.Reason = string(rec.Reason)
+	if err == nil {
+		var st eventStatus
+		if st, err = s.ledgerStatus(r.Context(), p, rec); err == nil {
+			writeJSON(w, http.StatusOK, st)
+			return
 		}
-		writeJSON(w, http.StatusOK, st)
-		return
-	case !errors.Is(err, ledger.ErrNotFound):
+	}
+	if !errors.Is(err, ledger.ErrNotFound) {
 		s.failed(r, "event lookup failed", err)
 		writeProblem(w, http.StatusServiceUnavailable, probUnavailable,
 			"the ledger did not answer: retry after the Retry-After delay", time.Second)
@@ -85,6 +85,41 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, eventStatus{EventID: id, PollID: poll, CandidateID: cand, Status: string(ledger.StatusPending)})
 }
 
+// ledgerStatus is the answer for the ledger's record of p's own event.
+func (s *Server) ledgerStatus(ctx context.Context, p *voter, rec ledger.EventRecord) (eventStatus, error) {
+	st := eventStatus{EventID: rec.ClientEventID, PollID: rec.PollID, CandidateID: rec.CandidateID, Status: string(rec.Status)}
+	if rec.Status != ledger.StatusRejected {
+		return st, nil
+	}
+	reason, err := s.visibleReason(ctx, p, rec)
+	st.Reason = string(reason)
+	return st, err
+}
+
+// visibleReason is the reason the rejection rec of p's own event reads
+// with. To a principal outside a restricted poll's eligibility list it
+// reads unknown_poll, as an event on a poll that does not exist does:
+// otherwise the ledger's order of checks (poll_closed and invalid_choice
+// come before not_eligible) would tell it that the poll exists and more.
+// key_reused is about the event id, decided before any poll check, and
+// stays as it is. A vote p had recorded while eligible stays visible to it
+// as it is: it is p's own, and p learned of the poll while eligible.
+func (s *Server) visibleReason(ctx context.Context, p *voter, rec ledger.EventRecord) (ledger.Reason, error) {
+	if rec.Reason == ledger.ReasonKeyReused || rec.Reason == ledger.ReasonUnknownPoll {
+		return rec.Reason, nil
+	}
+	pi, err := s.catalog.lookup(ctx, []byte(rec.PollID), time.Time{})
+	switch {
+	case errors.Is(err, ledger.ErrNotFound):
+		return ledger.ReasonUnknownPoll, nil
+	case err != nil:
+		return "", err
+	case !pi.mayVote(p.ID):
+		return ledger.ReasonUnknownPoll, nil
+	}
+	return rec.Reason, nil
+}
+
 // pendingRecord reads the poll and candidate of an idempotency record (see
 // enqueueSrc), or "" when there is none.
 func (s *Server) pendingRecord(ctx context.Context, key string) (poll, cand string, err error) {
@@ -99,8 +134,12 @@ func (s *Server) pendingRecord(ctx context.Context, key string) (poll, cand stri
 	return poll, cand, nil
 }
 
+// handleResults answers a poll's tallies. A principal outside a restricted
+// poll's eligibility list gets the very answer of an unknown poll (status,
+// problem type and detail), so it cannot learn that the poll exists.
 func (s *Server) handleResults(w http.ResponseWriter, r *http.Request) {
-	if _, ok := s.principal(w, r); !ok {
+	p, ok := s.principal(w, r)
+	if !ok {
 		return
 	}
 	id := r.PathValue("poll_id")
@@ -111,10 +150,17 @@ func (s *Server) handleResults(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.PostgresTimeout)
 	defer cancel()
-	res, err := s.store.Results(ctx, id)
+	pi, err := s.catalog.lookup(ctx, []byte(id), time.Time{})
+	if err == nil && !pi.mayVote(p.ID) {
+		err = ledger.ErrNotFound // not to be told apart from an unknown poll
+	}
+	var res ledger.Results
+	if err == nil {
+		res, err = s.store.Results(ctx, id)
+	}
 	switch {
 	case errors.Is(err, ledger.ErrNotFound):
-		writeProblem(w, http.StatusNotFound, probUnknownPoll, fmt.Sprintf("there is no poll %q: check the poll id", id), 0)
+		writeUnknownPoll(w, id)
 	case err != nil:
 		s.failed(r, "results lookup failed", err)
 		writeProblem(w, http.StatusServiceUnavailable, probUnavailable,
@@ -124,62 +170,127 @@ func (s *Server) handleResults(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// writeUnknownPoll answers 404 for a poll the caller may not know of: one
+// that does not exist, or a restricted one it is not eligible for.
+func writeUnknownPoll(w http.ResponseWriter, id string) {
+	writeProblem(w, http.StatusNotFound, probUnknownPoll, fmt.Sprintf("there is no poll %q: check the poll id", id), 0)
+}
+
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
+// The statuses of a /readyz check. None carries a driver's error: those
+// name users, databases, hosts and ports, and go to the log instead.
+const (
+	checkOK          = "ok"
+	checkUnreachable = "unreachable"  // did not answer, or answered an error
+	checkBreakerOpen = "breaker_open" // intake's Redis breaker is not closed
+	checkBacklogFull = "backlog_full" // a shard's stream holds Config.MaxBacklog entries
+	checkUnknown     = "unknown"      // could not be read: Redis did not answer
+)
+
 // readiness is the answer of /readyz.
 type readiness struct {
-	Status string            `json:"status"` // ready or not ready
-	Checks map[string]string `json:"checks"` // "ok" or what is wrong
+	Status string            `json:"status"` // ready, degraded or not ready
+	Checks map[string]string `json:"checks"` // postgres, redis, backlog: a check status each
 	Down   []string          `json:"down,omitempty"`
 }
 
+// handleReady answers /readyz with a status per check:
+//
+//   - postgres: ok or unreachable.
+//   - redis: ok, unreachable, or breaker_open (votes are refused at once
+//     until a trial succeeds; this check's ping is one).
+//   - backlog: ok, backlog_full (a shard's stream holds Config.MaxBacklog
+//     entries, so votes on it are answered 503 backlog-full), or unknown
+//     while Redis does not answer.
+//
+// 503 "not ready" (with Retry-After) means take this instance out of
+// rotation: PostgreSQL or Redis does not answer it, or its breaker is open,
+// and another instance may well serve. A full backlog alone answers 200
+// "degraded": the streams are shared by every intake, so another instance
+// would refuse the same votes, and taking every instance out of rotation
+// would turn a 503 with Retry-After into connection errors. A failed
+// check's error goes to the log with the check's name.
 func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
-	var mu sync.Mutex
-	rd := readiness{Status: "ready", Checks: map[string]string{}}
-	set := func(name string, err error) {
-		mu.Lock()
-		defer mu.Unlock()
-		if err == nil {
-			rd.Checks[name] = "ok"
-			return
-		}
-		rd.Checks[name] = err.Error()
-		rd.Down = append(rd.Down, name)
-	}
+	var pgErr, redisErr error
+	backlog := checkUnknown
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.PostgresTimeout)
 		defer cancel()
-		set("postgres", s.store.Ping(ctx))
+		pgErr = s.store.Ping(ctx)
 	})
 	wg.Go(func() {
-		// Through the breaker: once it lets a trial through, a ping that
-		// succeeds closes it, so an instance that gets no votes while it
-		// is not ready still becomes ready again.
-		_, err := s.breaker.Execute(func() (any, error) {
-			ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RedisTimeout)
-			defer cancel()
-			return nil, s.rdb.Ping(ctx).Err()
-		})
-		if errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests) {
-			err = errors.New("not tried: the circuit breaker is open")
+		var full bool
+		full, redisErr = s.readyRedis(r.Context())
+		if redisErr == nil {
+			backlog = checkOK
+			if full {
+				backlog = checkBacklogFull
+			}
 		}
-		set("redis", err)
 	})
 	wg.Wait()
-	if st := s.breaker.State(); st != gobreaker.StateClosed {
-		set("redis_breaker", fmt.Errorf("%s: votes are refused until a trial request succeeds", st))
-	} else {
-		set("redis_breaker", nil)
+
+	rd := readiness{Status: "ready", Checks: map[string]string{"postgres": checkOK, "redis": checkOK, "backlog": backlog}}
+	if pgErr != nil {
+		rd.Checks["postgres"] = checkUnreachable
+		s.log.LogAttrs(r.Context(), slog.LevelWarn, "readiness check failed",
+			slog.String("check", "postgres"), slog.String("error", pgErr.Error()))
 	}
-	if len(rd.Down) > 0 {
-		slices.Sort(rd.Down)
+	switch {
+	case errors.Is(redisErr, gobreaker.ErrOpenState) || errors.Is(redisErr, gobreaker.ErrTooManyRequests):
+		rd.Checks["redis"] = checkBreakerOpen
+	case redisErr != nil:
+		rd.Checks["redis"] = checkUnreachable
+		s.log.LogAttrs(r.Context(), slog.LevelWarn, "readiness check failed",
+			slog.String("check", "redis"), slog.String("error", redisErr.Error()))
+	case s.breaker.State() != gobreaker.StateClosed:
+		rd.Checks["redis"] = checkBreakerOpen
+	}
+	for name, st := range rd.Checks {
+		if st != checkOK {
+			rd.Down = append(rd.Down, name)
+		}
+	}
+	slices.Sort(rd.Down)
+	if rd.Checks["postgres"] != checkOK || rd.Checks["redis"] != checkOK {
 		rd.Status = "not ready"
 		w.Header().Set("Retry-After", "1")
 		writeJSON(w, http.StatusServiceUnavailable, rd)
 		return
 	}
+	if backlog != checkOK {
+		rd.Status = "degraded"
+	}
 	writeJSON(w, http.StatusOK, rd)
+}
+
+// readyRedis pings Redis and reads the length of every shard's stream (XLEN
+// is O(1)) in one round trip, through the breaker: once the breaker lets a
+// trial through, a check that succeeds closes it, so an instance that gets
+// no votes while it is not ready still becomes ready again. full reports
+// whether a shard holds Config.MaxBacklog entries, the length at which the
+// enqueue script refuses votes.
+func (s *Server) readyRedis(ctx context.Context) (full bool, err error) {
+	_, err = s.breaker.Execute(func() (any, error) {
+		ctx, cancel := context.WithTimeout(ctx, s.cfg.RedisTimeout)
+		defer cancel()
+		pipe := s.rdb.Pipeline()
+		pipe.Ping(ctx)
+		lens := make([]*redis.IntCmd, s.keys.Shards())
+		for i := range lens {
+			lens[i] = pipe.XLen(ctx, s.keys.Stream(i))
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return nil, err
+		}
+		for _, n := range lens {
+			full = full || n.Val() >= s.cfg.MaxBacklog
+		}
+		return nil, nil
+	})
+	return full, err
 }
