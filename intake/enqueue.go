@@ -9,6 +9,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/sony/gobreaker/v2"
+
+	"tally/ledger"
 )
 
 // This file owns the enqueue step of a vote: it runs the vote's script
@@ -37,6 +39,9 @@ type enqueueResult struct {
 	outcome  outcome
 	wait     time.Duration // outLimited: the rate is spent for that long
 	replicas int64         // acknowledged by WAIT, when asked
+	// status is what the ledger knows of a replayed event (outReplay);
+	// "" is pending.
+	status ledger.Status
 }
 
 // enqueue runs the script for the vote of v with clientEventID for choice c

@@ -13,14 +13,18 @@ import (
 
 // This file owns the vote path, POST /v1/votes: handleVote and its steps
 // in the order it calls them (readVote, admit, enqueue in enqueue.go,
-// answerEnqueue), and the one table that maps each enqueue outcome to its
+// answerEnqueue; a known event's answer is known_status.go's), and the one table that maps each enqueue outcome to its
 // answer.
 
 // handleVote takes POST /v1/votes. Its deadline, Config.RequestTimeout
 // after receivedAt, is not a context: a context with a timer per request
 // costs more than a vote's own work. The lookups that can go to PostgreSQL
-// (a token or poll not cached) bound themselves by it, and the batcher
-// answers the enqueue by it. Each step answers its own refusals.
+// (a token or poll not cached, the status of a replay, a refused vote's
+// known event) bound themselves by it, and the batcher answers the enqueue
+// by it. Each step answers its own refusals, except admit's: a vote admit
+// refuses may be a known event, which answers as such (answerRefusal, in
+// known_status.go), and a replay states the status the ledger knows
+// (replayStatus).
 func (s *Server) handleVote(w http.ResponseWriter, r *http.Request) {
 	receivedAt := time.Now()
 	deadline := receivedAt.Add(s.cfg.RequestTimeout)
@@ -34,53 +38,67 @@ func (s *Server) handleVote(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	poll, c, ok := s.admit(w, r, p, v, receivedAt, deadline)
-	if !ok {
+	poll, c, ref := s.admit(r, p, v, receivedAt, deadline)
+	if ref.status != 0 {
+		s.answerRefusal(w, r, p, v, ref, deadline)
 		return
 	}
 	start := time.Now()
 	res, err := s.enqueue(r.Context(), p, v.eventID, poll, c, receivedAt, deadline)
 	s.metrics.outcome(res.outcome).Observe(time.Since(start).Seconds())
+	if res.outcome == outReplay {
+		res = s.replayStatus(r, p, v, res, deadline)
+	}
 	s.answerEnqueue(w, r, v.eventID, res, err)
+}
+
+// refusal is the answer admit gives a vote it does not admit; status 0
+// means admitted.
+type refusal struct {
+	status     int
+	problem    problemType
+	detail     string
+	retryAfter time.Duration
+}
+
+// unknownPoll is the refusal of a poll that does not exist, and of one p
+// may not vote on: what a principal may not see, it cannot learn exists.
+func unknownPoll(pollID []byte) refusal {
+	return refusal{http.StatusNotFound, probUnknownPoll,
+		fmt.Sprintf("there is no poll %q: check the poll_id", pollID), 0}
 }
 
 // admit checks the vote of p against the catalog as of receivedAt: the
 // poll exists, p may vote on it, it is open, and the candidate is one of
-// its choices. It returns the poll and choice, or answers 404, 503, 403 or
-// 422 and returns false.
-func (s *Server) admit(w http.ResponseWriter, r *http.Request, p *voter, v voteBody, receivedAt, deadline time.Time) (*pollInfo, *choice, bool) {
+// its choices. It returns the poll and choice, or the refusal: 404 (an
+// unknown poll, or one p may not vote on), 503 or 422. It answers nothing
+// itself: a refused vote may still be a known event (answerRefusal).
+func (s *Server) admit(r *http.Request, p *voter, v voteBody, receivedAt, deadline time.Time) (*pollInfo, *choice, refusal) {
 	poll, err := s.catalog.lookup(r.Context(), v.pollID, deadline)
 	switch {
 	case errors.Is(err, ledger.ErrNotFound):
-		writeProblem(w, http.StatusNotFound, probUnknownPoll,
-			fmt.Sprintf("there is no poll %q: check the poll_id", v.pollID), 0)
-		return nil, nil, false
+		return nil, nil, unknownPoll(v.pollID)
 	case err != nil:
 		s.failed(r, "poll lookup failed", err)
-		writeProblem(w, http.StatusServiceUnavailable, probUnavailable,
-			"the poll could not be looked up because the database did not answer: retry after the Retry-After delay", time.Second)
-		return nil, nil, false
+		return nil, nil, refusal{http.StatusServiceUnavailable, probUnavailable,
+			"the poll could not be looked up because the database did not answer: retry after the Retry-After delay", time.Second}
 	}
 	if !poll.mayVote(p.ID) {
-		writeProblem(w, http.StatusForbidden, probNotEligible,
-			fmt.Sprintf("poll %q takes votes only from its list of eligible principals, and yours is not on it", poll.poll.ID), 0)
-		return nil, nil, false
+		return nil, nil, unknownPoll(v.pollID)
 	}
 	if !poll.poll.OpenAt(receivedAt) {
 		detail := fmt.Sprintf("poll %q opens at %s: vote after that", poll.poll.ID, poll.poll.OpensAt.UTC().Format(time.RFC3339))
 		if closes := poll.poll.ClosesAt; closes != nil && !receivedAt.Before(*closes) {
 			detail = fmt.Sprintf("poll %q closed at %s and takes no more votes", poll.poll.ID, closes.UTC().Format(time.RFC3339))
 		}
-		writeProblem(w, http.StatusUnprocessableEntity, probPollClosed, detail, 0)
-		return nil, nil, false
+		return nil, nil, refusal{http.StatusUnprocessableEntity, probPollClosed, detail, 0}
 	}
 	c := poll.choice(v.candidateID)
 	if c == nil {
-		writeProblem(w, http.StatusUnprocessableEntity, probInvalidChoice,
-			fmt.Sprintf("%q is not a choice of poll %q: pick one of its choices", v.candidateID, poll.poll.ID), 0)
-		return nil, nil, false
+		return nil, nil, refusal{http.StatusUnprocessableEntity, probInvalidChoice,
+			fmt.Sprintf("%q is not a choice of poll %q: pick one of its choices", v.candidateID, poll.poll.ID), 0}
 	}
-	return poll, c, true
+	return poll, c, refusal{}
 }
 
 // enqueueAnswer is the answer to an enqueue outcome: 202, or a problem
@@ -143,7 +161,7 @@ func (s *Server) answerEnqueue(w http.ResponseWriter, r *http.Request, eventID s
 	}
 	a := enqueueAnswers[res.outcome]
 	if a.status == http.StatusAccepted {
-		writeAccepted(w, eventID)
+		writeAccepted(w, eventID, res.status)
 		return
 	}
 	var retryAfter time.Duration
@@ -169,9 +187,14 @@ const acceptedBufSize = 96 + 2*vote.MaxIDLen
 var acceptedBufs = sync.Pool{New: func() any { return new([acceptedBufSize]byte) }}
 
 // writeAccepted answers 202 with
-// {"event_id": ..., "status": "pending", "status_url": "/v1/votes/{event_id}"}.
-// The event id is made of id characters only, so it needs no escaping.
-func writeAccepted(w http.ResponseWriter, eventID string) {
+// {"event_id": ..., "status": ..., "status_url": "/v1/votes/{event_id}"},
+// the status "pending" unless status says what is known. The event id is
+// made of id characters only, and a status is a word, so neither needs
+// escaping.
+func writeAccepted(w http.ResponseWriter, eventID string, status ledger.Status) {
+	if status == "" {
+		status = ledger.StatusPending
+	}
 	url := "/v1/votes/" + eventID
 	h := w.Header()
 	h["Location"] = []string{url}
@@ -183,7 +206,9 @@ func writeAccepted(w http.ResponseWriter, eventID string) {
 	b := buf[:0]
 	b = append(b, `{"event_id":"`...)
 	b = append(b, eventID...)
-	b = append(b, `","status":"pending","status_url":"`...)
+	b = append(b, `","status":"`...)
+	b = append(b, status...)
+	b = append(b, `","status_url":"`...)
 	b = append(b, url...)
 	b = append(b, "\"}\n"...)
 	w.Write(b)

@@ -89,6 +89,25 @@ var enqueueScript = redis.NewScript(enqueueSrc)
 // enqueueSHA is the script's SHA1, boxed once.
 var enqueueSHA any = enqueueScript.Hash()
 
+// knownSrc looks up the idempotency record of a vote admit refused, so
+// that a known event answers as such whatever changed since it was
+// accepted. KEYS[1] is the record, ARGV[1] the vote's "poll candidate". It
+// answers replyAccepted when there is no record (nothing is written),
+// replyReplay when the record holds the same payload (rewritten as it is,
+// as enqueueSrc does, so that a WAIT after it also covers the original
+// write) and replyConflict when it holds another.
+const knownSrc = `
+local known = redis.call('GET', KEYS[1])
+if not known then
+  return 0
+end
+if known == ARGV[1] then
+  redis.call('SET', KEYS[1], known, 'KEEPTTL')
+  return 1
+end
+return 2
+`
+
 // The script's answers (see enqueueSrc).
 const (
 	replyAccepted = 0

@@ -58,7 +58,7 @@ func TestRefusals(t *testing.T) {
 		{"trailing", "POST", "/v1/votes", b.token, "application/json", append(ok, []byte(`{}`)...), 400, "after the JSON object"},
 		{"bad id", "POST", "/v1/votes", b.token, "application/json", voteBody("e/1", "p1", "a"), 400, "forbidden character"},
 		{"unknown poll", "POST", "/v1/votes", b.token, "application/json", voteBody("e1", "nope", "a"), 404, `no poll "nope"`},
-		{"not eligible", "POST", "/v1/votes", b.token, "application/json", voteBody("e1", "listed", "a"), 403, "eligible"},
+		{"not eligible", "POST", "/v1/votes", b.token, "application/json", voteBody("e1", "listed", "a"), 404, `no poll "listed"`},
 		{"closed poll", "POST", "/v1/votes", b.token, "application/json", voteBody("e1", "closed", "a"), 422, "closed at"},
 		{"not yet open", "POST", "/v1/votes", b.token, "application/json", voteBody("e1", "later", "a"), 422, "opens at"},
 		{"invalid choice", "POST", "/v1/votes", b.token, "application/json", voteBody("e1", "p1", "z"), 422, `"z" is not a choice`},

@@ -1,0 +1,250 @@
+package intake_test
+
+import (
+	"context"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"tally/internal/testenv"
+	"tally/ledger"
+)
+
+// This file tests that idempotency comes before admission: a known event
+// answers as such whatever changed since it was accepted, a replay states
+// the status the ledger knows, and a principal outside a restricted poll
+// learns nothing of it.
+
+// wantAccepted checks r is a 202 for eventID with status, and that its
+// body holds exactly event_id, status and status_url.
+func wantAccepted(t *testing.T, r reply, eventID string, status ledger.Status) {
+	t.Helper()
+	if r.code != http.StatusAccepted {
+		t.Fatalf("status %d, want 202: %s", r.code, r.raw)
+	}
+	keys := make([]string, 0, len(r.body))
+	for k := range r.body {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	if !slices.Equal(keys, []string{"event_id", "status", "status_url"}) || r.str("event_id") != eventID ||
+		r.str("status_url") != "/v1/votes/"+eventID {
+		t.Fatalf("202 body %s, want event_id %q, status and status_url only", r.raw, eventID)
+	}
+	if r.str("status") != string(status) {
+		t.Fatalf("202 status %q, want %q: %s", r.str("status"), status, r.raw)
+	}
+}
+
+// wantKeyReused checks r is a 409 key-reused.
+func wantKeyReused(t *testing.T, r reply) {
+	t.Helper()
+	wantProblem(t, r, http.StatusConflict)
+	if r.str("type") != "urn:tally:problem:key-reused" {
+		t.Fatalf("409 of type %q, want key-reused: %s", r.str("type"), r.raw)
+	}
+}
+
+// record appends e1 of b's principal for p1/a to the ledger, as the
+// projector would.
+func (b *bundle) record(t *testing.T, eventID, poll, cand string, receivedAt time.Time) ledger.Outcome {
+	t.Helper()
+	out, err := b.store.Append(context.Background(), []ledger.Event{
+		{PrincipalID: b.who.ID, ClientEventID: eventID, PollID: poll, CandidateID: cand, ReceivedAt: receivedAt}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out[0]
+}
+
+// forget deletes the idempotency record of eventID, as its window's end
+// would.
+func (b *bundle) forget(t *testing.T, eventID string) {
+	t.Helper()
+	if err := b.rdb.Del(context.Background(), b.keys.Idempotency(b.who.ID, eventID)).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitRefused waits until the catalog refuses a new vote for poll and cand
+// with code. Each probe is a new event of another principal (a probe the
+// catalog still admits is enqueued, and its id would be a known event);
+// it returns the stream's length afterwards.
+func (b *bundle) waitRefused(t *testing.T, what, poll, cand string, code int) int64 {
+	t.Helper()
+	_, prober := b.principal(t, "prober-"+poll+"-"+cand)
+	i := 0
+	eventually(t, what, func() bool {
+		i++
+		return b.vote(t, prober, "probe"+strconv.Itoa(i), poll, cand).code == code
+	})
+	return b.xlen(t)
+}
+
+// TestKnownEventAfterPollClosed: a vote accepted before its poll closed,
+// retried after, is answered as the known event it is (202 with the same
+// payload, 409 with another) from the Redis record, then from the ledger
+// once the record is gone; a new event gets the refusal.
+func TestKnownEventAfterPollClosed(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	receivedAt := time.Now()
+	wantAccepted(t, b.vote(t, b.token, "e1", "p1", "a"), "e1", ledger.StatusPending)
+	if err := b.store.ClosePoll(context.Background(), "p1", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	enqueued := b.waitRefused(t, "the catalog sees p1 closed", "p1", "a", http.StatusUnprocessableEntity)
+
+	wantAccepted(t, b.vote(t, b.token, "e1", "p1", "a"), "e1", ledger.StatusPending)
+	wantKeyReused(t, b.vote(t, b.token, "e1", "p1", "b"))
+
+	if out := b.record(t, "e1", "p1", "a", receivedAt); out.Status != ledger.StatusRecorded {
+		t.Fatalf("ledger: %v", out)
+	}
+	wantAccepted(t, b.vote(t, b.token, "e1", "p1", "a"), "e1", ledger.StatusRecorded)
+
+	// Past the Redis window the ledger knows the event.
+	b.forget(t, "e1")
+	wantAccepted(t, b.vote(t, b.token, "e1", "p1", "a"), "e1", ledger.StatusRecorded)
+	wantKeyReused(t, b.vote(t, b.token, "e1", "p1", "b"))
+	wantKeyReused(t, b.vote(t, b.token, "e1", "nope", "a"))
+
+	// An event nobody knows gets the refusal.
+	r := b.vote(t, b.token, "e2", "p1", "a")
+	wantProblem(t, r, http.StatusUnprocessableEntity)
+	if !strings.Contains(r.str("detail"), "closed at") {
+		t.Fatalf("new event on a closed poll: %s", r.raw)
+	}
+	if n := b.xlen(t); n != enqueued {
+		t.Fatalf("stream holds %d entries, want %d", n, enqueued)
+	}
+}
+
+// TestKnownEventAfterCatalogChange: a known event answers as such after its
+// choice was removed and after the principal left the poll's eligibility.
+func TestKnownEventAfterCatalogChange(t *testing.T) {
+	t.Parallel()
+	db := testenv.Postgres(t)
+	rdb, prefix := testenv.Redis(t)
+	b := setupOn(t, db, rdb, prefix)
+	ctx := context.Background()
+	b.poll(t, ledger.Poll{ID: "p2", Title: "Dinner", Choices: []string{"x", "y"}})
+	wantAccepted(t, b.vote(t, b.token, "e1", "p1", "a"), "e1", ledger.StatusPending)
+	wantAccepted(t, b.vote(t, b.token, "e2", "p2", "x"), "e2", ledger.StatusPending)
+	if out := b.record(t, "e2", "p2", "x", time.Now()); out.Status != ledger.StatusRecorded {
+		t.Fatalf("ledger: %v", out)
+	}
+
+	// Choice a of p1 removed.
+	if _, err := db.Pool.Exec(ctx, `DELETE FROM poll_choices WHERE poll_id = 'p1' AND candidate_id = 'a'`); err != nil {
+		t.Fatal(err)
+	}
+	b.waitRefused(t, "the catalog sees choice a gone", "p1", "a", http.StatusUnprocessableEntity)
+	wantAccepted(t, b.vote(t, b.token, "e1", "p1", "a"), "e1", ledger.StatusPending)
+	wantKeyReused(t, b.vote(t, b.token, "e1", "p1", "b"))
+
+	// p2 restricted to a list the principal is not on.
+	if _, err := db.Pool.Exec(ctx, `UPDATE polls SET eligibility = 'list' WHERE id = 'p2'`); err != nil {
+		t.Fatal(err)
+	}
+	enqueued := b.waitRefused(t, "the catalog sees p2 restricted", "p2", "x", http.StatusNotFound)
+	wantAccepted(t, b.vote(t, b.token, "e2", "p2", "x"), "e2", ledger.StatusRecorded)
+	wantKeyReused(t, b.vote(t, b.token, "e2", "p2", "y"))
+	// Past the Redis window, from the ledger.
+	b.forget(t, "e2")
+	wantAccepted(t, b.vote(t, b.token, "e2", "p2", "x"), "e2", ledger.StatusRecorded)
+	wantKeyReused(t, b.vote(t, b.token, "e2", "p2", "y"))
+	if n := b.xlen(t); n != enqueued {
+		t.Fatalf("stream holds %d entries, want %d", n, enqueued)
+	}
+}
+
+// TestReplayStatus: a replay states what the ledger knows of its event:
+// pending before the projector got to it, then recorded or rejected as
+// GET /v1/votes/{event_id} says.
+func TestReplayStatus(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.poll(t, ledger.Poll{ID: "p2", Title: "Dinner", Choices: []string{"x"}})
+	now := time.Now()
+	for _, e := range []struct{ id, poll, cand string }{{"e1", "p1", "a"}, {"e2", "p1", "b"}, {"e3", "p2", "x"}} {
+		wantAccepted(t, b.vote(t, b.token, e.id, e.poll, e.cand), e.id, ledger.StatusPending)
+		wantAccepted(t, b.vote(t, b.token, e.id, e.poll, e.cand), e.id, ledger.StatusPending)
+	}
+	b.record(t, "e1", "p1", "a", now)
+	if out := b.record(t, "e2", "p1", "b", now); out.Status != ledger.StatusRejected {
+		t.Fatalf("second answer to p1: %v, want rejected", out)
+	}
+	for _, tc := range []struct {
+		id, poll, cand string
+		want           ledger.Status
+	}{{"e1", "p1", "a", ledger.StatusRecorded}, {"e2", "p1", "b", ledger.StatusRejected}, {"e3", "p2", "x", ledger.StatusPending}} {
+		wantAccepted(t, b.vote(t, b.token, tc.id, tc.poll, tc.cand), tc.id, tc.want)
+		st := b.do(t, http.MethodGet, "/v1/votes/"+tc.id, b.token, "", nil)
+		if st.str("status") != string(tc.want) {
+			t.Fatalf("GET %s says %q, the replay %q", tc.id, st.str("status"), tc.want)
+		}
+	}
+	// The ledger holds e3 with another payload (the Redis record expired
+	// and the id came again, or an import): the ledger decides, 409.
+	b.record(t, "e3", "p2", "x", now)
+	b.forget(t, "e3")
+	if err := b.rdb.Set(context.Background(), b.keys.Idempotency(b.who.ID, "e3"), "p1 a", time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	wantKeyReused(t, b.vote(t, b.token, "e3", "p1", "a"))
+	if n := b.xlen(t); n != 3 {
+		t.Fatalf("stream holds %d entries, want 3", n)
+	}
+}
+
+// TestNotEligibleIsUnknown: a principal outside a restricted poll's list
+// gets the very answer an unknown poll gets.
+func TestNotEligibleIsUnknown(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	insider, insiderToken := b.principal(t, "insider")
+	b.poll(t, ledger.Poll{ID: "listed", Title: "Listed", Choices: []string{"a"}, Eligible: []string{insider.ID}})
+	// Same length as "listed", so the answers may be compared byte for byte.
+	unknown := b.vote(t, b.token, "e1", "nosuch", "a")
+	listed := b.vote(t, b.token, "e1", "listed", "a")
+	wantProblem(t, listed, http.StatusNotFound)
+	if got, want := listed.raw, strings.ReplaceAll(unknown.raw, "nosuch", "listed"); got != want {
+		t.Fatalf("not eligible answers\n%s\nan unknown poll\n%s", got, want)
+	}
+	for _, h := range []string{"Content-Type", "Cache-Control", "Retry-After", "Content-Length"} {
+		if listed.header.Get(h) != unknown.header.Get(h) {
+			t.Fatalf("header %s: %q for not eligible, %q for unknown", h, listed.header.Get(h), unknown.header.Get(h))
+		}
+	}
+	wantAccepted(t, b.vote(t, insiderToken, "e1", "listed", "a"), "e1", ledger.StatusPending)
+}
+
+// TestKnownEventLedgerDown: while PostgreSQL does not answer, a replay says
+// pending, and a refused vote that Redis does not know gets 503 (it may be
+// known to the ledger), not the refusal.
+func TestKnownEventLedgerDown(t *testing.T) {
+	t.Parallel()
+	db := testenv.Postgres(t)
+	pool, err := pgxpool.New(context.Background(), db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb, prefix := testenv.Redis(t)
+	b := setupOn(t, testenv.DB{Name: db.Name, URL: db.URL, Pool: pool}, rdb, prefix)
+	wantAccepted(t, b.vote(t, b.token, "e1", "p1", "a"), "e1", ledger.StatusPending)
+	pool.Close()
+	wantAccepted(t, b.vote(t, b.token, "e1", "p1", "a"), "e1", ledger.StatusPending)
+	r := b.vote(t, b.token, "e2", "p1", "z")
+	wantProblem(t, r, http.StatusServiceUnavailable)
+	if !strings.Contains(r.str("detail"), "same event_id") || r.header.Get("Retry-After") == "" {
+		t.Fatalf("refused vote with the ledger down: %s", r.raw)
+	}
+	// What Redis knows still answers.
+	wantKeyReused(t, b.vote(t, b.token, "e1", "p1", "z"))
+}
