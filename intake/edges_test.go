@@ -212,3 +212,54 @@ func TestLengthAndChunked(t *testing.T) {
 		t.Fatalf("%d entries enqueued, want 1 (te1): the request sent after it was served too", n)
 	}
 }
+
+// TestAuthorizationHeaders: two Authorization headers get 400 saying to
+// send one; a 401 carries the RFC 6750 challenge that says whether a token
+// was sent and refused.
+func TestAuthorizationHeaders(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, tc := range []struct {
+		name      string
+		auth      []string
+		code      int
+		typ       string
+		challenge string
+	}{
+		{"two headers", []string{"Bearer " + b.token, "Bearer " + b.token}, 400, "multiple-authorization", `Bearer error="invalid_request"`},
+		{"none", nil, 401, "unauthorized", "Bearer"},
+		{"empty", []string{""}, 401, "unauthorized", "Bearer"},
+		{"other scheme", []string{"Basic dm90ZXI6eA=="}, 401, "unauthorized", "Bearer"},
+		{"no token", []string{"Bearer "}, 401, "unauthorized", `Bearer error="invalid_request"`},
+		{"unknown token", []string{"Bearer nope"}, 401, "unauthorized", `Bearer error="invalid_token"`},
+	} {
+		for _, path := range []string{"/v1/votes", "/v1/polls/p1/results"} {
+			method := http.MethodPost
+			if path != "/v1/votes" {
+				method = http.MethodGet
+			}
+			req, err := http.NewRequest(method, b.url+path, strings.NewReader(string(voteBody("auth1", "p1", "a"))))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Content-Type", "application/json")
+			for _, a := range tc.auth {
+				req.Header.Add("Authorization", a)
+			}
+			r := b.send(t, req)
+			wantProblem(t, r, tc.code)
+			if r.str("type") != "urn:tally:problem:"+tc.typ {
+				t.Errorf("%s %s: type %q, want %s", tc.name, path, r.str("type"), tc.typ)
+			}
+			if got := r.header.Values("WWW-Authenticate"); len(got) != 1 || got[0] != tc.challenge {
+				t.Errorf("%s %s: WWW-Authenticate %q, want %q", tc.name, path, got, tc.challenge)
+			}
+			if tc.code == 400 && !strings.Contains(r.str("detail"), "2 Authorization headers: send exactly one") {
+				t.Errorf("%s: detail %q", tc.name, r.str("detail"))
+			}
+		}
+	}
+	if n := b.xlen(t); n != 0 {
+		t.Fatalf("%d entries enqueued", n)
+	}
+}

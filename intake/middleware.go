@@ -159,24 +159,15 @@ func (s *Server) principal(w http.ResponseWriter, r *http.Request) (*voter, bool
 // principalBy is principal with a lookup in PostgreSQL bounded by deadline
 // too, unless it is zero.
 func (s *Server) principalBy(w http.ResponseWriter, r *http.Request, deadline time.Time) (*voter, bool) {
-	h := r.Header.Get("Authorization")
-	scheme, token, found := strings.Cut(h, " ")
-	token = strings.TrimSpace(token)
-	if h == "" {
-		writeProblem(w, http.StatusUnauthorized, probUnauthorized,
-			"the request has no Authorization header: send \"Authorization: Bearer TOKEN\" with your principal's token", 0)
-		return nil, false
-	}
-	if !found || !strings.EqualFold(scheme, "Bearer") || token == "" {
-		writeProblem(w, http.StatusUnauthorized, probUnauthorized,
-			"the Authorization header is not of the form \"Bearer TOKEN\": send your principal's token that way", 0)
+	token, ok := bearerToken(w, r)
+	if !ok {
 		return nil, false
 	}
 	p, err := s.auth.authenticate(r.Context(), token, deadline)
 	switch {
 	case errors.Is(err, errUnauthenticated):
-		writeProblem(w, http.StatusUnauthorized, probUnauthorized,
-			"the bearer token is unknown or revoked: ask an operator for a valid token", 0)
+		unauthorized(w, challengeInvalidToken,
+			"the bearer token is unknown or revoked: ask an operator for a valid token")
 		return nil, false
 	case err != nil:
 		s.failed(r, "authentication failed: PostgreSQL did not answer", err)
@@ -185,6 +176,63 @@ func (s *Server) principalBy(w http.ResponseWriter, r *http.Request, deadline ti
 		return nil, false
 	}
 	return p, true
+}
+
+// The WWW-Authenticate challenges of RFC 6750 3: a bare one when the
+// request carried no bearer token, an error code when it carried one that
+// is malformed or refused.
+const (
+	challengeBearer         = "Bearer"
+	challengeInvalidRequest = `Bearer error="invalid_request"`
+	challengeInvalidToken   = `Bearer error="invalid_token"`
+)
+
+// bearerToken returns the token of the request's one Authorization
+// header, or answers 400 (more than one header) or 401 and returns false.
+func bearerToken(w http.ResponseWriter, r *http.Request) (string, bool) {
+	hs := r.Header["Authorization"]
+	if len(hs) > 1 {
+		w.Header().Set("WWW-Authenticate", challengeInvalidRequest)
+		writeProblem(w, http.StatusBadRequest, probAuthorization, fmt.Sprintf(
+			"the request has %d Authorization headers: send exactly one, \"Authorization: Bearer TOKEN\"", len(hs)), 0)
+		return "", false
+	}
+	if len(hs) == 0 || hs[0] == "" {
+		unauthorized(w, challengeBearer,
+			"the request has no Authorization header: send \"Authorization: Bearer TOKEN\" with your principal's token")
+		return "", false
+	}
+	scheme, token, _ := strings.Cut(hs[0], " ")
+	token = strings.TrimSpace(token)
+	switch {
+	case !strings.EqualFold(scheme, "Bearer"):
+		unauthorized(w, challengeBearer,
+			"the Authorization header is not of the form \"Bearer TOKEN\": send your principal's token that way")
+		return "", false
+	case token == "":
+		unauthorized(w, challengeInvalidRequest,
+			"the Authorization header has no token after \"Bearer\": send \"Authorization: Bearer TOKEN\" with your principal's token")
+		return "", false
+	}
+	return token, true
+}
+
+// unauthorized answers 401 with challenge as its WWW-Authenticate.
+func unauthorized(w http.ResponseWriter, challenge, detail string) {
+	writeProblem(challengeWriter{w, challenge}, http.StatusUnauthorized, probUnauthorized, detail, 0)
+}
+
+// challengeWriter sets its challenge as the WWW-Authenticate header as the
+// status is written, in place of the generic one writeProblem gives every
+// 401.
+type challengeWriter struct {
+	http.ResponseWriter
+	challenge string
+}
+
+func (c challengeWriter) WriteHeader(code int) {
+	c.Header().Set("WWW-Authenticate", c.challenge)
+	c.ResponseWriter.WriteHeader(code)
 }
 
 // failed logs an error that made a request fail: a warning, unless the
