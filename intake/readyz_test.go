@@ -1,0 +1,214 @@
+package intake_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"tally/intake"
+	"tally/internal/testenv"
+	"tally/ledger"
+	"tally/stream"
+)
+
+// This file tests /readyz: what it says when PostgreSQL or Redis does not
+// answer (never the driver's error, which names users, hosts and ports),
+// and a full backlog.
+
+// readyAnswer is an answer of /readyz.
+type readyAnswer struct {
+	code   int
+	status string
+	checks map[string]string
+	raw    string
+}
+
+func readyz(t *testing.T, h http.Handler) readyAnswer {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+	var body struct {
+		Status string            `json:"status"`
+		Checks map[string]string `json:"checks"`
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
+		t.Fatalf("/readyz answered %d %q: %v", rec.Code, rec.Body, err)
+	}
+	if ct := rec.Header().Get("Content-Type"); ct != "application/json" {
+		t.Fatalf("/readyz Content-Type %q", ct)
+	}
+	return readyAnswer{code: rec.Code, status: body.Status, checks: body.Checks, raw: rec.Body.String()}
+}
+
+// syncBuffer is a log sink the server writes from its handlers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// newReadyServer is an intake on store and rdb with shards stream shards,
+// not serving: /readyz needs only its handler. Its log goes to the buffer
+// returned.
+func newReadyServer(t *testing.T, store *ledger.Store, rdb redis.UniversalClient, shards int, opts ...option) (*intake.Server, stream.Keys, *syncBuffer) {
+	t.Helper()
+	keys, err := stream.NewKeys(testenv.RandomName("t"), shards)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := intake.Config{RedisTimeout: 500 * time.Millisecond, PostgresTimeout: time.Second}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	logs := &syncBuffer{}
+	srv, err := intake.New(cfg, store, rdb, keys, slog.New(slog.NewTextHandler(logs, nil)), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv, keys, logs
+}
+
+// TestReadyzHidesDriverErrors: with PostgreSQL and Redis on closed ports,
+// /readyz answers 503 naming each as unreachable, and its body holds none
+// of the database URL's user, password, database, host or port, nor Redis'
+// address; the log has the drivers' errors with the check's name.
+func TestReadyzHidesDriverErrors(t *testing.T) {
+	t.Parallel()
+	pgAddr, err := testenv.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	redisAddr, err := testenv.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := pgxpool.New(context.Background(), "postgres://readyzuser:readyzpass@"+pgAddr+"/readyzdb?connect_timeout=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	store, err := ledger.New(pool, ledger.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { rdb.Close() })
+	srv, _, logs := newReadyServer(t, store, rdb, 1, func(c *intake.Config) { c.BreakerFailures = 1 })
+
+	r := readyz(t, srv.Handler())
+	if r.code != http.StatusServiceUnavailable || r.status != "not ready" ||
+		r.checks["postgres"] != "unreachable" || r.checks["redis"] != "unreachable" || r.checks["backlog"] != "unknown" {
+		t.Fatalf("/readyz with both down: %d %s", r.code, r.raw)
+	}
+	pgHost, pgPort, _ := net.SplitHostPort(pgAddr)
+	_, redisPort, _ := net.SplitHostPort(redisAddr)
+	for _, secret := range []string{"readyzuser", "readyzpass", "readyzdb", pgHost, pgPort, redisPort, "dial", "refused"} {
+		if strings.Contains(r.raw, secret) {
+			t.Errorf("/readyz body names %q: %s", secret, r.raw)
+		}
+	}
+	log := logs.String()
+	for _, want := range []string{"check=postgres", "check=redis", "readyzuser"} {
+		if !strings.Contains(log, want) {
+			t.Errorf("the log does not hold %q, which the operator needs: %s", want, log)
+		}
+	}
+
+	// The failed ping opened the breaker (BreakerFailures 1): Redis is not
+	// tried again until the breaker lets a trial through.
+	if r := readyz(t, srv.Handler()); r.code != http.StatusServiceUnavailable || r.checks["redis"] != "breaker_open" {
+		t.Fatalf("/readyz with the breaker open: %d %s", r.code, r.raw)
+	}
+}
+
+// TestReadyzRedisKilled: a Redis that was up and is killed reads
+// unreachable while PostgreSQL reads ok, and the body does not hold Redis'
+// address; started again, /readyz is ready again.
+func TestReadyzRedisKilled(t *testing.T) {
+	t.Parallel()
+	db := testenv.Postgres(t)
+	store, err := ledger.New(db.Pool, ledger.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	server := testenv.StartRedis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: server.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { rdb.Close() })
+	srv, _, _ := newReadyServer(t, store, rdb, 2, func(c *intake.Config) { c.BreakerOpenFor = 100 * time.Millisecond })
+	if r := readyz(t, srv.Handler()); r.code != http.StatusOK || r.status != "ready" {
+		t.Fatalf("/readyz with both up: %d %s", r.code, r.raw)
+	}
+
+	server.Kill()
+	r := readyz(t, srv.Handler())
+	if r.code != http.StatusServiceUnavailable || r.checks["postgres"] != "ok" || r.checks["redis"] != "unreachable" {
+		t.Fatalf("/readyz with Redis killed: %d %s", r.code, r.raw)
+	}
+	_, port, _ := net.SplitHostPort(server.Addr)
+	if strings.Contains(r.raw, port) || strings.Contains(r.raw, "127.0.0.1") {
+		t.Fatalf("/readyz body names Redis' address %s: %s", server.Addr, r.raw)
+	}
+
+	server.Start()
+	eventually(t, "/readyz ready once Redis is back", func() bool { return readyz(t, srv.Handler()).code == http.StatusOK })
+}
+
+// TestReadyzBacklogFull: once any shard's stream holds Config.MaxBacklog
+// entries (the length at which votes on it are refused), /readyz reports
+// backlog_full, and answers 200 "degraded", since every intake shares the
+// streams and taking this one out of rotation would not help.
+func TestReadyzBacklogFull(t *testing.T) {
+	t.Parallel()
+	db := testenv.Postgres(t)
+	store, err := ledger.New(db.Pool, ledger.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb, _ := testenv.Redis(t)
+	const maxBacklog = 3
+	srv, keys, _ := newReadyServer(t, store, rdb, 4, func(c *intake.Config) { c.MaxBacklog = maxBacklog })
+	t.Cleanup(func() { rdb.Del(context.Background(), keys.Streams()...) })
+
+	ctx := context.Background()
+	add := func(n int) {
+		t.Helper()
+		for range n {
+			if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: keys.Stream(3), Values: []string{"v", "1"}}).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	add(maxBacklog - 1)
+	if r := readyz(t, srv.Handler()); r.code != http.StatusOK || r.status != "ready" || r.checks["backlog"] != "ok" {
+		t.Fatalf("/readyz one entry short of the backlog: %d %s", r.code, r.raw)
+	}
+	add(1)
+	r := readyz(t, srv.Handler())
+	if r.code != http.StatusOK || r.status != "degraded" || r.checks["backlog"] != "backlog_full" ||
+		r.checks["redis"] != "ok" || r.checks["postgres"] != "ok" {
+		t.Fatalf("/readyz with a full shard: %d %s", r.code, r.raw)
+	}
+}
