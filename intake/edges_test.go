@@ -263,3 +263,33 @@ func TestAuthorizationHeaders(t *testing.T) {
 		t.Fatalf("%d entries enqueued", n)
 	}
 }
+
+// TestNonCanonicalPaths: a path not spelled as a route gets a problem+json
+// 404, never the mux's HTML redirect to the cleaned path; the routes as
+// spelled still answer.
+func TestNonCanonicalPaths(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, line := range []string{
+		"POST //v1/votes", "POST /v1/votes/", "POST /v1/../v1/votes", "POST /v1/./votes", "POST /v1/%2e%2e/v1/votes",
+		"GET /v1//polls/p1/results", "GET /v1/polls/p1/results/", "GET //healthz", "GET /healthz/", "GET /readyz/.",
+		"CONNECT intake:443",
+	} {
+		c := b.dial(t)
+		c.send(t, line+" HTTP/1.1\r\nHost: intake\r\nAuthorization: Bearer "+b.token+
+			"\r\nContent-Type: application/json\r\nContent-Length: 0\r\n\r\n")
+		r := c.answer(t)
+		if r.code != http.StatusNotFound || r.header.Get("Content-Type") != "application/problem+json" || r.header.Get("Location") != "" {
+			t.Errorf("%s: %d %s, Location %q: %s", line, r.code, r.header.Get("Content-Type"), r.header.Get("Location"), r.raw)
+			continue
+		}
+		if r.str("type") != "urn:tally:problem:not-found" || !strings.Contains(r.str("detail"), "is not spelled as a route") {
+			t.Errorf("%s: %s", line, r.raw)
+		}
+	}
+	for path, code := range map[string]int{"/healthz": 200, "/v1/polls/p1/results": 200, "/v1/votes/nope": 404} {
+		if r := b.do(t, http.MethodGet, path, b.token, "", nil); r.code != code {
+			t.Errorf("GET %s: %d, want %d: %s", path, r.code, code, r.raw)
+		}
+	}
+}

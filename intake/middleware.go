@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"path"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -15,9 +16,10 @@ import (
 )
 
 // This file owns what every request goes through before and after its
-// handler: the routes, the request's framing (framed), the method check
-// (allow), the request deadline, panic recovery and metrics (instrument),
-// authentication (principal) and the log line of a failed request (failed).
+// handler: the routes, the path's spelling (canonical), the request's
+// framing (framed), the method check (allow), the request deadline, panic
+// recovery and metrics (instrument), authentication (principal and its
+// RFC 6750 challenges) and the log line of a failed request (failed).
 
 // Route templates, also the route label of the metrics.
 const (
@@ -44,7 +46,24 @@ func (s *Server) routes() http.Handler {
 		writeProblem(w, http.StatusNotFound, probNotFound,
 			"no such route: intake serves POST /v1/votes, GET /v1/votes/{event_id}, GET /v1/polls/{poll_id}/results, /healthz, /readyz and /metrics", 0)
 	})
-	return s.instrument(framed(mux))
+	return s.instrument(canonical(framed(mux)))
+}
+
+// canonical answers 404 to a path not in its one spelling (a doubled or
+// trailing slash, a dot segment, no path at all), which the mux would
+// answer with an HTML redirect to the cleaned path: an API client should
+// learn the route's spelling, not follow redirects (which drop a POST's
+// body).
+func canonical(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if p := r.URL.Path; p != routeVotes && (p == "" || p[0] != '/' || path.Clean(p) != p) {
+			writeProblem(w, http.StatusNotFound, probNotFound, "the path "+quoteClip(p)+
+				" is not spelled as a route of intake (a doubled or trailing slash, or a . or .. segment): "+
+				"ask for the route as documented, such as /v1/votes", 0)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // framed closes the connection after answering a request that came with a
