@@ -79,12 +79,25 @@ type Config struct {
 	// Default 5s.
 	BreakerOpenFor time.Duration
 
-	// ReadHeaderTimeout, ReadTimeout, WriteTimeout and IdleTimeout are the
-	// http.Server timeouts. Defaults 2s, 5s, 10s and 60s.
+	// ReadHeaderTimeout, ReadTimeout and WriteTimeout are the http.Server
+	// timeouts. Defaults 2s, 5s and 10s. A body that stops arriving within
+	// ReadTimeout is answered 408.
 	ReadHeaderTimeout time.Duration
 	ReadTimeout       time.Duration
 	WriteTimeout      time.Duration
-	IdleTimeout       time.Duration
+	// IdleTimeout is how long a keep-alive connection may wait for its next
+	// request. Default 30s: an idle connection holds one of MaxConns, a
+	// goroutine and its buffers, so an idle client gives them back within
+	// half a minute, while a client that votes steadily keeps its
+	// connection. A proxy in front of intake should close its idle
+	// connections sooner, or it may send a request on one intake is
+	// closing.
+	IdleTimeout time.Duration
+	// MaxConns bounds the connections open at once; a connection beyond it
+	// waits in the kernel's accept queue until another closes. Default
+	// 10,000; keep it under the open-file limit (ulimit -n), which the
+	// PostgreSQL and Redis pools share.
+	MaxConns int
 	// MaxHeaderBytes bounds the request headers. Default 16 KiB.
 	MaxHeaderBytes int
 	// ShutdownTimeout bounds the drain of requests in flight once Run's
@@ -136,7 +149,10 @@ func (c Config) withDefaults() Config {
 	setDur(&c.ReadHeaderTimeout, 2*time.Second)
 	setDur(&c.ReadTimeout, 5*time.Second)
 	setDur(&c.WriteTimeout, 10*time.Second)
-	setDur(&c.IdleTimeout, 60*time.Second)
+	setDur(&c.IdleTimeout, 30*time.Second)
+	if c.MaxConns == 0 {
+		c.MaxConns = 10_000
+	}
 	if c.MaxHeaderBytes == 0 {
 		c.MaxHeaderBytes = 16 << 10
 	}
@@ -173,6 +189,9 @@ func (c Config) validate() error {
 	}
 	if c.BreakerFailures < 1 {
 		bad("BreakerFailures must be at least 1, got %d", c.BreakerFailures)
+	}
+	if c.MaxConns < 1 {
+		bad("MaxConns must be at least 1, got %d", c.MaxConns)
 	}
 	if c.MaxHeaderBytes < 1<<10 {
 		bad("MaxHeaderBytes must be at least 1024, got %d", c.MaxHeaderBytes)

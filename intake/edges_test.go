@@ -3,9 +3,11 @@ package intake_test
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -290,6 +292,43 @@ func TestNonCanonicalPaths(t *testing.T) {
 	for path, code := range map[string]int{"/healthz": 200, "/v1/polls/p1/results": 200, "/v1/votes/nope": 404} {
 		if r := b.do(t, http.MethodGet, path, b.token, "", nil); r.code != code {
 			t.Errorf("GET %s: %d, want %d: %s", path, r.code, code, r.raw)
+		}
+	}
+}
+
+// TestMaxConns holds Config.MaxConns keep-alive connections open: a
+// further client's request waits unanswered until one of them closes, by
+// the client or by IdleTimeout.
+func TestMaxConns(t *testing.T) {
+	t.Parallel()
+	if def := intake.DefaultConfig(); def.MaxConns != 10_000 || def.IdleTimeout != 30*time.Second {
+		t.Fatalf("defaults MaxConns %d, IdleTimeout %s", def.MaxConns, def.IdleTimeout)
+	}
+	for _, idle := range []time.Duration{time.Minute, 300 * time.Millisecond} {
+		b := setup(t, func(c *intake.Config) { c.MaxConns = 2; c.IdleTimeout = idle })
+		const get = "GET /healthz HTTP/1.1\r\nHost: intake\r\n\r\n"
+		held := []*rawConn{b.dial(t), b.dial(t)}
+		for _, c := range held {
+			c.send(t, get)
+			if r := c.answer(t); r.code != http.StatusOK {
+				t.Fatalf("status %d: %s", r.code, r.raw)
+			}
+		}
+		extra := b.dial(t) // the kernel completes the handshake; intake does not accept it yet
+		extra.send(t, get)
+		start := time.Now()
+		if idle == time.Minute {
+			extra.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+			if n, err := extra.rd.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Fatalf("a third connection was served with MaxConns 2: read %d bytes, %v", n, err)
+			}
+			held[0].Close()
+		}
+		if r := extra.answer(t); r.code != http.StatusOK {
+			t.Fatalf("status %d: %s", r.code, r.raw)
+		}
+		if idle != time.Minute && time.Since(start) < idle/2 {
+			t.Fatalf("served after %s, before the held connections were idle for %s", time.Since(start), idle)
 		}
 	}
 }

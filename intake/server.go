@@ -102,10 +102,11 @@ func (s *Server) Run(ctx context.Context) error {
 	return s.Serve(ctx, ln)
 }
 
-// Serve serves on ln until ctx is cancelled, then stops accepting, drains
-// the requests in flight within Config.ShutdownTimeout (closing whatever is
-// left after it) and returns nil. It returns an error when serving failed.
-// A Server serves once.
+// Serve serves on ln, at most Config.MaxConns connections at once, until
+// ctx is cancelled, then stops accepting, drains the requests in flight
+// within Config.ShutdownTimeout (closing whatever is left after it) and
+// returns nil. It returns an error when serving failed. A Server serves
+// once.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	served := false
 	s.runOnce.Do(func() { served = true })
@@ -135,7 +136,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	s.log.LogAttrs(ctx, slog.LevelInfo, "intake serving", slog.String("addr", ln.Addr().String()),
 		slog.Int("shards", s.keys.Shards()), slog.String("stream_prefix", s.keys.Prefix()))
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
+	go func() { serveErr <- srv.Serve(limitListen(ln, s.cfg.MaxConns)) }()
 	select {
 	case err := <-serveErr:
 		return fmt.Errorf("intake: serve: %w", err)

@@ -1,0 +1,49 @@
+package intake
+
+import (
+	"errors"
+	"net"
+	"testing"
+	"time"
+)
+
+// TestLimitListenerClose closes a limit listener while Accept waits for a
+// slot: Accept returns net.ErrClosed at once, so a shutdown never hangs on
+// a full listener; closing a connection twice gives its slot back once.
+func TestLimitListenerClose(t *testing.T) {
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := limitListen(inner, 1)
+	client, err := net.Dial("tcp", inner.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	c, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	c.Close()
+	if len(ln.slots) != 0 {
+		t.Fatalf("%d slots held after the only connection closed twice", len(ln.slots))
+	}
+	ln.slots <- struct{}{} // hold the only slot
+	accepted := make(chan error, 1)
+	go func() {
+		_, err := ln.Accept()
+		accepted <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	ln.Close()
+	select {
+	case err := <-accepted:
+		if !errors.Is(err, net.ErrClosed) {
+			t.Fatalf("Accept after Close: %v, want net.ErrClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Accept still waits for a slot 5s after Close")
+	}
+}
