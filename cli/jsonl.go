@@ -25,10 +25,16 @@ type ledgerLine struct {
 	RecordedAt  *time.Time `json:"recorded_at,omitempty"`
 }
 
+// maxReceivedSkew is how far past the time of the import a received_at may
+// lie: clocks differ a little, but an event cannot have been received in
+// the future, and one dated there would sort after the votes still to come.
+const maxReceivedSkew = 5 * time.Minute
+
 // parseImportLine reads one line of an import file: one JSON object with
 // the keys of ledgerLine, each at most once, spelt exactly, nothing after
-// it. now stands in for a missing received_at. Its errors say what is wrong
-// with the line.
+// it. now, the time of the import, stands in for a missing received_at and
+// bounds a given one (maxReceivedSkew). Its errors say what is wrong with
+// the line.
 func parseImportLine(line []byte, now time.Time) (ledger.Event, error) {
 	l, err := decodeImportLine(line)
 	if err != nil {
@@ -42,6 +48,11 @@ func parseImportLine(line []byte, now time.Time) (ledger.Event, error) {
 	if l.ReceivedAt != nil {
 		if l.ReceivedAt.IsZero() {
 			return ledger.Event{}, errors.New(`field "received_at" must be an RFC 3339 time after year 1`)
+		}
+		if l.ReceivedAt.After(now.Add(maxReceivedSkew)) {
+			return ledger.Event{}, fmt.Errorf(`field "received_at" is %s, later than the time of the import (%s) plus %s: `+
+				`an event cannot have been received in the future; correct the time, or leave received_at out to use the time of the import`,
+				l.ReceivedAt.Format(time.RFC3339), now.UTC().Format(time.RFC3339), maxReceivedSkew)
 		}
 		e.ReceivedAt = *l.ReceivedAt
 	}

@@ -24,13 +24,16 @@ var importLineCases = []struct {
 	{"missing principal", `{"event_id":"e1","poll_id":"p","candidate_id":"c"}`, `"principal_id" is missing`},
 	{"bad id", `{"event_id":"e 1","poll_id":"p","candidate_id":"c","principal_id":"u"}`, "1-64 characters"},
 	{"long id", `{"event_id":"` + strings.Repeat("a", 65) + `","poll_id":"p","candidate_id":"c","principal_id":"u"}`, "1-64 characters"},
+	{"received a moment ahead", `{"event_id":"e1","poll_id":"p","candidate_id":"c","principal_id":"u","received_at":"2026-12-01T00:04:59Z"}`, ""},
+	{"received in the future", `{"event_id":"e1","poll_id":"p","candidate_id":"c","principal_id":"u","received_at":"2026-12-01T00:05:01Z"}`,
+		`"received_at" is 2026-12-01T00:05:01Z, later than the time of the import (2026-12-01T00:00:00Z) plus 5m0s`},
 	{"bad time", `{"event_id":"e1","poll_id":"p","candidate_id":"c","principal_id":"u","received_at":"yesterday"}`, "RFC 3339"},
 	{"trailing data", `{"event_id":"e1","poll_id":"p","candidate_id":"c","principal_id":"u"} {}`, "data follows"},
 	{"truncated", `{"event_id":"e1","poll_id":"p"`, "malformed JSON"},
 }
 
 func TestParseImportLine(t *testing.T) {
-	now := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 	for _, tc := range importLineCases {
 		t.Run(tc.name, func(t *testing.T) {
 			e, err := parseImportLine([]byte(tc.line), now)
