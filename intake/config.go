@@ -184,14 +184,13 @@ func (c Config) validate() error {
 	if c.EnqueueBatch < 1 || c.EnqueueBatch > 10_000 {
 		bad("EnqueueBatch must be between 1 and 10000, got %d", c.EnqueueBatch)
 	}
-	if c.AuthCacheSize < 1 {
-		bad("AuthCacheSize must be at least 1, got %d", c.AuthCacheSize)
-	}
-	if c.BreakerFailures < 1 {
-		bad("BreakerFailures must be at least 1, got %d", c.BreakerFailures)
-	}
-	if c.MaxConns < 1 {
-		bad("MaxConns must be at least 1, got %d", c.MaxConns)
+	for _, n := range []struct {
+		name string
+		v    int
+	}{{"AuthCacheSize", c.AuthCacheSize}, {"BreakerFailures", c.BreakerFailures}, {"MaxConns", c.MaxConns}} {
+		if n.v < 1 {
+			bad("%s must be at least 1, got %d", n.name, n.v)
+		}
 	}
 	if c.MaxHeaderBytes < 1<<10 {
 		bad("MaxHeaderBytes must be at least 1024, got %d", c.MaxHeaderBytes)

@@ -13,7 +13,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"tally/intake"
+	"tally/ledger"
+	"tally/stream"
 )
 
 // This file tests the edges of a request: its framing, headers and path,
@@ -304,6 +308,13 @@ func TestMaxConns(t *testing.T) {
 	if def := intake.DefaultConfig(); def.MaxConns != 10_000 || def.IdleTimeout != 30*time.Second {
 		t.Fatalf("defaults MaxConns %d, IdleTimeout %s", def.MaxConns, def.IdleTimeout)
 	}
+	keys, _ := stream.NewKeys("x", 1)
+	store, _ := ledger.New(nil, ledger.Config{})
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer rdb.Close()
+	if _, err := intake.New(intake.Config{MaxConns: -1}, store, rdb, keys, nil, nil); err == nil || !strings.Contains(err.Error(), "MaxConns must be at least 1, got -1") {
+		t.Fatalf("MaxConns -1: %v, want an error that names it", err)
+	}
 	for _, idle := range []time.Duration{time.Minute, 300 * time.Millisecond} {
 		b := setup(t, func(c *intake.Config) { c.MaxConns = 2; c.IdleTimeout = idle })
 		const get = "GET /healthz HTTP/1.1\r\nHost: intake\r\n\r\n"
@@ -330,5 +341,17 @@ func TestMaxConns(t *testing.T) {
 		if idle != time.Minute && time.Since(start) < idle/2 {
 			t.Fatalf("served after %s, before the held connections were idle for %s", time.Since(start), idle)
 		}
+	}
+}
+
+// TestBodyWithBOM: a body that starts with a UTF-8 byte order mark gets a
+// 400 that names it, rather than an invalid character.
+func TestBodyWithBOM(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	r := b.do(t, http.MethodPost, "/v1/votes", b.token, "application/json", append([]byte("\xef\xbb\xbf"), voteBody("bom1", "p1", "a")...))
+	wantProblem(t, r, http.StatusBadRequest)
+	if want := "the body starts with a byte order mark (BOM): send UTF-8 JSON without it"; r.str("detail") != want {
+		t.Fatalf("detail %q, want %q", r.str("detail"), want)
 	}
 }

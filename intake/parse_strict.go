@@ -19,10 +19,13 @@ import (
 // JSON form (escapes, any order) and names what is wrong.
 func parseStrict(body []byte) (voteBody, error) {
 	if len(body) > maxBodyBytes {
-		return voteBody{}, refuse("the body is %d bytes, the limit is %d", len(body), maxBodyBytes)
+		return voteBody{}, refuse("the body is %d bytes, but a vote takes at most %d", len(body), maxBodyBytes)
+	}
+	if bytes.HasPrefix(body[skipSpace(body, 0):], byteOrderMark) {
+		return voteBody{}, refuse("the body starts with a byte order mark (BOM): send UTF-8 JSON without it")
 	}
 	if len(bytes.TrimSpace(body)) == 0 {
-		return voteBody{}, refuse(`the body is empty: send {"event_id": "...", "poll_id": "...", "candidate_id": "..."}`)
+		return voteBody{}, refuse("the body is empty: send " + voteShape)
 	}
 	p := strictParser{dec: json.NewDecoder(bytes.NewReader(body)), vals: make(map[string]string, 3)}
 	p.dec.UseNumber()
@@ -31,7 +34,7 @@ func parseStrict(body []byte) (voteBody, error) {
 		return voteBody{}, p.syntax(err)
 	}
 	if d, ok := tok.(json.Delim); !ok || d != '{' {
-		return voteBody{}, refuse("the body must be a JSON object, got %s", kindOf(tok))
+		return voteBody{}, refuse("the body must be a JSON object, not %s: send "+voteShape, kindOf(tok))
 	}
 	for p.dec.More() {
 		if err := p.member(); err != nil {
@@ -43,14 +46,14 @@ func parseStrict(body []byte) (voteBody, error) {
 	}
 	for _, k := range []string{keyEventID, keyPollID, keyCandidateID} {
 		if _, ok := p.vals[k]; !ok {
-			return voteBody{}, refuse(`key %q is missing: the body takes exactly "event_id", "poll_id" and "candidate_id"`, k)
+			return voteBody{}, refuse(`the key %q is missing: the body takes exactly "event_id", "poll_id" and "candidate_id"`, k)
 		}
 	}
 	if tok, err := p.dec.Token(); !errors.Is(err, io.EOF) {
 		if err != nil {
-			return voteBody{}, refuse("unexpected data after the JSON object at byte %d: send one object and nothing else", p.dec.InputOffset())
+			return voteBody{}, refuse("the body goes on after the JSON object, at byte %d: send one object and nothing else", p.dec.InputOffset()+1)
 		}
-		return voteBody{}, refuse("unexpected %s after the JSON object: send one object and nothing else", kindOf(tok))
+		return voteBody{}, refuse("the body has %s after the JSON object: send one object and nothing else", kindOf(tok))
 	}
 	return voteBody{eventID: p.vals[keyEventID], pollID: []byte(p.vals[keyPollID]), candidateID: []byte(p.vals[keyCandidateID])}, nil
 }
@@ -71,15 +74,15 @@ func (p *strictParser) member() error {
 	}
 	key, ok := tok.(string)
 	if !ok { // the decoder only yields strings here; be safe anyway
-		return refuse("the body is not valid JSON at byte %d: object keys must be strings", p.dec.InputOffset())
+		return refuse("the body is not valid JSON at byte %d: object keys must be strings", p.dec.InputOffset()+1)
 	}
 	switch key {
 	case keyEventID, keyPollID, keyCandidateID:
 	default:
-		return refuse(`key %s is not allowed: the body takes exactly "event_id", "poll_id" and "candidate_id"`, quoteClip(key))
+		return refuse(`the key %s is not allowed: the body takes exactly "event_id", "poll_id" and "candidate_id"`, quoteClip(key))
 	}
 	if _, seen := p.vals[key]; seen {
-		return refuse("key %q appears more than once: give each key once", key)
+		return refuse("the key %q appears more than once: give each key once", key)
 	}
 	tok, err = p.dec.Token()
 	if err != nil {
@@ -87,10 +90,10 @@ func (p *strictParser) member() error {
 	}
 	s, ok := tok.(string)
 	if !ok {
-		return refuse("%q must be a string, got %s", key, kindOf(tok))
+		return refuse("the value of %q must be a string, not %s", key, kindOf(tok))
 	}
 	if !vote.ValidID(s) {
-		return refuse("%q must be "+vote.IDRule+", got %s", key, describeID(s))
+		return refuse("the value of %q must be "+vote.IDRule+", not %s", key, describeID(s))
 	}
 	p.vals[key] = s
 	return nil
@@ -99,10 +102,18 @@ func (p *strictParser) member() error {
 // syntax is the refusal of a body the decoder found invalid.
 func (p *strictParser) syntax(err error) error {
 	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-		return refuse("the body is not valid JSON: it ends before the object is closed")
+		return refuse("the body is not valid JSON: it ends before the object is closed; send the whole object")
 	}
-	return refuse("the body is not valid JSON at byte %d: %v", p.dec.InputOffset(), err)
+	// InputOffset is where the token that failed starts, counted from 0.
+	return refuse("the body is not valid JSON at byte %d (%v): send one JSON object", p.dec.InputOffset()+1, err)
 }
+
+// voteShape is the form of a vote body, for details.
+const voteShape = `{"event_id": "...", "poll_id": "...", "candidate_id": "..."}`
+
+// byteOrderMark is the UTF-8 encoding of U+FEFF, which some editors and
+// Windows tools put before a text; JSON forbids it (RFC 8259 8.1).
+var byteOrderMark = []byte("\xef\xbb\xbf")
 
 // kindOf names the JSON kind of a token for a detail.
 func kindOf(tok json.Token) string {
