@@ -18,7 +18,8 @@
 //     while a daemon starts.
 //   - output.go: --format, JSON output and the aligned tables people read.
 //   - args.go: lets positional arguments come before or after the flags.
-//   - gc.go: the garbage collector's target of the daemons.
+//   - daemon.go: the process-wide settings of the daemons: the garbage
+//     collector's target and go-redis' log lines through slog.
 //   - migrate.go: tally migrate (goose on the embedded migrations).
 //   - intake.go: tally intake, the HTTP daemon, and its Redis version check.
 //   - projector.go: tally projector, the daemon, and its /metrics server.

@@ -112,9 +112,8 @@ func runIntake(c *ucli.Context) error {
 	if err != nil {
 		return err
 	}
-	redis.SetLogger(redisLog{log.With(slog.String("component", "redis"))})
 	cfg := intakeConfig(c)
-	setDaemonGC()
+	setupDaemon(log)
 	cs, err := openConns(c, ledger.Config{Logger: log}, c.Duration(flagStartupWait.Name))
 	if err != nil {
 		return err
@@ -128,17 +127,6 @@ func runIntake(c *ucli.Context) error {
 		return err
 	}
 	return srv.Run(c.Context)
-}
-
-// redisLog carries go-redis' own log lines (a failed dial, a broken
-// connection in its pool) to the daemon's logger, so that they take its
-// format and level: with --log-format json, every line stays JSON.
-type redisLog struct{ log *slog.Logger }
-
-func (l redisLog) Printf(ctx context.Context, format string, args ...any) {
-	if l.log.Enabled(ctx, slog.LevelWarn) {
-		l.log.LogAttrs(ctx, slog.LevelWarn, fmt.Sprintf(format, args...))
-	}
 }
 
 // intakeConfig is the intake.Config the flags describe.

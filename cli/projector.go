@@ -88,7 +88,7 @@ func runProjector(c *ucli.Context) error {
 		// Checked here too, before connecting: 0 would silently mean the default.
 		return fmt.Errorf("--workers must be between 1 and %d, got %d", projector.MaxWorkers, cfg.Workers)
 	}
-	setDaemonGC()
+	setupDaemon(log)
 	cs, err := openConns(c, ledger.Config{Logger: log, MaxBatch: max(cfg.BatchSize, 1)}, c.Duration(flagStartupWait.Name))
 	if err != nil {
 		return err

@@ -9,13 +9,17 @@
 //	GET  /v1/votes/{event_id}         the caller's own event and its outcome
 //	GET  /v1/polls/{poll_id}/results  tallies from the projection
 //	GET  /healthz                     the process is up
-//	GET  /readyz                      PostgreSQL and Redis answer, breaker closed
+//	GET  /readyz                      a status per check: postgres, redis, backlog
 //	GET  /metrics                     Prometheus metrics
 //
-// Every /v1 route needs "Authorization: Bearer TOKEN" (any principal may
-// read results); /healthz, /readyz and /metrics need none. Every error is an RFC
-// 9457 application/problem+json document whose detail says what was wrong
-// and what to do about it; a 401 carries "WWW-Authenticate: Bearer".
+// Every /v1 route needs one "Authorization: Bearer TOKEN" header;
+// /healthz, /readyz and /metrics need none. What a principal may not see it
+// cannot learn exists: a restricted poll answers a principal outside its
+// list (its votes, its results, its events' reasons) exactly as an unknown
+// poll does. Every error is an RFC 9457 application/problem+json document
+// whose detail says what was wrong and what to do about it; a 401 carries
+// the RFC 6750 challenge ("Bearer", or error="invalid_token" for a refused
+// token), and a path not spelled as a route gets a problem+json 404.
 //
 // # What it promises
 //
@@ -35,8 +39,14 @@
 //     event_id and enqueues nothing; the same key with another payload
 //     answers 409 and enqueues nothing. A replay or a conflict is answered
 //     before the rate limit, since it enqueues nothing; only what is enqueued
-//     consumes the rate. Records expire after Config.IdempotencyWindow;
-//     past it the ledger still refuses a second effect.
+//     consumes the rate. Idempotency comes before admission: a vote the
+//     catalog would refuse (poll closed, choice or eligibility changed) is
+//     first looked up, in its Redis record and else in the ledger, so a
+//     known identical event answers 202 and a known key with another
+//     payload 409 whatever changed since. A replayed 202 states the status
+//     the ledger knows (pending while it is not there yet). Records expire
+//     after Config.IdempotencyWindow; past it the ledger still refuses a
+//     second effect.
 //   - The identity comes from the bearer token only, never from the body.
 //     Tokens are cached by their SHA-256 (never in clear, never logged) for
 //     at most Config.AuthTTL, so a revocation takes effect within that
@@ -61,10 +71,14 @@
 //
 //   - server.go: the lifecycle. New wires the stages, Run and Serve serve
 //     and keep the catalog fresh, drain stops.
+//   - limit_listener.go: the listener that caps open connections
+//     (Config.MaxConns).
 //   - config.go: Config, its defaults and its validation.
 //   - middleware.go: the routes, the method check, the request deadline,
 //     panic recovery and request metrics (instrument), authentication
-//     (principal) and the log line of a failed request.
+//     (principal, its 401 challenges), the canonical-path check, closing
+//     the connection after a chunked request (framed), and the log line of
+//     a failed request.
 //   - auth.go: the token cache and the voter, a principal with its enqueue
 //     arguments made once.
 //   - catalog.go: the in-process catalog of polls, choices and
@@ -72,6 +86,8 @@
 //   - read_vote.go: the first step of a vote: content type, size, body.
 //   - post_vote.go: POST /v1/votes as its steps (readVote, admit, enqueue,
 //     answerEnqueue) and the table of the answer to each enqueue outcome.
+//   - known_status.go: what a refused vote or a replay answers for an
+//     event intake already knows (its Redis record, else the ledger).
 //   - parse.go: the vote body's rules, parseVote and its fast path for the
 //     plain form; parse_strict.go: the strict parser that takes every JSON
 //     form and says what is wrong.
@@ -82,5 +98,7 @@
 //     Redis, each vote answered by its deadline.
 //   - reads.go: GET /v1/votes/{event_id}, GET /v1/polls/{poll_id}/results,
 //     /healthz and /readyz.
-//   - problem.go: the RFC 9457 answers; metrics.go: the Prometheus metrics.
+//   - problem.go: the RFC 9457 answers; problem_edges.go: the problem
+//     types of a request's framing, headers and path; metrics.go: the
+//     Prometheus metrics.
 package intake

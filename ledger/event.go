@@ -34,7 +34,7 @@ const (
 type Reason string
 
 // Reasons for a rejection. unknown_poll and not_eligible catch events that
-// intake refuses up front (404, 403) but that can still reach the ledger
+// intake refuses up front (404 both) but that can still reach the ledger
 // through import or a catalog change while the event waited in the stream.
 const (
 	ReasonAlreadyResponded Reason = "already_responded"
