@@ -26,7 +26,6 @@ var (
 	probBadRequest     = problemType{"invalid-request", "The request body is invalid"}
 	probBadID          = problemType{"invalid-id", "The id in the path is invalid"}
 	probUnauthorized   = problemType{"unauthorized", "Authentication is required"}
-	probNotEligible    = problemType{"not-eligible", "Not eligible for this poll"}
 	probNotFound       = problemType{"not-found", "Not found"}
 	probUnknownPoll    = problemType{"unknown-poll", "Unknown poll"}
 	probMethod         = problemType{"method-not-allowed", "Method not allowed"}
