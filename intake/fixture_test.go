@@ -192,6 +192,16 @@ func wantProblem(t *testing.T, r reply, code int) {
 	}
 }
 
+// wantProblemType is wantProblem with the problem's type, by its slug
+// (the part after "urn:tally:problem:").
+func wantProblemType(t *testing.T, r reply, code int, slug string) {
+	t.Helper()
+	wantProblem(t, r, code)
+	if got := r.str("type"); got != "urn:tally:problem:"+slug {
+		t.Fatalf("problem type %q, want urn:tally:problem:%s: %s", got, slug, r.raw)
+	}
+}
+
 // count is the value of a counter, to compare with what the test sent.
 func count(c prometheus.Collector) int { return int(testutil.ToFloat64(c)) }
 

@@ -241,7 +241,7 @@ func TestKnownEventLedgerDown(t *testing.T) {
 	pool.Close()
 	wantAccepted(t, b.vote(t, b.token, "e1", "p1", "a"), "e1", ledger.StatusPending)
 	r := b.vote(t, b.token, "e2", "p1", "z")
-	wantProblem(t, r, http.StatusServiceUnavailable)
+	wantProblemType(t, r, http.StatusServiceUnavailable, "not-queued")
 	if !strings.Contains(r.str("detail"), "same event_id") || r.header.Get("Retry-After") == "" {
 		t.Fatalf("refused vote with the ledger down: %s", r.raw)
 	}

@@ -89,7 +89,7 @@ func (s *Server) answerRefusal(w http.ResponseWriter, r *http.Request, p *voter,
 		writeProblem(w, ref.status, ref.problem, ref.detail, ref.retryAfter)
 	case err != nil:
 		s.failed(r, "known event lookup failed", err)
-		writeProblem(w, http.StatusServiceUnavailable, probUnavailable, fmt.Sprintf(
+		writeProblem(w, http.StatusServiceUnavailable, probNotQueued, fmt.Sprintf(
 			"intake could not check whether event id %q is already known because %s did not answer: retry the same request (same event_id) after the Retry-After delay",
 			v.eventID, what), time.Second)
 	case known:

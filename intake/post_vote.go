@@ -80,7 +80,7 @@ func (s *Server) admit(r *http.Request, p *voter, v voteBody, receivedAt, deadli
 		return nil, nil, unknownPoll(v.pollID)
 	case err != nil:
 		s.failed(r, "poll lookup failed", err)
-		return nil, nil, refusal{http.StatusServiceUnavailable, probUnavailable,
+		return nil, nil, refusal{http.StatusServiceUnavailable, probNotQueued,
 			"the poll could not be looked up because the database did not answer: retry after the Retry-After delay", time.Second}
 	}
 	if !poll.mayVote(p.ID) {
@@ -127,15 +127,15 @@ var enqueueAnswers = map[outcome]enqueueAnswer{
 	outBacklog: {status: http.StatusServiceUnavailable, problem: probBacklog,
 		detail:     fixedDetail("the queue of votes waiting to be counted is full: retry after the Retry-After delay"),
 		retryAfter: func(s *Server, _ enqueueResult) time.Duration { return s.cfg.BacklogRetryAfter }},
-	outUnconfirmed: {status: http.StatusServiceUnavailable, problem: probUnavailable,
+	outUnconfirmed: {status: http.StatusServiceUnavailable, problem: probMaybeQueued,
 		detail: func(s *Server, _ string, res enqueueResult) string {
 			return fmt.Sprintf("the vote was written but only %d of %d Redis replicas confirmed it in time: retry the same request (same event_id) after the Retry-After delay", res.replicas, s.cfg.WaitReplicas)
 		},
 		retryAfter: oneSecond},
-	outBreakerOpen: {status: http.StatusServiceUnavailable, problem: probUnavailable,
+	outBreakerOpen: {status: http.StatusServiceUnavailable, problem: probNotQueued,
 		detail:     fixedDetail("the queue (Redis) is failing and intake is not trying it for now: retry after the Retry-After delay"),
 		retryAfter: func(s *Server, _ enqueueResult) time.Duration { return s.cfg.BreakerOpenFor }},
-	outRedisError: {status: http.StatusServiceUnavailable, problem: probUnavailable,
+	outRedisError: {status: http.StatusServiceUnavailable, problem: probMaybeQueued,
 		detail:     fixedDetail("the queue (Redis) did not answer; the vote may or may not be queued: retry the same request (same event_id) after the Retry-After delay"),
 		retryAfter: oneSecond},
 }

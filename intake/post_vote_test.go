@@ -35,9 +35,9 @@ func TestAnswerEnqueue(t *testing.T) {
 			retryAfter: "2", detail: "2 votes per second with bursts of 7", counter: func(m *metrics) prometheus.Counter { return m.rateLimited }},
 		{res: enqueueResult{outcome: outBacklog}, status: 503, problem: "backlog-full", retryAfter: "3", detail: "queue of votes",
 			counter: func(m *metrics) prometheus.Counter { return m.backlogRefusals }},
-		{res: enqueueResult{outcome: outUnconfirmed, replicas: 1}, status: 503, problem: "unavailable", retryAfter: "1", detail: "only 1 of 2 Redis replicas"},
-		{res: enqueueResult{outcome: outBreakerOpen}, status: 503, problem: "unavailable", retryAfter: "4", detail: "not trying it for now"},
-		{res: enqueueResult{outcome: outRedisError}, status: 503, problem: "unavailable", retryAfter: "1", detail: "may or may not be queued"},
+		{res: enqueueResult{outcome: outUnconfirmed, replicas: 1}, status: 503, problem: "maybe-queued", retryAfter: "1", detail: "only 1 of 2 Redis replicas"},
+		{res: enqueueResult{outcome: outBreakerOpen}, status: 503, problem: "not-queued", retryAfter: "4", detail: "not trying it for now"},
+		{res: enqueueResult{outcome: outRedisError}, status: 503, problem: "maybe-queued", retryAfter: "1", detail: "may or may not be queued"},
 	} {
 		m, err := newMetrics(prometheus.NewRegistry())
 		if err != nil {

@@ -23,20 +23,29 @@ type problemType struct {
 
 // The problems intake answers.
 var (
-	probBadRequest     = problemType{"invalid-request", "The request body is invalid"}
-	probBadID          = problemType{"invalid-id", "The id in the path is invalid"}
-	probUnauthorized   = problemType{"unauthorized", "Authentication is required"}
-	probNotFound       = problemType{"not-found", "Not found"}
-	probUnknownPoll    = problemType{"unknown-poll", "Unknown poll"}
-	probMethod         = problemType{"method-not-allowed", "Method not allowed"}
-	probKeyReused      = problemType{"key-reused", "The event id was used with another payload"}
-	probTooLarge       = problemType{"body-too-large", "The request body is too large"}
-	probMediaType      = problemType{"unsupported-media-type", "The request body must be JSON"}
-	probPollClosed     = problemType{"poll-closed", "The poll is not open"}
-	probInvalidChoice  = problemType{"invalid-choice", "The candidate is not a choice of this poll"}
-	probRateLimited    = problemType{"rate-limited", "Too many votes"}
-	probBacklog        = problemType{"backlog-full", "The queue is full"}
-	probUnavailable    = problemType{"unavailable", "Temporarily unavailable"}
+	probBadRequest    = problemType{"invalid-request", "The request body is invalid"}
+	probBadID         = problemType{"invalid-id", "The id in the path is invalid"}
+	probUnauthorized  = problemType{"unauthorized", "Authentication is required"}
+	probNotFound      = problemType{"not-found", "Not found"}
+	probUnknownPoll   = problemType{"unknown-poll", "Unknown poll"}
+	probMethod        = problemType{"method-not-allowed", "Method not allowed"}
+	probKeyReused     = problemType{"key-reused", "The event id was used with another payload"}
+	probTooLarge      = problemType{"body-too-large", "The request body is too large"}
+	probMediaType     = problemType{"unsupported-media-type", "The request body must be JSON"}
+	probPollClosed    = problemType{"poll-closed", "The poll is not open"}
+	probInvalidChoice = problemType{"invalid-choice", "The candidate is not a choice of this poll"}
+	probRateLimited   = problemType{"rate-limited", "Too many votes"}
+	probBacklog       = problemType{"backlog-full", "The queue is full"}
+	probUnavailable   = problemType{"unavailable", "Temporarily unavailable"}
+
+	// A 503 to a vote says which of two things happened, so a client knows
+	// what its retry means. not-queued and backlog-full: the vote was not
+	// queued; send it again after Retry-After (with the same event_id, as
+	// every retry should). maybe-queued: the vote may have been queued (Redis
+	// did not answer in time, or too few replicas confirmed it); send it
+	// again with the same event_id, which can never count it twice.
+	probNotQueued      = problemType{"not-queued", "The vote was not queued"}
+	probMaybeQueued    = problemType{"maybe-queued", "The vote may have been queued"}
 	probInternal       = problemType{"internal", "Internal error"}
 	problemTypeBaseURI = "urn:tally:problem:"
 )

@@ -88,6 +88,13 @@ func TestRedisDown(t *testing.T) {
 		if r.header.Get("Retry-After") == "" {
 			t.Fatalf("503 without Retry-After")
 		}
+		// Before the breaker opens a vote may have reached Redis; after, none does.
+		if typ := r.str("type"); typ != "urn:tally:problem:maybe-queued" && typ != "urn:tally:problem:not-queued" {
+			t.Fatalf("vote %d with Redis down: problem type %q, want maybe-queued or not-queued", i, typ)
+		}
+		if i == 5 {
+			wantProblemType(t, r, http.StatusServiceUnavailable, "not-queued")
+		}
 		if took > requestTimeout {
 			t.Fatalf("503 after %s, over the request deadline %s", took, requestTimeout)
 		}

@@ -106,7 +106,7 @@ func TestBacklogFull(t *testing.T) {
 		}
 	}
 	r := b.vote(t, b.token, "e2", "p1", "a")
-	wantProblem(t, r, http.StatusServiceUnavailable)
+	wantProblemType(t, r, http.StatusServiceUnavailable, "backlog-full")
 	if r.header.Get("Retry-After") != "3" {
 		t.Fatalf("Retry-After %q, want 3", r.header.Get("Retry-After"))
 	}
@@ -248,7 +248,7 @@ func TestWaitReplicasUnconfirmed(t *testing.T) {
 	b := setup(t, func(c *intake.Config) { c.WaitReplicas = 1; c.WaitTimeout = 50 * time.Millisecond })
 	for range 2 {
 		r := b.vote(t, b.token, "e1", "p1", "a")
-		wantProblem(t, r, http.StatusServiceUnavailable)
+		wantProblemType(t, r, http.StatusServiceUnavailable, "maybe-queued")
 		if !strings.Contains(r.str("detail"), "only 0 of 1 Redis replicas") || r.header.Get("Retry-After") == "" {
 			t.Fatalf("unconfirmed vote: %s", r.raw)
 		}
