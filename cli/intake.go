@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -43,6 +44,10 @@ func intakeEnqueueFlags(def intake.Config) []ucli.Flag {
 	return []ucli.Flag{
 		&ucli.StringFlag{Name: "listen", EnvVars: []string{"TALLY_INTAKE_LISTEN"}, Value: def.Listen,
 			Usage: "TCP `ADDR`ess to serve HTTP on"},
+		&ucli.StringFlag{Name: "tls-cert", EnvVars: []string{"TALLY_INTAKE_TLS_CERT"},
+			Usage: "serve HTTPS (TLS 1.2+, HTTP/2) with the PEM certificate chain in `FILE`, reloaded when it changes; needs --tls-key"},
+		&ucli.StringFlag{Name: "tls-key", EnvVars: []string{"TALLY_INTAKE_TLS_KEY"},
+			Usage: "PEM private key of --tls-cert in `FILE`, reloaded when it changes"},
 		&ucli.Float64Flag{Name: "rate", EnvVars: []string{"TALLY_INTAKE_RATE"}, Value: def.Rate,
 			Usage: "votes per second one principal may enqueue, sustained"},
 		&ucli.IntFlag{Name: "burst", EnvVars: []string{"TALLY_INTAKE_BURST"}, Value: def.Burst,
@@ -113,6 +118,9 @@ func runIntake(c *ucli.Context) error {
 		return err
 	}
 	cfg := intakeConfig(c)
+	if (cfg.TLSCertFile == "") != (cfg.TLSKeyFile == "") {
+		return errors.New("--tls-cert and --tls-key go together: give both to serve HTTPS, or neither for plain HTTP")
+	}
 	setupDaemon(log)
 	cs, err := openConns(c, ledger.Config{Logger: log}, c.Duration(flagStartupWait.Name))
 	if err != nil {
@@ -133,6 +141,8 @@ func runIntake(c *ucli.Context) error {
 func intakeConfig(c *ucli.Context) intake.Config {
 	return intake.Config{
 		Listen:            c.String("listen"),
+		TLSCertFile:       c.String("tls-cert"),
+		TLSKeyFile:        c.String("tls-key"),
 		Rate:              c.Float64("rate"),
 		Burst:             c.Int("burst"),
 		MaxBacklog:        c.Int64("max-backlog"),

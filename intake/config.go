@@ -11,6 +11,13 @@ import (
 type Config struct {
 	// Listen is the TCP address Run serves on. Default "127.0.0.1:8080".
 	Listen string
+	// TLSCertFile and TLSKeyFile, both set, make Serve speak TLS 1.2 or
+	// later (HTTP/2 or HTTP/1.1) with the PEM certificate chain and key in
+	// those files, reloaded when they change on disk (see tls.go). Both
+	// empty (the default) serve plain HTTP; one without the other is an
+	// error.
+	TLSCertFile string
+	TLSKeyFile  string
 
 	// Rate is the sustained number of votes per second one principal may
 	// enqueue. Default 5.
@@ -195,6 +202,17 @@ func (c Config) validate() error {
 	if c.MaxHeaderBytes < 1<<10 {
 		bad("MaxHeaderBytes must be at least 1024, got %d", c.MaxHeaderBytes)
 	}
+	errs = append(errs, c.durationAndTLSErrors()...)
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("intake config: %w", err)
+	}
+	return nil
+}
+
+// durationAndTLSErrors are validate's errors of the durations and the TLS files.
+func (c Config) durationAndTLSErrors() []error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	for _, d := range []struct {
 		name string
 		v    time.Duration
@@ -215,10 +233,10 @@ func (c Config) validate() error {
 	if c.WriteTimeout > 0 && c.RequestTimeout > c.WriteTimeout {
 		bad("RequestTimeout (%s) must not exceed WriteTimeout (%s), or answers would be cut off", c.RequestTimeout, c.WriteTimeout)
 	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("intake config: %w", err)
+	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
+		bad("TLSCertFile and TLSKeyFile go together (got cert %q, key %q): set both to serve TLS, or neither for plain HTTP", c.TLSCertFile, c.TLSKeyFile)
 	}
-	return nil
+	return errs
 }
 
 // DefaultConfig returns the configuration with every default filled in.

@@ -62,7 +62,10 @@
 //     outcome), never a principal, token or event id.
 //
 // Server.Run serves until its context is cancelled, then stops accepting,
-// drains requests in flight within Config.ShutdownTimeout and returns.
+// drains requests in flight within Config.ShutdownTimeout and returns. It
+// serves plain HTTP by default; with Config.TLSCertFile and TLSKeyFile it
+// serves TLS 1.2 or later with HTTP/2, and picks up a certificate rotated
+// on disk within a second, without a restart.
 //
 // # Files
 //
@@ -74,6 +77,7 @@
 //   - limit_listener.go: the listener that caps open connections
 //     (Config.MaxConns).
 //   - config.go: Config, its defaults and its validation.
+//   - tls.go: the TLS settings and the reloader of a rotated certificate.
 //   - middleware.go: the routes, the method check, the request deadline,
 //     panic recovery and request metrics (instrument), authentication
 //     (principal, its 401 challenges), the canonical-path check, closing

@@ -2,6 +2,7 @@ package intake
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -105,8 +106,9 @@ func (s *Server) Run(ctx context.Context) error {
 // Serve serves on ln, at most Config.MaxConns connections at once, until
 // ctx is cancelled, then stops accepting, drains the requests in flight
 // within Config.ShutdownTimeout (closing whatever is left after it) and
-// returns nil. It returns an error when serving failed. A Server serves
-// once.
+// returns nil. It returns an error when serving failed. With
+// Config.TLSCertFile it serves TLS, and a key pair it cannot load is an
+// error naming the file. A Server serves once.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	served := false
 	s.runOnce.Do(func() { served = true })
@@ -114,7 +116,16 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		ln.Close()
 		return errors.New("intake: a Server serves once")
 	}
+	var tlsConfig *tls.Config
+	if s.cfg.TLSCertFile != "" {
+		var err error
+		if tlsConfig, err = newTLSConfig(s.cfg.TLSCertFile, s.cfg.TLSKeyFile, s.log); err != nil {
+			ln.Close()
+			return err
+		}
+	}
 	srv := &http.Server{
+		TLSConfig:         tlsConfig,
 		Handler:           s.handler,
 		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
 		ReadTimeout:       s.cfg.ReadTimeout,
@@ -134,15 +145,25 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}()
 
 	s.log.LogAttrs(ctx, slog.LevelInfo, "intake serving", slog.String("addr", ln.Addr().String()),
-		slog.Int("shards", s.keys.Shards()), slog.String("stream_prefix", s.keys.Prefix()))
+		slog.Bool("tls", tlsConfig != nil), slog.Int("shards", s.keys.Shards()), slog.String("stream_prefix", s.keys.Prefix()))
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(limitListen(ln, s.cfg.MaxConns)) }()
+	go func() { serveErr <- serve(srv, limitListen(ln, s.cfg.MaxConns)) }()
 	select {
 	case err := <-serveErr:
 		return fmt.Errorf("intake: serve: %w", err)
 	case <-ctx.Done():
 	}
 	return s.drain(ctx, srv, serveErr)
+}
+
+// serve serves srv on ln, over TLS when srv has a TLS config (ServeTLS
+// wraps ln, so the connection cap counts connections before their
+// handshake).
+func serve(srv *http.Server, ln net.Listener) error {
+	if srv.TLSConfig != nil {
+		return srv.ServeTLS(ln, "", "")
+	}
+	return srv.Serve(ln)
 }
 
 // drain stops srv once ctx is cancelled: it stops accepting, waits for the
