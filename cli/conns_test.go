@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -87,7 +86,7 @@ func TestDaemonStartupWaitStopsOnSignal(t *testing.T) {
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	done := make(chan int, 1)
-	errOut := &syncBuffer{}
+	errOut := &testenv.LogBuffer{}
 	go func() {
 		runMu.Lock() // see runMu
 		defer runMu.Unlock()
@@ -115,22 +114,4 @@ func TestDaemonStartupWaitStopsOnSignal(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("intake did not stop within 10s of its context ending")
 	}
-}
-
-// syncBuffer is a bytes.Buffer a test may read while a command writes it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -1,12 +1,10 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,30 +13,11 @@ import (
 	"tally/internal/testenv"
 )
 
-// lockedBuffer is a bytes.Buffer that go-redis' goroutines and the test may
-// share.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // TestRedisLogJSON makes go-redis log a failed dial through redisLog on a
 // JSON handler, as tally intake --log-format json does: the line is JSON,
 // a warning of component redis.
 func TestRedisLogJSON(t *testing.T) {
-	var out lockedBuffer
+	var out testenv.LogBuffer
 	redis.SetLogger(redisLog{slog.New(slog.NewJSONHandler(&out, nil)).With(slog.String("component", "redis"))})
 	t.Cleanup(func() { redis.SetLogger(redisLog{slog.New(slog.DiscardHandler)}) })
 	addr, err := testenv.FreeAddr() // nothing listens there

@@ -36,10 +36,8 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	id := r.PathValue("event_id")
-	if !vote.ValidID(id) {
-		writeProblem(w, http.StatusBadRequest, probBadID,
-			fmt.Sprintf("event id %s is invalid: event ids are "+vote.IDRule, describeID(id)), 0)
+	id, ok := pathID(w, r, "event_id", "event id")
+	if !ok {
 		return
 	}
 	notFound := func() {
@@ -142,10 +140,8 @@ func (s *Server) handleResults(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	id := r.PathValue("poll_id")
-	if !vote.ValidID(id) {
-		writeProblem(w, http.StatusBadRequest, probBadID,
-			fmt.Sprintf("poll id %s is invalid: poll ids are "+vote.IDRule, describeID(id)), 0)
+	id, ok := pathID(w, r, "poll_id", "poll id")
+	if !ok {
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.PostgresTimeout)
@@ -293,4 +289,16 @@ func (s *Server) readyRedis(ctx context.Context) (full bool, err error) {
 		return nil, nil
 	})
 	return full, err
+}
+
+// pathID reads the id in the path wildcard name, or answers 400 naming what
+// it is (what: "event id", "poll id") and returns false.
+func pathID(w http.ResponseWriter, r *http.Request, name, what string) (string, bool) {
+	id := r.PathValue(name)
+	if !vote.ValidID(id) {
+		writeProblem(w, http.StatusBadRequest, probBadID,
+			fmt.Sprintf("%s %s is invalid: %ss are "+vote.IDRule, what, describeID(id), what), 0)
+		return "", false
+	}
+	return id, true
 }

@@ -153,3 +153,20 @@ func TestHealthReadyMetrics(t *testing.T) {
 		t.Error("/metrics names a principal or a token")
 	}
 }
+
+// TestReadsRefuseBadPathIDs: an id in the path that breaks the id rule is
+// a 400 that names which id and the rule, on both read routes.
+func TestReadsRefuseBadPathIDs(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, c := range []struct{ path, want string }{
+		{"/v1/votes/bad.id", "event ids are 1-64"},
+		{"/v1/polls/bad.id/results", "poll ids are 1-64"},
+	} {
+		r := b.do(t, http.MethodGet, c.path, b.token, "", nil)
+		wantProblemType(t, r, http.StatusBadRequest, "invalid-id")
+		if !strings.Contains(r.str("detail"), c.want) {
+			t.Errorf("GET %s: detail %q, want it to say %q", c.path, r.str("detail"), c.want)
+		}
+	}
+}

@@ -1,7 +1,6 @@
 package intake_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
@@ -9,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -52,28 +50,10 @@ func readyz(t *testing.T, h http.Handler) readyAnswer {
 	return readyAnswer{code: rec.Code, status: body.Status, checks: body.Checks, raw: rec.Body.String()}
 }
 
-// syncBuffer is a log sink the server writes from its handlers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // newReadyServer is an intake on store and rdb with shards stream shards,
 // not serving: /readyz needs only its handler. Its log goes to the buffer
 // returned.
-func newReadyServer(t *testing.T, store *ledger.Store, rdb redis.UniversalClient, shards int, opts ...option) (*intake.Server, stream.Keys, *syncBuffer) {
+func newReadyServer(t *testing.T, store *ledger.Store, rdb redis.UniversalClient, shards int, opts ...option) (*intake.Server, stream.Keys, *testenv.LogBuffer) {
 	t.Helper()
 	keys, err := stream.NewKeys(testenv.RandomName("t"), shards)
 	if err != nil {
@@ -83,7 +63,7 @@ func newReadyServer(t *testing.T, store *ledger.Store, rdb redis.UniversalClient
 	for _, o := range opts {
 		o(&cfg)
 	}
-	logs := &syncBuffer{}
+	logs := &testenv.LogBuffer{}
 	srv, err := intake.New(cfg, store, rdb, keys, slog.New(slog.NewTextHandler(logs, nil)), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)

@@ -18,11 +18,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"tally/intake"
-	"tally/internal/testenv"
 	"tally/ledger"
 	"tally/stream"
 )
@@ -78,40 +76,11 @@ func writeTestCert(t *testing.T, dir, cn string, serial int64) testCert {
 // whose url is https and whose client trusts cert and speaks HTTP/2.
 func serveTLS(t *testing.T, cert testCert) *bundle {
 	t.Helper()
-	db := testenv.Postgres(t)
-	rdb, prefix := testenv.Redis(t)
-	store, err := ledger.New(db.Pool, ledger.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	keys, err := stream.NewKeys(prefix, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := intake.Config{Rate: 1000, Burst: 1000, TLSCertFile: cert.certFile, TLSKeyFile: cert.keyFile}
-	srv, err := intake.New(cfg, store, rdb, keys, testLogger(), prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, ln) }()
+	b := setup(t, func(c *intake.Config) { c.TLSCertFile, c.TLSKeyFile = cert.certFile, cert.keyFile })
 	tr := &http.Transport{TLSClientConfig: clientTLS(cert), ForceAttemptHTTP2: true}
-	t.Cleanup(func() {
-		tr.CloseIdleConnections()
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	})
-	b := &bundle{store: store, rdb: rdb, keys: keys, url: "https://" + ln.Addr().String(),
-		client: &http.Client{Transport: tr, Timeout: 10 * time.Second}, cfg: cfg, m: srv.Metrics()}
-	b.who, b.token = b.principal(t, "voter")
-	b.poll(t, ledger.Poll{ID: "p1", Title: "Lunch", Choices: []string{"a", "b"}})
+	t.Cleanup(tr.CloseIdleConnections) // before setup's cleanup stops the server
+	b.client = &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	b.url = "https://" + strings.TrimPrefix(b.url, "http://")
 	return b
 }
 

@@ -18,7 +18,7 @@ import (
 func TestRunTxRetries(t *testing.T) {
 	t.Parallel()
 	db := testenv.Postgres(t)
-	var logs lockedBuffer
+	var logs testenv.LogBuffer
 	s, err := New(db.Pool, Config{MaxAttempts: 3, Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	if err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"tally/internal/testenv"
 	"tally/ledger"
 )
 
@@ -20,7 +21,7 @@ import (
 func TestWatchCatalog(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	var logs ledger.LockedBuffer
+	var logs testenv.LogBuffer
 	store, err := ledger.New(b.db.Pool, ledger.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)

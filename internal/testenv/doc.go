@@ -18,5 +18,6 @@
 //   - pgserver.go: PGServer, a private PostgreSQL a test may crash and
 //     start again;
 //   - redisserver.go: RedisServer, a private redis-server a test may kill
-//     and start again.
+//     and start again; FreeAddr, a loopback port no earlier call returned;
+//   - logbuffer.go: LogBuffer, log lines collected from any goroutine.
 package testenv
