@@ -172,23 +172,6 @@ func TestRepresentation(t *testing.T) {
 	}
 }
 
-// send sends req with the bundle's client and reads the answer.
-func (b *bundle) send(t *testing.T, req *http.Request) reply {
-	t.Helper()
-	resp, err := b.client.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", req.Method, req.URL, err)
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := reply{code: resp.StatusCode, header: resp.Header, raw: string(raw)}
-	_ = json.Unmarshal(raw, &r.body)
-	return r
-}
-
 // chunked is body in the chunked transfer coding.
 func chunked(body []byte) string {
 	return strconv.FormatInt(int64(len(body)), 16) + "\r\n" + string(body) + "\r\n0\r\n\r\n"

@@ -146,9 +146,15 @@ func (b *bundle) do(t *testing.T, method, path, token, contentType string, body 
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
 	}
+	return b.send(t, req)
+}
+
+// send sends req with the bundle's client and reads the whole answer.
+func (b *bundle) send(t *testing.T, req *http.Request) reply {
+	t.Helper()
 	resp, err := b.client.Do(req)
 	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
+		t.Fatalf("%s %s: %v", req.Method, req.URL, err)
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(resp.Body)
