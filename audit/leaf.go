@@ -1,0 +1,106 @@
+package audit
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"golang.org/x/mod/sumdb/tlog"
+
+	"tally/vote"
+)
+
+// LeafVersion is the first byte of every leaf this package writes. A
+// change to the encoding gets a new version; a verifier refuses a version
+// it does not know rather than guess.
+const LeafVersion = 1
+
+// Leaf is what a ledger row contributes to its poll's log: the vote and
+// when intake received it. The ledger's own sequence and recorded_at are
+// left out, so that a ledger exported and imported elsewhere has the same
+// leaves, and so the same roots.
+type Leaf struct {
+	PollID        string
+	CandidateID   string
+	PrincipalID   string
+	ClientEventID string
+	ReceivedAt    time.Time
+}
+
+// EncodeLeaf appends the canonical encoding of l to dst (version 1):
+//
+//	0x01
+//	len(poll_id)         1 byte, then poll_id
+//	len(candidate_id)    1 byte, then candidate_id
+//	len(principal_id)    1 byte, then principal_id
+//	len(client_event_id) 1 byte, then client_event_id
+//	received_at          8 bytes, big-endian two's complement: microseconds
+//	                     since 1970-01-01T00:00:00Z
+//
+// Ids are 1 to vote.MaxIDLen bytes of vote.IDChars, so one length byte
+// holds any of them; an id outside that rule is an error, not a leaf.
+// received_at is truncated to the microsecond, PostgreSQL's precision.
+func EncodeLeaf(dst []byte, l Leaf) ([]byte, error) {
+	dst = append(dst, LeafVersion)
+	for _, f := range [...]struct{ name, v string }{
+		{"poll_id", l.PollID}, {"candidate_id", l.CandidateID},
+		{"principal_id", l.PrincipalID}, {"client_event_id", l.ClientEventID},
+	} {
+		if !vote.ValidID(f.v) {
+			return nil, fmt.Errorf("leaf: %s %q is invalid: ids are "+vote.IDRule, f.name, f.v)
+		}
+		dst = append(dst, byte(len(f.v)))
+		dst = append(dst, f.v...)
+	}
+	if l.ReceivedAt.IsZero() {
+		return nil, errors.New("leaf: received_at is not set")
+	}
+	return binary.BigEndian.AppendUint64(dst, uint64(l.ReceivedAt.UnixMicro())), nil
+}
+
+// DecodeLeaf reads a leaf EncodeLeaf wrote. It refuses a version it does
+// not know, an id outside the id rule and bytes left over.
+func DecodeLeaf(b []byte) (Leaf, error) {
+	if len(b) == 0 {
+		return Leaf{}, errors.New("leaf: empty")
+	}
+	if b[0] != LeafVersion {
+		return Leaf{}, fmt.Errorf("leaf: version %d is not known (this verifier reads version %d)", b[0], LeafVersion)
+	}
+	b = b[1:]
+	var l Leaf
+	for _, f := range [...]struct {
+		name string
+		dst  *string
+	}{
+		{"poll_id", &l.PollID}, {"candidate_id", &l.CandidateID},
+		{"principal_id", &l.PrincipalID}, {"client_event_id", &l.ClientEventID},
+	} {
+		if len(b) == 0 || len(b) < 1+int(b[0]) {
+			return Leaf{}, fmt.Errorf("leaf: %s is cut short", f.name)
+		}
+		n := 1 + int(b[0]) // int: a byte would wrap at 255
+		v := string(b[1:n])
+		if !vote.ValidID(v) {
+			return Leaf{}, fmt.Errorf("leaf: %s %q is invalid: ids are "+vote.IDRule, f.name, v)
+		}
+		*f.dst, b = v, b[n:]
+	}
+	if len(b) != 8 {
+		return Leaf{}, fmt.Errorf("leaf: received_at takes 8 bytes, %d are left", len(b))
+	}
+	l.ReceivedAt = time.UnixMicro(int64(binary.BigEndian.Uint64(b))).UTC()
+	return l, nil
+}
+
+// LeafHash is the hash of l's leaf in its poll's tree: SHA-256(0x00 ||
+// EncodeLeaf(l)).
+func LeafHash(l Leaf) (tlog.Hash, error) {
+	var buf [1 + 4*(1+vote.MaxIDLen) + 8]byte
+	b, err := EncodeLeaf(buf[:0], l)
+	if err != nil {
+		return tlog.Hash{}, err
+	}
+	return tlog.RecordHash(b), nil
+}
