@@ -11,15 +11,17 @@
 //	GET  /healthz                     the process is up
 //	GET  /readyz                      a status per check: postgres, redis, backlog
 //	GET  /metrics                     Prometheus metrics
+//	GET  /openapi.json                the OpenAPI 3.1 document of these routes
 //
 // Every /v1 route needs one "Authorization: Bearer TOKEN" header;
-// /healthz, /readyz and /metrics need none. What a principal may not see it
-// cannot learn exists: a restricted poll answers a principal outside its
-// list (its votes, its results, its events' reasons) exactly as an unknown
-// poll does. Every error is an RFC 9457 application/problem+json document
-// whose detail says what was wrong and what to do about it; a 401 carries
-// the RFC 6750 challenge ("Bearer", or error="invalid_token" for a refused
-// token), and a path not spelled as a route gets a problem+json 404.
+// /healthz, /readyz, /metrics and /openapi.json need none. What a
+// principal may not see it cannot learn exists: a restricted poll
+// answers a principal outside its list (its votes, its results, its
+// events' reasons) exactly as an unknown poll does. Every error is an
+// RFC 9457 application/problem+json document whose detail says what was
+// wrong and what to do about it; a 401 carries the RFC 6750 challenge
+// ("Bearer", or error="invalid_token" for a refused token), and a path not
+// spelled as a route gets a problem+json 404.
 //
 // # What it promises
 //
@@ -105,4 +107,7 @@
 //   - problem.go: the RFC 9457 answers; problem_edges.go: the problem
 //     types of a request's framing, headers and path; metrics.go: the
 //     Prometheus metrics.
+//   - openapi.go: GET /openapi.json, the embedded openapi.json: every
+//     route, status, header and body above, which every HTTP test
+//     validates its requests and answers against.
 package intake

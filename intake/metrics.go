@@ -114,7 +114,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 	}
 	m.routes = map[string]*routeStats{}
-	for _, route := range []string{routeVotes, routeVote, routeResults, routeHealth, routeReady, routeMetrics, routeOther} {
+	for _, route := range []string{routeVotes, routeVote, routeResults, routeHealth, routeReady, routeMetrics, routeOpenAPI, routeOther} {
 		m.routes[route] = &routeStats{route: route, requests: m.requests, duration: &lazyObserver{vec: m.duration, label: route}}
 	}
 	m.outcomes = map[outcome]*lazyObserver{}

@@ -39,12 +39,13 @@ func (s *Server) routes() http.Handler {
 	mux.Handle(routeResults, allow(http.MethodGet, s.handleResults))
 	mux.Handle(routeHealth, allow(http.MethodGet, s.handleHealth))
 	mux.Handle(routeReady, allow(http.MethodGet, s.handleReady))
+	mux.Handle(routeOpenAPI, allow(http.MethodGet, handleOpenAPI))
 	if s.gatherer != nil {
 		mux.Handle(routeMetrics, allow(http.MethodGet, promhttp.HandlerFor(s.gatherer, promhttp.HandlerOpts{}).ServeHTTP))
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusNotFound, probNotFound,
-			"no such route: intake serves POST /v1/votes, GET /v1/votes/{event_id}, GET /v1/polls/{poll_id}/results, /healthz, /readyz and /metrics", 0)
+			"no such route: intake serves POST /v1/votes, GET /v1/votes/{event_id}, GET /v1/polls/{poll_id}/results, /healthz, /readyz, /metrics and /openapi.json", 0)
 	})
 	return s.instrument(canonical(framed(mux)))
 }
