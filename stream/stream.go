@@ -3,8 +3,9 @@
 // the encoding of one accepted vote as a stream entry.
 //
 // Every key one request touches (its stream shard, its idempotency record,
-// its rate-limit bucket) carries the shard's hash tag, "{tally:N}" by default,
-// so one Lua script per request can touch them all on Redis Cluster.
+// its rate-limit bucket, the shard's epoch) carries the shard's hash tag,
+// "{tally:N}" by default, so one Lua script per request can touch them all
+// on Redis Cluster.
 //
 // Streams are never trimmed (no MAXLEN, no MINID): the projector deletes an
 // entry (XACK + XDEL) after its effect committed, so a stream's length is its
@@ -113,6 +114,14 @@ func (k Keys) Idempotency(principalID, clientEventID string) string {
 func (k Keys) RateLimit(principalID string) string {
 	return k.tag(k.ShardOf(principalID)) + ":rate:" + principalID
 }
+
+// Epoch is the key of the time (µs, Redis' clock) since which a shard's
+// Redis holds idempotency records: intake sets it once, when it is absent,
+// and nothing deletes it. It is lost with the records (a flush, a restart
+// without persistence), so after such a loss it says when the loss
+// happened, and intake knows which principals may have events whose
+// records are gone.
+func (k Keys) Epoch(shard int) string { return k.tag(shard) + ":epoch" }
 
 // Entry is one accepted vote as it travels through the stream.
 type Entry struct {

@@ -64,7 +64,8 @@ func TestKeysShareTheShardTag(t *testing.T) {
 	tag := func(key string) string { return key[:strings.IndexByte(key, '}')+1] }
 	for _, p := range []string{"alice", "bob", "p-0123", "zed"} {
 		s := k.Stream(k.ShardOf(p))
-		if tag(k.Idempotency(p, "e1")) != tag(s) || tag(k.RateLimit(p)) != tag(s) || tag(k.DeadLetter(k.ShardOf(p))) != tag(s) {
+		if tag(k.Idempotency(p, "e1")) != tag(s) || tag(k.RateLimit(p)) != tag(s) || tag(k.DeadLetter(k.ShardOf(p))) != tag(s) ||
+			tag(k.Epoch(k.ShardOf(p))) != tag(s) {
 			t.Errorf("keys of %s do not share the hash tag of %s", p, s)
 		}
 	}
