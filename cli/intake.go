@@ -20,6 +20,7 @@ func intakeCommand() *ucli.Command {
 	def := intake.DefaultConfig()
 	flags := append([]ucli.Flag{startupWaitFlag()}, intakeEnqueueFlags(def)...)
 	flags = append(flags, intakeLookupFlags(def)...)
+	flags = append(flags, intakeLimitFlags(def)...)
 	flags = append(flags, intakeHTTPFlags(def)...)
 	return &ucli.Command{
 		Name:  "intake",
@@ -93,6 +94,25 @@ func intakeLookupFlags(def intake.Config) []ucli.Flag {
 	}
 }
 
+// intakeLimitFlags are the limits intake keeps in memory, which stand
+// between a flood and PostgreSQL: failed authentications per client
+// address and reads per principal.
+func intakeLimitFlags(def intake.Config) []ucli.Flag {
+	return []ucli.Flag{
+		&ucli.Float64Flag{Name: "auth-failure-rate", EnvVars: []string{"TALLY_INTAKE_AUTH_FAILURE_RATE"}, Value: def.AuthFailureRate,
+			Usage: "failed authentications per second one client address may make, sustained; beyond them its tokens not cached as valid get 429 " +
+				"before any lookup (the address is the connection's: behind a proxy, the proxy's; inf: off)"},
+		&ucli.IntFlag{Name: "auth-failure-burst", EnvVars: []string{"TALLY_INTAKE_AUTH_FAILURE_BURST"}, Value: def.AuthFailureBurst,
+			Usage: "failed authentications one client address may make at once before --auth-failure-rate applies"},
+		&ucli.Float64Flag{Name: "read-rate", EnvVars: []string{"TALLY_INTAKE_READ_RATE"}, Value: def.ReadRate,
+			Usage: "reads (event status, results) per second one principal may make, sustained; beyond them 429 (inf: off)"},
+		&ucli.IntFlag{Name: "read-burst", EnvVars: []string{"TALLY_INTAKE_READ_BURST"}, Value: def.ReadBurst,
+			Usage: "reads one principal may make at once before --read-rate applies"},
+		&ucli.IntFlag{Name: "limit-entries", EnvVars: []string{"TALLY_INTAKE_LIMIT_ENTRIES"}, Value: def.LimitEntries,
+			Usage: "most client addresses, and most principals, the in-memory limits track; beyond it entries are forgotten"},
+	}
+}
+
 // intakeHTTPFlags are the HTTP server's limits and the shutdown bound.
 func intakeHTTPFlags(def intake.Config) []ucli.Flag {
 	return []ucli.Flag{
@@ -160,6 +180,11 @@ func intakeConfig(c *ucli.Context) intake.Config {
 		AuthCacheSize:     c.Int("auth-cache-size"),
 		CatalogRefresh:    c.Duration("catalog-refresh"),
 		UnknownPollTTL:    c.Duration("unknown-poll-ttl"),
+		AuthFailureRate:   c.Float64("auth-failure-rate"),
+		AuthFailureBurst:  c.Int("auth-failure-burst"),
+		ReadRate:          c.Float64("read-rate"),
+		ReadBurst:         c.Int("read-burst"),
+		LimitEntries:      c.Int("limit-entries"),
 		BreakerFailures:   c.Int("breaker-failures"),
 		BreakerOpenFor:    c.Duration("breaker-open-for"),
 		ReadHeaderTimeout: c.Duration("read-header-timeout"),

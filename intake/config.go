@@ -71,6 +71,26 @@ type Config struct {
 	// AuthCacheSize bounds the cached tokens. Default 100,000.
 	AuthCacheSize int
 
+	// AuthFailureRate is the sustained number of failed authentications
+	// (a bearer token unknown or revoked) per second one client address may
+	// make, and AuthFailureBurst how many it may make at once. Beyond them
+	// a request from that address whose token is not cached as valid gets
+	// 429 before any lookup in PostgreSQL; a cached valid token still
+	// passes. The address is the connection's (a proxy's, behind one).
+	// Defaults 10 and 20; a rate of +Inf turns the limit off.
+	AuthFailureRate  float64
+	AuthFailureBurst int
+	// ReadRate is the sustained number of reads (GET /v1/votes/{event_id},
+	// GET /v1/polls/{poll_id}/results) per second one principal may make,
+	// and ReadBurst how many it may make at once; beyond them a read gets
+	// 429. Defaults 10 and 20; a rate of +Inf turns the limit off.
+	ReadRate  float64
+	ReadBurst int
+	// LimitEntries bounds each table of the limits kept in memory (client
+	// addresses, principals): beyond it, entries are forgotten, which lets
+	// them start afresh. Default 100,000.
+	LimitEntries int
+
 	// CatalogRefresh is the period of the full catalog reload, the safety
 	// net beside LISTEN tally_catalog. Default 30s.
 	CatalogRefresh time.Duration
@@ -147,6 +167,21 @@ func (c Config) withDefaults() Config {
 	if c.AuthCacheSize == 0 {
 		c.AuthCacheSize = 100_000
 	}
+	if c.AuthFailureRate == 0 {
+		c.AuthFailureRate = 10
+	}
+	if c.AuthFailureBurst == 0 {
+		c.AuthFailureBurst = 20
+	}
+	if c.ReadRate == 0 {
+		c.ReadRate = 10
+	}
+	if c.ReadBurst == 0 {
+		c.ReadBurst = 20
+	}
+	if c.LimitEntries == 0 {
+		c.LimitEntries = 100_000
+	}
 	setDur(&c.CatalogRefresh, 30*time.Second)
 	setDur(&c.UnknownPollTTL, time.Second)
 	if c.BreakerFailures == 0 {
@@ -199,6 +234,7 @@ func (c Config) validate() error {
 			bad("%s must be at least 1, got %d", n.name, n.v)
 		}
 	}
+	errs = append(errs, c.limitErrors()...)
 	if c.MaxHeaderBytes < 1<<10 {
 		bad("MaxHeaderBytes must be at least 1024, got %d", c.MaxHeaderBytes)
 	}
@@ -207,6 +243,30 @@ func (c Config) validate() error {
 		return fmt.Errorf("intake config: %w", err)
 	}
 	return nil
+}
+
+// limitErrors are validate's errors of the limits kept in memory.
+func (c Config) limitErrors() []error {
+	var errs []error
+	for _, l := range []struct {
+		rate, burst string
+		r           float64
+		b           int
+	}{
+		{"AuthFailureRate", "AuthFailureBurst", c.AuthFailureRate, c.AuthFailureBurst},
+		{"ReadRate", "ReadBurst", c.ReadRate, c.ReadBurst},
+	} {
+		if math.IsNaN(l.r) || l.r < 0.001 || (l.r > 1e6 && !math.IsInf(l.r, 1)) {
+			errs = append(errs, fmt.Errorf("%s must be between 0.001 and 1000000 per second, or +Inf to turn the limit off, got %v", l.rate, l.r))
+		}
+		if l.b < 1 || l.b > 1_000_000 {
+			errs = append(errs, fmt.Errorf("%s must be between 1 and 1000000, got %d", l.burst, l.b))
+		}
+	}
+	if c.LimitEntries < 1 {
+		errs = append(errs, fmt.Errorf("LimitEntries must be at least 1, got %d", c.LimitEntries))
+	}
+	return errs
 }
 
 // durationAndTLSErrors are validate's errors of the durations and the TLS files.

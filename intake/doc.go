@@ -60,6 +60,12 @@
 //     catalog change is rejected there with a reason.
 //   - While Redis fails, a circuit breaker opens and POST answers 503 with
 //     Retry-After at once instead of piling up goroutines; /readyz says so.
+//   - A flood cannot load PostgreSQL through authentication or reads:
+//     past Config.AuthFailureBurst failed authentications from one client
+//     address, its requests get 429 before any lookup unless their token
+//     is cached as valid; past Config.ReadBurst reads, a principal's reads
+//     get 429. Both limits live in this process's memory, keyed by a keyed
+//     hash (no address is stored or logged) in tables of bounded size.
 //   - Metrics carry bounded labels only (route template, status code,
 //     outcome), never a principal, token or event id.
 //
@@ -85,6 +91,8 @@
 //     (principal, its 401 challenges), the canonical-path check, closing
 //     the connection after a chunked request (framed), and the log line of
 //     a failed request.
+//   - limits.go: the limits kept in memory, of failed authentications per
+//     client address and of reads per principal.
 //   - auth.go: the token cache and the voter, a principal with its enqueue
 //     arguments made once.
 //   - catalog.go: the in-process catalog of polls, choices and

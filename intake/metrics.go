@@ -12,7 +12,8 @@ import (
 )
 
 // metrics are intake's Prometheus metrics. Labels are bounded: route
-// templates, status codes, enqueue outcomes.
+// templates, status codes, enqueue outcomes, the names of the limits kept
+// in memory (never a client address or a principal).
 type metrics struct {
 	requests        *prometheus.CounterVec   // route, code
 	duration        *prometheus.HistogramVec // route
@@ -22,6 +23,9 @@ type metrics struct {
 	replays         prometheus.Counter
 	backlogRefusals prometheus.Counter
 	breakerState    prometheus.Gauge
+	authLimited     prometheus.Counter
+	readLimited     prometheus.Counter
+	limitEvictions  *prometheus.CounterVec // limit
 
 	// Children of the vectors, resolved once instead of on every request:
 	// by route template, and by enqueue outcome.
@@ -108,6 +112,18 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Namespace: "tally", Subsystem: "intake", Name: "backlog_refusals_total",
 			Help: "Votes refused with 503 because the stream backlog was at its bound.",
 		}),
+		authLimited: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "tally", Subsystem: "intake", Name: "auth_rate_limited_total",
+			Help: "Requests refused with 429 before authentication: their client address had too many failed authentications.",
+		}),
+		readLimited: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "tally", Subsystem: "intake", Name: "read_rate_limited_total",
+			Help: "Reads refused with 429 by the per-principal read limit.",
+		}),
+		limitEvictions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "tally", Subsystem: "intake", Name: "limit_evictions_total",
+			Help: "Entries of an in-memory limit table (auth_failures, reads) forgotten before their bucket was full again, because the table was at its bound.",
+		}, []string{"limit"}),
 		breakerState: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "tally", Subsystem: "intake", Name: "redis_breaker_state",
 			Help: "State of the Redis circuit breaker: 0 closed, 1 half-open, 2 open.",
@@ -122,7 +138,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		m.outcomes[o] = &lazyObserver{vec: m.enqueue, label: string(o)}
 	}
 	var errs []error
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.enqueue, m.batchSize, m.rateLimited, m.replays, m.backlogRefusals, m.breakerState} {
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.enqueue, m.batchSize, m.rateLimited, m.replays, m.backlogRefusals, m.breakerState,
+		m.authLimited, m.readLimited, m.limitEvictions} {
 		if err := reg.Register(c); err != nil {
 			errs = append(errs, err)
 		}

@@ -19,7 +19,8 @@ import (
 // handler: the routes, the path's spelling (canonical), the request's
 // framing (framed), the method check (allow), the request deadline, panic
 // recovery and metrics (instrument), authentication (principal and its
-// RFC 6750 challenges) and the log line of a failed request (failed).
+// RFC 6750 challenges) with the limits of failed authentications and of
+// reads (see limits.go), and the log line of a failed request (failed).
 
 // Route templates, also the route label of the metrics.
 const (
@@ -170,20 +171,51 @@ func (s *Server) observe(r *http.Request, sw *statusWriter, start time.Time) {
 	rm.duration.Observe(time.Since(start).Seconds())
 }
 
-// principal authenticates the request, or answers 401 or 503 and returns
-// false.
+// principal authenticates a read and spends one of its principal's reads
+// (Config.ReadRate), or answers 401, 429 or 503 and returns false.
 func (s *Server) principal(w http.ResponseWriter, r *http.Request) (*voter, bool) {
-	return s.principalBy(w, r, time.Time{})
+	p, ok := s.principalBy(w, r, time.Time{})
+	if !ok {
+		return nil, false
+	}
+	if wait, ok := s.limits.read(p.ID, time.Now()); !ok {
+		s.metrics.readLimited.Inc()
+		writeProblem(w, http.StatusTooManyRequests, probRateLimited, fmt.Sprintf(
+			"your principal may make %g reads per second (event status and results) with bursts of %d: "+
+				"retry after the Retry-After delay (votes have a limit of their own, untouched by reads)",
+			s.cfg.ReadRate, s.cfg.ReadBurst), wait)
+		return nil, false
+	}
+	return p, true
 }
 
-// principalBy is principal with a lookup in PostgreSQL bounded by deadline
-// too, unless it is zero.
+// principalBy authenticates the request, with a lookup in PostgreSQL
+// bounded by deadline too, unless it is zero, or answers 400, 401, 429 or
+// 503 and returns false. A token the cache holds as valid is served at
+// once; any other first spends an attempt of the client's address
+// (Config.AuthFailureRate), which is given back unless the token is
+// refused, so that a flood of bad tokens from one address gets 429 before
+// it reaches PostgreSQL.
 func (s *Server) principalBy(w http.ResponseWriter, r *http.Request, deadline time.Time) (*voter, bool) {
 	token, ok := bearerToken(w, r)
 	if !ok {
 		return nil, false
 	}
+	if v := s.auth.known(token, time.Now()); v != nil {
+		return v, true
+	}
+	addr, wait, ok := s.limits.authAttempt(r.RemoteAddr, time.Now())
+	if !ok {
+		s.metrics.authLimited.Inc()
+		writeProblem(w, http.StatusTooManyRequests, probAuthRateLimited,
+			"too many requests from your address carried a bearer token that is unknown or revoked: "+
+				"retry after the Retry-After delay, with a valid token", wait)
+		return nil, false
+	}
 	p, err := s.auth.authenticate(r.Context(), token, deadline)
+	if !errors.Is(err, errUnauthenticated) {
+		s.limits.giveBack(addr, time.Now())
+	}
 	switch {
 	case errors.Is(err, errUnauthenticated):
 		unauthorized(w, challengeInvalidToken,

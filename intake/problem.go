@@ -34,9 +34,15 @@ var (
 	probMediaType     = problemType{"unsupported-media-type", "The request body must be JSON"}
 	probPollClosed    = problemType{"poll-closed", "The poll is not open"}
 	probInvalidChoice = problemType{"invalid-choice", "The candidate is not a choice of this poll"}
-	probRateLimited   = problemType{"rate-limited", "Too many votes"}
+	probRateLimited   = problemType{"rate-limited", "Too many requests"}
 	probBacklog       = problemType{"backlog-full", "The queue is full"}
 	probUnavailable   = problemType{"unavailable", "Temporarily unavailable"}
+
+	// auth-rate-limited: the client's address made too many failed
+	// authentications, so its requests are refused before their token is
+	// looked up (a token cached as valid still passes). rate-limited above
+	// is a principal's limit: of votes (in Redis) or of reads.
+	probAuthRateLimited = problemType{"auth-rate-limited", "Too many failed authentications"}
 
 	// A 503 to a vote says which of two things happened, so a client knows
 	// what its retry means. not-queued and backlog-full: the vote was not

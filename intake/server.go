@@ -33,6 +33,7 @@ type Server struct {
 	breaker  *gobreaker.CircuitBreaker[any]
 	batcher  *batcher
 	auth     *authCache
+	limits   *limits
 	catalog  *catalog
 	handler  http.Handler
 
@@ -83,6 +84,7 @@ func New(cfg Config, store *ledger.Store, rdb redis.UniversalClient, keys stream
 	})
 	s.batcher = newBatcher(rdb, cfg, m.batchSize)
 	s.auth = newAuthCache(store, keys, cfg)
+	s.limits = newLimits(cfg, m)
 	s.catalog = newCatalog(store, s.log, cfg, s.auth.clear)
 	s.handler = s.routes()
 	return s, nil

@@ -1,0 +1,315 @@
+package intake_test
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"math"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"tally/intake"
+	"tally/internal/testenv"
+	"tally/ledger"
+	"tally/stream"
+)
+
+// This file tests the limits intake keeps in memory: failed
+// authentications per client address, and reads per principal.
+
+// tokenLookups counts the token lookups that reach PostgreSQL, by their
+// SQL (the only statement that reads principals by token_sha256).
+type tokenLookups struct{ n atomic.Int64 }
+
+func (c *tokenLookups) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	if strings.Contains(data.SQL, "token_sha256") {
+		c.n.Add(1)
+	}
+	return ctx
+}
+
+func (*tokenLookups) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// clientFrom is an HTTP client whose connections leave from ip, a loopback
+// address other than 127.0.0.1 being another client address to intake.
+func clientFrom(t *testing.T, ip string) *http.Client {
+	t.Helper()
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}, Timeout: 5 * time.Second}
+	tr := &http.Transport{DialContext: d.DialContext}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr, Timeout: 10 * time.Second}
+}
+
+// TestAuthFailureLimit floods intake with bad tokens from one address:
+// after the budget they get 429 and PostgreSQL sees no more lookups, while
+// a token already cached as valid from that address and any token from
+// another address are served as before. The handler is served without
+// Serve, so no NOTIFY of the principals table clears the token cache
+// while the test relies on it.
+func TestAuthFailureLimit(t *testing.T) {
+	t.Parallel()
+	const burst = 5
+	// A rate this low refills nothing while the test runs.
+	srv, store, url, lookups := limitServer(t, intake.Config{AuthFailureRate: 0.001, AuthFailureBurst: burst, AuthTTL: time.Hour})
+	var err error
+	var tokens [3]string
+	for i := range tokens {
+		if _, tokens[i], err = store.AddPrincipal(context.Background(), "voter"+strconv.Itoa(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cached, uncached, elsewhere := tokens[0], tokens[1], tokens[2]
+	here := &bundle{url: url, client: clientFrom(t, "127.0.0.1")}
+	there := &bundle{url: url, client: clientFrom(t, "127.0.0.2")}
+	get := func(b *bundle, token string) reply { return b.do(t, http.MethodGet, "/v1/votes/nope", token, "", nil) }
+
+	wantProblemType(t, get(here, cached), http.StatusNotFound, "not-found") // authenticated, now cached
+	before := lookups.n.Load()
+	const flood = 40
+	for i := range flood {
+		r := get(here, "bad-"+rand.Text())
+		if i < burst {
+			wantProblemType(t, r, http.StatusUnauthorized, "unauthorized")
+			continue
+		}
+		wantProblemType(t, r, http.StatusTooManyRequests, "auth-rate-limited")
+		if ra, err := strconv.Atoi(r.header.Get("Retry-After")); err != nil || ra < 1 {
+			t.Fatalf("Retry-After %q, want whole seconds of at least 1", r.header.Get("Retry-After"))
+		}
+	}
+	if got := lookups.n.Load() - before; got != burst {
+		t.Fatalf("%d bad tokens from one address made %d token lookups in PostgreSQL, want %d (the budget)", flood, got, burst)
+	}
+
+	wantProblemType(t, get(here, cached), http.StatusNotFound, "not-found")
+	wantProblemType(t, get(here, uncached), http.StatusTooManyRequests, "auth-rate-limited")
+	wantProblemType(t, get(there, "bad-"+rand.Text()), http.StatusUnauthorized, "unauthorized")
+	wantProblemType(t, get(there, elsewhere), http.StatusNotFound, "not-found")
+	if got, want := count(srv.LimitMetrics().AuthLimited), flood-burst+1; got != want {
+		t.Fatalf("auth_rate_limited_total %d, want %d", got, want)
+	}
+}
+
+// limitServer is an intake on a fresh database and Redis prefix, whose
+// handler is served on a loopback port until the test ends, with the
+// counter of its token lookups in PostgreSQL. It is served without
+// Serve, so no NOTIFY of the principals table clears the token cache
+// while a test relies on it.
+func limitServer(t *testing.T, cfg intake.Config) (*intake.Server, *ledger.Store, string, *tokenLookups) {
+	t.Helper()
+	db := testenv.Postgres(t)
+	lookups := &tokenLookups{}
+	pcfg, err := pgxpool.ParseConfig(db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pcfg.ConnConfig.Tracer = lookups
+	pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	store, err := ledger.New(pool, ledger.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb, prefix := testenv.Redis(t)
+	keys, _ := stream.NewKeys(prefix, 1)
+	srv, err := intake.New(cfg, store, rdb, keys, testLogger(), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	done := make(chan error, 1)
+	go func() { done <- hs.Serve(ln) }()
+	t.Cleanup(func() {
+		hs.Close()
+		if err := <-done; !errors.Is(err, http.ErrServerClosed) {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	return srv, store, "http://" + ln.Addr().String(), lookups
+}
+
+// TestReadLimit reads beyond one principal's budget: both read routes
+// share it and get 429 with Retry-After, while its votes and another
+// principal's reads are not touched.
+func TestReadLimit(t *testing.T) {
+	t.Parallel()
+	const burst = 3
+	srv, store, url, _ := limitServer(t, intake.Config{ReadRate: 0.001, ReadBurst: burst})
+	ctx := context.Background()
+	_, token, err := store.AddPrincipal(ctx, "voter")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, other, err := store.AddPrincipal(ctx, "other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.CreatePoll(ctx, ledger.Poll{ID: "p1", Title: "Lunch", Choices: []string{"a", "b"}}); err != nil {
+		t.Fatal(err)
+	}
+	b := &bundle{url: url, client: clientFrom(t, "127.0.0.1")}
+	for range burst {
+		wantProblemType(t, b.do(t, http.MethodGet, "/v1/votes/nope", token, "", nil), http.StatusNotFound, "not-found")
+	}
+	for _, path := range []string{"/v1/votes/nope", "/v1/polls/p1/results"} {
+		r := b.do(t, http.MethodGet, path, token, "", nil)
+		wantProblemType(t, r, http.StatusTooManyRequests, "rate-limited")
+		if ra, err := strconv.Atoi(r.header.Get("Retry-After")); err != nil || ra < 1 {
+			t.Fatalf("%s: Retry-After %q, want whole seconds of at least 1", path, r.header.Get("Retry-After"))
+		}
+		if !strings.Contains(r.str("detail"), "reads per second") {
+			t.Fatalf("%s: the detail does not say reads are limited: %s", path, r.raw)
+		}
+	}
+	if r := b.vote(t, token, "e1", "p1", "a"); r.code != http.StatusAccepted {
+		t.Fatalf("a vote after the reads' budget: %d %s", r.code, r.raw)
+	}
+	if r := b.do(t, http.MethodGet, "/v1/polls/p1/results", other, "", nil); r.code != http.StatusOK {
+		t.Fatalf("another principal's read: %d %s", r.code, r.raw)
+	}
+	if got := count(srv.LimitMetrics().ReadLimited); got != 2 {
+		t.Fatalf("read_rate_limited_total %d, want 2", got)
+	}
+}
+
+// TestLimiterBudget spends a key's burst, is refused with the wait until
+// the next event, and gets events back by give and by time.
+func TestLimiterBudget(t *testing.T) {
+	t.Parallel()
+	l := intake.NewLimiter(10, 3, 100, prometheus.NewCounter(prometheus.CounterOpts{Name: "e"}))
+	const a = "192.0.2.1:1000"
+	for i := range 3 {
+		if _, ok := l.Take(a, 0); !ok {
+			t.Fatalf("event %d of a burst of 3 refused", i+1)
+		}
+	}
+	if wait, ok := l.Take(a, 0); ok || wait != 100*time.Millisecond {
+		t.Fatalf("4th event at once: ok %v, wait %s; want refused, wait 100ms", ok, wait)
+	}
+	l.Give(a, 0)
+	if _, ok := l.Take(a, 0); !ok {
+		t.Fatal("an event given back could not be spent again")
+	}
+	if _, ok := l.Take(a, 50*time.Millisecond); ok {
+		t.Fatal("an event allowed after half an interval")
+	}
+	if _, ok := l.Take(a, 100*time.Millisecond); !ok {
+		t.Fatal("an event refused one interval later")
+	}
+	if _, ok := l.Take("192.0.2.2:1000", 100*time.Millisecond); !ok {
+		t.Fatal("another address was refused")
+	}
+}
+
+// TestLimiterForgets checks that a key is forgotten once its bucket is
+// full again, and that the table stays bounded under a flood of keys.
+func TestLimiterForgets(t *testing.T) {
+	t.Parallel()
+	evicted := prometheus.NewCounter(prometheus.CounterOpts{Name: "e"})
+	const max = 1000
+	l := intake.NewLimiter(1, 5, max, evicted)
+	for i := range 50 {
+		l.Take("198.51.100."+strconv.Itoa(i)+":1", 0)
+	}
+	if l.Len() != 50 {
+		t.Fatalf("%d keys held after 50 addresses, want 50", l.Len())
+	}
+	// Each bucket holds 5 s of events; a sweep after that forgets them.
+	l.Take("203.0.113.1:1", intake.SweepEvery)
+	if l.Len() != 1 {
+		t.Fatalf("%d keys held once the others were full again, want 1", l.Len())
+	}
+
+	for i := range 20 * max {
+		ip := net.IPv4(10, byte(i>>16), byte(i>>8), byte(i)).String()
+		if _, ok := l.Take(ip+":1", intake.SweepEvery); !ok {
+			t.Fatalf("address %d refused on its first event", i)
+		}
+		if n := l.Len(); n > max {
+			t.Fatalf("%d keys held, above the bound of %d", n, max)
+		}
+	}
+	if testutil.ToFloat64(evicted) == 0 {
+		t.Fatal("no eviction counted though the table overflowed")
+	}
+	// A full table (of keys not yet full) still answers.
+	if _, ok := l.Take("203.0.113.2:1", intake.SweepEvery); !ok {
+		t.Fatal("a new address refused when the table was full")
+	}
+}
+
+// TestLimiterAddressKeys checks what one client address is: the IP of
+// host:port (an IPv4 address however written) or an IPv6 /64, and that
+// the keys are keyed hashes, not the address.
+func TestLimiterAddressKeys(t *testing.T) {
+	t.Parallel()
+	c := prometheus.NewCounter(prometheus.CounterOpts{Name: "e"})
+	l := intake.NewLimiter(1, 1, 10, c)
+	for _, same := range [][2]string{
+		{"192.0.2.1:1000", "192.0.2.1:2000"},
+		{"192.0.2.1:1000", "[::ffff:192.0.2.1]:3000"},
+		{"[2001:db8::1]:1000", "[2001:db8::ffff:1]:1000"},
+		{"[fe80::1%eth0]:1000", "[fe80::2]:1000"},
+		{"not an address", "not an address"},
+	} {
+		if l.Key(same[0]) != l.Key(same[1]) {
+			t.Errorf("%s and %s are one client address but got two keys", same[0], same[1])
+		}
+	}
+	for _, other := range [][2]string{
+		{"192.0.2.1:1000", "192.0.2.2:1000"},
+		{"[2001:db8::1]:1000", "[2001:db8:0:1::1]:1000"},
+		{"", "192.0.2.1:1000"},
+	} {
+		if l.Key(other[0]) == l.Key(other[1]) {
+			t.Errorf("%s and %s are two client addresses but got one key", other[0], other[1])
+		}
+	}
+	if l2 := intake.NewLimiter(1, 1, 10, c); l2.Key("192.0.2.1:1000") == l.Key("192.0.2.1:1000") {
+		t.Error("two limiters key an address alike: the hash is not keyed by a seed of its own")
+	}
+}
+
+// TestLimitConfig checks the limits' settings: each invalid one is
+// refused with an error naming it, and +Inf turns a limit off.
+func TestLimitConfig(t *testing.T) {
+	t.Parallel()
+	keys, _ := stream.NewKeys("x", 1)
+	store, _ := ledger.New(nil, ledger.Config{})
+	for _, tc := range []struct {
+		cfg  intake.Config
+		want string
+	}{
+		{intake.Config{AuthFailureRate: -1}, "AuthFailureRate must be between 0.001 and 1000000 per second, or +Inf"},
+		{intake.Config{ReadRate: 0.0001}, "ReadRate must be between 0.001"},
+		{intake.Config{AuthFailureBurst: -1}, "AuthFailureBurst must be between 1 and 1000000, got -1"},
+		{intake.Config{ReadBurst: 2_000_000}, "ReadBurst must be between 1 and 1000000, got 2000000"},
+		{intake.Config{LimitEntries: -1}, "LimitEntries must be at least 1, got -1"},
+	} {
+		_, err := intake.New(tc.cfg, store, nil, keys, nil, nil)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("New(%+v) = %v, want an error containing %q", tc.cfg, err, tc.want)
+		}
+	}
+	b := setup(t, func(c *intake.Config) { c.ReadRate, c.ReadBurst = math.Inf(1), 1 })
+	for range 5 {
+		wantProblemType(t, b.do(t, http.MethodGet, "/v1/votes/nope", b.token, "", nil), http.StatusNotFound, "not-found")
+	}
+}
