@@ -28,6 +28,10 @@ import (
 type rawConn struct {
 	net.Conn
 	rd *bufio.Reader
+	// The request line of each send not answered yet. Raw requests are
+	// malformed on purpose, so no validator parses them; their answers are
+	// checked against the OpenAPI document by this line alone.
+	lines []string
 }
 
 func (b *bundle) dial(t *testing.T) *rawConn {
@@ -46,6 +50,8 @@ func (c *rawConn) send(t *testing.T, raw string) {
 	if _, err := io.WriteString(c, raw); err != nil {
 		t.Fatal(err)
 	}
+	line, _, _ := strings.Cut(raw, "\r\n")
+	c.lines = append(c.lines, line)
 }
 
 // answer reads one response, within 10s.
@@ -66,7 +72,27 @@ func (c *rawConn) answer(t *testing.T) reply {
 		r.header.Set("Connection", "close")
 	}
 	_ = json.Unmarshal(raw, &r.body)
+	c.check(t, r)
 	return r
+}
+
+// check checks the answer r to the oldest request line sent and not
+// answered yet against the OpenAPI document.
+func (c *rawConn) check(t *testing.T, r reply) {
+	t.Helper()
+	if len(c.lines) == 0 {
+		t.Fatalf("an answer (%d) to no request", r.code)
+	}
+	method, target, _ := strings.Cut(c.lines[0], " ")
+	target, _, _ = strings.Cut(target, " ")
+	c.lines = c.lines[1:]
+	api, err := contract()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := api.CheckAnswer(method, target, r.code, r.header, []byte(r.raw)); err != nil {
+		t.Errorf("OpenAPI contract: %v", err)
+	}
 }
 
 // closed checks the server closes the connection (after any answer read).

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"tally/intake"
+	"tally/internal/apitest"
 	"tally/internal/testenv"
 	"tally/ledger"
 	"tally/stream"
@@ -130,6 +132,8 @@ type reply struct {
 	header http.Header
 	body   map[string]any
 	raw    string
+	proto  int  // the HTTP major version it came in
+	tls    bool // it came over TLS
 }
 
 func (r reply) str(key string) string { s, _ := r.body[key].(string); return s }
@@ -149,10 +153,30 @@ func (b *bundle) do(t *testing.T, method, path, token, contentType string, body 
 	return b.send(t, req)
 }
 
-// send sends req with the bundle's client and reads the whole answer.
+// contract is intake's OpenAPI document, loaded once for every test.
+var contract = sync.OnceValues(func() (*apitest.Contract, error) {
+	return apitest.Load(intake.OpenAPIDocument())
+})
+
+// checked is client with every exchange checked against intake's OpenAPI
+// document: a request the document refuses that intake accepts, or an
+// answer the document does not give its route, fails t.
+func checked(t testing.TB, client *http.Client) *http.Client {
+	t.Helper()
+	c, err := contract()
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked := *client
+	checked.Transport = c.Transport(t, client.Transport)
+	return &checked
+}
+
+// send sends req with the bundle's client, checked against the OpenAPI
+// document, and reads the whole answer.
 func (b *bundle) send(t *testing.T, req *http.Request) reply {
 	t.Helper()
-	resp, err := b.client.Do(req)
+	resp, err := checked(t, b.client).Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", req.Method, req.URL, err)
 	}
@@ -161,7 +185,7 @@ func (b *bundle) send(t *testing.T, req *http.Request) reply {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := reply{code: resp.StatusCode, header: resp.Header, raw: string(raw)}
+	r := reply{code: resp.StatusCode, header: resp.Header, raw: string(raw), proto: resp.ProtoMajor, tls: resp.TLS != nil}
 	_ = json.Unmarshal(raw, &r.body)
 	return r
 }

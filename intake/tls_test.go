@@ -102,16 +102,12 @@ func TestTLSVoteOverHTTP2(t *testing.T) {
 	}
 	req.Header.Set("Authorization", "Bearer "+b.token)
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := b.client.Do(req)
-	if err != nil {
-		t.Fatal(err)
+	r := b.send(t, req)
+	if r.code != http.StatusAccepted {
+		t.Fatalf("status %d, want 202", r.code)
 	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusAccepted {
-		t.Fatalf("status %d, want 202", resp.StatusCode)
-	}
-	if resp.ProtoMajor != 2 || resp.TLS == nil {
-		t.Fatalf("answered over %s (TLS %v), want HTTP/2 over TLS", resp.Proto, resp.TLS != nil)
+	if r.proto != 2 || !r.tls {
+		t.Fatalf("answered over HTTP/%d (TLS %v), want HTTP/2 over TLS", r.proto, r.tls)
 	}
 	if n := b.xlen(t); n != 1 {
 		t.Fatalf("stream holds %d entries, want 1", n)

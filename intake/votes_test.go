@@ -84,13 +84,8 @@ func TestRefusals(t *testing.T) {
 		io.MultiReader(bytes.NewReader(ok), bytes.NewReader(bytes.Repeat([]byte(" "), 5000))))
 	req.Header.Set("Authorization", "Bearer "+b.token)
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := b.client.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusRequestEntityTooLarge || req.ContentLength != 0 {
-		t.Fatalf("chunked body over the limit: %d (length %d)", resp.StatusCode, req.ContentLength)
+	if r := b.send(t, req); r.code != http.StatusRequestEntityTooLarge || req.ContentLength != 0 {
+		t.Fatalf("chunked body over the limit: %d (length %d)", r.code, req.ContentLength)
 	}
 	if n := b.xlen(t); n != 0 {
 		t.Fatalf("refused votes enqueued %d entries", n)
