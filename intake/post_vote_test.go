@@ -12,6 +12,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"tally/internal/apitest"
 )
 
 // TestAnswerEnqueue checks the answer to every outcome of enqueue: status,
@@ -19,6 +21,10 @@ import (
 // outcome moves.
 func TestAnswerEnqueue(t *testing.T) {
 	t.Parallel()
+	api, err := apitest.Load(openAPIDocument)
+	if err != nil {
+		t.Fatal(err)
+	}
 	cfg := Config{Rate: 2, Burst: 7, BacklogRetryAfter: 3 * time.Second, BreakerOpenFor: 4 * time.Second, WaitReplicas: 2}.withDefaults()
 	for _, tc := range []struct {
 		res        enqueueResult
@@ -49,6 +55,9 @@ func TestAnswerEnqueue(t *testing.T) {
 		name := string(tc.res.outcome)
 		if w.Code != tc.status {
 			t.Errorf("%s: status %d, want %d", name, w.Code, tc.status)
+		}
+		if err := api.CheckAnswer(http.MethodPost, routeVotes, w.Code, w.Header(), w.Body.Bytes()); err != nil {
+			t.Errorf("%s: OpenAPI contract: %v", name, err)
 		}
 		if got := w.Header().Get("Retry-After"); got != tc.retryAfter {
 			t.Errorf("%s: Retry-After %q, want %q", name, got, tc.retryAfter)

@@ -47,6 +47,13 @@ func readyz(t *testing.T, h http.Handler) readyAnswer {
 	if ct := rec.Header().Get("Content-Type"); ct != "application/json" {
 		t.Fatalf("/readyz Content-Type %q", ct)
 	}
+	api, err := contract()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := api.CheckAnswer(http.MethodGet, "/readyz", rec.Code, rec.Header(), rec.Body.Bytes()); err != nil {
+		t.Errorf("OpenAPI contract: %v", err)
+	}
 	return readyAnswer{code: rec.Code, status: body.Status, checks: body.Checks, raw: rec.Body.String()}
 }
 
