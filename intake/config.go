@@ -167,21 +167,7 @@ func (c Config) withDefaults() Config {
 	if c.AuthCacheSize == 0 {
 		c.AuthCacheSize = 100_000
 	}
-	if c.AuthFailureRate == 0 {
-		c.AuthFailureRate = 10
-	}
-	if c.AuthFailureBurst == 0 {
-		c.AuthFailureBurst = 20
-	}
-	if c.ReadRate == 0 {
-		c.ReadRate = 10
-	}
-	if c.ReadBurst == 0 {
-		c.ReadBurst = 20
-	}
-	if c.LimitEntries == 0 {
-		c.LimitEntries = 100_000
-	}
+	c = c.withLimitDefaults()
 	setDur(&c.CatalogRefresh, 30*time.Second)
 	setDur(&c.UnknownPollTTL, time.Second)
 	if c.BreakerFailures == 0 {
@@ -243,6 +229,25 @@ func (c Config) validate() error {
 		return fmt.Errorf("intake config: %w", err)
 	}
 	return nil
+}
+
+// withLimitDefaults is withDefaults of the limits kept in memory.
+func (c Config) withLimitDefaults() Config {
+	setInt := func(v *int, def int) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	if c.AuthFailureRate == 0 {
+		c.AuthFailureRate = 10
+	}
+	if c.ReadRate == 0 {
+		c.ReadRate = 10
+	}
+	setInt(&c.AuthFailureBurst, 20)
+	setInt(&c.ReadBurst, 20)
+	setInt(&c.LimitEntries, 100_000)
+	return c
 }
 
 // limitErrors are validate's errors of the limits kept in memory.

@@ -112,23 +112,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Namespace: "tally", Subsystem: "intake", Name: "backlog_refusals_total",
 			Help: "Votes refused with 503 because the stream backlog was at its bound.",
 		}),
-		authLimited: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "tally", Subsystem: "intake", Name: "auth_rate_limited_total",
-			Help: "Requests refused with 429 before authentication: their client address had too many failed authentications.",
-		}),
-		readLimited: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "tally", Subsystem: "intake", Name: "read_rate_limited_total",
-			Help: "Reads refused with 429 by the per-principal read limit.",
-		}),
-		limitEvictions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "tally", Subsystem: "intake", Name: "limit_evictions_total",
-			Help: "Entries of an in-memory limit table (auth_failures, reads) forgotten before their bucket was full again, because the table was at its bound.",
-		}, []string{"limit"}),
 		breakerState: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "tally", Subsystem: "intake", Name: "redis_breaker_state",
 			Help: "State of the Redis circuit breaker: 0 closed, 1 half-open, 2 open.",
 		}),
 	}
+	m.authLimited, m.readLimited, m.limitEvictions = newLimitMetrics()
 	m.routes = map[string]*routeStats{}
 	for _, route := range []string{routeVotes, routeVote, routeResults, routeHealth, routeReady, routeMetrics, routeOpenAPI, routeOther} {
 		m.routes[route] = &routeStats{route: route, requests: m.requests, duration: &lazyObserver{vec: m.duration, label: route}}
@@ -148,6 +137,20 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return nil, fmt.Errorf("register intake metrics: %w", err)
 	}
 	return m, nil
+}
+
+// newLimitMetrics are the counters of the limits kept in memory.
+func newLimitMetrics() (authLimited, readLimited prometheus.Counter, evictions *prometheus.CounterVec) {
+	return prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "tally", Subsystem: "intake", Name: "auth_rate_limited_total",
+			Help: "Requests refused with 429 before authentication: their client address had too many failed authentications.",
+		}), prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "tally", Subsystem: "intake", Name: "read_rate_limited_total",
+			Help: "Reads refused with 429 by the per-principal read limit.",
+		}), prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "tally", Subsystem: "intake", Name: "limit_evictions_total",
+			Help: "Entries of an in-memory limit table (auth_failures, reads) forgotten before their bucket was full again, because the table was at its bound.",
+		}, []string{"limit"})
 }
 
 // breakerValue maps a breaker state to the gauge's value.
