@@ -313,3 +313,19 @@ func TestLimitConfig(t *testing.T) {
 		wantProblemType(t, b.do(t, http.MethodGet, "/v1/votes/nope", b.token, "", nil), http.StatusNotFound, "not-found")
 	}
 }
+
+// BenchmarkLimiterTake is the cost of one attempt (the address's key and
+// its bucket), from every core at once over 1000 addresses.
+func BenchmarkLimiterTake(b *testing.B) {
+	l := intake.NewLimiter(1e6, 1_000_000, 100_000, prometheus.NewCounter(prometheus.CounterOpts{Name: "e"}))
+	addrs := make([]string, 1000)
+	for i := range addrs {
+		addrs[i] = net.IPv4(10, 0, byte(i>>8), byte(i)).String() + ":40000"
+	}
+	var n atomic.Int64
+	b.RunParallel(func(pb *testing.PB) {
+		for i := int(n.Add(1)); pb.Next(); i++ {
+			l.Take(addrs[i%len(addrs)], time.Duration(i))
+		}
+	})
+}
