@@ -20,10 +20,15 @@ import (
 // applies everything before it, then stops with an error that names the
 // line; what was imported stays imported.
 //
-// Each worker owns the principals vote.Lanes gives it, as in the
-// projector, so the events of one principal reach the ledger in file
-// order, one batch after another, and the outcomes are those of importing
-// the file with one worker.
+// Each worker owns the polls vote.Lanes gives it, so the events of one
+// poll reach the ledger in file order, one batch after another: its rows
+// get their leaf indexes in file order, and an export imported into an
+// empty database has the same Merkle roots, so checkpoints signed by one
+// deployment verify against the other. The outcomes are those of
+// importing the file with one worker, except where one principal used one
+// event id in two polls: which of the two is recorded (and which rejected
+// as key_reused) then depends on the workers' timing. An export never
+// holds such a pair.
 func importEvents(ctx context.Context, store *ledger.Store, in io.Reader, size, workers int) (map[string]int, int, error) {
 	imp := newImporter(ctx, store, size, workers)
 	sc := bufio.NewScanner(in)
@@ -54,7 +59,7 @@ func importEvents(ctx context.Context, store *ledger.Store, in io.Reader, size, 
 	return imp.counts, line, imp.close()
 }
 
-// importer spreads events over its workers by principal and appends each
+// importer spreads events over its workers by poll and appends each
 // worker's batches in order. At most two batches per worker are held: one
 // being filled, one being applied.
 type importer struct {
@@ -84,7 +89,7 @@ func newImporter(ctx context.Context, store *ledger.Store, size, workers int) *i
 }
 
 func (imp *importer) add(e ledger.Event) {
-	w := imp.lanes.Of(e.PrincipalID)
+	w := imp.lanes.Of(e.PollID)
 	imp.filling[w] = append(imp.filling[w], e)
 	if len(imp.filling[w]) == imp.size {
 		imp.queues[w] <- imp.filling[w]

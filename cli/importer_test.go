@@ -22,14 +22,17 @@ import (
 
 // TestImportWorkersKeepOutcomes: a file full of conflicts (second answers,
 // reused keys, exact repeats, invalid choices) imported with several
-// workers gives the outcomes and the ledger of one worker.
+// workers gives the outcomes and the ledger of one worker. (Its
+// event ids are of one poll each: one id in two polls is the one case
+// where workers may differ, see importEvents.)
 func TestImportWorkersKeepOutcomes(t *testing.T) {
 	t.Parallel()
 	rng := rand.New(rand.NewPCG(1, 2))
 	var b strings.Builder
 	for i := 0; i < 3000; i++ {
-		fmt.Fprintf(&b, `{"event_id":"k%d","poll_id":"p%d","candidate_id":"%s","principal_id":"u%d"}`+"\n",
-			rng.IntN(4), rng.IntN(2), []string{"a", "b", "c", "zz"}[rng.IntN(4)], rng.IntN(300))
+		poll := rng.IntN(2)
+		fmt.Fprintf(&b, `{"event_id":"k%d-%d","poll_id":"p%d","candidate_id":"%s","principal_id":"u%d"}`+"\n",
+			rng.IntN(4), poll, poll, []string{"a", "b", "c", "zz"}[rng.IntN(4)], rng.IntN(300))
 	}
 	file := filepath.Join(t.TempDir(), "events.jsonl")
 	if err := os.WriteFile(file, []byte(b.String()), 0o644); err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/pressly/goose/v3"
 	ucli "github.com/urfave/cli/v2"
 
+	"tally/ledger"
 	"tally/migrations"
 )
 
@@ -34,10 +35,22 @@ func migrateCommand() *ucli.Command {
 }
 
 // migrateUp is tally migrate up; it creates the database when missing.
+// Then it builds the Merkle log of every poll whose rows predate it
+// (migration 00004 numbers the rows; hashing them is Go's work).
 func migrateUp(c *ucli.Context) error {
-	return withProvider(c, true, func(p *goose.Provider) error {
+	err := withProvider(c, true, func(p *goose.Provider) error {
 		rs, err := p.Up(c.Context)
 		printMigrations(c, rs...)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	return withStore(c, func(store *ledger.Store) error {
+		n, err := store.BuildLogs(c.Context)
+		if n > 0 {
+			fmt.Fprintf(c.App.Writer, "built the Merkle logs of %d polls from their rows\n", n)
+		}
 		return err
 	})
 }

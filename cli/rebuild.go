@@ -59,8 +59,13 @@ func runRebuild(c *ucli.Context) error {
 		if err != nil {
 			return err
 		}
-		if rep.Differing > 0 {
+		switch {
+		case rep.Differing > 0 && rep.LogProblems > 0:
+			return checkFailed(fmt.Errorf("%d rows differ and %d polls' logs do not verify", rep.Differing, rep.LogProblems))
+		case rep.Differing > 0:
 			return checkFailed(fmt.Errorf("%d rows differ", rep.Differing))
+		case rep.LogProblems > 0:
+			return checkFailed(fmt.Errorf("%d polls' logs do not verify against their rows", rep.LogProblems))
 		}
 		return nil
 	})
@@ -76,6 +81,9 @@ func writeRebuildJSON(w io.Writer, rep ledger.Report, changed []ledger.TallyRow)
 	}{rep, rep.Differing == 0, changed}
 	if out.Rows == nil {
 		out.Rows = []ledger.TallyRow{}
+	}
+	if out.Logs == nil {
+		out.Logs = []ledger.LogCheck{}
 	}
 	return writeJSON(w, out)
 }
@@ -116,10 +124,28 @@ func printReport(w io.Writer, rep ledger.Report) error {
 		return err
 	}
 	if rep.Differing == 0 {
-		_, err := fmt.Fprintf(w, "\nOK: the projection equals the ledger (%d events, %d tallies)\n", rep.LedgerEvents, len(rep.Rows))
+		fmt.Fprintf(w, "\nOK: the projection equals the ledger (%d events, %d tallies)\n", rep.LedgerEvents, len(rep.Rows))
+	} else {
+		fmt.Fprintf(w, "\nMISMATCH: %d of %d tallies differ from the ledger (%d events); tally rebuild --apply rewrites them from the ledger\n",
+			rep.Differing, len(rep.Rows), rep.LedgerEvents)
+	}
+	return printLogChecks(w, rep)
+}
+
+// printLogChecks prints every log that did not verify, or that all did.
+func printLogChecks(w io.Writer, rep ledger.Report) error {
+	if rep.LogProblems == 0 {
+		_, err := fmt.Fprintf(w, "OK: every poll's log verifies against its rows (%d logs)\n", len(rep.Logs))
 		return err
 	}
-	_, err := fmt.Fprintf(w, "\nMISMATCH: %d of %d tallies differ from the ledger (%d events); tally rebuild --apply rewrites them from the ledger\n",
-		rep.Differing, len(rep.Rows), rep.LedgerEvents)
-	return err
+	fmt.Fprintf(w, "\nLOG MISMATCH: %d of %d polls' logs do not verify against their rows.\n"+
+		"The ledger or its log was changed outside tally: compare with a signed checkpoint (tally audit verify) to tell which.\n",
+		rep.LogProblems, len(rep.Logs))
+	t := newTable(w, "POLL", "LEAF", "HEAD SIZE", "ROWS", "PROBLEM")
+	for _, c := range rep.Logs {
+		if !c.OK() {
+			t.row(c.PollID, strconv.FormatInt(c.Leaf, 10), strconv.FormatInt(c.Size, 10), strconv.FormatInt(c.Rows, 10), c.Problem)
+		}
+	}
+	return t.flush()
 }

@@ -62,6 +62,9 @@ var errRaced = errors.New("a concurrent append inserted the same key first")
 // common case, a batch of new events, that one statement is the whole
 // append.
 //
+// Before the first step, it locks the log heads of the batch's polls, and
+// after the second it adds the new rows to their polls' logs (log_store.go).
+//
 // Then the full rules (classify), for every event the first step did not
 // record. No event the first step left out could have claimed what an
 // event it inserted took: such an event is either a repeat of a key (it
@@ -74,9 +77,13 @@ func appendTx(ctx context.Context, tx pgx.Tx, events []Event, fast bool) ([]Outc
 	for i, e := range events {
 		fps[i] = vote.Fingerprint(e.PollID, e.CandidateID)
 	}
+	heads, err := lockHeads(ctx, tx, events)
+	if err != nil {
+		return nil, err
+	}
 	rest := make([]int, 0, len(events))
 	if fast {
-		seqs, err := insertEvents(ctx, tx, insertFreshSQL, events, fps, freshEvents(events))
+		seqs, err := insertEvents(ctx, tx, insertFreshSQL, events, fps, freshEvents(events), heads)
 		if err != nil {
 			return nil, err
 		}
@@ -92,10 +99,12 @@ func appendTx(ctx context.Context, tx pgx.Tx, events []Event, fast bool) ([]Outc
 			rest = append(rest, i)
 		}
 	}
-	if len(rest) == 0 {
-		return outcomes, nil
+	if len(rest) > 0 {
+		if err := classify(ctx, tx, events, fps, rest, outcomes, heads); err != nil {
+			return nil, err
+		}
 	}
-	if err := classify(ctx, tx, events, fps, rest, outcomes); err != nil {
+	if err := appendLogs(ctx, tx, heads, events); err != nil {
 		return nil, err
 	}
 	return outcomes, nil

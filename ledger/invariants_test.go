@@ -15,8 +15,8 @@ import (
 	"tally/ledger"
 )
 
-// checkInvariants asserts I3 on the whole database: the projection equals
-// the count of ledger rows. (I2, one ledger row per key and per (poll,
+// checkInvariants asserts I3 and I7 on the whole database: the projection
+// equals the count of ledger rows, and every poll's log is its rows'. (I2, one ledger row per key and per (poll,
 // principal), is the schema's own UNIQUE constraints; tests check what
 // Append told its callers against the rows instead.)
 func checkInvariants(t *testing.T, b bundle) ledger.Report {
@@ -27,6 +27,9 @@ func checkInvariants(t *testing.T, b bundle) ledger.Report {
 	}
 	if rep.Differing != 0 {
 		t.Errorf("I3: projection differs from the ledger: %+v", rep.Diffs())
+	}
+	if rep.LogProblems != 0 {
+		t.Errorf("I7: a poll's log does not verify against its rows: %+v", rep.Logs)
 	}
 	return rep
 }

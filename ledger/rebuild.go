@@ -24,6 +24,10 @@ type Report struct {
 	Rows         []TallyRow `json:"rows"`
 	LedgerEvents int64      `json:"ledger_events"`
 	Differing    int        `json:"differing"`
+	// Logs is every poll's log checked against its rows (Rebuild only).
+	Logs []LogCheck `json:"logs"`
+	// LogProblems counts the logs that did not verify.
+	LogProblems int `json:"log_problems"`
 }
 
 // Diffs returns the rows that differ.
@@ -49,13 +53,24 @@ ORDER BY poll_id, candidate_id`
 
 // Rebuild recomputes every tally from the ledger (one poll when pollID is
 // not empty) in one REPEATABLE READ snapshot and sets it beside the
-// projection. It changes nothing.
+// projection, and hashes each poll's rows again to check its log against
+// the stored head and tiles. It changes nothing.
 func (s *Store) Rebuild(ctx context.Context, pollID string) (Report, error) {
 	var rep Report
 	err := s.runTx(ctx, "rebuild", pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		var err error
-		rep, err = recount(ctx, tx, pollID)
-		return err
+		if rep, err = recount(ctx, tx, pollID); err != nil {
+			return err
+		}
+		if rep.Logs, err = verifyLogs(ctx, tx, pollID); err != nil {
+			return err
+		}
+		for _, c := range rep.Logs {
+			if !c.OK() {
+				rep.LogProblems++
+			}
+		}
+		return nil
 	})
 	return rep, err
 }

@@ -4,8 +4,8 @@
 //
 // Up creates, and Down removes, everything tally keeps in PostgreSQL: polls,
 // choices, principals, the append-only ledger poll_events (its trigger
-// refuses UPDATE, DELETE and TRUNCATE), the rejection records and the
-// poll_results projection.
+// refuses UPDATE, DELETE and TRUNCATE), the rejection records, the
+// poll_results projection and each poll's Merkle log.
 //
 // # Files
 //
@@ -14,6 +14,12 @@
 //     when polls, choices, eligibility or principals change (the channel
 //     ledger.Store.WatchCatalog listens on).
 //   - 00003_ids_collate_c.sql: every id column compares bytewise (COLLATE "C").
+//   - 00004_merkle_log.sql: each poll's Merkle log: every ledger row's leaf
+//     index, the heads (size, root, partial tiles) and the full tiles
+//     (append-only). The rows already there are numbered in seq order;
+//     their hashes are Go's work (ledger.Store.BuildLogs, which tally
+//     migrate up runs): goose's own command applies the SQL but leaves
+//     those logs to build, which the first append to each poll then does.
 //   - migrations.go: the embedded files and goose's provider over them.
 package migrations
 

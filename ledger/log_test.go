@@ -1,0 +1,295 @@
+package ledger_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/stdlib"
+	"golang.org/x/mod/sumdb/tlog"
+
+	"tally/audit"
+	"tally/internal/testenv"
+	"tally/ledger"
+	"tally/migrations"
+)
+
+// referenceRoots hashes the ledger's rows as Export gives them (ledger
+// order) with tlog's own in-memory tree, per poll: what an auditor holding
+// an export computes. It also checks each poll's rows come in leaf order.
+func referenceRoots(t *testing.T, b bundle) map[string]tlog.Hash {
+	t.Helper()
+	trees := map[string]map[int64]tlog.Hash{}
+	sizes := map[string]int64{}
+	err := b.store.Export(b.ctx, "", func(r ledger.LedgerRow) error {
+		m := trees[r.PollID]
+		if m == nil {
+			m = map[int64]tlog.Hash{}
+			trees[r.PollID] = m
+		}
+		h, err := audit.LeafHash(audit.Leaf{PollID: r.PollID, CandidateID: r.CandidateID, PrincipalID: r.PrincipalID,
+			ClientEventID: r.ClientEventID, ReceivedAt: r.ReceivedAt})
+		if err != nil {
+			return err
+		}
+		n := sizes[r.PollID]
+		stored, err := tlog.StoredHashesForRecordHash(n, h, mapReader(m))
+		if err != nil {
+			return err
+		}
+		for j, sh := range stored {
+			m[tlog.StoredHashIndex(0, n)+int64(j)] = sh
+		}
+		sizes[r.PollID] = n + 1
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := map[string]tlog.Hash{}
+	for poll, m := range trees {
+		roots[poll], err = tlog.TreeHash(sizes[poll], mapReader(m))
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return roots
+}
+
+type mapReader map[int64]tlog.Hash
+
+func (m mapReader) ReadHashes(xs []int64) ([]tlog.Hash, error) {
+	out := make([]tlog.Hash, len(xs))
+	for i, x := range xs {
+		h, ok := m[x]
+		if !ok {
+			return nil, fmt.Errorf("no hash at %d", x)
+		}
+		out[i] = h
+	}
+	return out, nil
+}
+
+// checkRootsMatchExport compares every poll's stored head with the roots
+// an export hashes to.
+func checkRootsMatchExport(t *testing.T, b bundle, polls ...string) {
+	t.Helper()
+	want := referenceRoots(t, b)
+	for _, p := range polls {
+		head, err := b.store.Head(b.ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, ok := want[p]
+		if !ok {
+			w = sha256Empty() // no rows: the empty tree
+		}
+		if head.Root != w {
+			t.Errorf("poll %s: head root %s (size %d), the export hashes to %s", p, head.Root, head.Size, w)
+		}
+	}
+}
+
+// Batches with every outcome, through both of the append's steps, grow
+// each poll's log to exactly the tree of its rows in ledger order.
+func TestLogRootIsTheExportsTree(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.poll(t, "p1", "a", "b")
+	b.poll(t, "p2", "a", "b")
+	b.poll(t, "empty", "a")
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := 0; i < 30; i++ {
+		batch := make([]ledger.Event, 1+rng.IntN(300))
+		for j := range batch {
+			batch[j] = ev(fmt.Sprintf("u%d", rng.IntN(2000)), fmt.Sprintf("k%d", rng.IntN(2)),
+				[]string{"p1", "p2", "nopoll"}[rng.IntN(3)], []string{"a", "b", "c"}[rng.IntN(3)])
+		}
+		if _, err := b.store.Append(b.ctx, batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep := checkInvariants(t, b)
+	if len(rep.Logs) != 3 {
+		t.Fatalf("%d logs checked, want 3: %+v", len(rep.Logs), rep.Logs)
+	}
+	checkRootsMatchExport(t, b, "p1", "p2", "empty")
+	head, err := b.store.Head(b.ctx, "empty")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if head.Size != 0 || head.Root != sha256Empty() {
+		t.Errorf("empty poll's head: %+v, want size 0 and the SHA-256 of nothing", head)
+	}
+}
+
+// tamper runs sql as a superuser with the append-only triggers off, as
+// someone who holds the database could.
+func tamper(t *testing.T, b bundle, sql string, args ...any) {
+	t.Helper()
+	tx, err := b.db.Pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(b.ctx)
+	if _, err := tx.Exec(b.ctx, `SET LOCAL session_replication_role = replica`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(b.ctx, sql, args...); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	if err := tx.Commit(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Each change to the ledger that the database's owner can make, with the
+// projection fixed to match, is found by rebuild, which names the poll
+// and the first leaf concerned.
+func TestRebuildFindsATamperedLedger(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		sql      string
+		wantLeaf int64
+		want     string
+	}{
+		{"changed candidate", `UPDATE poll_events SET candidate_id = CASE candidate_id WHEN 'a' THEN 'b' ELSE 'a' END WHERE poll_id = 'p' AND leaf_index = 300`, 300, "does not hash"},
+		{"deleted row", `DELETE FROM poll_events WHERE poll_id = 'p' AND leaf_index = 77`, 77, "missing"},
+		{"deleted last row", `DELETE FROM poll_events WHERE poll_id = 'p' AND leaf_index = 599`, 599, "head counts"},
+		{"inserted row", `INSERT INTO poll_events (poll_id, candidate_id, principal_id, client_event_id, fingerprint, received_at, leaf_index)
+			VALUES ('p', 'a', 'mallory', 'k', '\x00', now(), 600)`, 600, "head counts"},
+		{"swapped rows", `UPDATE poll_events SET leaf_index = CASE leaf_index WHEN 5 THEN 6 ELSE 5 END WHERE poll_id = 'p' AND leaf_index IN (5, 6)`, 5, "does not hash"},
+		{"changed time", `UPDATE poll_events SET received_at = received_at + interval '1 microsecond' WHERE poll_id = 'p' AND leaf_index = 513`, 513, "does not hash"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			b.poll(t, "p", "a", "b")
+			b.poll(t, "q", "a", "b")
+			for i := 0; i < 3; i++ {
+				batch := make([]ledger.Event, 200)
+				for j := range batch {
+					batch[j] = ev(fmt.Sprintf("u%d-%d", i, j), "k", "p", []string{"a", "b"}[j%2])
+				}
+				batch = append(batch, ev(fmt.Sprintf("v%d", i), "k", "q", "a"))
+				if _, err := b.store.Append(b.ctx, batch); err != nil {
+					t.Fatal(err)
+				}
+			}
+			tamper(t, b, tc.sql)
+			// The projection made to agree, as a careful tamperer would.
+			if _, err := b.store.Repair(b.ctx, ""); err != nil {
+				t.Fatal(err)
+			}
+			rep, err := b.store.Rebuild(b.ctx, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.Differing != 0 || rep.LogProblems != 1 {
+				t.Fatalf("differing %d, log problems %d, want 0 and 1: %+v", rep.Differing, rep.LogProblems, rep.Logs)
+			}
+			for _, c := range rep.Logs {
+				switch {
+				case c.PollID == "q" && !c.OK():
+					t.Errorf("untouched poll q reported: %+v", c)
+				case c.PollID == "p" && (c.Leaf != tc.wantLeaf || !strings.Contains(c.Problem, tc.want)):
+					t.Errorf("poll p: leaf %d %q, want leaf %d and %q", c.Leaf, c.Problem, tc.wantLeaf, tc.want)
+				}
+			}
+		})
+	}
+}
+
+// A rewritten head (size and root of a log the owner recomputed after
+// deleting a row) is found too: the stored tiles still hold the old rows.
+func TestRebuildFindsARewrittenHead(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.poll(t, "p", "a", "b")
+	batch := make([]ledger.Event, 700)
+	for j := range batch {
+		batch[j] = ev(fmt.Sprintf("u%d", j), "k", "p", "a")
+	}
+	if _, err := b.store.Append(b.ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	tamper(t, b, `DELETE FROM poll_events WHERE poll_id = 'p' AND leaf_index = 10`)
+	tamper(t, b, `UPDATE poll_events SET leaf_index = leaf_index - 1 WHERE poll_id = 'p' AND leaf_index > 10`)
+	tamper(t, b, `UPDATE poll_log_heads SET size = 699 WHERE poll_id = 'p'`)
+	rep, err := b.store.Rebuild(b.ctx, "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.LogProblems != 1 || rep.Logs[0].Leaf != 10 {
+		t.Fatalf("log checks %+v, want the problem at leaf 10", rep.Logs)
+	}
+}
+
+// A ledger from before the log gets its leaf indexes from the migration
+// and its tree from BuildLogs, in ledger order: the roots an export of it
+// hashes to.
+func TestMigrationBuildsLogsOfExistingRows(t *testing.T) {
+	t.Parallel()
+	db := testenv.EmptyPostgres(t)
+	sqlDB := stdlib.OpenDBFromPool(db.Pool)
+	defer sqlDB.Close()
+	p, err := migrations.NewProvider(sqlDB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := p.UpTo(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	oldRows(t, sqlDB)
+	if _, err := p.Up(ctx); err != nil {
+		t.Fatal(err)
+	}
+	store, err := ledger.New(db.Pool, ledger.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := bundle{db: db, store: store, ctx: ctx}
+	if _, err := store.Head(ctx, "big"); err == nil {
+		t.Fatal("the head of a poll with old rows has a root before BuildLogs")
+	}
+	built, err := store.BuildLogs(ctx)
+	if err != nil || built != 2 {
+		t.Fatalf("BuildLogs: %d built, %v; want 2 (big and small; empty has its root)", built, err)
+	}
+	checkRootsMatchExport(t, b, "big", "small", "empty")
+	// New rows extend the built logs.
+	if _, err := store.Append(ctx, []ledger.Event{ev("new", "k", "big", "a"), ev("new", "k2", "small", "a")}); err != nil {
+		t.Fatal(err)
+	}
+	checkInvariants(t, b)
+	checkRootsMatchExport(t, b, "big", "small", "empty")
+}
+
+// oldRows writes polls and ledger rows as a tally from before the log did
+// (migration 3), interleaving the polls' rows.
+func oldRows(t *testing.T, db *sql.DB) {
+	t.Helper()
+	for _, stmt := range []string{
+		`INSERT INTO polls (id, title, opens_at) VALUES ('big', 'Big', '1970-01-01'), ('small', 'Small', '1970-01-01'), ('empty', 'Empty', '1970-01-01')`,
+		`INSERT INTO poll_choices VALUES ('big', 'a', 0), ('big', 'b', 1), ('small', 'a', 0), ('empty', 'a', 0)`,
+		`INSERT INTO poll_events (poll_id, candidate_id, principal_id, client_event_id, fingerprint, received_at)
+		 SELECT CASE WHEN i % 7 = 0 THEN 'small' ELSE 'big' END, CASE WHEN i % 3 = 0 THEN 'b' ELSE 'a' END,
+		        'u' || i, 'k' || i, '\x00', timestamptz '2026-01-01' + i * interval '1 millisecond'
+		 FROM generate_series(1, 1000) i WHERE NOT (i % 7 = 0 AND i % 3 = 0)`,
+		`INSERT INTO poll_results SELECT poll_id, candidate_id, count(*) FROM poll_events GROUP BY 1, 2`,
+	} {
+		if _, err := db.Exec(stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+}
+
+func sha256Empty() [32]byte {
+	h, _ := tlog.TreeHash(0, nil)
+	return h
+}

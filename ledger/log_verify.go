@@ -1,0 +1,154 @@
+package ledger
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"golang.org/x/mod/sumdb/tlog"
+)
+
+// LogCheck is the rebuild's verdict on one poll's log: the ledger's rows
+// hashed again, in leaf order, against the stored head and tiles.
+type LogCheck struct {
+	PollID string `json:"poll_id"`
+	Size   int64  `json:"size"` // the stored head's
+	Rows   int64  `json:"rows"` // the ledger's rows of the poll
+	// Leaf is the first leaf concerned by Problem, or -1.
+	Leaf    int64  `json:"leaf"`
+	Problem string `json:"problem,omitempty"` // "" when the log verifies
+}
+
+// OK reports whether the log verified.
+func (c LogCheck) OK() bool { return c.Problem == "" }
+
+const logHeadsSQL = `
+SELECT poll_id, size, root, partial FROM poll_log_heads
+WHERE $1::text IS NULL OR poll_id = $1 ORDER BY poll_id`
+
+// verifyLogs checks the log of every poll (one when pollID is set) in tx's
+// snapshot: the leaf indexes are dense, the rows hash to the stored root,
+// and the stored tiles are the rows' (the first differing hash names the
+// leaf). A head still to build (rows from before the log) is reported as
+// such.
+func verifyLogs(ctx context.Context, tx pgx.Tx, pollID string) ([]LogCheck, error) {
+	var p *string
+	if pollID != "" {
+		p = &pollID
+	}
+	type head struct {
+		poll          string
+		size          int64
+		root, partial []byte
+	}
+	rows, err := tx.Query(ctx, logHeadsSQL, p)
+	if err != nil {
+		return nil, err
+	}
+	heads, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (head, error) {
+		var h head
+		return h, r.Scan(&h.poll, &h.size, &h.root, &h.partial)
+	})
+	if err != nil {
+		return nil, err
+	}
+	var out []LogCheck
+	for _, h := range heads {
+		c, err := verifyLog(ctx, tx, h.poll, h.size, h.root, h.partial)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+func verifyLog(ctx context.Context, tx pgx.Tx, poll string, size int64, root, partial []byte) (LogCheck, error) {
+	c := LogCheck{PollID: poll, Size: size, Leaf: -1}
+	state, full, n, err := hashRows(ctx, tx, poll, nil)
+	var le *LogError
+	switch {
+	case errors.As(err, &le):
+		c.Leaf, c.Problem = le.Leaf, le.Problem
+		return c, nil
+	case err != nil:
+		return c, err
+	}
+	c.Rows = n
+	if root == nil {
+		c.Problem = "the log is still to build from rows older than it: run tally migrate up"
+		return c, nil
+	}
+	stored, err := storedTiles(ctx, tx, poll)
+	if err != nil {
+		return c, err
+	}
+	for _, t := range full {
+		if leaf, what := firstDifference(t.level, t.idx, t.data, stored[[2]int64{int64(t.level), t.idx}]); what != "" {
+			c.Leaf, c.Problem = leaf, what
+			return c, nil
+		}
+	}
+	storedPartial, err := splitPartial(size, partial)
+	if n != size || err != nil {
+		c.Leaf = min(n, size)
+		c.Problem = fmt.Sprintf("the head counts %d leaves, the ledger has %d rows", size, n)
+		return c, nil
+	}
+	for level, data := range state.partial {
+		idx := size >> (tileHeight * level) >> tileHeight
+		if leaf, what := firstDifference(level, idx, data, storedPartial[level]); what != "" {
+			c.Leaf, c.Problem = leaf, what
+			return c, nil
+		}
+	}
+	if !bytes.Equal(state.root[:], root) {
+		c.Problem = fmt.Sprintf("the rows hash to root %s, the head stores %s", state.root, tlog.Hash(root))
+	}
+	return c, nil
+}
+
+// firstDifference compares a tile the rows make with the stored one and
+// names the first leaf under the first hash that differs.
+func firstDifference(level int, idx int64, made, stored []byte) (int64, string) {
+	first := idx << tileHeight << (tileHeight * level) // first leaf under the tile
+	if len(made) == 0 && len(stored) == 0 {
+		return 0, ""
+	}
+	if stored == nil {
+		return first, fmt.Sprintf("tile %d/%d of the log is missing", level, idx)
+	}
+	for i := 0; i*hashSize < len(made); i++ {
+		a := made[i*hashSize : (i+1)*hashSize]
+		if (i+1)*hashSize > len(stored) || !bytes.Equal(a, stored[i*hashSize:(i+1)*hashSize]) {
+			leaf := first + int64(i)<<(tileHeight*level)
+			if level == 0 {
+				return leaf, "the row does not hash to the leaf the log stores: it was changed, inserted, removed or moved"
+			}
+			return leaf, fmt.Sprintf("tile %d/%d of the log differs from the rows under it", level, idx)
+		}
+	}
+	if len(stored) != len(made) {
+		return first, fmt.Sprintf("tile %d/%d of the log holds %d hashes, the rows make %d", level, idx, len(stored)/hashSize, len(made)/hashSize)
+	}
+	return 0, ""
+}
+
+// storedTiles reads a poll's full tiles, by (level, index).
+func storedTiles(ctx context.Context, tx pgx.Tx, poll string) (map[[2]int64][]byte, error) {
+	rows, err := tx.Query(ctx, `SELECT level, idx, hashes FROM poll_log_tiles WHERE poll_id = $1`, poll)
+	if err != nil {
+		return nil, err
+	}
+	out := map[[2]int64][]byte{}
+	var level int16
+	var idx int64
+	var data []byte
+	_, err = pgx.ForEachRow(rows, []any{&level, &idx, &data}, func() error {
+		out[[2]int64{int64(level), idx}] = bytes.Clone(data)
+		return nil
+	})
+	return out, err
+}
