@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"log/slog"
 	"math"
 	"net"
 	"net/http"
@@ -53,14 +54,13 @@ func clientFrom(t *testing.T, ip string) *http.Client {
 // TestAuthFailureLimit floods intake with bad tokens from one address:
 // after the budget they get 429 and PostgreSQL sees no more lookups, while
 // a token already cached as valid from that address and any token from
-// another address are served as before. The handler is served without
-// Serve, so no NOTIFY of the principals table clears the token cache
-// while the test relies on it.
+// another address are served as before, and no address is logged.
 func TestAuthFailureLimit(t *testing.T) {
 	t.Parallel()
 	const burst = 5
 	// A rate this low refills nothing while the test runs.
-	srv, store, url, lookups := limitServer(t, intake.Config{AuthFailureRate: 0.001, AuthFailureBurst: burst, AuthTTL: time.Hour})
+	ls := limitServer(t, intake.Config{AuthFailureRate: 0.001, AuthFailureBurst: burst, AuthTTL: time.Hour})
+	store, lookups := ls.store, ls.lookups
 	var err error
 	var tokens [3]string
 	for i := range tokens {
@@ -69,8 +69,8 @@ func TestAuthFailureLimit(t *testing.T) {
 		}
 	}
 	cached, uncached, elsewhere := tokens[0], tokens[1], tokens[2]
-	here := &bundle{url: url, client: clientFrom(t, "127.0.0.1")}
-	there := &bundle{url: url, client: clientFrom(t, "127.0.0.2")}
+	here := &bundle{url: ls.url, client: clientFrom(t, "127.0.0.1")}
+	there := &bundle{url: ls.url, client: clientFrom(t, "127.0.0.2")}
 	get := func(b *bundle, token string) reply { return b.do(t, http.MethodGet, "/v1/votes/nope", token, "", nil) }
 
 	wantProblemType(t, get(here, cached), http.StatusNotFound, "not-found") // authenticated, now cached
@@ -95,17 +95,29 @@ func TestAuthFailureLimit(t *testing.T) {
 	wantProblemType(t, get(here, uncached), http.StatusTooManyRequests, "auth-rate-limited")
 	wantProblemType(t, get(there, "bad-"+rand.Text()), http.StatusUnauthorized, "unauthorized")
 	wantProblemType(t, get(there, elsewhere), http.StatusNotFound, "not-found")
-	if got, want := count(srv.LimitMetrics().AuthLimited), flood-burst+1; got != want {
+	if got, want := count(ls.srv.LimitMetrics().AuthLimited), flood-burst+1; got != want {
 		t.Fatalf("auth_rate_limited_total %d, want %d", got, want)
+	}
+	if logged := ls.log.String(); strings.Contains(logged, "127.0.0.") {
+		t.Fatalf("a client address was logged:\n%s", logged)
 	}
 }
 
+// limited is an intake served for a test of its limits, with the counter
+// of its token lookups in PostgreSQL and its log (at debug level).
+type limited struct {
+	srv     *intake.Server
+	store   *ledger.Store
+	url     string
+	lookups *tokenLookups
+	log     *testenv.LogBuffer
+}
+
 // limitServer is an intake on a fresh database and Redis prefix, whose
-// handler is served on a loopback port until the test ends, with the
-// counter of its token lookups in PostgreSQL. It is served without
-// Serve, so no NOTIFY of the principals table clears the token cache
-// while a test relies on it.
-func limitServer(t *testing.T, cfg intake.Config) (*intake.Server, *ledger.Store, string, *tokenLookups) {
+// handler is served on a loopback port until the test ends. It is served
+// without Serve, so no NOTIFY of the principals table clears the token
+// cache while a test relies on it.
+func limitServer(t *testing.T, cfg intake.Config) *limited {
 	t.Helper()
 	db := testenv.Postgres(t)
 	lookups := &tokenLookups{}
@@ -125,7 +137,9 @@ func limitServer(t *testing.T, cfg intake.Config) (*intake.Server, *ledger.Store
 	}
 	rdb, prefix := testenv.Redis(t)
 	keys, _ := stream.NewKeys(prefix, 1)
-	srv, err := intake.New(cfg, store, rdb, keys, testLogger(), prometheus.NewRegistry())
+	logs := &testenv.LogBuffer{}
+	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	srv, err := intake.New(cfg, store, rdb, keys, logger, prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +156,7 @@ func limitServer(t *testing.T, cfg intake.Config) (*intake.Server, *ledger.Store
 			t.Errorf("serve: %v", err)
 		}
 	})
-	return srv, store, "http://" + ln.Addr().String(), lookups
+	return &limited{srv: srv, store: store, url: "http://" + ln.Addr().String(), lookups: lookups, log: logs}
 }
 
 // TestReadLimit reads beyond one principal's budget: both read routes
@@ -151,7 +165,8 @@ func limitServer(t *testing.T, cfg intake.Config) (*intake.Server, *ledger.Store
 func TestReadLimit(t *testing.T) {
 	t.Parallel()
 	const burst = 3
-	srv, store, url, _ := limitServer(t, intake.Config{ReadRate: 0.001, ReadBurst: burst})
+	ls := limitServer(t, intake.Config{ReadRate: 0.001, ReadBurst: burst})
+	store := ls.store
 	ctx := context.Background()
 	_, token, err := store.AddPrincipal(ctx, "voter")
 	if err != nil {
@@ -164,7 +179,7 @@ func TestReadLimit(t *testing.T) {
 	if err := store.CreatePoll(ctx, ledger.Poll{ID: "p1", Title: "Lunch", Choices: []string{"a", "b"}}); err != nil {
 		t.Fatal(err)
 	}
-	b := &bundle{url: url, client: clientFrom(t, "127.0.0.1")}
+	b := &bundle{url: ls.url, client: clientFrom(t, "127.0.0.1")}
 	for range burst {
 		wantProblemType(t, b.do(t, http.MethodGet, "/v1/votes/nope", token, "", nil), http.StatusNotFound, "not-found")
 	}
@@ -184,7 +199,7 @@ func TestReadLimit(t *testing.T) {
 	if r := b.do(t, http.MethodGet, "/v1/polls/p1/results", other, "", nil); r.code != http.StatusOK {
 		t.Fatalf("another principal's read: %d %s", r.code, r.raw)
 	}
-	if got := count(srv.LimitMetrics().ReadLimited); got != 2 {
+	if got := count(ls.srv.LimitMetrics().ReadLimited); got != 2 {
 		t.Fatalf("read_rate_limited_total %d, want 2", got)
 	}
 }
