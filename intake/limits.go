@@ -96,11 +96,12 @@ const sweepEvery = 10 * time.Second
 // theoretical arrival time (TAT), and a key whose TAT has passed is full
 // and forgotten. It is written out here rather than made of
 // golang.org/x/time/rate Limiters for two reasons: a table entry is two
-// integers in a map with no pointers (a rate.Limiter is a mutex and six
-// fields behind a pointer, which the collector scans, in a table a flood
-// can fill), and an event spent before a lookup can be given back exactly
-// when the lookup found a valid token (rate's Reservation.CancelAt only
-// restores tokens while no other reservation followed).
+// integers in a map with no pointers (a rate.Limiter is 80 bytes with
+// pointers, behind a pointer the collector scans, in a table a flood can
+// fill), and an event spent before a lookup can be given back exactly
+// once the lookup found a valid token (rate's Reservation.CancelAt
+// restores nothing once the reservation's time has passed, and given that
+// earlier time it rewinds the limiter's clock).
 //
 // Keys are 64-bit keyed hashes (maphash with a seed drawn at random for
 // this process): the table holds no address or principal in clear, and
