@@ -53,9 +53,11 @@ type scriptCall struct {
 	eventID string // &eventID in args
 	// receivedAt is received_at (µs), &receivedAt in args.
 	receivedAt int64
-	deadline   time.Time        // answered by then
-	done       chan scriptReply // buffered; one answer
-	answered   atomic.Bool      // done has had its answer
+	// createdAt is the principal's created_at (µs), &createdAt in args.
+	createdAt int64
+	deadline  time.Time        // answered by then
+	done      chan scriptReply // buffered; one answer
+	answered  atomic.Bool      // done has had its answer
 }
 
 // scriptReply is Redis' answer to one scriptCall.
@@ -91,7 +93,7 @@ var calls = sync.Pool{New: func() any { return &scriptCall{done: make(chan scrip
 // in time.
 var errDeadline = fmt.Errorf("no answer from Redis within the request deadline: %w", context.DeadlineExceeded)
 
-// do runs the script command of c (EVALSHA sha 3 keys... args...), a
+// do runs the script command of c (EVALSHA sha 4 keys... args...), a
 // call from the calls pool, and waits for its answer, at the latest until
 // deadline: the batcher bounds each vote itself, with one timer for all,
 // so a request needs no context and timer of its own. A vote still pending

@@ -13,14 +13,30 @@ import (
 	"time"
 
 	"tally/intake"
+	"tally/internal/testenv"
 )
 
 // BenchmarkPostVote measures POST /v1/votes end to end on loopback: HTTP,
 // authentication (cached), catalog check and the enqueue script on the
-// test Redis. Every vote has a new event id; the rate limit is set out of
+// test Redis. Every vote has a new event id, of a principal younger than
+// the idempotency window (no ledger lookup); the rate limit is set out of
 // the way. It reports votes/s and the p50 and p99 latency.
 func BenchmarkPostVote(b *testing.B) {
 	bd := setup(b, func(c *intake.Config) { c.Rate = 1e6; c.Burst = 1_000_000 })
+	establishedEpoch(b, bd.rdb, bd.keys) // the principal is young: no ledger lookups
+	benchPost(b, bd.url+"/v1/votes", bd.token)
+}
+
+// BenchmarkPostVoteLedgerCheck is BenchmarkPostVote for a principal
+// older than the idempotency window: each new vote is looked up in the
+// ledger (concurrent votes share a query) and its script runs twice.
+func BenchmarkPostVoteLedgerCheck(b *testing.B) {
+	db := testenv.Postgres(b)
+	rdb, prefix := testenv.Redis(b)
+	bd := setupOn(b, db, rdb, prefix, func(c *intake.Config) { c.Rate = 1e6; c.Burst = 1_000_000 })
+	if _, err := db.Pool.Exec(b.Context(), `UPDATE principals SET created_at = now() - interval '48 hours' WHERE id = $1`, bd.who.ID); err != nil {
+		b.Fatal(err)
+	}
 	benchPost(b, bd.url+"/v1/votes", bd.token)
 }
 

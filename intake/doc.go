@@ -31,7 +31,10 @@
 //   - One vote is one Redis round trip: a single Lua script (EVALSHA) checks
 //     and records the idempotency key, applies the per-principal rate limit
 //     (GCRA on Redis' own clock), refuses when the shard's stream already
-//     holds Config.MaxBacklog entries, and XADDs the entry. Streams are never trimmed.
+//     holds Config.MaxBacklog entries, and XADDs the entry. Streams are
+//     never trimmed. The vote of a principal older than the idempotency
+//     window (or created before Redis last lost its data) costs a share of
+//     a ledger query and a second run of the script (see below).
 //     Every key the script touches carries the shard's hash tag, so it also
 //     runs on Redis Cluster. Votes that arrive while a round trip is under
 //     way share the next one (a pipeline of their scripts, Config.
@@ -47,8 +50,16 @@
 //     known identical event answers 202 and a known key with another
 //     payload 409 whatever changed since. A replayed 202 states the status
 //     the ledger knows (pending while it is not there yet). Records expire
-//     after Config.IdempotencyWindow; past it the ledger still refuses a
-//     second effect.
+//     after Config.IdempotencyWindow. Past it the ledger answers: the
+//     script treats an absent record as proof that an event id is new
+//     only for a principal created since max(now - window, the shard's
+//     epoch, the time since which its Redis holds records); for any other
+//     it answers unsure, and intake looks the id up in the ledger, in
+//     queries shared by concurrent votes: a known id answers 202 with the
+//     ledger's status or 409, a new one is enqueued. While PostgreSQL does
+//     not answer, such a vote is enqueued all the same and the ledger
+//     decides it (an identical event is a duplicate, another payload is
+//     rejected key_reused): no vote ever has a second effect.
 //   - The identity comes from the bearer token only, never from the body.
 //     Tokens are cached by their SHA-256 (never in clear, never logged) for
 //     at most Config.AuthTTL, so a revocation takes effect within that
@@ -107,6 +118,9 @@
 //     form and says what is wrong.
 //   - enqueue.go: the enqueue step, through the circuit breaker and the
 //     batcher, and its outcomes.
+//   - ledger_check.go: the ledger lookup of a new event id the script
+//     could not rule out, and the collector that shares one query among
+//     concurrent votes' lookups.
 //   - script.go: the enqueue script, its argument layout and its reply.
 //   - batcher.go: the pipelines that carry concurrent votes' scripts to
 //     Redis, each vote answered by its deadline.

@@ -14,8 +14,9 @@ import (
 )
 
 // This file owns the enqueue step of a vote: it runs the vote's script
-// through the circuit breaker and the batcher, and turns the reply (and
-// WAIT's count) into an outcome.
+// through the circuit breaker and the batcher, asks the ledger when the
+// script could not tell whether the event id is new (ledger_check.go), and
+// turns the reply (and WAIT's count) into an outcome.
 
 // outcome is what enqueue did with one vote; it is also a metric label.
 type outcome string
@@ -29,10 +30,17 @@ const (
 	outUnconfirmed outcome = "unconfirmed"  // WAIT did not confirm
 	outBreakerOpen outcome = "breaker_open" // Redis not tried
 	outRedisError  outcome = "redis_error"
+	// outUnchecked: the script could not tell whether the event id is
+	// new, and the request's deadline passed while the ledger was asked.
+	outUnchecked outcome = "unchecked"
+	// outUnsure is the script's answer that the ledger must be asked
+	// (replyUnsure); enqueue never returns it.
+	outUnsure outcome = "unsure"
 )
 
-// outcomes are all the outcomes, in the order of the constants.
-var outcomes = []outcome{outAccepted, outReplay, outConflict, outLimited, outBacklog, outUnconfirmed, outBreakerOpen, outRedisError}
+// outcomes are all the outcomes enqueue returns, in the order of the
+// constants.
+var outcomes = []outcome{outAccepted, outReplay, outConflict, outLimited, outBacklog, outUnconfirmed, outBreakerOpen, outRedisError, outUnchecked}
 
 // enqueueResult is what enqueue made of one vote.
 type enqueueResult struct {
@@ -45,12 +53,28 @@ type enqueueResult struct {
 }
 
 // enqueue runs the script for the vote of v with clientEventID for choice c
-// of poll, through the breaker and the batcher, and answers its outcome. An
-// error means Redis could not be asked (outBreakerOpen) or did not answer
-// (outRedisError); the vote may or may not have been enqueued, and a retry
-// with the same event id is safe.
+// of poll, through the breaker and the batcher, and answers its outcome.
+// When the script cannot tell whether the event id is new (the principal
+// may have events whose records expired or were lost), the ledger is
+// asked: an event it holds answers as a replay (with the ledger's status)
+// or a conflict, and only a new one runs the script again, told to skip
+// that check. An error means Redis could not be asked (outBreakerOpen) or
+// did not answer (outRedisError); the vote may or may not have been
+// enqueued, and a retry with the same event id is safe.
 func (s *Server) enqueue(ctx context.Context, v *voter, clientEventID string, poll *pollInfo, c *choice, receivedAt, deadline time.Time) (enqueueResult, error) {
-	call := s.script.call(v, clientEventID, poll, c, receivedAt)
+	res, err := s.runScript(ctx, s.script.call(v, clientEventID, poll, c, receivedAt, true), deadline)
+	if err != nil || res.outcome != outUnsure {
+		return res, err
+	}
+	if res, known := s.checkLedger(ctx, v, clientEventID, poll, c, deadline); known {
+		return res, nil
+	}
+	return s.runScript(ctx, s.script.call(v, clientEventID, poll, c, receivedAt, false), deadline)
+}
+
+// runScript runs call, a vote's script, through the breaker and the
+// batcher, and decodes its answer.
+func (s *Server) runScript(ctx context.Context, call *scriptCall, deadline time.Time) (enqueueResult, error) {
 	var res enqueueResult
 	_, err := s.breaker.Execute(func() (any, error) {
 		rep := s.batcher.do(ctx, call, deadline)

@@ -13,6 +13,7 @@ type Metrics struct {
 	Replays         prometheus.Counter
 	BacklogRefusals prometheus.Counter
 	BreakerState    prometheus.Gauge
+	LedgerChecks    *prometheus.CounterVec // outcome
 }
 
 // HungRedis is a client of a Redis that never answers (see hungRedis).
@@ -23,5 +24,6 @@ func (s *Server) Metrics() Metrics {
 	return Metrics{
 		Requests: m.requests, RequestDuration: m.duration, EnqueueDuration: m.enqueue, BatchSize: m.batchSize,
 		RateLimited: m.rateLimited, Replays: m.replays, BacklogRefusals: m.backlogRefusals, BreakerState: m.breakerState,
+		LedgerChecks: m.ledgerCheckVec,
 	}
 }

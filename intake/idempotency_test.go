@@ -248,3 +248,121 @@ func TestKnownEventLedgerDown(t *testing.T) {
 	// What Redis knows still answers.
 	wantKeyReused(t, b.vote(t, b.token, "e1", "p1", "z"))
 }
+
+// age makes principal id created ago before now, as AddPrincipal cannot
+// (the tests age a principal 48h, past the default 24h window).
+// Intake reads created_at when it authenticates the principal, so age it
+// before its first request.
+func age(t *testing.T, db testenv.DB, id string, ago time.Duration) {
+	t.Helper()
+	if _, err := db.Pool.Exec(context.Background(),
+		`UPDATE principals SET created_at = now() - make_interval(secs => $2) WHERE id = $1`, id, ago.Seconds()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// ledgerChecks is the ledger check counter of outcome.
+func (b *bundle) ledgerChecks(outcome string) int {
+	return count(b.m.LedgerChecks.WithLabelValues(outcome))
+}
+
+// wantLedgerChecks checks the ledger check counters, by outcome.
+func (b *bundle) wantLedgerChecks(t *testing.T, newIDs, replays, conflicts, errs int) {
+	t.Helper()
+	got := [4]int{b.ledgerChecks("new"), b.ledgerChecks("replay"), b.ledgerChecks("conflict"), b.ledgerChecks("error")}
+	if want := [4]int{newIDs, replays, conflicts, errs}; got != want {
+		t.Fatalf("ledger checks new, replay, conflict, error: %v, want %v", got, want)
+	}
+}
+
+// TestExpiredRecordLedgerDecides: the record of an event of a principal
+// older than the idempotency window has expired; intake asks the ledger:
+// the same payload answers 202 with the ledger's status and enqueues
+// nothing, another payload answers 409, and a new event id is enqueued.
+func TestExpiredRecordLedgerDecides(t *testing.T) {
+	t.Parallel()
+	db := testenv.Postgres(t)
+	rdb, prefix := testenv.Redis(t)
+	b := setupOn(t, db, rdb, prefix)
+	b.poll(t, ledger.Poll{ID: "p2", Title: "Dinner", Choices: []string{"x"}})
+	age(t, db, b.who.ID, 48*time.Hour)
+	// e1 is in the ledger and Redis has no record of it, as once its
+	// window ended.
+	if out := b.record(t, "e1", "p1", "a", time.Now()); out.Status != ledger.StatusRecorded {
+		t.Fatalf("ledger: %v", out)
+	}
+
+	wantAccepted(t, b.vote(t, b.token, "e1", "p1", "a"), "e1", ledger.StatusRecorded)
+	wantKeyReused(t, b.vote(t, b.token, "e1", "p1", "b"))
+	wantKeyReused(t, b.vote(t, b.token, "e1", "p2", "x"))
+	if n := b.xlen(t); n != 0 {
+		t.Fatalf("stream holds %d entries after a replay and two conflicts, want 0", n)
+	}
+	b.wantLedgerChecks(t, 0, 1, 2, 0)
+
+	// A new event id is enqueued; its retry is a replay of its record.
+	wantAccepted(t, b.vote(t, b.token, "e2", "p2", "x"), "e2", ledger.StatusPending)
+	wantAccepted(t, b.vote(t, b.token, "e2", "p2", "x"), "e2", ledger.StatusPending)
+	wantKeyReused(t, b.vote(t, b.token, "e2", "p1", "a"))
+	if n := b.xlen(t); n != 1 {
+		t.Fatalf("stream holds %d entries, want 1", n)
+	}
+	b.wantLedgerChecks(t, 1, 1, 2, 0)
+	if got := count(b.m.Replays); got != 2 {
+		t.Fatalf("replays counted %d, want 2 (one from the ledger, one from the record)", got)
+	}
+}
+
+// TestYoungPrincipalNotChecked: a principal created since the shard's
+// epoch, within the window, has every record: its new votes never reach
+// the ledger. Once the epoch is lost (Redis lost its data), its next new
+// vote is checked, and enqueued.
+func TestYoungPrincipalNotChecked(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.poll(t, ledger.Poll{ID: "p2", Title: "Dinner", Choices: []string{"x"}})
+	// This vote sets the epoch, unless intake did when it started.
+	wantAccepted(t, b.vote(t, b.token, "e0", "p1", "a"), "e0", ledger.StatusPending)
+	before := [4]int{b.ledgerChecks("new"), b.ledgerChecks("replay"), b.ledgerChecks("conflict"), b.ledgerChecks("error")}
+	_, young := b.principal(t, "young")
+	wantAccepted(t, b.vote(t, young, "e1", "p1", "a"), "e1", ledger.StatusPending)
+	wantAccepted(t, b.vote(t, young, "e1", "p1", "a"), "e1", ledger.StatusPending)
+	wantKeyReused(t, b.vote(t, young, "e1", "p1", "b"))
+	b.wantLedgerChecks(t, before[0], before[1], before[2], before[3])
+
+	if err := b.rdb.Del(context.Background(), b.keys.Epoch(0)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	wantAccepted(t, b.vote(t, young, "e2", "p2", "x"), "e2", ledger.StatusPending)
+	b.wantLedgerChecks(t, before[0]+1, before[1], before[2], before[3])
+	if n := b.xlen(t); n != 3 {
+		t.Fatalf("stream holds %d entries, want 3", n)
+	}
+	// The epoch is set again: a principal created now is not checked.
+	_, newer := b.principal(t, "newer")
+	wantAccepted(t, b.vote(t, newer, "e1", "p1", "a"), "e1", ledger.StatusPending)
+	b.wantLedgerChecks(t, before[0]+1, before[1], before[2], before[3])
+}
+
+// TestLedgerCheckLedgerDown: while PostgreSQL does not answer, the new
+// vote of a principal older than the window is enqueued all the same (the
+// ledger decides it when it is back); the check counts an error.
+func TestLedgerCheckLedgerDown(t *testing.T) {
+	t.Parallel()
+	db := testenv.Postgres(t)
+	pool, err := pgxpool.New(context.Background(), db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb, prefix := testenv.Redis(t)
+	b := setupOn(t, testenv.DB{Name: db.Name, URL: db.URL, Pool: pool}, rdb, prefix)
+	age(t, db, b.who.ID, 48*time.Hour)
+	wantAccepted(t, b.vote(t, b.token, "e1", "p1", "a"), "e1", ledger.StatusPending)
+	b.wantLedgerChecks(t, 1, 0, 0, 0)
+	pool.Close()
+	wantAccepted(t, b.vote(t, b.token, "e2", "p1", "b"), "e2", ledger.StatusPending)
+	b.wantLedgerChecks(t, 1, 0, 0, 1)
+	if n := b.xlen(t); n != 2 {
+		t.Fatalf("stream holds %d entries, want 2", n)
+	}
+}

@@ -27,6 +27,12 @@ type metrics struct {
 	readLimited     prometheus.Counter
 	limitEvictions  *prometheus.CounterVec // limit
 
+	// ledgerCheckVec counts the ledger checks of new event ids the
+	// enqueue script could not rule out (ledger_check.go), by outcome;
+	// ledgerChecks are its children by outcome.
+	ledgerCheckVec *prometheus.CounterVec
+	ledgerChecks   map[string]prometheus.Counter
+
 	// Children of the vectors, resolved once instead of on every request:
 	// by route template, and by enqueue outcome.
 	routes   map[string]*routeStats
@@ -112,6 +118,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Namespace: "tally", Subsystem: "intake", Name: "backlog_refusals_total",
 			Help: "Votes refused with 503 because the stream backlog was at its bound.",
 		}),
+		ledgerCheckVec: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "tally", Subsystem: "intake", Name: "ledger_checks_total",
+			Help: "New event ids looked up in the ledger because the principal may have events whose idempotency records expired or were lost, " +
+				"by outcome: new (enqueued), replay (202 with the ledger's status), conflict (409), error (the ledger did not answer: the vote is enqueued and the ledger decides it, or, when the request ran out of time, answered 503 not-queued).",
+		}, []string{"outcome"}),
 		breakerState: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "tally", Subsystem: "intake", Name: "redis_breaker_state",
 			Help: "State of the Redis circuit breaker: 0 closed, 1 half-open, 2 open.",
@@ -122,12 +133,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, route := range []string{routeVotes, routeVote, routeResults, routeHealth, routeReady, routeMetrics, routeOpenAPI, routeOther} {
 		m.routes[route] = &routeStats{route: route, requests: m.requests, duration: &lazyObserver{vec: m.duration, label: route}}
 	}
+	m.ledgerChecks = map[string]prometheus.Counter{}
+	for _, o := range checkOutcomes {
+		m.ledgerChecks[o] = m.ledgerCheckVec.WithLabelValues(o)
+	}
 	m.outcomes = map[outcome]*lazyObserver{}
 	for _, o := range outcomes {
 		m.outcomes[o] = &lazyObserver{vec: m.enqueue, label: string(o)}
 	}
 	var errs []error
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.enqueue, m.batchSize, m.rateLimited, m.replays, m.backlogRefusals, m.breakerState,
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.enqueue, m.batchSize, m.rateLimited, m.replays, m.backlogRefusals, m.breakerState, m.ledgerCheckVec,
 		m.authLimited, m.readLimited, m.limitEvictions} {
 		if err := reg.Register(c); err != nil {
 			errs = append(errs, err)

@@ -46,7 +46,7 @@ func (s *Server) handleVote(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	res, err := s.enqueue(r.Context(), p, v.eventID, poll, c, receivedAt, deadline)
 	s.metrics.outcome(res.outcome).Observe(time.Since(start).Seconds())
-	if res.outcome == outReplay {
+	if res.outcome == outReplay && res.status == "" { // else the ledger already said
 		res = s.replayStatus(r, p, v, res, deadline)
 	}
 	s.answerEnqueue(w, r, v.eventID, res, err)
@@ -135,6 +135,11 @@ var enqueueAnswers = map[outcome]enqueueAnswer{
 	outBreakerOpen: {status: http.StatusServiceUnavailable, problem: probNotQueued,
 		detail:     fixedDetail("the queue (Redis) is failing and intake is not trying it for now: retry after the Retry-After delay"),
 		retryAfter: func(s *Server, _ enqueueResult) time.Duration { return s.cfg.BreakerOpenFor }},
+	outUnchecked: {status: http.StatusServiceUnavailable, problem: probNotQueued,
+		detail: func(_ *Server, eventID string, _ enqueueResult) string {
+			return fmt.Sprintf("intake could not check in time whether event id %q was already used, because the ledger (PostgreSQL) was slow to answer; the vote is not queued: retry the same request (same event_id) after the Retry-After delay", eventID)
+		},
+		retryAfter: oneSecond},
 	outRedisError: {status: http.StatusServiceUnavailable, problem: probMaybeQueued,
 		detail:     fixedDetail("the queue (Redis) did not answer; the vote may or may not be queued: retry the same request (same event_id) after the Retry-After delay"),
 		retryAfter: oneSecond},

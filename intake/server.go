@@ -32,6 +32,7 @@ type Server struct {
 	gatherer prometheus.Gatherer // nil when reg does not gather
 	breaker  *gobreaker.CircuitBreaker[any]
 	batcher  *batcher
+	checks   *ledgerChecks // the ledger checks of new event ids the script could not rule out
 	auth     *authCache
 	limits   *limits
 	catalog  *catalog
@@ -83,6 +84,7 @@ func New(cfg Config, store *ledger.Store, rdb redis.UniversalClient, keys stream
 			slog.String("from", from.String()), slog.String("to", to.String()))
 	})
 	s.batcher = newBatcher(rdb, cfg, m.batchSize)
+	s.checks = newLedgerChecks(store, cfg, s.log)
 	s.auth = newAuthCache(store, keys, cfg)
 	s.limits = newLimits(cfg, m)
 	s.catalog = newCatalog(store, s.log, cfg, s.auth.clear)
@@ -140,6 +142,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 
 	bgCtx, stopBackground := context.WithCancel(ctx)
 	var bg sync.WaitGroup
+	bg.Go(func() { s.markEpochs(bgCtx) })
 	bg.Go(func() { s.catalog.run(bgCtx) })
 	defer func() {
 		stopBackground()
