@@ -18,7 +18,8 @@ import (
 // event answers as such whatever changed since it was accepted; and a
 // replay states the status the ledger knows. Both are rare, so both may
 // cost a round trip; the vote that admit accepts and the script enqueues
-// costs none of them.
+// costs none of them. (A new event id the script could not rule out is
+// ledger_check.go's: its lookups share queries.)
 
 // statusOf is the status GET /v1/votes/{event_id} answers for the ledger's
 // record of an event: recorded or rejected.
