@@ -150,9 +150,11 @@ return 0
 // Redis) when intake starts, rather than at the first vote of the shard,
 // so that the principals created from then on count as holding all their
 // records. It is best effort, beside serving: where Redis does not answer
-// within Config.RedisTimeout, the script sets the epoch on first use.
+// within Config.RedisTimeout and Config.RequestTimeout (the latter bounds
+// how long it can hold up a shutdown), the script sets the epoch on first
+// use.
 func (s *Server) markEpochs(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.RedisTimeout)
+	ctx, cancel := context.WithTimeout(ctx, min(s.cfg.RedisTimeout, s.cfg.RequestTimeout))
 	defer cancel()
 	cmds, _ := s.rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
 		for shard := range s.keys.Shards() {
