@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 	"net/http"
+	"strconv"
 	"sync"
 	"testing"
 )
@@ -22,10 +23,45 @@ func (c *Contract) Transport(t testing.TB, base http.RoundTripper) http.RoundTri
 	return &checked{c: c, t: t, base: base}
 }
 
+// SampledTransport is Transport for a load of thousands of exchanges of a
+// few kinds: of the exchanges of one route, method and status it checks
+// the first `first`, then one in `every`. A check costs milliseconds
+// (kin-openapi compiles every schema it validates with, at each
+// validation), which would make a load test several times slower while
+// telling no more than the first few exchanges of each kind do.
+func (c *Contract) SampledTransport(t testing.TB, base http.RoundTripper, first, every int) http.RoundTripper {
+	ct := c.Transport(t, base).(*checked)
+	ct.first, ct.every, ct.seen = first, max(every, 1), map[string]int{}
+	return ct
+}
+
 type checked struct {
 	c    *Contract
 	t    testing.TB
 	base http.RoundTripper
+
+	// Sampling, with SampledTransport: how many exchanges of each kind
+	// were seen.
+	first, every int
+	mu           sync.Mutex
+	seen         map[string]int
+}
+
+// sampled reports whether the exchange of req answered with status is one
+// to check.
+func (ct *checked) sampled(req *http.Request, status int) bool {
+	if ct.seen == nil {
+		return true
+	}
+	kind := req.Method + " " + req.URL.Path + " " + strconv.Itoa(status)
+	if in, err := ct.c.input(req); err == nil {
+		kind = req.Method + " " + in.Route.Path + " " + strconv.Itoa(status)
+	}
+	ct.mu.Lock()
+	defer ct.mu.Unlock()
+	n := ct.seen[kind]
+	ct.seen[kind] = n + 1
+	return n < ct.first || (n-ct.first)%ct.every == ct.every-1
 }
 
 func (ct *checked) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -46,6 +82,9 @@ func (ct *checked) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	resp.Body = io.NopCloser(bytes.NewReader(body))
+	if !ct.sampled(req, resp.StatusCode) {
+		return resp, nil
+	}
 
 	reqBody, whole := []byte(nil), true
 	if tee != nil {

@@ -107,3 +107,30 @@ func TestLoadRefuses(t *testing.T) {
 		}
 	}
 }
+
+// TestSampledTransport: of eight drifted answers of one kind, a sampled
+// transport checks the first two, then one in three: four reports.
+func TestSampledTransport(t *testing.T) {
+	c, err := apitest.Load(intake.OpenAPIDocument())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		io.WriteString(w, `{"status":"fine"}`)
+	}))
+	defer srv.Close()
+	rec := &recorder{TB: t}
+	client := &http.Client{Transport: c.SampledTransport(rec, nil, 2, 3)}
+	for range 8 {
+		resp, err := client.Get(srv.URL + "/healthz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	if got := rec.reported(); len(got) != 4 {
+		t.Fatalf("%d reports, want 4 (exchanges 1, 2, 5 and 8): %q", len(got), got)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"regexp"
 	"strings"
@@ -19,6 +20,7 @@ import (
 
 	"tally/cli"
 	"tally/intake"
+	"tally/internal/apitest"
 	"tally/internal/loadtest"
 	"tally/internal/testenv"
 	"tally/ledger"
@@ -39,6 +41,9 @@ type pipeline struct {
 	rdb   *redis.Client
 	keys  stream.Keys
 	url   string
+	// client sends the votes, each exchange checked against intake's
+	// OpenAPI document.
+	client *http.Client
 }
 
 func testLogger(t *testing.T) *slog.Logger {
@@ -97,11 +102,27 @@ func setup(t *testing.T, withProjector bool) *pipeline {
 		cancel()
 		wg.Wait()
 	})
-	return &pipeline{db: db, store: store, queue: loadtest.RedisQueue(rdb, keys), rdb: rdb, keys: keys, url: "http://" + ln.Addr().String()}
+	return &pipeline{db: db, store: store, queue: loadtest.RedisQueue(rdb, keys), rdb: rdb, keys: keys, url: "http://" + ln.Addr().String(),
+		client: checkedClient(t)}
+}
+
+// checkedClient is a client whose exchanges are checked against intake's
+// OpenAPI document, failing t on a mismatch: the first 20 of each route
+// and status, then one in 50 (a check costs milliseconds).
+func checkedClient(t *testing.T) *http.Client {
+	t.Helper()
+	api, err := apitest.Load(intake.OpenAPIDocument())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = 32
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: api.SampledTransport(t, tr, 20, 50)}
 }
 
 func (p *pipeline) deps() loadtest.Deps {
-	return loadtest.Deps{Store: p.store, Queue: p.queue}
+	return loadtest.Deps{Store: p.store, Queue: p.queue, Client: p.client}
 }
 
 // A mixed load through a real intake and projector verifies: nothing lost,
