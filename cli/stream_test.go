@@ -14,6 +14,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"tally/intake"
+	"tally/internal/apitest"
 	"tally/internal/testenv"
 	"tally/ledger"
 	"tally/stream"
@@ -183,6 +185,7 @@ func TestIntakeCommand(t *testing.T) {
 			"--redis-url", testenv.RedisURL(), "--stream-prefix", prefix, "--log-format", "json"},
 			strings.NewReader(""), io.Discard, &errOut)
 	}()
+	client := apiClient(t)
 	var resp *http.Response
 	deadline := time.Now().Add(15 * time.Second)
 	for {
@@ -190,7 +193,7 @@ func TestIntakeCommand(t *testing.T) {
 			strings.NewReader(`{"event_id":"e1","poll_id":"lunch","candidate_id":"pizza"}`))
 		req.Header.Set("Authorization", "Bearer "+token)
 		req.Header.Set("Content-Type", "application/json")
-		resp, err = http.DefaultClient.Do(req)
+		resp, err = client.Do(req)
 		if err == nil {
 			break
 		}
@@ -250,9 +253,10 @@ func TestDaemonWaitsForRedisAtStart(t *testing.T) {
 	default:
 	}
 	srv.Start()
+	client := apiClient(t)
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		resp, err := http.Get("http://" + addr + "/healthz")
+		resp, err := client.Get("http://" + addr + "/healthz")
 		if err == nil {
 			resp.Body.Close()
 			break
@@ -266,4 +270,17 @@ func TestDaemonWaitsForRedisAtStart(t *testing.T) {
 	if code := <-done; code != 0 {
 		t.Fatalf("intake exited %d", code)
 	}
+}
+
+// apiClient is a client whose every exchange with intake is checked
+// against intake's OpenAPI document, failing t on a mismatch.
+func apiClient(t *testing.T) *http.Client {
+	t.Helper()
+	api, err := apitest.Load(intake.OpenAPIDocument())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: api.Transport(t, tr), Timeout: 10 * time.Second}
 }

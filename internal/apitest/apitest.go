@@ -12,7 +12,8 @@
 //   - apitest.go: Contract, the loaded document, and its checks of one
 //     exchange (Check) or of an answer alone (CheckAnswer);
 //   - transport.go: Transport, a RoundTripper that checks every exchange
-//     it carries and fails the test on a mismatch.
+//     it carries and fails the test on a mismatch; SampledTransport, the
+//     same for a load test, checking a sample of each kind of exchange.
 package apitest
 
 import (
