@@ -167,7 +167,7 @@ func TestShutdownDrains(t *testing.T) {
 	defer tr.CloseIdleConnections()
 	got := make(chan int, 1)
 	go func() {
-		resp, err := (&http.Client{Transport: tr}).Do(req)
+		resp, err := checked(t, &http.Client{Transport: tr}).Do(req)
 		if err != nil {
 			got <- 0
 			return
