@@ -37,7 +37,8 @@ func TestOpenAPIDocumentValid(t *testing.T) {
 }
 
 // TestOpenAPIServed: GET /openapi.json needs no token and answers the
-// embedded document byte for byte, as JSON.
+// embedded document byte for byte, as JSON; so do the other routes
+// without a token, each as the document says.
 func TestOpenAPIServed(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -54,6 +55,12 @@ func TestOpenAPIServed(t *testing.T) {
 	}
 	if r := b.do(t, http.MethodPost, "/openapi.json", "", "application/json", []byte("{}")); r.code != http.StatusMethodNotAllowed {
 		t.Fatalf("POST /openapi.json: %d, want 405", r.code)
+	}
+	// The routes without a token answer as the document says (send checks).
+	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
+		if r := b.do(t, http.MethodGet, path, "", "", nil); r.code != http.StatusOK {
+			t.Errorf("GET %s: %d: %s", path, r.code, r.raw)
+		}
 	}
 }
 
