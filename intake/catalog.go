@@ -56,9 +56,13 @@ func (pi *pollInfo) mayVote(principalID string) bool {
 // reloaded whole on every change the store's WatchCatalog reports and every
 // refreshEvery; a poll it does not hold is looked up once (maxMissLookups at
 // a time) and remembered, and an unknown id is remembered as unknown for
-// unknownTTL.
+// unknownTTL. While PostgreSQL does not answer, it serves what it holds as
+// it is: a poll's opening and closing times are in it, so a poll that
+// closes meanwhile still closes on time; a poll it does not hold cannot be
+// looked up, and its votes get 503.
 type catalog struct {
 	store        *ledger.Store
+	pg           *pgState
 	log          *slog.Logger
 	refreshEvery time.Duration
 	unknownTTL   time.Duration
@@ -85,9 +89,9 @@ const maxMissLookups = 4
 // maxUnknownPolls bounds the ids remembered as unknown.
 const maxUnknownPolls = 4096
 
-func newCatalog(store *ledger.Store, log *slog.Logger, cfg Config, onPrincipals func()) *catalog {
+func newCatalog(store *ledger.Store, log *slog.Logger, cfg Config, pg *pgState, onPrincipals func()) *catalog {
 	return &catalog{
-		store: store, log: log, refreshEvery: cfg.CatalogRefresh, unknownTTL: cfg.UnknownPollTTL,
+		store: store, pg: pg, log: log, refreshEvery: cfg.CatalogRefresh, unknownTTL: cfg.UnknownPollTTL,
 		timeout: cfg.PostgresTimeout, onPrincipals: onPrincipals,
 		polls: map[string]*pollInfo{}, unknown: map[string]time.Time{},
 		kick: make(chan struct{}, 1), misses: make(chan struct{}, maxMissLookups),
@@ -108,18 +112,23 @@ func (c *catalog) lookup(ctx context.Context, idBytes []byte, deadline time.Time
 	c.mu.RLock()
 	forget, isUnknown := c.unknown[id]
 	c.mu.RUnlock()
-	if isUnknown && time.Now().Before(forget) {
+	now := time.Now()
+	if isUnknown && now.Before(forget) {
 		return nil, ledger.ErrNotFound
 	}
-	ctx, cancel := boundedContext(ctx, c.timeout, deadline)
+	if c.pg.skip(now) {
+		return nil, errPostgresDown
+	}
+	lctx, cancel := boundedContext(ctx, c.timeout, deadline)
 	defer cancel()
 	select {
 	case c.misses <- struct{}{}:
 		defer func() { <-c.misses }()
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	case <-lctx.Done():
+		return nil, lctx.Err()
 	}
-	p, err := c.store.Poll(ctx, id)
+	p, err := c.store.Poll(lctx, id)
+	c.pg.observe(ctx, err)
 	if errors.Is(err, ledger.ErrNotFound) {
 		c.mu.Lock()
 		if len(c.unknown) >= maxUnknownPolls {
@@ -142,9 +151,10 @@ func (c *catalog) lookup(ctx context.Context, idBytes []byte, deadline time.Time
 
 // reload replaces the whole catalog with what PostgreSQL holds now.
 func (c *catalog) reload(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	lctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	ps, err := c.store.Polls(ctx)
+	ps, err := c.store.Polls(lctx)
+	c.pg.observe(ctx, err)
 	if err != nil {
 		return err
 	}

@@ -61,10 +61,17 @@ type Config struct {
 	// miss, event status, results). Default 2s.
 	PostgresTimeout time.Duration
 
-	// AuthTTL is how long a successful authentication is cached: a revoked
-	// token is refused at the latest that long after the revocation.
+	// AuthTTL is how long a successful authentication is cached: while
+	// PostgreSQL answers, a revoked token is refused at the latest that long
+	// after the revocation (at once when the NOTIFY of the change arrives).
 	// Default 5s.
 	AuthTTL time.Duration
+	// AuthStaleMax is how long after PostgreSQL last vouched for a token
+	// intake may still serve it past AuthTTL, only while PostgreSQL does not
+	// answer: known principals keep voting through an outage this long,
+	// and a revocation made just before it may lag this long at most.
+	// Default 15m; AuthTTL or less never serves a token past its TTL.
+	AuthStaleMax time.Duration
 	// AuthNegativeTTL is how long an unknown or revoked token is cached.
 	// Default 1s.
 	AuthNegativeTTL time.Duration
@@ -90,6 +97,11 @@ type Config struct {
 	// addresses, principals): beyond it, entries are forgotten, which lets
 	// them start afresh. Default 100,000.
 	LimitEntries int
+
+	// ReadCacheTTL is how long a poll's results and the answer of /readyz
+	// are reused: reads of one poll within it cost PostgreSQL one query,
+	// and /readyz callers within it share one check. Default 1s.
+	ReadCacheTTL time.Duration
 
 	// CatalogRefresh is the period of the full catalog reload, the safety
 	// net beside LISTEN tally_catalog. Default 30s.
@@ -164,6 +176,8 @@ func (c Config) withDefaults() Config {
 	setDur(&c.PostgresTimeout, 2*time.Second)
 	setDur(&c.AuthTTL, 5*time.Second)
 	setDur(&c.AuthNegativeTTL, time.Second)
+	setDur(&c.AuthStaleMax, 15*time.Minute)
+	setDur(&c.ReadCacheTTL, time.Second)
 	if c.AuthCacheSize == 0 {
 		c.AuthCacheSize = 100_000
 	}
@@ -285,7 +299,8 @@ func (c Config) durationAndTLSErrors() []error {
 		{"BacklogRetryAfter", c.BacklogRetryAfter}, {"WaitTimeout", c.WaitTimeout},
 		{"RequestTimeout", c.RequestTimeout}, {"RedisTimeout", c.RedisTimeout},
 		{"PostgresTimeout", c.PostgresTimeout}, {"AuthTTL", c.AuthTTL},
-		{"AuthNegativeTTL", c.AuthNegativeTTL}, {"CatalogRefresh", c.CatalogRefresh},
+		{"AuthNegativeTTL", c.AuthNegativeTTL}, {"AuthStaleMax", c.AuthStaleMax},
+		{"ReadCacheTTL", c.ReadCacheTTL}, {"CatalogRefresh", c.CatalogRefresh},
 		{"UnknownPollTTL", c.UnknownPollTTL}, {"BreakerOpenFor", c.BreakerOpenFor},
 		{"ReadHeaderTimeout", c.ReadHeaderTimeout}, {"ReadTimeout", c.ReadTimeout},
 		{"WriteTimeout", c.WriteTimeout}, {"IdleTimeout", c.IdleTimeout},

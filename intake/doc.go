@@ -62,8 +62,9 @@
 //     rejected key_reused): no vote ever has a second effect.
 //   - The identity comes from the bearer token only, never from the body.
 //     Tokens are cached by their SHA-256 (never in clear, never logged) for
-//     at most Config.AuthTTL, so a revocation takes effect within that
-//     time; a change to the principals table clears the cache at once.
+//     Config.AuthTTL, so while PostgreSQL answers a revocation takes effect
+//     within that time; a change to the principals table expires the cache
+//     at once.
 //   - Polls, choices and eligibility are served from an in-process catalog,
 //     refreshed on every NOTIFY on channel tally_catalog and every
 //     Config.CatalogRefresh, so a vote costs no PostgreSQL round trip in the
@@ -71,6 +72,15 @@
 //     catalog change is rejected there with a reason.
 //   - While Redis fails, a circuit breaker opens and POST answers 503 with
 //     Retry-After at once instead of piling up goroutines; /readyz says so.
+//   - While PostgreSQL does not answer, intake degrades where that is safe:
+//     a principal it verified within Config.AuthStaleMax keeps voting on
+//     the polls the catalog holds (a token it has not verified gets 503,
+//     never 202), results answer the last figures read marked stale, a
+//     vote accepted since answers pending, and /readyz reads 200 degraded.
+//     None of it outlives the outage: a principal past its TTL is looked
+//     up again as soon as PostgreSQL answers.
+//   - Results and /readyz are read at most once per Config.ReadCacheTTL
+//     (per poll), concurrent reads sharing one query.
 //   - A flood cannot load PostgreSQL through authentication or reads:
 //     past Config.AuthFailureBurst failed authentications from one client
 //     address, its requests get 429 before any lookup unless their token
@@ -124,8 +134,10 @@
 //   - script.go: the enqueue script, its argument layout and its reply.
 //   - batcher.go: the pipelines that carry concurrent votes' scripts to
 //     Redis, each vote answered by its deadline.
-//   - reads.go: GET /v1/votes/{event_id}, GET /v1/polls/{poll_id}/results,
-//     /healthz and /readyz.
+//   - reads.go: GET /v1/votes/{event_id}, GET /v1/polls/{poll_id}/results
+//     and its cache, /healthz and /readyz and its cache.
+//   - degraded.go: whether PostgreSQL answers intake's lookups, and so
+//     when intake answers from what it read before.
 //   - problem.go: the RFC 9457 answers; problem_edges.go: the problem
 //     types of a request's framing, headers and path; metrics.go: the
 //     Prometheus metrics.

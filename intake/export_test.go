@@ -14,6 +14,10 @@ type Metrics struct {
 	BacklogRefusals prometheus.Counter
 	BreakerState    prometheus.Gauge
 	LedgerChecks    *prometheus.CounterVec // outcome
+
+	PostgresReachable prometheus.Gauge
+	Degraded          *prometheus.CounterVec // answer
+	ResultsQueries    prometheus.Counter
 }
 
 // HungRedis is a client of a Redis that never answers (see hungRedis).
@@ -24,6 +28,7 @@ func (s *Server) Metrics() Metrics {
 	return Metrics{
 		Requests: m.requests, RequestDuration: m.duration, EnqueueDuration: m.enqueue, BatchSize: m.batchSize,
 		RateLimited: m.rateLimited, Replays: m.replays, BacklogRefusals: m.backlogRefusals, BreakerState: m.breakerState,
-		LedgerChecks: m.ledgerCheckVec,
+		LedgerChecks:      m.ledgerCheckVec,
+		PostgresReachable: m.postgresReachable, Degraded: m.degraded, ResultsQueries: m.resultsReads,
 	}
 }

@@ -23,9 +23,16 @@ type metrics struct {
 	replays         prometheus.Counter
 	backlogRefusals prometheus.Counter
 	breakerState    prometheus.Gauge
-	authLimited     prometheus.Counter
-	readLimited     prometheus.Counter
-	limitEvictions  *prometheus.CounterVec // limit
+	// While PostgreSQL does not answer (see degraded.go).
+	postgresReachable prometheus.Gauge
+	degraded          *prometheus.CounterVec // answer
+	stalePrincipals   prometheus.Counter     // degraded's children
+	staleResults      prometheus.Counter
+	pendingFromQueue  prometheus.Counter
+	resultsReads      prometheus.Counter
+	authLimited       prometheus.Counter
+	readLimited       prometheus.Counter
+	limitEvictions    *prometheus.CounterVec // limit
 
 	// ledgerCheckVec counts the ledger checks of new event ids the
 	// enqueue script could not rule out (ledger_check.go), by outcome;
@@ -142,8 +149,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		m.outcomes[o] = &lazyObserver{vec: m.enqueue, label: string(o)}
 	}
 	var errs []error
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.enqueue, m.batchSize, m.rateLimited, m.replays, m.backlogRefusals, m.breakerState, m.ledgerCheckVec,
-		m.authLimited, m.readLimited, m.limitEvictions} {
+	for _, c := range append([]prometheus.Collector{m.requests, m.duration, m.enqueue, m.batchSize, m.rateLimited, m.replays, m.backlogRefusals, m.breakerState, m.ledgerCheckVec,
+		m.authLimited, m.readLimited, m.limitEvictions}, m.newDegradedMetrics()...) {
 		if err := reg.Register(c); err != nil {
 			errs = append(errs, err)
 		}
@@ -152,6 +159,29 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return nil, fmt.Errorf("register intake metrics: %w", err)
 	}
 	return m, nil
+}
+
+// newDegradedMetrics makes the metrics of what intake does while
+// PostgreSQL does not answer (see degraded.go) and returns them to
+// register.
+func (m *metrics) newDegradedMetrics() []prometheus.Collector {
+	m.postgresReachable = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: "tally", Subsystem: "intake", Name: "postgres_reachable",
+		Help: "1 while PostgreSQL answers intake's lookups; 0 from a failed lookup until one succeeds again.",
+	})
+	m.degraded = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "tally", Subsystem: "intake", Name: "degraded_answers_total",
+		Help: "Answers given without PostgreSQL because it did not answer: a principal served past its cache TTL (stale_principal), " +
+			"results last read (stale_results), a vote's status pending from its record in Redis (pending_from_queue).",
+	}, []string{"answer"})
+	m.resultsReads = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "tally", Subsystem: "intake", Name: "results_queries_total",
+		Help: "Queries of a poll's results sent to PostgreSQL; the reads of one poll within --read-cache-ttl share one.",
+	})
+	m.stalePrincipals = m.degraded.WithLabelValues("stale_principal")
+	m.staleResults = m.degraded.WithLabelValues("stale_results")
+	m.pendingFromQueue = m.degraded.WithLabelValues("pending_from_queue")
+	return []prometheus.Collector{m.postgresReachable, m.degraded, m.resultsReads}
 }
 
 // newLimitMetrics are the counters of the limits kept in memory.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/sony/gobreaker/v2"
+	"golang.org/x/sync/singleflight"
 
 	"tally/ledger"
 	"tally/vote"
@@ -31,6 +32,12 @@ type eventStatus struct {
 	Reason      string `json:"reason,omitempty"`
 }
 
+// handleStatus answers the caller's own event: the ledger's record, else
+// pending while its idempotency record in Redis shows it was accepted. When
+// the ledger does not answer, pending is only said of an event accepted
+// after PostgreSQL stopped answering (so no projector can have applied it
+// since); of an older one intake cannot tell whether it was counted, and
+// answers 503.
 func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 	p, ok := s.principal(w, r)
 	if !ok {
@@ -40,47 +47,69 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	notFound := func() {
-		writeProblem(w, http.StatusNotFound, probNotFound,
-			fmt.Sprintf("your principal has no event %q: check the id, or send the vote again (the same event_id is safe to resend)", id), 0)
-	}
-
-	pgCtx, cancel := context.WithTimeout(r.Context(), s.cfg.PostgresTimeout)
-	rec, err := s.store.Event(pgCtx, p.ID, id)
-	cancel()
+	rec, err := s.statusEvent(r.Context(), p, id)
 	if err == nil {
-		var st eventStatus
-		if st, err = s.ledgerStatus(r.Context(), p, rec); err == nil {
-			writeJSON(w, http.StatusOK, st)
+		st, err := s.ledgerStatus(r.Context(), p, rec)
+		if err != nil {
+			s.failed(r, "poll lookup of a rejected event failed", err)
+			writeLedgerDown(w)
 			return
 		}
-	}
-	if !errors.Is(err, ledger.ErrNotFound) {
-		s.failed(r, "event lookup failed", err)
-		writeProblem(w, http.StatusServiceUnavailable, probUnavailable,
-			"the ledger did not answer: retry after the Retry-After delay", time.Second)
+		writeJSON(w, http.StatusOK, st)
 		return
 	}
+	ledgerDown := !errors.Is(err, ledger.ErrNotFound)
+	if ledgerDown && !errors.Is(err, errPostgresDown) {
+		s.failed(r, "event lookup failed", err)
+	}
 
-	var poll, cand string
+	var qr queueRecord
 	_, err = s.breaker.Execute(func() (any, error) {
 		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RedisTimeout)
 		defer cancel()
 		var err error
-		poll, cand, err = s.pendingRecord(ctx, s.keys.Idempotency(p.ID, id))
+		qr, err = s.pendingRecord(ctx, s.keys.Idempotency(p.ID, id))
 		return nil, err
 	})
-	if err != nil {
+	now := time.Now()
+	switch {
+	case err != nil:
 		s.failed(r, "pending lookup failed", err)
 		writeProblem(w, http.StatusServiceUnavailable, probUnavailable,
 			"the queue (Redis) did not answer: retry after the Retry-After delay", time.Second)
-		return
+	case qr.poll == "" && ledgerDown:
+		writeLedgerDown(w)
+	case qr.poll == "":
+		writeProblem(w, http.StatusNotFound, probNotFound,
+			fmt.Sprintf("your principal has no event %q: check the id, or send the vote again (the same event_id is safe to resend)", id), 0)
+	case ledgerDown && !s.pg.acceptedSinceDown(s.cfg.IdempotencyWindow-qr.ttl, now):
+		writeLedgerDown(w)
+	default:
+		if ledgerDown {
+			s.metrics.pendingFromQueue.Inc()
+		}
+		writeJSON(w, http.StatusOK, eventStatus{EventID: id, PollID: qr.poll, CandidateID: qr.cand, Status: string(ledger.StatusPending)})
 	}
-	if poll == "" {
-		notFound()
-		return
+}
+
+// statusEvent reads the ledger's record of p's event id, unless PostgreSQL
+// is not to be tried now (see pgState).
+func (s *Server) statusEvent(ctx context.Context, p *voter, id string) (ledger.EventRecord, error) {
+	if s.pg.skip(time.Now()) {
+		return ledger.EventRecord{}, errPostgresDown
 	}
-	writeJSON(w, http.StatusOK, eventStatus{EventID: id, PollID: poll, CandidateID: cand, Status: string(ledger.StatusPending)})
+	lctx, cancel := context.WithTimeout(ctx, s.cfg.PostgresTimeout)
+	defer cancel()
+	rec, err := s.store.Event(lctx, p.ID, id)
+	s.pg.observe(ctx, err)
+	return rec, err
+}
+
+// writeLedgerDown answers 503: the ledger did not answer, and nothing else
+// intake knows tells the answer.
+func writeLedgerDown(w http.ResponseWriter) {
+	writeProblem(w, http.StatusServiceUnavailable, probUnavailable,
+		"the ledger (PostgreSQL) did not answer: retry after the Retry-After delay", time.Second)
 }
 
 // ledgerStatus is the answer for the ledger's record of p's own event.
@@ -118,23 +147,55 @@ func (s *Server) visibleReason(ctx context.Context, p *voter, rec ledger.EventRe
 	return rec.Reason, nil
 }
 
-// pendingRecord reads the poll and candidate of an idempotency record (see
-// enqueueSrc), or "" when there is none.
-func (s *Server) pendingRecord(ctx context.Context, key string) (poll, cand string, err error) {
-	rec, err := s.rdb.Get(ctx, key).Result()
-	switch {
-	case errors.Is(err, redis.Nil):
-		return "", "", nil
-	case err != nil:
-		return "", "", err
-	}
-	poll, cand, _ = strings.Cut(rec, " ")
-	return poll, cand, nil
+// queueRecord is an idempotency record (see enqueueSrc): the poll and
+// candidate of an accepted event, and the lifetime it has left.
+type queueRecord struct {
+	poll, cand string // "" when there is none
+	ttl        time.Duration
 }
 
-// handleResults answers a poll's tallies. A principal outside a restricted
-// poll's eligibility list gets the very answer of an unknown poll (status,
-// problem type and detail), so it cannot learn that the poll exists.
+// pendingRecord reads the idempotency record of key and its lifetime left,
+// in one transaction. The record was written with Config.IdempotencyWindow
+// to live and keeps it when rewritten, so the window less its lifetime
+// left is how long ago the event was accepted.
+func (s *Server) pendingRecord(ctx context.Context, key string) (queueRecord, error) {
+	var get *redis.StringCmd
+	var ttl *redis.DurationCmd
+	_, err := s.rdb.TxPipelined(ctx, func(pl redis.Pipeliner) error {
+		get = pl.Get(ctx, key)
+		ttl = pl.PTTL(ctx, key)
+		return nil
+	})
+	rec, gerr := get.Result()
+	switch {
+	case errors.Is(gerr, redis.Nil):
+		return queueRecord{}, nil
+	case gerr != nil:
+		return queueRecord{}, gerr
+	case err != nil:
+		return queueRecord{}, err
+	}
+	var qr queueRecord
+	qr.poll, qr.cand, _ = strings.Cut(rec, " ")
+	qr.ttl = ttl.Val()
+	return qr, nil
+}
+
+// resultsAnswer is the answer of GET /v1/polls/{poll_id}/results. Stale
+// marks figures read before PostgreSQL stopped answering; their as_of says
+// when.
+type resultsAnswer struct {
+	ledger.Results
+	Stale bool `json:"stale,omitempty"`
+}
+
+// handleResults answers a poll's tallies, read at most once per
+// Config.ReadCacheTTL per poll (concurrent reads share one query). While
+// PostgreSQL does not answer, it answers the last figures intake read,
+// marked stale, or 503 when it read none. A principal outside a
+// restricted poll's eligibility list gets the very answer of an unknown
+// poll (status, problem type and detail), so it cannot learn that the
+// poll exists, whether the figures come from PostgreSQL or from the cache.
 func (s *Server) handleResults(w http.ResponseWriter, r *http.Request) {
 	p, ok := s.principal(w, r)
 	if !ok {
@@ -144,26 +205,95 @@ func (s *Server) handleResults(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.PostgresTimeout)
-	defer cancel()
-	pi, err := s.catalog.lookup(ctx, []byte(id), time.Time{})
+	pi, err := s.catalog.lookup(r.Context(), []byte(id), time.Time{})
 	if err == nil && !pi.mayVote(p.ID) {
 		err = ledger.ErrNotFound // not to be told apart from an unknown poll
 	}
-	var res ledger.Results
+	var res resultsAnswer
 	if err == nil {
-		res, err = s.store.Results(ctx, id)
+		res, err = s.pollResults(r.Context(), id)
 	}
 	switch {
 	case errors.Is(err, ledger.ErrNotFound):
 		writeUnknownPoll(w, id)
 	case err != nil:
-		s.failed(r, "results lookup failed", err)
-		writeProblem(w, http.StatusServiceUnavailable, probUnavailable,
-			"the ledger did not answer: retry after the Retry-After delay", time.Second)
+		if !errors.Is(err, errPostgresDown) {
+			s.failed(r, "results lookup failed", err)
+		}
+		writeLedgerDown(w)
 	default:
 		writeJSON(w, http.StatusOK, res)
 	}
+}
+
+// resultsCache holds the last figures intake read of each poll. It holds
+// no more polls than the catalog does: results are only read for a poll
+// the catalog holds.
+type resultsCache struct {
+	group singleflight.Group
+
+	mu   sync.Mutex
+	last map[string]resultsRead // poll id -> the last figures read
+}
+
+// resultsRead is a poll's figures and when intake read them.
+type resultsRead struct {
+	res  ledger.Results
+	read time.Time
+}
+
+func newResultsCache() *resultsCache { return &resultsCache{last: map[string]resultsRead{}} }
+
+func (c *resultsCache) get(id string) (resultsRead, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	rr, ok := c.last[id]
+	return rr, ok
+}
+
+func (c *resultsCache) put(id string, rr resultsRead) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.last[id] = rr
+}
+
+// pollResults is the figures of poll id: read within Config.ReadCacheTTL,
+// else read now (one query for every read of the poll waiting on it), else,
+// when PostgreSQL does not answer, the last read, stale.
+func (s *Server) pollResults(ctx context.Context, id string) (resultsAnswer, error) {
+	now := time.Now()
+	last, held := s.results.get(id)
+	if held && now.Sub(last.read) < s.cfg.ReadCacheTTL {
+		return resultsAnswer{Results: last.res}, nil
+	}
+	var err error
+	if s.pg.skip(now) {
+		err = errPostgresDown
+	} else {
+		var v any
+		v, err, _ = s.results.group.Do(id, func() (any, error) {
+			// Shared by every read waiting: no one reader's cancellation
+			// may end it.
+			qctx := context.WithoutCancel(ctx)
+			lctx, cancel := context.WithTimeout(qctx, s.cfg.PostgresTimeout)
+			defer cancel()
+			s.metrics.resultsReads.Inc()
+			res, err := s.store.Results(lctx, id)
+			s.pg.observe(qctx, err)
+			if err == nil {
+				s.results.put(id, resultsRead{res: res, read: time.Now()})
+			}
+			return res, err
+		})
+		if err == nil {
+			return resultsAnswer{Results: v.(ledger.Results)}, nil
+		}
+	}
+	if errors.Is(err, ledger.ErrNotFound) || !held {
+		return resultsAnswer{}, err
+	}
+	s.metrics.staleResults.Inc()
+	return resultsAnswer{Results: last.res, Stale: true}, nil
 }
 
 // writeUnknownPoll answers 404 for a poll the caller may not know of: one
@@ -191,6 +321,17 @@ type readiness struct {
 	Status string            `json:"status"` // ready, degraded or not ready
 	Checks map[string]string `json:"checks"` // postgres, redis, backlog: a check status each
 	Down   []string          `json:"down,omitempty"`
+	code   int               // 200, or 503 for not ready
+}
+
+// readyCache holds the last answer of /readyz, so that a flood of health
+// checks costs PostgreSQL and Redis one check per Config.ReadCacheTTL.
+type readyCache struct {
+	group singleflight.Group
+
+	mu   sync.Mutex
+	last *readiness // never changed once stored
+	at   time.Time
 }
 
 // handleReady answers /readyz with a status per check:
@@ -203,24 +344,61 @@ type readiness struct {
 //     while Redis does not answer.
 //
 // 503 "not ready" (with Retry-After) means take this instance out of
-// rotation: PostgreSQL or Redis does not answer it, or its breaker is open,
-// and another instance may well serve. A full backlog alone answers 200
-// "degraded": the streams are shared by every intake, so another instance
-// would refuse the same votes, and taking every instance out of rotation
-// would turn a 503 with Retry-After into connection errors. A failed
-// check's error goes to the log with the check's name.
+// rotation: Redis does not answer it, or its breaker is open, so it can
+// accept no vote, and another instance may well serve. 200 "degraded"
+// means keep it in rotation and alert: PostgreSQL does not answer, or a
+// backlog is full. Without PostgreSQL an intake still accepts the votes
+// of the principals it knows on the polls it holds and answers stale
+// results, and every intake shares the one PostgreSQL (and the streams):
+// taking them all out of rotation would turn those answers, and the 503s
+// with Retry-After of the rest, into connection errors. An intake cut off
+// from PostgreSQL while the others reach it cannot tell that from an
+// outage, and so stays in rotation too; tally_intake_postgres_reachable
+// tells them apart. A failed check's error goes to the log with the
+// check's name. The answer is reused for Config.ReadCacheTTL, and callers
+// that arrive while a check runs share it.
 func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
+	rd := s.readiness(r.Context())
+	if rd.code != http.StatusOK {
+		w.Header().Set("Retry-After", "1")
+	}
+	writeJSON(w, rd.code, rd)
+}
+
+// readiness is the last answer of /readyz, or a new one when it is older
+// than Config.ReadCacheTTL.
+func (s *Server) readiness(ctx context.Context) *readiness {
+	c := s.ready
+	c.mu.Lock()
+	last, at := c.last, c.at
+	c.mu.Unlock()
+	if last != nil && time.Since(at) < s.cfg.ReadCacheTTL {
+		return last
+	}
+	v, _, _ := c.group.Do("", func() (any, error) {
+		rd := s.checkReady(context.WithoutCancel(ctx))
+		c.mu.Lock()
+		c.last, c.at = rd, time.Now()
+		c.mu.Unlock()
+		return rd, nil
+	})
+	return v.(*readiness)
+}
+
+// checkReady runs the checks of /readyz, each bounded by its timeout.
+func (s *Server) checkReady(ctx context.Context) *readiness {
 	var pgErr, redisErr error
 	backlog := checkUnknown
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.PostgresTimeout)
+		pctx, cancel := context.WithTimeout(ctx, s.cfg.PostgresTimeout)
 		defer cancel()
-		pgErr = s.store.Ping(ctx)
+		pgErr = s.store.Ping(pctx)
+		s.pg.observe(ctx, pgErr)
 	})
 	wg.Go(func() {
 		var full bool
-		full, redisErr = s.readyRedis(r.Context())
+		full, redisErr = s.readyRedis(ctx)
 		if redisErr == nil {
 			backlog = checkOK
 			if full {
@@ -230,10 +408,11 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 	})
 	wg.Wait()
 
-	rd := readiness{Status: "ready", Checks: map[string]string{"postgres": checkOK, "redis": checkOK, "backlog": backlog}}
+	rd := &readiness{Status: "ready", code: http.StatusOK,
+		Checks: map[string]string{"postgres": checkOK, "redis": checkOK, "backlog": backlog}}
 	if pgErr != nil {
 		rd.Checks["postgres"] = checkUnreachable
-		s.log.LogAttrs(r.Context(), slog.LevelWarn, "readiness check failed",
+		s.log.LogAttrs(ctx, slog.LevelWarn, "readiness check failed",
 			slog.String("check", "postgres"), slog.String("error", pgErr.Error()))
 	}
 	switch {
@@ -241,7 +420,7 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 		rd.Checks["redis"] = checkBreakerOpen
 	case redisErr != nil:
 		rd.Checks["redis"] = checkUnreachable
-		s.log.LogAttrs(r.Context(), slog.LevelWarn, "readiness check failed",
+		s.log.LogAttrs(ctx, slog.LevelWarn, "readiness check failed",
 			slog.String("check", "redis"), slog.String("error", redisErr.Error()))
 	case s.breaker.State() != gobreaker.StateClosed:
 		rd.Checks["redis"] = checkBreakerOpen
@@ -252,16 +431,13 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	slices.Sort(rd.Down)
-	if rd.Checks["postgres"] != checkOK || rd.Checks["redis"] != checkOK {
-		rd.Status = "not ready"
-		w.Header().Set("Retry-After", "1")
-		writeJSON(w, http.StatusServiceUnavailable, rd)
-		return
-	}
-	if backlog != checkOK {
+	switch {
+	case rd.Checks["redis"] != checkOK:
+		rd.Status, rd.code = "not ready", http.StatusServiceUnavailable
+	case len(rd.Down) > 0:
 		rd.Status = "degraded"
 	}
-	writeJSON(w, http.StatusOK, rd)
+	return rd
 }
 
 // readyRedis pings Redis and reads the length of every shard's stream (XLEN

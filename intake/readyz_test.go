@@ -23,7 +23,7 @@ import (
 
 // This file tests /readyz: what it says when PostgreSQL or Redis does not
 // answer (never the driver's error, which names users, hosts and ports),
-// and a full backlog.
+// a full backlog, and that its answer is reused for Config.ReadCacheTTL.
 
 // readyAnswer is an answer of /readyz.
 type readyAnswer struct {
@@ -58,15 +58,16 @@ func readyz(t *testing.T, h http.Handler) readyAnswer {
 }
 
 // newReadyServer is an intake on store and rdb with shards stream shards,
-// not serving: /readyz needs only its handler. Its log goes to the buffer
-// returned.
+// not serving: /readyz needs only its handler. Its answer is reused for
+// 1ns only, so that each call checks again, unless an option says
+// otherwise. Its log goes to the buffer returned.
 func newReadyServer(t *testing.T, store *ledger.Store, rdb redis.UniversalClient, shards int, opts ...option) (*intake.Server, stream.Keys, *testenv.LogBuffer) {
 	t.Helper()
 	keys, err := stream.NewKeys(testenv.RandomName("t"), shards)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := intake.Config{RedisTimeout: 500 * time.Millisecond, PostgresTimeout: time.Second}
+	cfg := intake.Config{RedisTimeout: 500 * time.Millisecond, PostgresTimeout: time.Second, ReadCacheTTL: time.Nanosecond}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -79,7 +80,7 @@ func newReadyServer(t *testing.T, store *ledger.Store, rdb redis.UniversalClient
 }
 
 // TestReadyzHidesDriverErrors: with PostgreSQL and Redis on closed ports,
-// /readyz answers 503 naming each as unreachable, and its body holds none
+// /readyz answers 503 (Redis) naming each as unreachable, and its body holds none
 // of the database URL's user, password, database, host or port, nor Redis'
 // address; the log has the drivers' errors with the check's name.
 func TestReadyzHidesDriverErrors(t *testing.T) {
@@ -197,5 +198,65 @@ func TestReadyzBacklogFull(t *testing.T) {
 	if r.code != http.StatusOK || r.status != "degraded" || r.checks["backlog"] != "backlog_full" ||
 		r.checks["redis"] != "ok" || r.checks["postgres"] != "ok" {
 		t.Fatalf("/readyz with a full shard: %d %s", r.code, r.raw)
+	}
+}
+
+// closedPostgres is a store on a PostgreSQL that does not listen.
+func closedPostgres(t *testing.T) *ledger.Store {
+	t.Helper()
+	addr, err := testenv.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := pgxpool.New(context.Background(), "postgres://tally@"+addr+"/tally?connect_timeout=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	store, err := ledger.New(pool, ledger.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return store
+}
+
+// TestReadyzPostgresDown: PostgreSQL down and Redis up reads 200
+// "degraded" with postgres unreachable: the intake still accepts the
+// votes of the principals it knows, and every intake shares the one
+// PostgreSQL, so it stays in rotation.
+func TestReadyzPostgresDown(t *testing.T) {
+	t.Parallel()
+	rdb, _ := testenv.Redis(t)
+	srv, _, logs := newReadyServer(t, closedPostgres(t), rdb, 1)
+	r := readyz(t, srv.Handler())
+	if r.code != http.StatusOK || r.status != "degraded" ||
+		r.checks["postgres"] != "unreachable" || r.checks["redis"] != "ok" || r.checks["backlog"] != "ok" {
+		t.Fatalf("/readyz with PostgreSQL down: %d %s, want 200 degraded", r.code, r.raw)
+	}
+	if !strings.Contains(logs.String(), "check=postgres") {
+		t.Fatalf("the log does not name the failed check: %s", logs)
+	}
+}
+
+// TestReadyzCached: within Config.ReadCacheTTL /readyz answers what it
+// found last, without checking again, so a flood of health checks costs
+// PostgreSQL and Redis one check per period.
+func TestReadyzCached(t *testing.T) {
+	t.Parallel()
+	db := testenv.Postgres(t)
+	store, err := ledger.New(db.Pool, ledger.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	server := testenv.StartRedis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: server.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { rdb.Close() })
+	srv, _, _ := newReadyServer(t, store, rdb, 1, func(c *intake.Config) { c.ReadCacheTTL = time.Hour })
+	if r := readyz(t, srv.Handler()); r.code != http.StatusOK || r.status != "ready" {
+		t.Fatalf("/readyz with both up: %d %s", r.code, r.raw)
+	}
+	server.Kill()
+	if r := readyz(t, srv.Handler()); r.code != http.StatusOK || r.status != "ready" {
+		t.Fatalf("/readyz within its cache TTL: %d %s, want the cached ready", r.code, r.raw)
 	}
 }

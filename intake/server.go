@@ -36,6 +36,9 @@ type Server struct {
 	auth     *authCache
 	limits   *limits
 	catalog  *catalog
+	pg       *pgState      // whether PostgreSQL answers intake's lookups
+	results  *resultsCache // the last figures read of each poll
+	ready    *readyCache   // the last answer of /readyz
 	handler  http.Handler
 
 	// script holds the enqueue script's arguments that are the same for
@@ -85,9 +88,12 @@ func New(cfg Config, store *ledger.Store, rdb redis.UniversalClient, keys stream
 	})
 	s.batcher = newBatcher(rdb, cfg, m.batchSize)
 	s.checks = newLedgerChecks(store, cfg, s.log)
-	s.auth = newAuthCache(store, keys, cfg)
+	s.pg = newPGState(s.log, m.postgresReachable)
+	s.auth = newAuthCache(store, keys, cfg, s.pg, m.stalePrincipals)
+	s.results = newResultsCache()
+	s.ready = &readyCache{}
 	s.limits = newLimits(cfg, m)
-	s.catalog = newCatalog(store, s.log, cfg, s.auth.clear)
+	s.catalog = newCatalog(store, s.log, cfg, s.pg, s.auth.expireAll)
 	s.handler = s.routes()
 	return s, nil
 }
