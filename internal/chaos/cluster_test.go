@@ -50,6 +50,7 @@ type clusterOptions struct {
 	privatePostgres     bool
 	maxBacklog          int      // intake's --max-backlog; 0: its default
 	projectorArgs       []string // flags added to every projector's
+	intakeArgs          []string // flags added to every intake's
 	// proxies: when set, called with the Redis and database addresses
 	// before the daemons start; returns the addresses intake uses for
 	// Redis and projector for PostgreSQL.
@@ -101,6 +102,7 @@ func newCluster(t *testing.T, opt clusterOptions) *cluster {
 		if opt.maxBacklog > 0 {
 			p.Args = append(p.Args, "--max-backlog", strconv.Itoa(opt.maxBacklog))
 		}
+		p.Args = append(p.Args, opt.intakeArgs...)
 		c.intakes = append(c.intakes, p)
 	}
 	ctx := context.Background()

@@ -37,6 +37,11 @@
 //     may;
 //   - postgres-outage: the link between the projectors and PostgreSQL cut
 //     for longer than --min-idle, while intake keeps accepting;
+//   - postgres-down-degraded: a private PostgreSQL stopped for longer than
+//     intake's --auth-cache-ttl; meanwhile a probe checks that intake
+//     degrades safely (principals it verified get 202, a token it never
+//     saw gets 503, results answer stale, a vote's status pending, /readyz
+//     degraded), and afterwards that every probe vote is recorded;
 //   - slow-postgres-overlap: latency on that link with a --min-idle shorter
 //     than a batch may take, so live projectors claim and apply each
 //     other's entries at once, and projectors are killed meanwhile.
@@ -82,5 +87,6 @@
 //     projectors, proxies) and its checks on the daemons;
 //   - chaos_test.go: the profiles, TestMain and the table, the run every
 //     scenario shares (send, inject, drain, verify, check), and the
-//     scenarios themselves.
+//     scenarios themselves;
+//   - degraded_test.go: postgres-down-degraded and its probe.
 package chaos
