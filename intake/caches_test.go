@@ -63,9 +63,7 @@ func TestRevocationTTL(t *testing.T) {
 	get := func() int {
 		req, _ := http.NewRequest(http.MethodGet, "/v1/votes/x", nil)
 		req.Header.Set("Authorization", "Bearer "+token)
-		w := &codeRecorder{header: http.Header{}}
-		srv.Handler().ServeHTTP(w, req)
-		return w.code
+		return serve(t, srv.Handler(), req).Code
 	}
 	cached := time.Now()
 	if c := get(); c != http.StatusNotFound {

@@ -71,12 +71,11 @@ func newHandlerOnly(t *testing.T, store *ledger.Store, rdb redis.UniversalClient
 }
 
 // getStatus is the status code of GET /v1/votes/x with token.
-func getStatus(h http.Handler, token string) int {
+func getStatus(t *testing.T, h http.Handler, token string) int {
+	t.Helper()
 	req := httptest.NewRequest(http.MethodGet, "/v1/votes/x", nil)
 	req.Header.Set("Authorization", "Bearer "+token)
-	w := httptest.NewRecorder()
-	h.ServeHTTP(w, req)
-	return w.Code
+	return serve(t, h, req).Code
 }
 
 // problemTypeOf is the type of the problem document body, or "".
@@ -261,7 +260,7 @@ func TestStalePrincipalOnlyWhilePostgresIsDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c := getStatus(srv, token); c != http.StatusNotFound {
+	if c := getStatus(t, srv, token); c != http.StatusNotFound {
 		t.Fatalf("status before the revocation: %d", c)
 	}
 	if err := store.RevokePrincipal(context.Background(), p.ID); err != nil {
@@ -270,11 +269,11 @@ func TestStalePrincipalOnlyWhilePostgresIsDown(t *testing.T) {
 	pg.Stop()
 	time.Sleep(50 * time.Millisecond)
 	// Past its TTL, PostgreSQL down: served (the ledger then answers 503).
-	if c := getStatus(srv, token); c != http.StatusServiceUnavailable {
+	if c := getStatus(t, srv, token); c != http.StatusServiceUnavailable {
 		t.Fatalf("status of a stale principal while PostgreSQL is down: %d, want 503 from the ledger, not 401", c)
 	}
 	pg.Start()
-	eventually(t, "the revoked token refused once PostgreSQL answers", func() bool { return getStatus(srv, token) == http.StatusUnauthorized })
+	eventually(t, "the revoked token refused once PostgreSQL answers", func() bool { return getStatus(t, srv, token) == http.StatusUnauthorized })
 }
 
 // TestAuthStaleMaxAtTTL: with Config.AuthStaleMax no longer than AuthTTL,
@@ -291,15 +290,14 @@ func TestAuthStaleMaxAtTTL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c := getStatus(srv, token); c != http.StatusNotFound {
+	if c := getStatus(t, srv, token); c != http.StatusNotFound {
 		t.Fatalf("status with PostgreSQL up: %d", c)
 	}
 	pg.Stop()
 	time.Sleep(ttl)
 	req := httptest.NewRequest(http.MethodGet, "/v1/votes/x", nil)
 	req.Header.Set("Authorization", "Bearer "+token)
-	w := httptest.NewRecorder()
-	srv.ServeHTTP(w, req)
+	w := serve(t, srv, req)
 	if w.Code != http.StatusServiceUnavailable || problemTypeOf(w.Body.Bytes()) != "urn:tally:problem:unavailable" {
 		t.Fatalf("a principal past its TTL with AuthStaleMax = AuthTTL: %d %s, want 503 unavailable", w.Code, w.Body)
 	}
@@ -329,7 +327,7 @@ func TestResultsReadOncePerTTL(t *testing.T) {
 			wg.Go(func() {
 				req, _ := http.NewRequest(http.MethodGet, b.url+"/v1/polls/p1/results", nil)
 				req.Header.Set("Authorization", "Bearer "+tok)
-				resp, err := b.client.Do(req)
+				resp, err := checked(t, b.client).Do(req)
 				if err != nil {
 					codes <- 0
 					return

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"sync"
 	"testing"
@@ -172,6 +173,30 @@ func checked(t testing.TB, client *http.Client) *http.Client {
 	return &checked
 }
 
+// serve has h answer req without a server, as tests of a handler alone
+// do, and checks the exchange against the OpenAPI document.
+func serve(t testing.TB, h http.Handler, req *http.Request) *httptest.ResponseRecorder {
+	t.Helper()
+	var body []byte
+	if req.Body != nil {
+		var err error
+		if body, err = io.ReadAll(req.Body); err != nil {
+			t.Fatal(err)
+		}
+		req.Body = io.NopCloser(bytes.NewReader(body))
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, req)
+	api, err := contract()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := api.Check(req, body, w.Code, w.Header(), w.Body.Bytes()); err != nil {
+		t.Errorf("OpenAPI contract: %v", err)
+	}
+	return w
+}
+
 // send sends req with the bundle's client, checked against the OpenAPI
 // document, and reads the whole answer.
 func (b *bundle) send(t *testing.T, req *http.Request) reply {
@@ -256,24 +281,3 @@ func eventually(t *testing.T, what string, ok func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
-
-// codeRecorder is an http.ResponseWriter that keeps the status code only.
-type codeRecorder struct {
-	header http.Header
-	code   int
-}
-
-func (w *codeRecorder) Header() http.Header { return w.header }
-func (w *codeRecorder) Write(b []byte) (int, error) {
-	if w.code == 0 {
-		w.code = http.StatusOK
-	}
-	return len(b), nil
-}
-func (w *codeRecorder) WriteHeader(code int) {
-	if w.code == 0 {
-		w.code = code
-	}
-}
-
-// TestClosedPollByNotify closes a poll while intake runs; with the periodic

@@ -21,6 +21,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"pgregory.net/rapid"
 
+	"tally/internal/apitest"
 	"tally/internal/testenv"
 	"tally/ledger"
 	"tally/stream"
@@ -272,6 +273,13 @@ func TestCheckLedgerOutOfTime(t *testing.T) {
 	w := httptest.NewRecorder()
 	s.answerEnqueue(w, httptest.NewRequest(http.MethodPost, "/v1/votes", nil), "e1", res, nil)
 	body := w.Body.String()
+	api, err := apitest.Load(openAPIDocument)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := api.CheckAnswer(http.MethodPost, routeVotes, w.Code, w.Header(), w.Body.Bytes()); err != nil {
+		t.Errorf("OpenAPI contract: %v", err)
+	}
 	if w.Code != http.StatusServiceUnavailable || !strings.Contains(body, "urn:tally:problem:not-queued") ||
 		!strings.Contains(body, "same event_id") || w.Header().Get("Retry-After") == "" {
 		t.Fatalf("answer %d %v: %s", w.Code, w.Header(), body)
