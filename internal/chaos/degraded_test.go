@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"tally/intake"
+	"tally/internal/apitest"
 	"tally/ledger"
 )
 
@@ -94,7 +96,13 @@ func probePoll(i int) string { return "degraded-" + strconv.Itoa(i) }
 func newProbe(t *testing.T, c *cluster) *probe {
 	t.Helper()
 	ctx := context.Background()
-	p := &probe{url: c.intakeURLs()[0], client: &http.Client{Timeout: 10 * time.Second}}
+	api, err := apitest.Load(intake.OpenAPIDocument())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every exchange of the probe is checked against intake's OpenAPI
+	// document: what a client sees during the outage is part of the contract.
+	p := &probe{url: c.intakeURLs()[0], client: &http.Client{Timeout: 10 * time.Second, Transport: api.Transport(t, nil)}}
 	for i := range probeVoters {
 		v, token, err := c.store.AddPrincipal(ctx, "probe "+strconv.Itoa(i))
 		if err != nil {
@@ -102,7 +110,6 @@ func newProbe(t *testing.T, c *cluster) *probe {
 		}
 		p.voters, p.tokens = append(p.voters, v), append(p.tokens, token)
 	}
-	var err error
 	if _, p.stranger, err = c.store.AddPrincipal(ctx, "stranger"); err != nil {
 		t.Fatal(err)
 	}
