@@ -13,6 +13,7 @@ require (
 	github.com/rs/zerolog v1.28.0
 	github.com/sethvargo/go-retry v0.5.0
 	github.com/sony/gobreaker/v2 v2.4.0
+	github.com/transparency-dev/formats v0.1.1
 	github.com/urfave/cli/v2 v2.27.7
 	go.uber.org/goleak v1.3.0
 	golang.org/x/mod v0.42.0

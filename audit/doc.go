@@ -11,4 +11,21 @@
 // by its first byte. The tree and its proofs are golang.org/x/mod/sumdb/tlog's,
 // which implements exactly that hashing; this package adds the leaf, the
 // checkpoint and the errors that name what did not verify.
+//
+// A checkpoint is a tree head (origin, size, root) in the transparency-log
+// checkpoint format of github.com/transparency-dev/formats/log, signed as
+// a golang.org/x/mod/sumdb/note with the log's Ed25519 key. Its origin,
+// Origin(logName, pollID), names the deployment (the key's name) and the
+// poll, so a checkpoint of one poll never verifies as another's.
+//
+// The files:
+//
+//   - leaf.go: the leaf encoding (version 1) and its hash.
+//   - checkpoint.go: keys, signing and opening checkpoints, the
+//     checkpoints file (JSON lines of StoredCheckpoint), the errors callers
+//     branch on (ErrMalformed, ErrSignature, ErrOrigin, ErrProof).
+//   - proof.go: inclusion and consistency checks, and the voter's Receipt.
+//   - tree.go: Tree, a poll's log in memory: roots at any size and proofs.
+//   - verify.go: VerifyExport, the audit of an export against checkpoints
+//     and published results, and its Report.
 package audit

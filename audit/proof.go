@@ -1,0 +1,165 @@
+package audit
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"golang.org/x/mod/sumdb/note"
+	"golang.org/x/mod/sumdb/tlog"
+)
+
+// This file owns the proofs a voter and an auditor check: inclusion of a
+// leaf in a tree (RFC 6962 2.1.1, tlog's RecordProof), consistency of an
+// older tree with a newer one (RFC 6962 2.1.2, tlog's TreeProof), and the
+// receipt that carries a vote's inclusion proof to its voter.
+
+// CheckInclusion checks that proof shows the leaf with hash leaf at index
+// in the tree of size leaves whose root is root. The proof's hashes run
+// from the leaf's sibling up to the root's child, as tlog and RFC 6962
+// order them.
+func CheckInclusion(pollID string, index int64, leaf tlog.Hash, size int64, root tlog.Hash, proof tlog.RecordProof) error {
+	if index < 0 || index >= size {
+		return fmt.Errorf("%w: poll %s: leaf index %d is not in a tree of size %d", ErrProof, pollID, index, size)
+	}
+	if err := tlog.CheckRecord(proof, size, root, index, leaf); err != nil {
+		return fmt.Errorf("%w: poll %s: the inclusion proof of leaf %d (%d hashes) does not lead to the root of size %d", ErrProof, pollID, index, len(proof), size)
+	}
+	return nil
+}
+
+// CheckConsistency checks that proof shows the tree of size oldSize with
+// root oldRoot to be a prefix of the tree of size newSize with root
+// newRoot: every leaf the older tree held is still there, unchanged, at
+// its index. Equal sizes need an empty proof and equal roots; an empty
+// older tree is a prefix of every tree.
+func CheckConsistency(pollID string, oldSize int64, oldRoot tlog.Hash, newSize int64, newRoot tlog.Hash, proof tlog.TreeProof) error {
+	switch {
+	case oldSize < 0 || oldSize > newSize:
+		return fmt.Errorf("%w: poll %s: a tree of size %d cannot be a prefix of one of size %d", ErrProof, pollID, oldSize, newSize)
+	case oldSize == 0:
+		if len(proof) != 0 {
+			return fmt.Errorf("%w: poll %s: the consistency proof from the empty tree must be empty, it has %d hashes", ErrProof, pollID, len(proof))
+		}
+		return nil
+	}
+	if err := tlog.CheckTree(proof, newSize, newRoot, oldSize, oldRoot); err != nil {
+		return fmt.Errorf("%w: poll %s: the consistency proof (%d hashes) does not show the tree of size %d to be a prefix of the tree of size %d",
+			ErrProof, pollID, len(proof), oldSize, newSize)
+	}
+	return nil
+}
+
+// VerifyConsistency checks that newer, a later checkpoint of the same
+// poll, still holds everything older did. Both must have been opened
+// (verified) already; they may be signed under different log names (a
+// key rotation), but must be of the same poll.
+func VerifyConsistency(older, newer Checkpoint, proof tlog.TreeProof) error {
+	if older.PollID() != newer.PollID() {
+		return fmt.Errorf("%w: checkpoint of %q against one of %q: both must be of one poll", ErrOrigin, older.Origin, newer.Origin)
+	}
+	return CheckConsistency(older.PollID(), older.Size, older.Root, newer.Size, newer.Root, proof)
+}
+
+// Receipt is what a voter keeps to check, offline, that their vote is a
+// leaf of the poll's log: the leaf's fields, its index and hash, and its
+// inclusion proof against a signed checkpoint. In JSON received_at is
+// RFC 3339 in UTC with microseconds and hashes are base64.
+type Receipt struct {
+	PollID         string           `json:"poll_id"`
+	CandidateID    string           `json:"candidate_id"`
+	PrincipalID    string           `json:"principal_id"`
+	EventID        string           `json:"event_id"` // the client's event id, as in the leaf
+	ReceivedAt     time.Time        `json:"received_at"`
+	LeafIndex      int64            `json:"leaf_index"`
+	LeafHash       tlog.Hash        `json:"leaf_hash"`
+	TreeSize       int64            `json:"tree_size"`
+	Checkpoint     string           `json:"checkpoint"` // the signed note text
+	InclusionProof tlog.RecordProof `json:"inclusion_proof"`
+}
+
+// ReceivedAtLayout is how a receipt writes received_at: RFC 3339 in UTC,
+// always with six fractional digits, the leaf's precision.
+const ReceivedAtLayout = "2006-01-02T15:04:05.000000Z07:00"
+
+// NewReceipt assembles the receipt of the leaf l at index, proved by proof
+// against checkpoint, a signed checkpoint of size treeSize. It computes the
+// leaf hash; it does not verify (VerifyReceipt does).
+func NewReceipt(l Leaf, index int64, treeSize int64, checkpoint []byte, proof tlog.RecordProof) (Receipt, error) {
+	h, err := LeafHash(l)
+	if err != nil {
+		return Receipt{}, err
+	}
+	return Receipt{PollID: l.PollID, CandidateID: l.CandidateID, PrincipalID: l.PrincipalID, EventID: l.ClientEventID,
+		ReceivedAt: l.ReceivedAt.UTC().Truncate(time.Microsecond), LeafIndex: index, LeafHash: h, TreeSize: treeSize,
+		Checkpoint: string(checkpoint), InclusionProof: proof}, nil
+}
+
+// Leaf is the leaf the receipt's fields describe.
+func (r Receipt) Leaf() Leaf {
+	return Leaf{PollID: r.PollID, CandidateID: r.CandidateID, PrincipalID: r.PrincipalID, ClientEventID: r.EventID, ReceivedAt: r.ReceivedAt}
+}
+
+type receiptJSON Receipt // Receipt's fields without its methods
+
+// MarshalJSON writes received_at with ReceivedAtLayout and an empty proof
+// as [] rather than null.
+func (r Receipt) MarshalJSON() ([]byte, error) {
+	if r.InclusionProof == nil {
+		r.InclusionProof = tlog.RecordProof{}
+	}
+	return json.Marshal(struct {
+		receiptJSON
+		ReceivedAt string `json:"received_at"`
+	}{receiptJSON(r), r.ReceivedAt.UTC().Format(ReceivedAtLayout)})
+}
+
+// ParseReceipt reads a receipt in JSON, refusing unknown fields, so that a
+// misspelt field is named rather than read as missing.
+func ParseReceipt(b []byte) (Receipt, error) {
+	var r receiptJSON
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&r); err != nil {
+		return Receipt{}, fmt.Errorf("%w receipt: %v", ErrMalformed, err)
+	}
+	if dec.More() {
+		return Receipt{}, fmt.Errorf("%w receipt: data follows the JSON object", ErrMalformed)
+	}
+	if r.ReceivedAt.IsZero() {
+		return Receipt{}, fmt.Errorf("%w receipt: received_at is missing", ErrMalformed)
+	}
+	if r.Checkpoint == "" {
+		return Receipt{}, fmt.Errorf("%w receipt: checkpoint is missing", ErrMalformed)
+	}
+	return Receipt(r), nil
+}
+
+// VerifyReceipt checks r: the leaf hash is the hash of the receipt's
+// fields, the checkpoint is signed by verifier for this poll of the log
+// logName (the verifier key's name) at the receipt's tree size, and the
+// inclusion proof leads from the leaf to the checkpoint's root. It returns
+// the opened checkpoint, for a later consistency check.
+func VerifyReceipt(r Receipt, verifier note.Verifier, logName string) (Checkpoint, error) {
+	h, err := LeafHash(r.Leaf())
+	if err != nil {
+		return Checkpoint{}, fmt.Errorf("%w receipt: %v", ErrMalformed, err)
+	}
+	if h != r.LeafHash {
+		return Checkpoint{}, fmt.Errorf("%w: poll %s leaf %d: the receipt's fields hash to %s, not to its leaf_hash %s: a field was changed",
+			ErrProof, r.PollID, r.LeafIndex, h, r.LeafHash)
+	}
+	cp, err := OpenCheckpoint([]byte(r.Checkpoint), verifier, Origin(logName, r.PollID))
+	if err != nil {
+		return Checkpoint{}, fmt.Errorf("receipt of poll %s leaf %d: %w", r.PollID, r.LeafIndex, err)
+	}
+	if cp.Size != r.TreeSize {
+		return Checkpoint{}, fmt.Errorf("%w: poll %s leaf %d: the receipt says tree size %d, its checkpoint %d",
+			ErrProof, r.PollID, r.LeafIndex, r.TreeSize, cp.Size)
+	}
+	if err := CheckInclusion(r.PollID, r.LeafIndex, r.LeafHash, cp.Size, cp.Root, r.InclusionProof); err != nil {
+		return Checkpoint{}, err
+	}
+	return cp, nil
+}

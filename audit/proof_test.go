@@ -1,0 +1,348 @@
+package audit_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/mod/sumdb/tlog"
+	"pgregory.net/rapid"
+
+	"tally/audit"
+)
+
+// maxTree bounds the trees the property tests draw: every shape of proof
+// up to nine levels, and each check stays fast.
+const maxTree = 300
+
+// propertyTree is one tree of maxTree test leaves the property tests
+// share: a tree's prefixes are the trees of every smaller size.
+var propertyTree = mustTree("p", maxTree)
+
+// hashMutations returns every mutation of a list of hashes a verifier must
+// refuse: each byte of each hash flipped (by a drawn non-zero mask), each
+// hash dropped, a hash added at each place (a drawn one, or a copy of a
+// neighbour), each adjacent pair swapped where the two differ.
+func hashMutations(t *rapid.T, hs []tlog.Hash) map[string][]tlog.Hash {
+	out := map[string][]tlog.Hash{}
+	for i := range hs {
+		for j := range tlog.HashSize {
+			m := slices.Clone(hs)
+			m[i][j] ^= rapid.Byte().Filter(func(b byte) bool { return b != 0 }).Draw(t, "mask")
+			out["flip "+itoa(i)+"."+itoa(j)] = m
+		}
+		out["drop "+itoa(i)] = slices.Delete(slices.Clone(hs), i, i+1)
+		if i+1 < len(hs) && hs[i] != hs[i+1] {
+			m := slices.Clone(hs)
+			m[i], m[i+1] = m[i+1], m[i]
+			out["swap "+itoa(i)] = m
+		}
+	}
+	for i := 0; i <= len(hs); i++ {
+		var extra tlog.Hash
+		copy(extra[:], rapid.SliceOfN(rapid.Byte(), tlog.HashSize, tlog.HashSize).Draw(t, "extra"))
+		out["add "+itoa(i)] = slices.Insert(slices.Clone(hs), i, extra)
+		if len(hs) > 0 {
+			out["repeat "+itoa(i)] = slices.Insert(slices.Clone(hs), i, hs[min(i, len(hs)-1)])
+		}
+	}
+	return out
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }
+
+func root(t *rapid.T, size int64) tlog.Hash {
+	h, err := propertyTree.Root(size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// Inclusion: the proof of a drawn leaf in a drawn tree verifies, and every
+// mutation of it, of the leaf, of its index or of the tree it is checked
+// against (another size with that size's root) is refused.
+func TestInclusionRefusesMutations(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		size := rapid.Int64Range(1, maxTree).Draw(t, "size")
+		index := rapid.Int64Range(0, size-1).Draw(t, "index")
+		proof, err := propertyTree.InclusionProof(index, size)
+		if err != nil {
+			t.Fatal(err)
+		}
+		leaf, _ := propertyTree.LeafHash(index)
+		r := root(t, size)
+		if err := audit.CheckInclusion("p", index, leaf, size, r, proof); err != nil {
+			t.Fatalf("valid proof refused: %v", err)
+		}
+		refuse := func(what string, err error) {
+			if err == nil {
+				t.Fatalf("%s: accepted", what)
+			}
+			if !errors.Is(err, audit.ErrProof) {
+				t.Fatalf("%s: error %v is not ErrProof", what, err)
+			}
+		}
+		for name, m := range hashMutations(t, proof) {
+			refuse("proof "+name, audit.CheckInclusion("p", index, leaf, size, r, m))
+		}
+		for name, m := range hashMutations(t, []tlog.Hash{leaf, r}) {
+			if len(m) == 2 {
+				refuse("leaf or root "+name, audit.CheckInclusion("p", index, m[0], size, m[1], proof))
+			}
+		}
+		for other := int64(-1); other <= size; other++ {
+			if other != index {
+				refuse("index "+itoa(int(other)), audit.CheckInclusion("p", other, leaf, size, r, proof))
+			}
+		}
+		for other := int64(0); other <= maxTree; other++ {
+			if other != size {
+				var otherRoot tlog.Hash
+				if other > 0 {
+					otherRoot = root(t, other)
+				}
+				refuse("size "+itoa(int(other)), audit.CheckInclusion("p", index, leaf, other, otherRoot, proof))
+			}
+		}
+	})
+}
+
+// Consistency: the proof between two drawn sizes verifies, and every
+// mutation of it, of either root, or of either size (with that size's
+// root) is refused.
+func TestConsistencyRefusesMutations(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		newSize := rapid.Int64Range(1, maxTree).Draw(t, "new")
+		oldSize := rapid.Int64Range(1, newSize).Draw(t, "old")
+		proof, err := propertyTree.ConsistencyProof(oldSize, newSize)
+		if err != nil {
+			t.Fatal(err)
+		}
+		oldRoot, newRoot := root(t, oldSize), root(t, newSize)
+		if err := audit.CheckConsistency("p", oldSize, oldRoot, newSize, newRoot, proof); err != nil {
+			t.Fatalf("valid proof refused: %v", err)
+		}
+		refuse := func(what string, err error) {
+			if !errors.Is(err, audit.ErrProof) {
+				t.Fatalf("%s: error %v, want ErrProof", what, err)
+			}
+		}
+		for name, m := range hashMutations(t, proof) {
+			refuse("proof "+name, audit.CheckConsistency("p", oldSize, oldRoot, newSize, newRoot, m))
+		}
+		for name, m := range hashMutations(t, []tlog.Hash{oldRoot, newRoot}) {
+			if len(m) == 2 {
+				refuse("roots "+name, audit.CheckConsistency("p", oldSize, m[0], newSize, m[1], proof))
+			}
+		}
+		for other := int64(1); other <= maxTree; other++ {
+			if other != oldSize && other <= newSize {
+				refuse("old size "+itoa(int(other)), audit.CheckConsistency("p", other, root(t, other), newSize, newRoot, proof))
+			}
+			if other != newSize && other >= oldSize {
+				refuse("new size "+itoa(int(other)), audit.CheckConsistency("p", oldSize, oldRoot, other, root(t, other), proof))
+			}
+		}
+	})
+}
+
+// receiptFixture is a valid receipt of leaf index in a tree of size,
+// against a checkpoint signed with the test key.
+func receiptFixture(t failer, k keys, size, index int64) audit.Receipt {
+	proof, err := propertyTree.InclusionProof(index, size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := propertyTree.Root(size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp := sign(t, k.signer, audit.Origin(testLogName, "p"), size, r)
+	rc, err := audit.NewReceipt(testLeaf("p", int(index)), index, size, cp, proof)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rc
+}
+
+// receiptMutations are the changes to a receipt that VerifyReceipt must
+// refuse, but for the proof's and the checkpoint's bytes, which the test
+// mutates one by one.
+func receiptMutations(t *rapid.T, k keys, r audit.Receipt) map[string]audit.Receipt {
+	other := func(s string) string { return s + "x" }
+	size, index := r.TreeSize, r.LeafIndex
+	root := root(t, size)
+	ms := map[string]func(*audit.Receipt){
+		"poll_id":       func(m *audit.Receipt) { m.PollID = other(m.PollID) },
+		"candidate_id":  func(m *audit.Receipt) { m.CandidateID = other(m.CandidateID) },
+		"principal_id":  func(m *audit.Receipt) { m.PrincipalID = other(m.PrincipalID) },
+		"event_id":      func(m *audit.Receipt) { m.EventID = other(m.EventID) },
+		"received_at":   func(m *audit.Receipt) { m.ReceivedAt = m.ReceivedAt.Add(time.Microsecond) },
+		"leaf_index +1": func(m *audit.Receipt) { m.LeafIndex++ },
+		"leaf_index -1": func(m *audit.Receipt) { m.LeafIndex-- },
+		"leaf_hash":     func(m *audit.Receipt) { m.LeafHash[rapid.IntRange(0, 31).Draw(t, "byte")] ^= 1 },
+		"tree_size +1":  func(m *audit.Receipt) { m.TreeSize++ },
+		"tree_size -1":  func(m *audit.Receipt) { m.TreeSize-- },
+		"forged key": func(m *audit.Receipt) {
+			m.Checkpoint = string(sign(t, k.forger, audit.Origin(testLogName, "p"), size, root))
+		},
+		"other poll": func(m *audit.Receipt) {
+			m.Checkpoint = string(sign(t, k.signer, audit.Origin(testLogName, "q"), size, root))
+		},
+		"other log": func(m *audit.Receipt) {
+			m.Checkpoint = string(sign(t, k.rotated, audit.Origin("tally.example.org-2027", "p"), size, root))
+		},
+		"signed size +1": func(m *audit.Receipt) {
+			m.Checkpoint = string(sign(t, k.signer, audit.Origin(testLogName, "p"), size+1, root))
+		},
+		"next tree":       func(m *audit.Receipt) { m.TreeSize, m.Checkpoint = resigned(t, k, size+1) },
+		"previous tree":   func(m *audit.Receipt) { m.TreeSize, m.Checkpoint = resigned(t, k, size-1) },
+		"other leaf hash": func(m *audit.Receipt) { m.LeafHash, _ = propertyTree.LeafHash((index + 1) % maxTree) },
+	}
+	out := map[string]audit.Receipt{}
+	for name, f := range ms {
+		m := r
+		m.InclusionProof = slices.Clone(r.InclusionProof)
+		f(&m)
+		out[name] = m
+	}
+	return out
+}
+
+// resigned is a valid checkpoint of the tree at size (0 when size is out
+// of the tree's range, so the mutation stays a refusal to test).
+func resigned(t *rapid.T, k keys, size int64) (int64, string) {
+	if size < 0 || size > maxTree {
+		size = 0
+	}
+	return size, string(sign(t, k.signer, audit.Origin(testLogName, "p"), size, root(t, size)))
+}
+
+// Receipts: a valid receipt verifies, in memory and through its JSON;
+// each field changed, proofs with a hash dropped, added, repeated, swapped
+// or flipped, and checkpoints by another key, of another poll or of
+// another size are refused. (Each byte of each proof hash is flipped in
+// TestInclusionRefusesMutations, each byte of the checkpoint in
+// TestReceiptRefusesCheckpointBytes: here they would cost a signature
+// check each.)
+func TestReceiptRefusesMutations(t *testing.T) {
+	k := testKeys(t)
+	rapid.Check(t, func(t *rapid.T) {
+		size := rapid.Int64Range(1, maxTree).Draw(t, "size")
+		index := rapid.Int64Range(0, size-1).Draw(t, "index")
+		r := receiptFixture(t, k, size, index)
+		b, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, err := audit.ParseReceipt(b)
+		if err != nil {
+			t.Fatalf("receipt does not parse back: %v\n%s", err, b)
+		}
+		if _, err := audit.VerifyReceipt(back, k.verifier, testLogName); err != nil {
+			t.Fatalf("valid receipt refused: %v", err)
+		}
+		refuse := func(what string, m audit.Receipt) {
+			if _, err := audit.VerifyReceipt(m, k.verifier, testLogName); err == nil {
+				t.Fatalf("%s: accepted", what)
+			}
+		}
+		if len(r.InclusionProof) > 0 {
+			m := r
+			m.InclusionProof = nil
+			refuse("no proof", m)
+		}
+		for name, m := range receiptMutations(t, k, r) {
+			refuse(name, m)
+		}
+		at := rapid.IntRange(0, tlog.HashSize-1).Draw(t, "proof byte")
+		for name, p := range hashMutations(t, r.InclusionProof) {
+			if !strings.HasPrefix(name, "flip ") || strings.HasSuffix(name, "."+itoa(at)) {
+				m := r
+				m.InclusionProof = p
+				refuse("proof "+name, m)
+			}
+		}
+	})
+}
+
+// Every byte of a receipt's checkpoint changed (four masks each) makes the
+// receipt refused, for a leaf of a one-leaf tree and of a larger one.
+func TestReceiptRefusesCheckpointBytes(t *testing.T) {
+	k := testKeys(t)
+	for _, tc := range []struct{ size, index int64 }{{1, 0}, {maxTree, 137}} {
+		r := receiptFixture(t, k, tc.size, tc.index)
+		if _, err := audit.VerifyReceipt(r, k.verifier, testLogName); err != nil {
+			t.Fatalf("valid receipt refused: %v", err)
+		}
+		for i := range len(r.Checkpoint) {
+			for _, mask := range []byte{0x01, 0x20, 0x80, 0xff} {
+				m := r
+				cp := []byte(r.Checkpoint)
+				cp[i] ^= mask
+				m.Checkpoint = string(cp)
+				if _, err := audit.VerifyReceipt(m, k.verifier, testLogName); err == nil {
+					t.Fatalf("size %d: checkpoint byte %d ^ %#x accepted:\n%s", tc.size, i, mask, cp)
+				}
+			}
+		}
+	}
+}
+
+func TestParseReceiptRefusals(t *testing.T) {
+	k := testKeys(t)
+	good, err := json.Marshal(receiptFixture(t, k, 5, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(good, []byte(`"received_at":"2026-03-01T12:00:00.002000Z"`)) {
+		t.Errorf("received_at not written with microseconds: %s", good)
+	}
+	for _, tc := range []struct{ name, in, says string }{
+		{"unknown field", strings.Replace(string(good), `"poll_id"`, `"poll":"x","poll_id"`, 1), "unknown field"},
+		{"short hash", strings.Replace(string(good), `"leaf_hash":"`, `"leaf_hash":"AA`, 1), "hash"},
+		{"trailing", string(good) + "{}", "follows"},
+		{"no time", strings.Replace(string(good), `,"received_at":"2026-03-01T12:00:00.002000Z"`, ``, 1), "received_at"},
+		{"no checkpoint", `{"poll_id":"p","received_at":"2026-03-01T12:00:00Z"}`, "checkpoint"},
+		{"not json", "receipt", "malformed receipt"},
+	} {
+		if _, err := audit.ParseReceipt([]byte(tc.in)); !errors.Is(err, audit.ErrMalformed) || !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("%s: error %v, want ErrMalformed saying %q", tc.name, err, tc.says)
+		}
+	}
+}
+
+// A later checkpoint still holds a receipt's leaf: VerifyConsistency with
+// the tree's proof, refused for a checkpoint of another poll.
+func TestVerifyConsistency(t *testing.T) {
+	k := testKeys(t)
+	r := receiptFixture(t, k, 10, 3)
+	older, err := audit.VerifyReceipt(r, k.verifier, testLogName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The later checkpoint is signed after a key rotation: same poll.
+	newRoot, _ := propertyTree.Root(40)
+	newer, err := audit.OpenCheckpoint(sign(t, k.rotated, audit.Origin("tally.example.org-2027", "p"), 40, newRoot), k.rotatedV, audit.Origin("tally.example.org-2027", "p"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	proof, _ := propertyTree.ConsistencyProof(10, 40)
+	if err := audit.VerifyConsistency(older, newer, proof); err != nil {
+		t.Fatalf("consistent checkpoints refused: %v", err)
+	}
+	if err := audit.VerifyConsistency(newer, older, proof); !errors.Is(err, audit.ErrProof) {
+		t.Errorf("older and newer swapped: %v", err)
+	}
+	other := newer
+	other.Origin = audit.Origin(testLogName, "q")
+	if err := audit.VerifyConsistency(older, other, proof); !errors.Is(err, audit.ErrOrigin) {
+		t.Errorf("checkpoint of another poll: %v", err)
+	}
+}
