@@ -163,3 +163,26 @@ func VerifyReceipt(r Receipt, verifier note.Verifier, logName string) (Checkpoin
 	}
 	return cp, nil
 }
+
+// ConsistencyProof is a consistency proof as tally serves it (GET
+// /v1/polls/{poll_id}/consistency, tally log consistency): the tree of
+// size From is a prefix of the tree of size To.
+type ConsistencyProof struct {
+	PollID string         `json:"poll_id"`
+	From   int64          `json:"from"`
+	To     int64          `json:"to"`
+	Proof  tlog.TreeProof `json:"proof"`
+}
+
+// ParseConsistencyProof reads a ConsistencyProof in JSON; fields it does
+// not know are ignored.
+func ParseConsistencyProof(b []byte) (ConsistencyProof, error) {
+	var p ConsistencyProof
+	if err := json.Unmarshal(b, &p); err != nil {
+		return ConsistencyProof{}, fmt.Errorf("%w consistency proof: %v; it is {\"poll_id\", \"from\", \"to\", \"proof\": [base64 hashes]}", ErrMalformed, err)
+	}
+	if p.From < 0 || p.To < p.From {
+		return ConsistencyProof{}, fmt.Errorf("%w consistency proof: from %d to %d: from must be 0 to to", ErrMalformed, p.From, p.To)
+	}
+	return p, nil
+}

@@ -320,28 +320,40 @@ func (a *auditor) checkCheckpoint(p *pollLog, c numbered, verifiers []note.Verif
 	return true
 }
 
-// openStored opens c with whichever of verifiers signed it, under that
-// key's log name. A key that signed but does not verify, or a malformed
-// note, is the error to tell; otherwise, that none of the keys signed it.
+// openStored opens a stored checkpoint with whichever of verifiers signed
+// it.
 func openStored(c StoredCheckpoint, verifiers []note.Verifier) (Checkpoint, error) {
+	cp, _, err := OpenPollCheckpoint([]byte(c.Checkpoint), verifiers, c.PollID)
+	return cp, err
+}
+
+// OpenPollCheckpoint opens msg, a checkpoint of pollID, with whichever of
+// verifiers signed it, under that key's name as the log name (several keys:
+// checkpoints from before a key rotation still verify), and returns the
+// verifier that did. A key that signed but does not verify, or a malformed
+// note, is the error told; otherwise, that none of the keys signed it.
+func OpenPollCheckpoint(msg []byte, verifiers []note.Verifier, pollID string) (Checkpoint, note.Verifier, error) {
+	if len(verifiers) == 0 {
+		return Checkpoint{}, nil, errors.New("no verifier key to open the checkpoint with")
+	}
 	var unsigned *unsignedError
 	for _, v := range verifiers {
-		cp, err := OpenCheckpoint([]byte(c.Checkpoint), v, Origin(v.Name(), c.PollID))
+		cp, err := OpenCheckpoint(msg, v, Origin(v.Name(), pollID))
 		if err == nil {
-			return cp, nil
+			return cp, v, nil
 		}
 		if !errors.As(err, &unsigned) {
-			return Checkpoint{}, err
+			return Checkpoint{}, nil, err
 		}
 	}
 	if len(verifiers) == 1 {
-		return Checkpoint{}, unsigned
+		return Checkpoint{}, nil, unsigned
 	}
 	keys := make([]string, len(verifiers))
 	for i, v := range verifiers {
 		keys[i] = keyName(v)
 	}
-	return Checkpoint{}, fmt.Errorf("%w: the checkpoint is signed by none of the keys given (%s); it is signed by %s",
+	return Checkpoint{}, nil, fmt.Errorf("%w: the checkpoint is signed by none of the keys given (%s); it is signed by %s",
 		ErrSignature, strings.Join(keys, ", "), unsigned.by)
 }
 

@@ -109,6 +109,8 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *ucli.App {
 			deadletterCommand(),
 			statusCommand(),
 			loadtestCommand(),
+			logCommand(),
+			auditCommand(),
 		},
 		ExitErrHandler:  func(*ucli.Context, error) {}, // Run reports errors
 		HideHelpCommand: true,

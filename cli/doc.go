@@ -33,4 +33,7 @@
 //   - poll.go: tally poll create, close, list and show.
 //   - principal.go: tally principal add, revoke and list.
 //   - loadtest.go: tally loadtest, on package internal/loadtest.
+//   - logkey.go: tally log, and its key generate (the log's signing key).
+//   - audit.go: tally audit verify and receipt, the offline checks of
+//     package audit (no database, no network).
 package cli

@@ -1,0 +1,235 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/mod/sumdb/note"
+	"golang.org/x/mod/sumdb/tlog"
+
+	"tally/audit"
+)
+
+// offline runs a command that needs no database, as a user would.
+func offline(t *testing.T, stdin string, args ...string) run {
+	t.Helper()
+	runMu.Lock()
+	defer runMu.Unlock()
+	var out, errOut bytes.Buffer
+	code := Run(context.Background(), append([]string{"tally"}, args...), strings.NewReader(stdin), &out, &errOut)
+	return run{code, out.String(), errOut.String()}
+}
+
+func TestLogKeyGenerate(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	out := filepath.Join(dir, "log.key")
+	r := offline(t, "", "log", "key", "generate", "--name", "tally.test", "--out", out)
+	if r.code != ExitOK {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	st, err := os.Stat(out)
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("signer key file: %v, mode %v, want 0600", err, st.Mode())
+	}
+	skey, _ := os.ReadFile(out)
+	signer, err := audit.NewSigner(string(skey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	verifier, err := audit.NewVerifier(r.stdout)
+	if err != nil {
+		t.Fatalf("standard output %q is not the verifier key: %v", r.stdout, err)
+	}
+	origin := audit.Origin("tally.test", "p")
+	msg, _ := audit.SignCheckpoint(signer, origin, 0, tlog.Hash{})
+	if _, err := audit.OpenCheckpoint(msg, verifier, origin); err != nil {
+		t.Fatalf("the printed verifier key does not verify the written signer key: %v", err)
+	}
+
+	if r := offline(t, "", "log", "key", "generate", "--name", "tally.test", "--out", out); r.code != ExitError || !strings.Contains(r.stderr, "--force") {
+		t.Errorf("overwrite without --force: exit %d, %q", r.code, r.stderr)
+	}
+	if again, _ := os.ReadFile(out); !bytes.Equal(again, skey) {
+		t.Error("the signer key was replaced without --force")
+	}
+	os.Chmod(out, 0o644)
+	if r := offline(t, "", "log", "key", "generate", "--name", "tally.test", "--out", out, "--force"); r.code != ExitOK {
+		t.Errorf("--force: exit %d, %s", r.code, r.stderr)
+	}
+	if st, _ := os.Stat(out); st.Mode().Perm() != 0o600 {
+		t.Errorf("after --force the mode is %v", st.Mode())
+	}
+	if r := offline(t, "", "log", "key", "generate", "--name", "bad name", "--out", filepath.Join(dir, "x")); r.code != ExitError {
+		t.Errorf("a name with a space: exit %d", r.code)
+	}
+}
+
+// auditFiles is a poll's export, checkpoints and results on disk, with
+// the key that signed them.
+type auditFiles struct {
+	dir, export, checkpoints, results, key string
+	signer                                 note.Signer
+	tree                                   *audit.Tree
+	leaves                                 []audit.Leaf
+}
+
+func writeAuditFiles(t *testing.T) auditFiles {
+	t.Helper()
+	f := auditFiles{dir: t.TempDir()}
+	skey, vkey, err := audit.GenerateKey("tally.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.signer, _ = audit.NewSigner(skey)
+	f.key = filepath.Join(f.dir, "verifier.key")
+	write(t, f.key, vkey+"\n")
+	var export, cps bytes.Buffer
+	f.tree = &audit.Tree{}
+	enc := json.NewEncoder(&export)
+	for i := range 12 {
+		l := audit.Leaf{PollID: "lunch", CandidateID: []string{"soup", "salad", "soup"}[i%3], PrincipalID: "p-" + strconv.Itoa(i),
+			ClientEventID: "e-" + strconv.Itoa(i), ReceivedAt: time.Date(2026, 3, 1, 12, 0, i, 1000, time.UTC)}
+		f.leaves = append(f.leaves, l)
+		rat, recat := l.ReceivedAt, l.ReceivedAt.Add(time.Second)
+		if err := enc.Encode(ledgerLine{Seq: int64(i + 1), EventID: l.ClientEventID, PollID: l.PollID, CandidateID: l.CandidateID,
+			PrincipalID: l.PrincipalID, ReceivedAt: &rat, RecordedAt: &recat}); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.tree.AppendLeaf(l); err != nil {
+			t.Fatal(err)
+		}
+		if (i+1)%4 == 0 {
+			audit.WriteCheckpoint(&cps, audit.StoredCheckpoint{PollID: "lunch", Size: f.tree.Size(), Checkpoint: string(f.checkpoint(t, f.tree.Size()))})
+		}
+	}
+	f.export, f.checkpoints, f.results = filepath.Join(f.dir, "export.jsonl"), filepath.Join(f.dir, "checkpoints.jsonl"), filepath.Join(f.dir, "results.json")
+	write(t, f.export, export.String())
+	write(t, f.checkpoints, cps.String())
+	write(t, f.results, `{"poll_id":"lunch","results":[{"candidate_id":"salad","votes":4},{"candidate_id":"soup","votes":8}],"total":12,"as_of":"2026-03-01T12:01:00Z"}`+"\n")
+	return f
+}
+
+func (f auditFiles) checkpoint(t *testing.T, size int64) []byte {
+	root, err := f.tree.Root(size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, err := audit.SignCheckpoint(f.signer, audit.Origin("tally.test", "lunch"), size, root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return msg
+}
+
+func write(t *testing.T, path, text string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestAuditVerifyExitCodes(t *testing.T) {
+	t.Parallel()
+	f := writeAuditFiles(t)
+	args := []string{"audit", "verify", "--export", f.export, "--checkpoints", f.checkpoints, "--key", f.key, "--results", f.results}
+	r := offline(t, "", args...)
+	if r.code != ExitOK || !strings.Contains(r.stdout, "OK: 12 events in 1 polls; all 3 checkpoints") {
+		t.Fatalf("clean audit: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	vkey, _ := os.ReadFile(f.key)
+	r = offline(t, "", "audit", "verify", "--export", f.export, "--checkpoints", f.checkpoints, "--key", strings.TrimSpace(string(vkey)), "--format", "json")
+	var rep audit.Report
+	if r.code != ExitOK || json.Unmarshal([]byte(r.stdout), &rep) != nil || rep.Rows != 12 || !rep.OK() {
+		t.Fatalf("key given as text, --format json: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+
+	// A changed candidate at leaf 5: the checkpoint of size 8 names it
+	// among leaves 4-7, and the published results no longer match.
+	b, _ := os.ReadFile(f.export)
+	lines := strings.SplitAfter(string(b), "\n")
+	lines[5] = strings.Replace(lines[5], `"candidate_id":"soup"`, `"candidate_id":"salad"`, 1)
+	write(t, f.export, strings.Join(lines, ""))
+	r = offline(t, "", args...)
+	if r.code != ExitCheck || !strings.Contains(r.stdout, "DISCREPANCY: poll lunch, leaves 4-7, checkpoint line 2") ||
+		!strings.Contains(r.stdout, "field votes") || !strings.Contains(r.stdout, "MISMATCH") {
+		t.Fatalf("tampered export: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+
+	for name, bad := range map[string][]string{
+		"missing export":   {"audit", "verify", "--export", filepath.Join(f.dir, "none"), "--checkpoints", f.checkpoints, "--key", f.key},
+		"bad key":          {"audit", "verify", "--export", f.export, "--checkpoints", f.checkpoints, "--key", "not-a-key"},
+		"signer as key":    {"audit", "verify", "--export", f.export, "--checkpoints", f.checkpoints, "--key", f.export},
+		"no checkpoints":   {"audit", "verify", "--export", f.export, "--key", f.key},
+		"malformed export": {"audit", "verify", "--export", f.key, "--checkpoints", f.checkpoints, "--key", f.key},
+	} {
+		if r := offline(t, "", bad...); r.code != ExitError || r.stderr == "" {
+			t.Errorf("%s: exit %d, stderr %q", name, r.code, r.stderr)
+		}
+	}
+}
+
+func TestAuditReceiptExitCodes(t *testing.T) {
+	t.Parallel()
+	f := writeAuditFiles(t)
+	proof, _ := f.tree.InclusionProof(5, 8)
+	rc, err := audit.NewReceipt(f.leaves[5], 5, 8, f.checkpoint(t, 8), proof)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(rc)
+	receipt := filepath.Join(f.dir, "receipt.json")
+	write(t, receipt, string(b))
+	if r := offline(t, "", "audit", "receipt", receipt, "--key", f.key); r.code != ExitOK || !strings.Contains(r.stdout, "is leaf 5 of the tree of size 8") {
+		t.Fatalf("valid receipt: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	status := `{"event_id":"e-5","status":"recorded","receipt":` + string(b) + `}`
+	if r := offline(t, status, "audit", "receipt", "-", "--key", f.key); r.code != ExitOK {
+		t.Fatalf("receipt inside a vote's status on standard input: exit %d %s", r.code, r.stderr)
+	}
+
+	later := filepath.Join(f.dir, "later.txt")
+	write(t, later, string(f.checkpoint(t, 12)))
+	cproof, _ := f.tree.ConsistencyProof(8, 12)
+	pb, _ := json.Marshal(audit.ConsistencyProof{PollID: "lunch", From: 8, To: 12, Proof: cproof})
+	consistency := filepath.Join(f.dir, "consistency.json")
+	write(t, consistency, string(pb))
+	if r := offline(t, "", "audit", "receipt", receipt, "--key", f.key, "--checkpoint", later, "--consistency", consistency); r.code != ExitOK ||
+		!strings.Contains(r.stdout, "later checkpoint (size 12) still holds") {
+		t.Fatalf("later checkpoint: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	cproof[0][0] ^= 1
+	pb, _ = json.Marshal(audit.ConsistencyProof{PollID: "lunch", From: 8, To: 12, Proof: cproof})
+	write(t, consistency, string(pb))
+	if r := offline(t, "", "audit", "receipt", receipt, "--key", f.key, "--checkpoint", later, "--consistency", consistency); r.code != ExitCheck ||
+		!strings.Contains(r.stdout, "REFUSED") {
+		t.Fatalf("bad consistency proof: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+
+	changed := rc
+	changed.CandidateID = "salad"
+	b, _ = json.Marshal(changed)
+	write(t, receipt, string(b))
+	if r := offline(t, "", "audit", "receipt", receipt, "--key", f.key); r.code != ExitCheck || !strings.Contains(r.stdout, "REFUSED") {
+		t.Fatalf("changed receipt: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	_, otherKey, _ := audit.GenerateKey("tally.test")
+	write(t, receipt, string(b[:len(b)/2]))
+	for name, args := range map[string][]string{
+		"malformed receipt": {"audit", "receipt", receipt, "--key", f.key},
+		"no file":           {"audit", "receipt", "--key", f.key},
+		"proof alone":       {"audit", "receipt", receipt, "--key", f.key, "--consistency", consistency},
+		"missing receipt":   {"audit", "receipt", filepath.Join(f.dir, "none"), "--key", otherKey},
+	} {
+		if r := offline(t, "", args...); r.code != ExitError || r.stderr == "" {
+			t.Errorf("%s: exit %d, stderr %q", name, r.code, r.stderr)
+		}
+	}
+}

@@ -1,0 +1,86 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+
+	ucli "github.com/urfave/cli/v2"
+
+	"tally/audit"
+)
+
+// logCommand is tally log: the polls' Merkle logs. Its subcommands that
+// need no database (key generate) live here; those that read the log
+// from the database sit beside them.
+func logCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:  "log",
+		Usage: "the polls' Merkle logs: the signing key, checkpoints and proofs",
+		Subcommands: []*ucli.Command{
+			{
+				Name:  "key",
+				Usage: "the log's signing key",
+				Subcommands: []*ucli.Command{{
+					Name:  "generate",
+					Usage: "write a new Ed25519 signer key (mode 0600) and print its verifier key",
+					Description: "The signer key stays with the projector (--log-key); the verifier key is published,\n" +
+						"for auditors (tally audit verify --key) and voters (tally audit receipt --key). NAME names\n" +
+						"the deployment and starts every checkpoint's origin: NAME/polls/POLL. A rotated key gets a\n" +
+						"new name; checkpoints signed with the old key still verify with the old verifier key.",
+					Flags: []ucli.Flag{
+						&ucli.StringFlag{Name: "name", Required: true, Usage: "the log's `NAME`, such as tally.example.org"},
+						&ucli.StringFlag{Name: "out", Required: true, Usage: "`FILE` to write the signer key to"},
+						&ucli.BoolFlag{Name: "force", Usage: "overwrite FILE if it exists"},
+					},
+					Action: logKeyGenerate,
+				}},
+			},
+		},
+	}
+}
+
+// logKeyGenerate is tally log key generate: the signer key to --out, the
+// verifier key to standard output.
+func logKeyGenerate(c *ucli.Context) error {
+	skey, vkey, err := audit.GenerateKey(c.String("name"))
+	if err != nil {
+		return fmt.Errorf("--name: %w", err)
+	}
+	if err := writeSecret(c.String("out"), skey+"\n", c.Bool("force")); err != nil {
+		return err
+	}
+	fmt.Fprintf(c.App.ErrWriter, "signer key written to %s (keep it secret); the verifier key:\n", c.String("out"))
+	_, err = fmt.Fprintln(c.App.Writer, vkey)
+	return err
+}
+
+// writeSecret writes text to a file only its owner may read, refusing to
+// replace an existing file unless force.
+func writeSecret(path, text string, force bool) error {
+	flags := os.O_WRONLY | os.O_CREATE | os.O_EXCL
+	if force {
+		flags = os.O_WRONLY | os.O_CREATE | os.O_TRUNC
+	}
+	f, err := os.OpenFile(path, flags, 0o600)
+	if errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("--out %s exists; a signer key is not replaced by accident (--force replaces it)", path)
+	}
+	if err != nil {
+		return fmt.Errorf("--out: %w", err)
+	}
+	// An existing file keeps its mode through O_TRUNC: set it.
+	if err := f.Chmod(0o600); err != nil {
+		f.Close()
+		return fmt.Errorf("--out: %w", err)
+	}
+	if _, err := f.WriteString(text); err != nil {
+		f.Close()
+		return fmt.Errorf("--out: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("--out: %w", err)
+	}
+	return nil
+}
