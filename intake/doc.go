@@ -106,6 +106,8 @@
 //   - limit_listener.go: the listener that caps open connections
 //     (Config.MaxConns).
 //   - config.go: Config, its defaults and its validation.
+//   - error_log.go: net/http's error log through slog, with client addresses
+//     taken out.
 //   - tls.go: the TLS settings and the reloader of a rotated certificate.
 //   - middleware.go: the routes, the method check, the request deadline,
 //     panic recovery and request metrics (instrument), authentication

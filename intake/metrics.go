@@ -136,6 +136,23 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 	}
 	m.authLimited, m.readLimited, m.limitEvictions = newLimitMetrics()
+	m.makeChildren()
+	var errs []error
+	for _, c := range append([]prometheus.Collector{m.requests, m.duration, m.enqueue, m.batchSize, m.rateLimited, m.replays, m.backlogRefusals, m.breakerState, m.ledgerCheckVec,
+		m.authLimited, m.readLimited, m.limitEvictions}, m.newDegradedMetrics()...) {
+		if err := reg.Register(c); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("register intake metrics: %w", err)
+	}
+	return m, nil
+}
+
+// makeChildren makes, once, the per-route, per-outcome and per-check
+// children the hot path uses without a label lookup.
+func (m *metrics) makeChildren() {
 	m.routes = map[string]*routeStats{}
 	for _, route := range []string{routeVotes, routeVote, routeResults, routeHealth, routeReady, routeMetrics, routeOpenAPI, routeOther} {
 		m.routes[route] = &routeStats{route: route, requests: m.requests, duration: &lazyObserver{vec: m.duration, label: route}}
@@ -148,17 +165,6 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, o := range outcomes {
 		m.outcomes[o] = &lazyObserver{vec: m.enqueue, label: string(o)}
 	}
-	var errs []error
-	for _, c := range append([]prometheus.Collector{m.requests, m.duration, m.enqueue, m.batchSize, m.rateLimited, m.replays, m.backlogRefusals, m.breakerState, m.ledgerCheckVec,
-		m.authLimited, m.readLimited, m.limitEvictions}, m.newDegradedMetrics()...) {
-		if err := reg.Register(c); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, fmt.Errorf("register intake metrics: %w", err)
-	}
-	return m, nil
 }
 
 // newDegradedMetrics makes the metrics of what intake does while
