@@ -149,13 +149,13 @@ func TestMigrateCommands(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"migrate", "up"}, "00004_merkle_log.sql"},
-		{[]string{"migrate", "version"}, "4"},
+		{[]string{"migrate", "up"}, "00005_log_checkpoints.sql"},
+		{[]string{"migrate", "version"}, "5"},
 		{[]string{"migrate", "down-to", "1"}, "down 00002"},
 		{[]string{"migrate", "status"}, "pending"},
 		{[]string{"migrate", "redo"}, "up 00001"},
 		{[]string{"migrate", "reset"}, "down 00001"},
-		{[]string{"migrate", "up"}, "up 00004"},
+		{[]string{"migrate", "up"}, "up 00005"},
 	} {
 		r := tally(t, db.URL, step.args...)
 		if r.code != 0 || !strings.Contains(r.stdout, step.want) {

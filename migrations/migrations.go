@@ -5,7 +5,8 @@
 // Up creates, and Down removes, everything tally keeps in PostgreSQL: polls,
 // choices, principals, the append-only ledger poll_events (its trigger
 // refuses UPDATE, DELETE and TRUNCATE), the rejection records, the
-// poll_results projection and each poll's Merkle log.
+// poll_results projection, each poll's Merkle log and its signed
+// checkpoints.
 //
 // # Files
 //
@@ -20,6 +21,8 @@
 //     their hashes are Go's work (ledger.Store.BuildLogs, which tally
 //     migrate up runs): goose's own command applies the SQL but leaves
 //     those logs to build, which the first append to each poll then does.
+//   - 00005_log_checkpoints.sql: every signed checkpoint of each poll's log
+//     (poll, size, root, the signed note), append-only like the ledger.
 //   - migrations.go: the embedded files and goose's provider over them.
 package migrations
 
