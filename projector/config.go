@@ -5,6 +5,8 @@ import (
 	"os"
 	"strconv"
 	"time"
+
+	"golang.org/x/mod/sumdb/note"
 )
 
 // MaxWorkers bounds Config.Workers.
@@ -69,6 +71,16 @@ type Config struct {
 	// StatsInterval is how often the backlog, pending and dead-letter
 	// gauges are refreshed from Redis. Default 5s.
 	StatsInterval time.Duration
+
+	// LogSigner, when set, signs a checkpoint of every poll's log whose
+	// head changed, and the projector stores it (see checkpoints.go); the
+	// applier must then also be a Checkpointer, as *ledger.Store is. nil:
+	// no checkpoints are signed (another projector, given the key, signs
+	// them).
+	LogSigner note.Signer
+	// CheckpointInterval is how often the changed heads are signed, so a
+	// busy poll gets at most one checkpoint an interval. Default 1s.
+	CheckpointInterval time.Duration
 }
 
 // DefaultConfig returns the default of every field that has a fixed one:
@@ -90,6 +102,8 @@ func DefaultConfig() Config {
 		BreakerOpenFor:  5 * time.Second,
 		ShutdownGrace:   5 * time.Second,
 		StatsInterval:   5 * time.Second,
+
+		CheckpointInterval: time.Second,
 	}
 }
 
@@ -109,6 +123,7 @@ func (c Config) withDefaults() Config {
 	orDefault(&c.BreakerOpenFor, def.BreakerOpenFor)
 	orDefault(&c.ShutdownGrace, def.ShutdownGrace)
 	orDefault(&c.StatsInterval, def.StatsInterval)
+	orDefault(&c.CheckpointInterval, def.CheckpointInterval)
 	orDefault(&c.ClaimInterval, max(c.MinIdle/4, 10*time.Millisecond))
 	if c.Consumer == "" {
 		host, err := os.Hostname()
@@ -160,6 +175,8 @@ func (c Config) validate(maxBatch int) error {
 		return fmt.Errorf("projector: shutdown grace must not be negative, got %s", c.ShutdownGrace)
 	case c.StatsInterval <= 0:
 		return fmt.Errorf("projector: stats interval must be positive, got %s", c.StatsInterval)
+	case c.CheckpointInterval <= 0:
+		return fmt.Errorf("projector: checkpoint interval must be positive, got %s", c.CheckpointInterval)
 	}
 	return nil
 }

@@ -57,6 +57,10 @@
 //     exponential backoff and jitter. A circuit breaker stops reading
 //     and claiming while PostgreSQL fails, and lets one probe through after
 //     Config.BreakerOpenFor; the projector resumes by itself.
+//   - Signed checkpoints. Given the log's signer key (Config.LogSigner),
+//     the projector signs every Config.CheckpointInterval the head of each
+//     poll's log that changed and stores the checkpoint; a failure there is
+//     logged, counted and tried again, and never holds up the votes.
 //   - Clean stop. Run returns nil once its context is cancelled: it stops
 //     reading, waits for every batch in flight and applies the one it was
 //     filling, all within Config.ShutdownGrace, acknowledges what
@@ -98,6 +102,8 @@
 //     the script that writes it.
 //   - deadletter_admin.go: DeadLetters, the operator's list, get, replay
 //     and purge.
+//   - checkpoints.go: with the log's signer key, the periodic signing of
+//     the polls' log heads that changed (Checkpointer).
 //   - inspect.go: Inspect, and the gauges refreshed from it.
 //   - metrics.go: the Prometheus series.
 package projector

@@ -19,6 +19,9 @@ type metrics struct {
 	breaker    prometheus.Gauge
 	claimed    prometheus.Counter
 	lost       prometheus.Counter
+
+	checkpoints    prometheus.Counter
+	checkpointErrs prometheus.Counter
 }
 
 // Label values of tally_projector_events_total.
@@ -82,11 +85,24 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Pending entries Redis reported as deleted before they were applied: they cannot be recovered from the stream.",
 		}),
 	}
+	m.checkpoints, m.checkpointErrs = checkpointCounters()
 	if err := registerAll(reg, m.events, m.batchSize, m.applyTime, m.applyErrs, m.inFlight,
-		m.backlog, m.pending, m.oldest, m.deadLetter, m.breaker, m.claimed, m.lost); err != nil {
+		m.backlog, m.pending, m.oldest, m.deadLetter, m.breaker, m.claimed, m.lost, m.checkpoints, m.checkpointErrs); err != nil {
 		return nil, err
 	}
 	return m, nil
+}
+
+// checkpointCounters are the series of the signing of checkpoints
+// (checkpoints.go).
+func checkpointCounters() (signed, failed prometheus.Counter) {
+	return prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tally_projector_checkpoints_signed_total",
+			Help: "Checkpoints of the polls' logs signed and stored (with --log-key).",
+		}), prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tally_projector_checkpoint_errors_total",
+			Help: "Failures to list, sign or store checkpoints; the heads are signed again at the next interval.",
+		})
 }
 
 func registerAll(reg prometheus.Registerer, cs ...prometheus.Collector) error {

@@ -53,6 +53,9 @@ type Projector struct {
 	m      *metrics
 	cb     *gobreaker.CircuitBreaker[[]ledger.Outcome]
 	shards map[string]int // stream key -> shard
+	// checkpoints is the applier as a Checkpointer, when Config.LogSigner
+	// is set.
+	checkpoints Checkpointer
 
 	running atomic.Bool
 	// acks carries committed batches from the workers to the goroutine
@@ -111,6 +114,13 @@ func New(app Applier, rdb redis.UniversalClient, keys stream.Keys, cfg Config, l
 		p.shards[s] = i
 	}
 	p.cb = p.newBreaker()
+	if cfg.LogSigner != nil {
+		cp, ok := app.(Checkpointer)
+		if !ok {
+			return nil, errors.New("projector: a log signer is given, but the applier cannot store checkpoints (it is not a Checkpointer)")
+		}
+		p.checkpoints = cp
+	}
 	return p, nil
 }
 
@@ -143,6 +153,9 @@ func (p *Projector) Run(ctx context.Context) error {
 	in := make(chan []message)
 	var wg sync.WaitGroup
 	p.startReaders(ctx, &wg, in)
+	if p.checkpoints != nil {
+		wg.Go(func() { p.checkpointLoop(ctx) })
+	}
 	acked := p.startAcknowledger(applyCtx)
 	// batchLoop returns once every lane has finished, so no batch is sent
 	// on acks after it is closed.
@@ -150,6 +163,10 @@ func (p *Projector) Run(ctx context.Context) error {
 	close(p.acks)
 	<-acked
 	wg.Wait()
+	if p.checkpoints != nil {
+		// The last batches' heads get their checkpoint, within the grace.
+		p.signHeads(applyCtx)
+	}
 	p.leaveGroup(applyCtx)
 	p.log.LogAttrs(context.WithoutCancel(ctx), slog.LevelInfo, "projector stopped")
 	return nil
