@@ -11,6 +11,7 @@ import (
 
 	ucli "github.com/urfave/cli/v2"
 
+	"tally/audit"
 	"tally/ledger"
 )
 
@@ -19,15 +20,24 @@ func exportCommand() *ucli.Command {
 		Name:      "export",
 		Usage:     "write the ledger as JSON lines, in ledger order",
 		ArgsUsage: "[FILE] (default: standard output)",
-		Flags:     commonFlags(&ucli.StringFlag{Name: "poll", Usage: "only this poll `ID`"}),
-		Action:    runExport,
+		Flags: commonFlags(&ucli.StringFlag{Name: "poll", Usage: "only this poll `ID`"},
+			&ucli.StringFlag{Name: "checkpoints", Usage: "also write the signed checkpoints to `FILE`, JSON lines, for tally audit verify --checkpoints"}),
+		Action: runExport,
 	}
 }
 
 // runExport is tally export: the ledger, or one poll of it, as JSON lines
-// on FILE or standard output; the count goes to standard error.
+// on FILE or standard output, and with --checkpoints the signed
+// checkpoints beside it; the counts go to standard error.
 func runExport(c *ucli.Context) error {
 	return withStore(c, func(store *ledger.Store) error {
+		// Checkpoints first: each was stored for rows already committed, so
+		// the ledger read after them holds every tree they sign.
+		if path := c.String("checkpoints"); path != "" {
+			if err := exportCheckpoints(c, store, path); err != nil {
+				return err
+			}
+		}
 		out := c.App.Writer
 		if c.NArg() > 0 && c.Args().First() != "-" {
 			f, err := os.Create(c.Args().First())
@@ -62,6 +72,33 @@ func exportLines(c *ucli.Context, store *ledger.Store, w io.Writer) (int, error)
 			CandidateID: r.CandidateID, PrincipalID: r.PrincipalID, ReceivedAt: &rat, RecordedAt: &recat})
 	})
 	return n, err
+}
+
+// exportCheckpoints writes the stored checkpoints of --poll (every poll
+// when empty) to path, as audit.WriteCheckpoint lines.
+func exportCheckpoints(c *ucli.Context, store *ledger.Store, path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("--checkpoints: %w", err)
+	}
+	defer f.Close()
+	bw := bufio.NewWriterSize(f, 1<<16)
+	n := 0
+	err = store.Checkpoints(c.Context, c.String("poll"), func(cp ledger.Checkpoint) error {
+		n++
+		return audit.WriteCheckpoint(bw, cp.Stored())
+	})
+	if err != nil {
+		return fmt.Errorf("export checkpoints: %w", err)
+	}
+	if err := bw.Flush(); err != nil {
+		return fmt.Errorf("--checkpoints: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("--checkpoints: %w", err)
+	}
+	fmt.Fprintf(c.App.ErrWriter, "exported %d checkpoints\n", n)
+	return nil
 }
 
 func importCommand() *ucli.Command {

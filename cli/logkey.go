@@ -3,17 +3,18 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 
 	ucli "github.com/urfave/cli/v2"
 
 	"tally/audit"
+	"tally/ledger"
 )
 
-// logCommand is tally log: the polls' Merkle logs. Its subcommands that
-// need no database (key generate) live here; those that read the log
-// from the database sit beside them.
+// logCommand is tally log: the polls' Merkle logs: the signing key, and
+// the checkpoints the projector signed with it.
 func logCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:  "log",
@@ -37,8 +38,35 @@ func logCommand() *ucli.Command {
 					Action: logKeyGenerate,
 				}},
 			},
+			{
+				Name:  "checkpoint",
+				Usage: "print a poll's latest signed checkpoint (exit 1 when it has none)",
+				Description: "The projector signs checkpoints when it runs with --log-key. The text printed is the\n" +
+					"signed note, as GET /v1/polls/{poll_id}/checkpoint answers it and tally audit reads it.",
+				Flags:  commonFlags(&ucli.StringFlag{Name: "poll", Required: true, Usage: "the poll's `ID`"}),
+				Action: logCheckpoint,
+			},
 		},
 	}
+}
+
+// logCheckpoint is tally log checkpoint: the latest signed checkpoint of
+// --poll on standard output.
+func logCheckpoint(c *ucli.Context) error {
+	poll := c.String("poll")
+	return withStore(c, func(store *ledger.Store) error {
+		cp, err := store.LatestCheckpoint(c.Context, poll)
+		if errors.Is(err, ledger.ErrNotFound) {
+			err = fmt.Errorf("poll %s has no signed checkpoint (or does not exist): run the projector with --log-key FILE (tally log key generate writes one) and it signs each poll's log", poll)
+			fmt.Fprintln(c.App.ErrWriter, "tally:", err)
+			return checkFailed(err)
+		}
+		if err != nil {
+			return err
+		}
+		_, err = io.WriteString(c.App.Writer, cp.Note)
+		return err
+	})
 }
 
 // logKeyGenerate is tally log key generate: the signer key to --out, the

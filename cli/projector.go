@@ -8,12 +8,15 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	ucli "github.com/urfave/cli/v2"
+	"golang.org/x/mod/sumdb/note"
 
+	"tally/audit"
 	"tally/ledger"
 	"tally/projector"
 )
@@ -37,7 +40,8 @@ func projectorCommand() *ucli.Command {
 			"it: it stops reading, lets the batches in flight commit within --shutdown-grace, acknowledges what\n" +
 			"committed and exits 0.\n\n" +
 			"Run several with distinct --consumer names to share the work. --metrics-listen serves /metrics and\n" +
-			"/healthz.",
+			"/healthz. With --log-key, it signs each poll's log head that changed, every --checkpoint-interval,\n" +
+			"and stores the checkpoint (tally log checkpoint prints it; tally export --checkpoints writes them).",
 		Flags: commonFlags(startupWaitFlag(),
 			&ucli.StringFlag{Name: "consumer", EnvVars: []string{"TALLY_PROJECTOR_CONSUMER"},
 				Usage: "`NAME` in the consumer group, unique per live projector (default: host-pid)"},
@@ -55,6 +59,9 @@ func projectorCommand() *ucli.Command {
 			dur("breaker-open-for", "BREAKER_OPEN_FOR", def.BreakerOpenFor, "how long the breaker stays open before a probe batch"),
 			dur("shutdown-grace", "SHUTDOWN_GRACE", def.ShutdownGrace, "how long the batches in flight may take to commit at shutdown"),
 			dur("stats-interval", "STATS_INTERVAL", def.StatsInterval, "how often the backlog and dead-letter gauges are refreshed"),
+			&ucli.StringFlag{Name: "log-key", EnvVars: []string{"TALLY_PROJECTOR_LOG_KEY"},
+				Usage: "signer key `FILE` (tally log key generate): sign a checkpoint of each poll's log when it changed (empty: none)"},
+			dur("checkpoint-interval", "CHECKPOINT_INTERVAL", def.CheckpointInterval, "how often, with --log-key, the changed logs are signed"),
 			&ucli.StringFlag{Name: "metrics-listen", EnvVars: []string{"TALLY_PROJECTOR_METRICS_LISTEN"},
 				Usage: "TCP `ADDR`ess to serve /metrics and /healthz on (empty: none)"},
 		),
@@ -83,10 +90,15 @@ func runProjector(c *ucli.Context) error {
 		BreakerOpenFor:  c.Duration("breaker-open-for"),
 		ShutdownGrace:   c.Duration("shutdown-grace"),
 		StatsInterval:   c.Duration("stats-interval"),
+
+		CheckpointInterval: c.Duration("checkpoint-interval"),
 	}
 	if cfg.Workers < 1 || cfg.Workers > projector.MaxWorkers {
 		// Checked here too, before connecting: 0 would silently mean the default.
 		return fmt.Errorf("--workers must be between 1 and %d, got %d", projector.MaxWorkers, cfg.Workers)
+	}
+	if cfg.LogSigner, err = logSigner(c.String("log-key")); err != nil {
+		return err
 	}
 	setupDaemon(log)
 	cs, err := openConns(c, ledger.Config{Logger: log, MaxBatch: max(cfg.BatchSize, 1)}, c.Duration(flagStartupWait.Name))
@@ -111,6 +123,22 @@ func runProjector(c *ucli.Context) error {
 		defer stop()
 	}
 	return p.Run(c.Context)
+}
+
+// logSigner reads the signer key of --log-key; none when path is empty.
+func logSigner(path string) (note.Signer, error) {
+	if path == "" {
+		return nil, nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--log-key: %w (tally log key generate --name NAME --out FILE writes a signer key)", err)
+	}
+	s, err := audit.NewSigner(string(b))
+	if err != nil {
+		return nil, fmt.Errorf("--log-key %s: %w", path, err)
+	}
+	return s, nil
 }
 
 // serveMetrics serves /metrics and /healthz on addr until stop is called.
