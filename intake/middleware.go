@@ -195,7 +195,9 @@ func (s *Server) principal(w http.ResponseWriter, r *http.Request) (*voter, bool
 // once; any other first spends an attempt of the client's address
 // (Config.AuthFailureRate), which is given back unless the token is
 // refused, so that a flood of bad tokens from one address gets 429 before
-// it reaches PostgreSQL.
+// it reaches PostgreSQL. Concurrent requests with the same uncached token
+// share one attempt and one lookup: a client that opens many connections
+// at once with its valid token is not mistaken for a flood.
 func (s *Server) principalBy(w http.ResponseWriter, r *http.Request, deadline time.Time) (*voter, bool) {
 	token, ok := bearerToken(w, r)
 	if !ok {
@@ -204,30 +206,51 @@ func (s *Server) principalBy(w http.ResponseWriter, r *http.Request, deadline ti
 	if v := s.auth.known(token, time.Now()); v != nil {
 		return v, true
 	}
-	addr, wait, ok := s.limits.authAttempt(r.RemoteAddr, time.Now())
-	if !ok {
+	got, _, _ := s.authFlight.Do(token, func() (any, error) {
+		return s.attemptAuth(r, token, deadline), nil
+	})
+	res := got.(authAttempt)
+	switch {
+	case res.limited:
 		s.metrics.authLimited.Inc()
 		writeProblem(w, http.StatusTooManyRequests, probAuthRateLimited,
 			"too many requests from your address carried a bearer token that is unknown or revoked: "+
-				"retry after the Retry-After delay, with a valid token", wait)
+				"retry after the Retry-After delay, with a valid token", res.wait)
 		return nil, false
-	}
-	p, err := s.auth.authenticate(r.Context(), token, deadline)
-	if !errors.Is(err, errUnauthenticated) {
-		s.limits.giveBack(addr, time.Now())
-	}
-	switch {
-	case errors.Is(err, errUnauthenticated):
+	case errors.Is(res.err, errUnauthenticated):
 		unauthorized(w, challengeInvalidToken,
 			"the bearer token is unknown or revoked: ask an operator for a valid token")
 		return nil, false
-	case err != nil:
-		s.failed(r, "authentication failed: PostgreSQL did not answer", err)
+	case res.err != nil:
+		s.failed(r, "authentication failed: PostgreSQL did not answer", res.err)
 		writeProblem(w, http.StatusServiceUnavailable, probUnavailable,
 			"the token could not be checked because the database did not answer: retry after the Retry-After delay", time.Second)
 		return nil, false
 	}
-	return p, true
+	return res.voter, true
+}
+
+// authAttempt is the outcome of one attempt to authenticate an uncached
+// token.
+type authAttempt struct {
+	voter   *voter
+	limited bool          // the address's budget is spent: nothing was looked up
+	wait    time.Duration // when limited, until the next attempt
+	err     error
+}
+
+// attemptAuth spends an attempt of r's address and looks token up, giving
+// the attempt back unless the token was refused.
+func (s *Server) attemptAuth(r *http.Request, token string, deadline time.Time) authAttempt {
+	addr, wait, ok := s.limits.authAttempt(r.RemoteAddr, time.Now())
+	if !ok {
+		return authAttempt{limited: true, wait: wait}
+	}
+	v, err := s.auth.authenticate(r.Context(), token, deadline)
+	if !errors.Is(err, errUnauthenticated) {
+		s.limits.giveBack(addr, time.Now())
+	}
+	return authAttempt{voter: v, err: err}
 }
 
 // The WWW-Authenticate challenges of RFC 6750 3: a bare one when the

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/sony/gobreaker/v2"
+	"golang.org/x/sync/singleflight"
 
 	"tally/ledger"
 	"tally/stream"
@@ -35,11 +36,14 @@ type Server struct {
 	checks   *ledgerChecks // the ledger checks of new event ids the script could not rule out
 	auth     *authCache
 	limits   *limits
-	catalog  *catalog
-	pg       *pgState      // whether PostgreSQL answers intake's lookups
-	results  *resultsCache // the last figures read of each poll
-	ready    *readyCache   // the last answer of /readyz
-	handler  http.Handler
+	// authFlight makes concurrent requests with one uncached token share
+	// one attempt and one lookup (principalBy).
+	authFlight singleflight.Group
+	catalog    *catalog
+	pg         *pgState      // whether PostgreSQL answers intake's lookups
+	results    *resultsCache // the last figures read of each poll
+	ready      *readyCache   // the last answer of /readyz
+	handler    http.Handler
 
 	// script holds the enqueue script's arguments that are the same for
 	// every vote, boxed once.
