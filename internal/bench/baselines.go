@@ -107,10 +107,9 @@ func copyRows(ctx context.Context, conns func(context.Context) (*pgx.Conn, func(
 					if i >= to {
 						return nil, nil
 					}
-					ev := syntheticEvent(i, polls, now)
-					i++
 					// Event i is leaf i/polls of poll i%polls (syntheticEvent).
-					leaf := int64(i / polls)
+					ev, leaf := syntheticEvent(i, polls, now), int64(i/polls)
+					i++
 					return []any{ev.PollID, ev.CandidateID, ev.PrincipalID, ev.ClientEventID, fps[[2]string{ev.PollID, ev.CandidateID}], ev.ReceivedAt, leaf}, nil
 				}))
 				if err != nil {
