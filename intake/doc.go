@@ -6,8 +6,12 @@
 // # HTTP surface
 //
 //	POST /v1/votes                    enqueue one vote; 202 + status URL
-//	GET  /v1/votes/{event_id}         the caller's own event and its outcome
-//	GET  /v1/polls/{poll_id}/results  tallies from the projection
+//	GET  /v1/votes/{event_id}         the caller's own event and its outcome;
+//	                                  a recorded vote's receipt
+//	GET  /v1/polls/{poll_id}/results  tallies from the projection, with the
+//	                                  tree size of the log they count
+//	GET  /v1/polls/{poll_id}/checkpoint   the log's latest signed checkpoint
+//	GET  /v1/polls/{poll_id}/consistency  a consistency proof (?from=N&to=M)
 //	GET  /healthz                     the process is up
 //	GET  /readyz                      a status per check: postgres, redis, backlog
 //	GET  /metrics                     Prometheus metrics
@@ -138,6 +142,10 @@
 //     Redis, each vote answered by its deadline.
 //   - reads.go: GET /v1/votes/{event_id}, GET /v1/polls/{poll_id}/results
 //     and its cache, /healthz and /readyz and its cache.
+//   - log_routes.go: each poll's Merkle log: GET .../checkpoint, GET
+//     .../consistency, and the receipt of a recorded vote (its inclusion
+//     proof against the latest signed checkpoint), shown to whoever may see
+//     the poll's results.
 //   - degraded.go: whether PostgreSQL answers intake's lookups, and so
 //     when intake answers from what it read before.
 //   - problem.go: the RFC 9457 answers; problem_edges.go: the problem

@@ -154,7 +154,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 // children the hot path uses without a label lookup.
 func (m *metrics) makeChildren() {
 	m.routes = map[string]*routeStats{}
-	for _, route := range []string{routeVotes, routeVote, routeResults, routeHealth, routeReady, routeMetrics, routeOpenAPI, routeOther} {
+	for _, route := range []string{routeVotes, routeVote, routeResults, routeCheckpoint, routeConsistency, routeHealth, routeReady, routeMetrics, routeOpenAPI, routeOther} {
 		m.routes[route] = &routeStats{route: route, requests: m.requests, duration: &lazyObserver{vec: m.duration, label: route}}
 	}
 	m.ledgerChecks = map[string]prometheus.Counter{}

@@ -24,13 +24,15 @@ import (
 
 // Route templates, also the route label of the metrics.
 const (
-	routeVotes   = "/v1/votes"
-	routeVote    = "/v1/votes/{event_id}"
-	routeResults = "/v1/polls/{poll_id}/results"
-	routeHealth  = "/healthz"
-	routeReady   = "/readyz"
-	routeMetrics = "/metrics"
-	routeOther   = "other"
+	routeVotes       = "/v1/votes"
+	routeVote        = "/v1/votes/{event_id}"
+	routeResults     = "/v1/polls/{poll_id}/results"
+	routeCheckpoint  = "/v1/polls/{poll_id}/checkpoint"
+	routeConsistency = "/v1/polls/{poll_id}/consistency"
+	routeHealth      = "/healthz"
+	routeReady       = "/readyz"
+	routeMetrics     = "/metrics"
+	routeOther       = "other"
 )
 
 func (s *Server) routes() http.Handler {
@@ -38,6 +40,8 @@ func (s *Server) routes() http.Handler {
 	mux.Handle(routeVotes, allow(http.MethodPost, s.handleVote))
 	mux.Handle(routeVote, allow(http.MethodGet, s.handleStatus))
 	mux.Handle(routeResults, allow(http.MethodGet, s.handleResults))
+	mux.Handle(routeCheckpoint, allow(http.MethodGet, s.handleCheckpoint))
+	mux.Handle(routeConsistency, allow(http.MethodGet, s.handleConsistency))
 	mux.Handle(routeHealth, allow(http.MethodGet, s.handleHealth))
 	mux.Handle(routeReady, allow(http.MethodGet, s.handleReady))
 	mux.Handle(routeOpenAPI, allow(http.MethodGet, handleOpenAPI))
@@ -46,7 +50,8 @@ func (s *Server) routes() http.Handler {
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusNotFound, probNotFound,
-			"no such route: intake serves POST /v1/votes, GET /v1/votes/{event_id}, GET /v1/polls/{poll_id}/results, /healthz, /readyz, /metrics and /openapi.json", 0)
+			"no such route: intake serves POST /v1/votes, GET /v1/votes/{event_id}, GET /v1/polls/{poll_id}/results, "+
+				"/checkpoint and /consistency, /healthz, /readyz, /metrics and /openapi.json", 0)
 	})
 	return s.instrument(canonical(framed(mux)))
 }

@@ -15,12 +15,14 @@ import (
 	"github.com/sony/gobreaker/v2"
 	"golang.org/x/sync/singleflight"
 
+	"tally/audit"
 	"tally/ledger"
 	"tally/vote"
 )
 
 // This file owns the read endpoints: GET /v1/votes/{event_id} (the
-// ledger's answer, else the pending record in Redis), GET
+// ledger's answer with a recorded vote's receipt, else the pending record
+// in Redis), GET
 // /v1/polls/{poll_id}/results, /healthz and /readyz.
 
 // eventStatus is the answer of GET /v1/votes/{event_id}.
@@ -30,6 +32,9 @@ type eventStatus struct {
 	CandidateID string `json:"candidate_id"`
 	Status      string `json:"status"`
 	Reason      string `json:"reason,omitempty"`
+	// Receipt is a recorded vote's inclusion proof, once a signed
+	// checkpoint covers it (see receipt).
+	Receipt *audit.Receipt `json:"receipt,omitempty"`
 }
 
 // handleStatus answers the caller's own event: the ledger's record, else
@@ -51,8 +56,7 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		st, err := s.ledgerStatus(r.Context(), p, rec)
 		if err != nil {
-			s.failed(r, "poll lookup of a rejected event failed", err)
-			writeLedgerDown(w)
+			s.ledgerFailed(w, r, "poll, checkpoint or proof lookup of an event failed", err)
 			return
 		}
 		writeJSON(w, http.StatusOK, st)
@@ -112,14 +116,19 @@ func writeLedgerDown(w http.ResponseWriter) {
 		"the ledger (PostgreSQL) did not answer: retry after the Retry-After delay", time.Second)
 }
 
-// ledgerStatus is the answer for the ledger's record of p's own event.
+// ledgerStatus is the answer for the ledger's record of p's own event:
+// with its receipt when it is recorded, its visible reason when rejected.
 func (s *Server) ledgerStatus(ctx context.Context, p *voter, rec ledger.EventRecord) (eventStatus, error) {
 	st := eventStatus{EventID: rec.ClientEventID, PollID: rec.PollID, CandidateID: rec.CandidateID, Status: string(rec.Status)}
-	if rec.Status != ledger.StatusRejected {
-		return st, nil
+	var err error
+	switch rec.Status {
+	case ledger.StatusRecorded:
+		st.Receipt, err = s.receipt(ctx, p, rec)
+	case ledger.StatusRejected:
+		var reason ledger.Reason
+		reason, err = s.visibleReason(ctx, p, rec)
+		st.Reason = string(reason)
 	}
-	reason, err := s.visibleReason(ctx, p, rec)
-	st.Reason = string(reason)
 	return st, err
 }
 

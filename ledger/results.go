@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"tally/audit"
 )
 
 // CandidateVotes is one candidate's tally.
@@ -19,13 +21,21 @@ type Results struct {
 	PollID  string           `json:"poll_id"`
 	Results []CandidateVotes `json:"results"`
 	Total   int64            `json:"total"`
-	AsOf    time.Time        `json:"as_of"` // the database's clock when read
+	// TreeSize is the size of the poll's log these tallies are the count
+	// of: its first TreeSize leaves, which a signed checkpoint of that
+	// size covers.
+	TreeSize int64     `json:"tree_size"`
+	AsOf     time.Time `json:"as_of"` // the database's clock when read
 }
 
+// resultsSQL reads the tallies and the log's size in one statement, so from
+// one snapshot: the projection and the head are written in one transaction,
+// and so the size is the very number of leaves the tallies count.
 const resultsSQL = `
-SELECT c.candidate_id, coalesce(r.vote_count, 0), now()
+SELECT c.candidate_id, coalesce(r.vote_count, 0), now(), coalesce(h.size, 0)
 FROM poll_choices c
 LEFT JOIN poll_results r ON r.poll_id = c.poll_id AND r.candidate_id = c.candidate_id
+LEFT JOIN poll_log_heads h ON h.poll_id = c.poll_id
 WHERE c.poll_id = $1
 ORDER BY c.position`
 
@@ -37,7 +47,7 @@ func (s *Store) Results(ctx context.Context, pollID string) (Results, error) {
 	}
 	res := Results{PollID: pollID, Results: []CandidateVotes{}}
 	var cv CandidateVotes
-	_, err = pgx.ForEachRow(rows, []any{&cv.CandidateID, &cv.Votes, &res.AsOf}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&cv.CandidateID, &cv.Votes, &res.AsOf, &res.TreeSize}, func() error {
 		res.Results = append(res.Results, cv)
 		res.Total += cv.Votes
 		return nil
@@ -60,6 +70,7 @@ type EventRecord struct {
 	Status        Status // recorded or rejected
 	Reason        Reason // for rejected
 	Seq           int64  // for recorded
+	LeafIndex     int64  // for recorded: its leaf in its poll's log
 	ReceivedAt    time.Time
 	RecordedAt    time.Time
 }
@@ -67,11 +78,11 @@ type EventRecord struct {
 // eventSQL prefers the ledger row: a key_reused rejection can sit beside
 // the ledger row of the same key.
 const eventSQL = `
-SELECT poll_id, candidate_id, status, reason, seq, received_at, recorded_at FROM (
-    SELECT 1 AS pri, poll_id, candidate_id, 'recorded' AS status, '' AS reason, seq, received_at, recorded_at
+SELECT poll_id, candidate_id, status, reason, seq, leaf_index, received_at, recorded_at FROM (
+    SELECT 1 AS pri, poll_id, candidate_id, 'recorded' AS status, '' AS reason, seq, leaf_index, received_at, recorded_at
     FROM poll_events WHERE principal_id = $1 AND client_event_id = $2
     UNION ALL
-    SELECT 2, poll_id, candidate_id, 'rejected', reason, 0, received_at, recorded_at
+    SELECT 2, poll_id, candidate_id, 'rejected', reason, 0, 0, received_at, recorded_at
     FROM poll_event_rejections WHERE principal_id = $1 AND client_event_id = $2
 ) e ORDER BY pri LIMIT 1`
 
@@ -82,9 +93,16 @@ SELECT poll_id, candidate_id, status, reason, seq, received_at, recorded_at FROM
 func (s *Store) Event(ctx context.Context, principalID, clientEventID string) (EventRecord, error) {
 	r := EventRecord{PrincipalID: principalID, ClientEventID: clientEventID}
 	err := s.pool.QueryRow(ctx, eventSQL, principalID, clientEventID).
-		Scan(&r.PollID, &r.CandidateID, &r.Status, &r.Reason, &r.Seq, &r.ReceivedAt, &r.RecordedAt)
+		Scan(&r.PollID, &r.CandidateID, &r.Status, &r.Reason, &r.Seq, &r.LeafIndex, &r.ReceivedAt, &r.RecordedAt)
 	if err != nil {
 		return EventRecord{}, interpretError("read event", err)
 	}
 	return r, nil
+}
+
+// Leaf is the log leaf of a recorded event: the fields its leaf hash is
+// the hash of.
+func (r EventRecord) Leaf() audit.Leaf {
+	return audit.Leaf{PollID: r.PollID, CandidateID: r.CandidateID, PrincipalID: r.PrincipalID,
+		ClientEventID: r.ClientEventID, ReceivedAt: r.ReceivedAt}
 }
