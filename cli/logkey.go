@@ -46,6 +46,8 @@ func logCommand() *ucli.Command {
 				Flags:  commonFlags(&ucli.StringFlag{Name: "poll", Required: true, Usage: "the poll's `ID`"}),
 				Action: logCheckpoint,
 			},
+			logProveCommand(),
+			logConsistencyCommand(),
 		},
 	}
 }
