@@ -1,15 +1,21 @@
 package intake_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"math"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"testing"
 	"time"
 
 	"tally/audit"
+	"tally/intake"
 	"tally/ledger"
 )
 
@@ -267,4 +273,52 @@ func TestResultsTreeSize(t *testing.T) {
 	if res.code != http.StatusOK || res.body["total"] != float64(3) || res.body["tree_size"] != float64(3) {
 		t.Fatalf("results of three votes: %d %s", res.code, res.raw)
 	}
+}
+
+// BenchmarkVoteStatus reads a recorded vote's status in a poll of 10,000
+// leaves, with its receipt (a checkpoint covers it) and without.
+func BenchmarkVoteStatus(b *testing.B) {
+	f := setup(b, func(c *intake.Config) { c.ReadRate = math.Inf(1) })
+	ctx := context.Background()
+	events := make([]ledger.Event, 0, 10_000)
+	for i := range cap(events) {
+		who := "u" + strconv.Itoa(i) // the ledger keeps no principals' foreign key
+		if i == 0 {
+			who = f.who.ID
+		}
+		events = append(events, ledger.Event{PrincipalID: who, ClientEventID: "v" + strconv.Itoa(i), PollID: "p1",
+			CandidateID: "a", ReceivedAt: time.Now()})
+	}
+	for chunk := range slices.Chunk(events, 1000) {
+		if _, err := f.store.Append(ctx, chunk); err != nil {
+			b.Fatal(err)
+		}
+	}
+	get := func(b *testing.B, wantReceipt bool) {
+		req, _ := http.NewRequest(http.MethodGet, f.url+"/v1/votes/v0", nil)
+		req.Header.Set("Authorization", "Bearer "+f.token)
+		for b.Loop() {
+			resp, err := f.client.Do(req)
+			if err != nil {
+				b.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK || bytes.Contains(body, []byte(`"receipt"`)) != wantReceipt {
+				b.Fatalf("%d %s", resp.StatusCode, body)
+			}
+		}
+	}
+	b.Run("no-receipt", func(b *testing.B) { get(b, false) })
+	skey, _, _ := audit.GenerateKey(testLogName)
+	signer, _ := audit.NewSigner(skey)
+	h, err := f.store.Head(ctx, "p1")
+	if err != nil {
+		b.Fatal(err)
+	}
+	note, _ := audit.SignCheckpoint(signer, audit.Origin(testLogName, "p1"), h.Size, h.Root)
+	if err := f.store.AddCheckpoint(ctx, "p1", h.Size, h.Root, string(note)); err != nil {
+		b.Fatal(err)
+	}
+	b.Run("receipt", func(b *testing.B) { get(b, true) })
 }
