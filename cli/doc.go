@@ -27,13 +27,16 @@
 //   - deadletter.go: tally deadletter list, show, replay and purge.
 //   - rebuild.go: tally rebuild, the ledger against the projection.
 //   - export.go: tally export and tally import, the commands.
-//   - importer.go: the parallel import behind tally import, split by
-//     principal so that its outcomes are those of one worker.
+//   - importer.go: the parallel import behind tally import, split by poll
+//     so that each poll's rows keep the file's order (and its log's roots).
 //   - jsonl.go: the JSON-lines event format export writes and import reads.
 //   - poll.go: tally poll create, close, list and show.
 //   - principal.go: tally principal add, revoke and list.
 //   - loadtest.go: tally loadtest, on package internal/loadtest.
-//   - logkey.go: tally log, and its key generate (the log's signing key).
+//   - logkey.go: tally log, its key generate (the log's signing key) and
+//     checkpoint (the latest signed checkpoint of a poll).
+//   - logproof.go: tally log prove and consistency, a vote's receipt and a
+//     consistency proof from the database.
 //   - audit.go: tally audit verify and receipt, the offline checks of
 //     package audit (no database, no network).
 package cli

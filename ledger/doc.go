@@ -63,6 +63,15 @@
 //   - watch.go: WatchCatalog, the LISTEN connection for catalog changes.
 //   - results.go: reads of the projection and of one event's record.
 //   - rebuild.go: Rebuild and Repair of the projection from the ledger.
+//   - merkle.go: the arithmetic of a poll's Merkle log (tlog tiles, the
+//     partial tiles kept with the head).
+//   - log_store.go: the log kept in the append's transaction: heads locked,
+//     leaf indexes given, tiles and heads written; BuildLogs for rows from
+//     before the log; Head.
+//   - log_verify.go: the rebuild's check of every log against its rows.
+//   - log_read.go: inclusion and consistency proofs from the stored tiles.
+//   - checkpoints.go: the signed checkpoints of each poll's log.
+//   - events.go: Events, many (principal, event id) records in one query.
 //   - export.go: Export, the ledger in seq order.
 //   - errors.go: the package's errors and interpretError.
 package ledger
