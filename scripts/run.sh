@@ -62,7 +62,13 @@ trap stop INT TERM
 
 ./tally intake --listen "$listen" --log-format json >"$logs/intake.log" 2>&1 &
 pids+=($!)
-./tally projector --batch-wait 20ms --metrics-listen "$metrics" --log-format json >"$logs/projector.log" 2>&1 &
+# The log's signer key: made once, kept with the run's files. The
+# projector signs each poll's log with it, so votes get receipts.
+log_key="$logs/log.key"
+if [[ ! -f "$log_key" ]]; then
+	./tally log key generate --name "tally.local" --out "$log_key" >"$logs/log.vkey"
+fi
+./tally projector --batch-wait 20ms --metrics-listen "$metrics" --log-key "$log_key" --log-format json >"$logs/projector.log" 2>&1 &
 pids+=($!)
 
 # intake answers /readyz once Redis and PostgreSQL answer it; 30s covers a
@@ -92,6 +98,9 @@ Cast a vote (each principal answers a poll once; use a new event_id for each try
 Its status, and the tallies:
   curl -s -H 'Authorization: Bearer $token' http://$listen/v1/votes/my-first-vote
   curl -s -H 'Authorization: Bearer $token' http://$listen/v1/polls/demo/results
+The poll's signed checkpoint, and the key that verifies it (docs/audit.md says how to check a receipt):
+  curl -s -H 'Authorization: Bearer $token' http://$listen/v1/polls/demo/checkpoint
+  cat $logs/log.vkey
 
 EOF
 
