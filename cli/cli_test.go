@@ -149,13 +149,13 @@ func TestMigrateCommands(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"migrate", "up"}, "00005_log_checkpoints.sql"},
-		{[]string{"migrate", "version"}, "5"},
+		{[]string{"migrate", "up"}, "00006_daemon_role.sql"},
+		{[]string{"migrate", "version"}, "6"},
 		{[]string{"migrate", "down-to", "1"}, "down 00002"},
 		{[]string{"migrate", "status"}, "pending"},
 		{[]string{"migrate", "redo"}, "up 00001"},
 		{[]string{"migrate", "reset"}, "down 00001"},
-		{[]string{"migrate", "up"}, "up 00005"},
+		{[]string{"migrate", "up"}, "up 00006"},
 	} {
 		r := tally(t, db.URL, step.args...)
 		if r.code != 0 || !strings.Contains(r.stdout, step.want) {

@@ -6,7 +6,8 @@
 // choices, principals, the append-only ledger poll_events (its trigger
 // refuses UPDATE, DELETE and TRUNCATE), the rejection records, the
 // poll_results projection, each poll's Merkle log and its signed
-// checkpoints.
+// checkpoints, and the grants of the daemons' role tally_daemon (the role
+// itself is the server's, and stays).
 //
 // # Files
 //
@@ -23,6 +24,11 @@
 //     those logs to build, which the first append to each poll then does.
 //   - 00005_log_checkpoints.sql: every signed checkpoint of each poll's log
 //     (poll, size, root, the signed note), append-only like the ledger.
+//   - 00006_daemon_role.sql: the role tally_daemon, made if missing, with
+//     only what intake and the projector need: SELECT, INSERT on the
+//     append-only tables, INSERT and UPDATE on the projection and the log
+//     heads. Down revokes this database's grants and leaves the role,
+//     which belongs to the whole server.
 //   - migrations.go: the embedded files and goose's provider over them.
 package migrations
 

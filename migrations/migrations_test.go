@@ -181,3 +181,84 @@ INSERT INTO poll_events (poll_id, candidate_id, principal_id, client_event_id, f
 		t.Fatalf("after migration 3 down: %v", c)
 	}
 }
+
+// TestDaemonRoleGrants: migration 6 gives tally_daemon reads everywhere,
+// appends to the append-only tables, updates only to the projection and
+// the log heads; its down step takes this database's grants back and
+// leaves the role, which the server's other databases may still use.
+func TestDaemonRoleGrants(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.EmptyPostgres(t)
+	sqlDB := stdlib.OpenDBFromPool(db.Pool)
+	defer sqlDB.Close()
+	p, err := migrations.NewProvider(sqlDB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What tally_daemon may do to each table, as has_table_privilege says.
+	privileges := func() map[string]string {
+		rows, err := db.Pool.Query(ctx, `
+SELECT tablename,
+    concat_ws(',', CASE WHEN has_table_privilege('tally_daemon', c.oid, 'SELECT') THEN 'SELECT' END,
+        CASE WHEN has_table_privilege('tally_daemon', c.oid, 'INSERT') THEN 'INSERT' END,
+        CASE WHEN has_table_privilege('tally_daemon', c.oid, 'UPDATE') THEN 'UPDATE' END,
+        CASE WHEN has_table_privilege('tally_daemon', c.oid, 'DELETE') THEN 'DELETE' END,
+        CASE WHEN has_table_privilege('tally_daemon', c.oid, 'TRUNCATE') THEN 'TRUNCATE' END)
+FROM pg_tables t JOIN pg_class c ON c.relname = t.tablename AND c.relnamespace = 'public'::regnamespace
+WHERE schemaname = 'public' AND tablename <> 'goose_db_version'`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]string{}
+		for rows.Next() {
+			var table, privs string
+			if err := rows.Scan(&table, &privs); err != nil {
+				t.Fatal(err)
+			}
+			m[table] = privs
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	if _, err := p.Up(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"polls": "SELECT", "poll_choices": "SELECT", "poll_eligible": "SELECT", "principals": "SELECT",
+		"poll_events": "SELECT,INSERT", "poll_event_rejections": "SELECT,INSERT",
+		"poll_log_tiles": "SELECT,INSERT", "poll_log_checkpoints": "SELECT,INSERT",
+		"poll_results": "SELECT,INSERT,UPDATE", "poll_log_heads": "SELECT,INSERT,UPDATE",
+	}
+	got := privileges()
+	if len(got) != len(want) {
+		t.Fatalf("tally_daemon's privileges %v, want %v", got, want)
+	}
+	for table, w := range want {
+		if got[table] != w {
+			t.Errorf("tally_daemon on %s: %q, want %q", table, got[table], w)
+		}
+	}
+	var owns bool
+	if err := db.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_class
+		WHERE relnamespace = 'public'::regnamespace AND relowner = 'tally_daemon'::regrole)`).Scan(&owns); err != nil || owns {
+		t.Fatalf("tally_daemon owns a table: %v (%v)", owns, err)
+	}
+	if _, err := p.DownTo(ctx, 5); err != nil {
+		t.Fatal(err)
+	}
+	for table, privs := range privileges() {
+		if privs != "" {
+			t.Errorf("after migration 6 down, tally_daemon keeps %s on %s", privs, table)
+		}
+	}
+	var role int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_roles WHERE rolname = 'tally_daemon'`).Scan(&role); err != nil || role != 1 {
+		t.Fatalf("after migration 6 down: %d roles tally_daemon (%v), want the role kept", role, err)
+	}
+	if _, err := p.Up(ctx); err != nil {
+		t.Fatalf("up again with the role already there: %v", err)
+	}
+}
