@@ -23,7 +23,11 @@ if ! ./tally poll show demo >/dev/null 2>&1; then
 	./tally poll create demo --title "Which topic should the next docs sprint cover?" \
 		--choice install --choice tutorial --choice reference --choice faq
 fi
-token="$(./tally principal add "demo-$(date +%s)")"
+# Two principals: the demo vote below answers the poll with its own, so
+# the token printed for you has not answered it yet (a principal answers
+# a poll once).
+demo_token="$(./tally principal add "demo-$(date +%s)")"
+token="$(./tally principal add "you-$(date +%s)")"
 
 pids=()
 # stop_daemons: SIGTERM to intake and projector, and wait for them.
@@ -80,8 +84,8 @@ until curl -fs "http://$listen/readyz" >/dev/null 2>&1; do
 	sleep 0.1
 done
 
-vote() { # vote EVENT_ID CANDIDATE
-	curl -s -X POST "http://$listen/v1/votes" -H "Authorization: Bearer $token" \
+vote() { # vote EVENT_ID CANDIDATE, as the demo principal
+	curl -s -X POST "http://$listen/v1/votes" -H "Authorization: Bearer $demo_token" \
 		-H 'Content-Type: application/json' \
 		-d "{\"event_id\":\"$1\",\"poll_id\":\"demo\",\"candidate_id\":\"$2\"}"
 }
@@ -98,9 +102,8 @@ Cast a vote (each principal answers a poll once; use a new event_id for each try
 Its status, and the tallies:
   curl -s -H 'Authorization: Bearer $token' http://$listen/v1/votes/my-first-vote
   curl -s -H 'Authorization: Bearer $token' http://$listen/v1/polls/demo/results
-The poll's signed checkpoint, and the key that verifies it (docs/audit.md says how to check a receipt):
-  curl -s -H 'Authorization: Bearer $token' http://$listen/v1/polls/demo/checkpoint
-  cat $logs/log.vkey
+A second after it is recorded, its receipt, checked offline against the log's verifier key (docs/audit.md):
+  curl -s -H 'Authorization: Bearer $token' http://$listen/v1/votes/my-first-vote | ./tally audit receipt - --key "\$(cat $logs/log.vkey)"
 
 EOF
 
@@ -111,7 +114,7 @@ vote "$demo_key" reference
 vote "$demo_key" faq
 sleep 0.5
 echo "== its status"
-curl -s -H "Authorization: Bearer $token" "http://$listen/v1/votes/$demo_key"
+curl -s -H "Authorization: Bearer $demo_token" "http://$listen/v1/votes/$demo_key"
 echo
 echo
 echo "Press Ctrl-C to stop intake and projector and print the rebuild table."
