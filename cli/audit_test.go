@@ -194,6 +194,13 @@ func TestAuditReceiptExitCodes(t *testing.T) {
 	if r := offline(t, status, "audit", "receipt", "-", "--key", f.key); r.code != ExitOK {
 		t.Fatalf("receipt inside a vote's status on standard input: exit %d %s", r.code, r.stderr)
 	}
+	// A status without a receipt yet, whole or as the null jq makes of it,
+	// is named as such, not as a malformed receipt.
+	for _, in := range []string{`{"event_id":"e-5","poll_id":"p","candidate_id":"a","status":"pending"}`, "null\n"} {
+		if r := offline(t, in, "audit", "receipt", "-", "--key", f.key); r.code != ExitError || !strings.Contains(r.stderr, "standard input holds no receipt yet") {
+			t.Fatalf("a status with no receipt (%s): exit %d %s", in, r.code, r.stderr)
+		}
+	}
 
 	later := filepath.Join(f.dir, "later.txt")
 	write(t, later, string(f.checkpoint(t, 12)))
