@@ -15,6 +15,7 @@ import (
 	"tally/internal/testenv"
 	"tally/ledger"
 	"tally/migrations"
+	"tally/vote"
 )
 
 // referenceRoots hashes the ledger's rows as Export gives them (ledger
@@ -277,10 +278,12 @@ func oldRows(t *testing.T, db *sql.DB) {
 	for _, stmt := range []string{
 		`INSERT INTO polls (id, title, opens_at) VALUES ('big', 'Big', '1970-01-01'), ('small', 'Small', '1970-01-01'), ('empty', 'Empty', '1970-01-01')`,
 		`INSERT INTO poll_choices VALUES ('big', 'a', 0), ('big', 'b', 1), ('small', 'a', 0), ('empty', 'a', 0)`,
+		// The fingerprint as vote.Fingerprint makes it: SHA-256 of poll, NUL, candidate.
 		`INSERT INTO poll_events (poll_id, candidate_id, principal_id, client_event_id, fingerprint, received_at)
-		 SELECT CASE WHEN i % 7 = 0 THEN 'small' ELSE 'big' END, CASE WHEN i % 3 = 0 THEN 'b' ELSE 'a' END,
-		        'u' || i, 'k' || i, '\x00', timestamptz '2026-01-01' + i * interval '1 millisecond'
-		 FROM generate_series(1, 1000) i WHERE NOT (i % 7 = 0 AND i % 3 = 0)`,
+		 SELECT p, c, 'u' || i, 'k' || i, sha256(convert_to(p, 'UTF8') || '\x00'::bytea || convert_to(c, 'UTF8')),
+		        timestamptz '2026-01-01' + i * interval '1 millisecond'
+		 FROM (SELECT i, CASE WHEN i % 7 = 0 THEN 'small' ELSE 'big' END AS p, CASE WHEN i % 3 = 0 THEN 'b' ELSE 'a' END AS c
+		       FROM generate_series(1, 1000) i WHERE NOT (i % 7 = 0 AND i % 3 = 0)) r`,
 		`INSERT INTO poll_results SELECT poll_id, candidate_id, count(*) FROM poll_events GROUP BY 1, 2`,
 	} {
 		if _, err := db.Exec(stmt); err != nil {
@@ -292,4 +295,41 @@ func oldRows(t *testing.T, db *sql.DB) {
 func sha256Empty() [32]byte {
 	h, _ := tlog.TreeHash(0, nil)
 	return h
+}
+
+// A fingerprint changed alone leaves the tree intact (the leaf does not
+// cover it) and is found by its own check, which names the leaf.
+func TestRebuildFindsATamperedFingerprint(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.poll(t, "p", "a", "b")
+	b.poll(t, "q", "a", "b")
+	batch := make([]ledger.Event, 300)
+	for j := range batch {
+		batch[j] = ev(fmt.Sprintf("u%d", j), "k", []string{"p", "q"}[j%2], []string{"a", "b"}[j%3%2])
+	}
+	if _, err := b.store.Append(b.ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	checkInvariants(t, b)
+	// The fingerprint of (p, b) on a row that says (p, a): the same
+	// length and a real fingerprint, only not this row's.
+	other := vote.Fingerprint("p", "b")
+	tamper(t, b, `UPDATE poll_events SET fingerprint = $1 WHERE poll_id = 'p' AND leaf_index = 42 AND candidate_id = 'a'`, other[:])
+	tamper(t, b, `UPDATE poll_events SET fingerprint = $1 WHERE poll_id = 'p' AND leaf_index = 77 AND candidate_id = 'a'`, other[:])
+	rep, err := b.store.Rebuild(b.ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Differing != 0 || rep.LogProblems != 1 {
+		t.Fatalf("differing %d, log problems %d, want 0 and 1: %+v", rep.Differing, rep.LogProblems, rep.Logs)
+	}
+	for _, c := range rep.Logs {
+		switch {
+		case c.PollID == "q" && !c.OK():
+			t.Errorf("untouched poll q reported: %+v", c)
+		case c.PollID == "p" && (c.Leaf != 42 || !strings.Contains(c.Problem, "fingerprint does not match")):
+			t.Errorf("poll p: leaf %d %q, want leaf 42 and its fingerprint named", c.Leaf, c.Problem)
+		}
+	}
 }

@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"golang.org/x/mod/sumdb/tlog"
+
+	"tally/vote"
 )
 
 // LogCheck is the rebuild's verdict on one poll's log: the ledger's rows
@@ -31,7 +33,8 @@ WHERE $1::text IS NULL OR poll_id = $1 ORDER BY poll_id`
 // verifyLogs checks the log of every poll (one when pollID is set) in tx's
 // snapshot: the leaf indexes are dense, the rows hash to the stored root,
 // and the stored tiles are the rows' (the first differing hash names the
-// leaf). A head still to build (rows from before the log) is reported as
+// leaf), and each row's fingerprint is its poll's and candidate's. A head
+// still to build (rows from before the log) is reported as
 // such.
 func verifyLogs(ctx context.Context, tx pgx.Tx, pollID string) ([]LogCheck, error) {
 	var p *string
@@ -65,7 +68,24 @@ func verifyLogs(ctx context.Context, tx pgx.Tx, pollID string) ([]LogCheck, erro
 	return out, nil
 }
 
+// verifyLog checks one poll's log: its tree against the rows, then, when
+// the tree holds, each row's fingerprint, which the leaf does not cover.
 func verifyLog(ctx context.Context, tx pgx.Tx, poll string, size int64, root, partial []byte) (LogCheck, error) {
+	c, err := verifyTree(ctx, tx, poll, size, root, partial)
+	if err != nil || !c.OK() {
+		return c, err
+	}
+	leaf, err := firstBadFingerprint(ctx, tx, poll)
+	if err != nil {
+		return c, err
+	}
+	if leaf >= 0 {
+		c.Leaf, c.Problem = leaf, "the stored fingerprint does not match the row's poll and candidate"
+	}
+	return c, nil
+}
+
+func verifyTree(ctx context.Context, tx pgx.Tx, poll string, size int64, root, partial []byte) (LogCheck, error) {
 	c := LogCheck{PollID: poll, Size: size, Leaf: -1}
 	state, full, n, err := hashRows(ctx, tx, poll, nil)
 	var le *LogError
@@ -134,6 +154,37 @@ func firstDifference(level int, idx int64, made, stored []byte) (int64, string) 
 		return first, fmt.Sprintf("tile %d/%d of the log holds %d hashes, the rows make %d", level, idx, len(stored)/hashSize, len(made)/hashSize)
 	}
 	return 0, ""
+}
+
+const fingerprintsSQL = `
+SELECT leaf_index, candidate_id, fingerprint FROM poll_events WHERE poll_id = $1 ORDER BY leaf_index`
+
+// firstBadFingerprint returns the first leaf of poll whose stored
+// fingerprint is not vote.Fingerprint of its poll and candidate, or -1.
+// The leaf hash leaves the fingerprint out, so the tree cannot vouch for
+// it, yet an append compares it to tell a redelivered event from a key
+// reused for another answer.
+func firstBadFingerprint(ctx context.Context, tx pgx.Tx, poll string) (int64, error) {
+	rows, err := tx.Query(ctx, fingerprintsSQL, poll)
+	if err != nil {
+		return -1, interpretError("check the fingerprints of poll "+poll, err)
+	}
+	var (
+		leaf int64
+		cand string
+		fp   []byte
+	)
+	bad := int64(-1)
+	_, err = pgx.ForEachRow(rows, []any{&leaf, &cand, &fp}, func() error {
+		if want := vote.Fingerprint(poll, cand); bad < 0 && !bytes.Equal(fp, want[:]) {
+			bad = leaf
+		}
+		return nil
+	})
+	if err != nil {
+		return -1, interpretError("check the fingerprints of poll "+poll, err)
+	}
+	return bad, nil
 }
 
 // storedTiles reads a poll's full tiles, by (level, index).
