@@ -19,6 +19,27 @@ mkdir -p "$logs"
 echo "== building tally"
 go build -o tally .
 ./tally migrate up >/dev/null
+
+# The daemons run as a login granted tally_daemon (migration 00006), which
+# may add rows but not change or delete them, nor switch the triggers off
+# (docs/operations.md, "Running the daemons with least privilege"). The
+# other commands here run as the owner. Where that login cannot be made or
+# used (a server with password authentication, say), the daemons run as
+# the owner, and the run says so.
+daemon_url="$(sed -E 's#^(postgres(ql)?://)[^@/]*@#\1tally_run@#' <<<"$TALLY_DATABASE_URL")"
+if psql -q "$TALLY_DATABASE_URL" -v ON_ERROR_STOP=1 >/dev/null 2>&1 <<'SQL' &&
+DO $$ BEGIN
+    IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'tally_run') THEN
+        CREATE ROLE tally_run LOGIN IN ROLE tally_daemon;
+    END IF;
+END $$;
+SQL
+	[[ "$daemon_url" == *tally_run@* ]] && psql -q "$daemon_url" -c 'SELECT 1' >/dev/null 2>&1; then
+	daemon_as="tally_run (granted tally_daemon: append-only)"
+else
+	daemon_url="$TALLY_DATABASE_URL"
+	daemon_as="the database owner (the least-privilege login could not be made or used)"
+fi
 if ! ./tally poll show demo >/dev/null 2>&1; then
 	./tally poll create demo --title "Which topic should the next docs sprint cover?" \
 		--choice install --choice tutorial --choice reference --choice faq
@@ -64,7 +85,7 @@ stop() {
 }
 trap stop INT TERM
 
-./tally intake --listen "$listen" --log-format json >"$logs/intake.log" 2>&1 &
+TALLY_DATABASE_URL="$daemon_url" ./tally intake --listen "$listen" --log-format json >"$logs/intake.log" 2>&1 &
 pids+=($!)
 # The log's signer key: made once, kept with the run's files. The
 # projector signs each poll's log with it, so votes get receipts.
@@ -72,7 +93,7 @@ log_key="$logs/log.key"
 if [[ ! -f "$log_key" ]]; then
 	./tally log key generate --name "tally.local" --out "$log_key" >"$logs/log.vkey"
 fi
-./tally projector --batch-wait 20ms --metrics-listen "$metrics" --log-key "$log_key" --log-format json >"$logs/projector.log" 2>&1 &
+TALLY_DATABASE_URL="$daemon_url" ./tally projector --batch-wait 20ms --metrics-listen "$metrics" --log-key "$log_key" --log-format json >"$logs/projector.log" 2>&1 &
 pids+=($!)
 
 # intake answers /readyz once Redis and PostgreSQL answer it; 30s covers a
@@ -96,6 +117,7 @@ tally is running.
   intake     http://$listen      (log: $logs/intake.log)
   projector  metrics on http://$metrics/metrics  (log: $logs/projector.log)
   token      $token
+  daemons connect to PostgreSQL as $daemon_as
 
 Cast a vote (each principal answers a poll once; use a new event_id for each try):
   curl -s -X POST http://$listen/v1/votes -H 'Authorization: Bearer $token' -H 'Content-Type: application/json' -d '{"event_id":"my-first-vote","poll_id":"demo","candidate_id":"tutorial"}'
