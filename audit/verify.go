@@ -23,9 +23,10 @@ import (
 // error means the audit could not be done at all (a file that is not in
 // its format).
 
-// ExportRow is one line of an export as tally export writes it. Rows come
-// in ledger order (seq increasing), so each poll's rows come in its leaf
-// order. recorded_at and fields this version does not know are ignored;
+// ExportRow is one line of an export as tally export writes it. Each
+// poll's rows come in its leaf order (which is not always the order of
+// seq: two appends to one poll may commit in the other order than they
+// drew their seqs); seq is the row's id in the ledger. recorded_at and fields this version does not know are ignored;
 // leaf_index, when present, is checked against the row's place.
 type ExportRow struct {
 	Seq         int64     `json:"seq"`
@@ -156,7 +157,7 @@ func VerifyExport(export io.Reader, checkpoints []StoredCheckpoint, verifiers []
 	if len(verifiers) == 0 && len(checkpoints) > 0 {
 		return Report{}, errors.New("audit: no verifier key to check the checkpoints with")
 	}
-	a := &auditor{polls: map[string]*pollLog{}}
+	a := &auditor{polls: map[string]*pollLog{}, seqs: map[int64]int{}}
 	if err := a.readExport(export); err != nil {
 		return Report{}, err
 	}
@@ -167,11 +168,11 @@ func VerifyExport(export io.Reader, checkpoints []StoredCheckpoint, verifiers []
 
 // auditor holds the polls an export rebuilt and what was found so far.
 type auditor struct {
-	polls   map[string]*pollLog
-	order   []string // poll ids in order of first appearance
-	rows    int64
-	lastSeq int64
-	found   []Discrepancy
+	polls map[string]*pollLog
+	order []string // poll ids in order of first appearance
+	rows  int64
+	seqs  map[int64]int // the export line of each seq
+	found []Discrepancy
 }
 
 // pollLog is one poll of the export: its tree and, per leaf, its
@@ -200,7 +201,8 @@ func (a *auditor) poll(id string) *pollLog {
 func (a *auditor) discrepancy(d Discrepancy) { a.found = append(a.found, d) }
 
 // readExport reads every row, appends it to its poll's tree and checks
-// what one row can show: its order, its leaf_index, one row per principal.
+// what one row can show: its leaf_index, a seq seen once, one row per
+// principal.
 func (a *auditor) readExport(r io.Reader) error {
 	err := eachLine(r, func(line []byte, n int) error {
 		var row ExportRow
@@ -236,11 +238,12 @@ func (a *auditor) readExport(r io.Reader) error {
 func (a *auditor) checkRow(p *pollLog, row ExportRow, index int64, n int) {
 	leaf := &LeafRange{index, index}
 	if row.Seq != 0 {
-		if row.Seq <= a.lastSeq {
+		if first, ok := a.seqs[row.Seq]; ok {
 			a.discrepancy(Discrepancy{PollID: row.PollID, Leaves: leaf, Field: "seq", ExportLine: n,
-				Detail: fmt.Sprintf("seq %d follows seq %d: rows are not in ledger order (moved, inserted or renumbered)", row.Seq, a.lastSeq)})
+				Detail: fmt.Sprintf("seq %d is also the row of line %d: a ledger row appears twice", row.Seq, first)})
+		} else {
+			a.seqs[row.Seq] = n
 		}
-		a.lastSeq = row.Seq
 	}
 	if row.LeafIndex != nil && *row.LeafIndex != index {
 		a.discrepancy(Discrepancy{PollID: row.PollID, Leaves: leaf, Field: "leaf_index", ExportLine: n,

@@ -18,7 +18,7 @@ import (
 func exportCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:      "export",
-		Usage:     "write the ledger as JSON lines, in ledger order",
+		Usage:     "write the ledger as JSON lines, each poll's rows in the order of its log",
 		ArgsUsage: "[FILE] (default: standard output)",
 		Flags: commonFlags(&ucli.StringFlag{Name: "poll", Usage: "only this poll `ID`"},
 			&ucli.StringFlag{Name: "checkpoints", Usage: "also write the signed checkpoints to `FILE`, JSON lines, for tally audit verify --checkpoints"}),
@@ -68,8 +68,12 @@ func exportLines(c *ucli.Context, store *ledger.Store, w io.Writer) (int, error)
 	err := store.Export(c.Context, c.String("poll"), func(r ledger.LedgerRow) error {
 		n++
 		rat, recat := r.ReceivedAt.UTC(), r.RecordedAt.UTC()
-		return enc.Encode(ledgerLine{Seq: r.Seq, EventID: r.ClientEventID, PollID: r.PollID,
-			CandidateID: r.CandidateID, PrincipalID: r.PrincipalID, ReceivedAt: &rat, RecordedAt: &recat})
+		line := ledgerLine{Seq: r.Seq, EventID: r.ClientEventID, PollID: r.PollID,
+			CandidateID: r.CandidateID, PrincipalID: r.PrincipalID, ReceivedAt: &rat, RecordedAt: &recat}
+		if r.LeafIndex >= 0 {
+			line.LeafIndex = &r.LeafIndex
+		}
+		return enc.Encode(line)
 	})
 	return n, err
 }

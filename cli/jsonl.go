@@ -23,6 +23,7 @@ type ledgerLine struct {
 	PrincipalID string     `json:"principal_id"`
 	ReceivedAt  *time.Time `json:"received_at,omitempty"`
 	RecordedAt  *time.Time `json:"recorded_at,omitempty"`
+	LeafIndex   *int64     `json:"leaf_index,omitempty"` // export: the row's leaf in its poll's log
 }
 
 // maxReceivedSkew is how far past the time of the import a received_at may
@@ -91,6 +92,7 @@ func decodeImportFields(dec *json.Decoder, l *ledgerLine) error {
 	fields := map[string]any{
 		"seq": &l.Seq, "event_id": &l.EventID, "poll_id": &l.PollID, "candidate_id": &l.CandidateID,
 		"principal_id": &l.PrincipalID, "received_at": &l.ReceivedAt, "recorded_at": &l.RecordedAt,
+		"leaf_index": &l.LeafIndex,
 	}
 	seen := map[string]bool{}
 	for dec.More() {
@@ -101,7 +103,7 @@ func decodeImportFields(dec *json.Decoder, l *ledgerLine) error {
 		key, _ := tok.(string)
 		dst, known := fields[key]
 		if !known {
-			return fmt.Errorf("unknown field %q; the fields are event_id, poll_id, candidate_id, principal_id, received_at (and seq, recorded_at, which import ignores)", key)
+			return fmt.Errorf("unknown field %q; the fields are event_id, poll_id, candidate_id, principal_id, received_at (and seq, recorded_at, leaf_index, which import ignores)", key)
 		}
 		if seen[key] {
 			return fmt.Errorf("field %q is given twice", key)
@@ -111,7 +113,7 @@ func decodeImportFields(dec *json.Decoder, l *ledgerLine) error {
 		if err := dec.Decode(&raw); err != nil {
 			return fmt.Errorf("malformed JSON: %v", err)
 		}
-		if err := json.Unmarshal(raw, dst); err != nil || string(raw) == "null" && key != "received_at" && key != "recorded_at" {
+		if err := json.Unmarshal(raw, dst); err != nil || string(raw) == "null" && key != "received_at" && key != "recorded_at" && key != "leaf_index" {
 			return fmt.Errorf("field %q must be a %s", key, wantType(key))
 		}
 	}

@@ -62,8 +62,8 @@ var errRaced = errors.New("a concurrent append inserted the same key first")
 // common case, a batch of new events, that one statement is the whole
 // append.
 //
-// Before the first step, it locks the log heads of the batch's polls, and
-// after the second it adds the new rows to their polls' logs (log_store.go).
+// After the second step it adds the new rows to their polls' logs, under
+// their heads, which it locks only then (log_store.go).
 //
 // Then the full rules (classify), for every event the first step did not
 // record. No event the first step left out could have claimed what an
@@ -77,13 +77,9 @@ func appendTx(ctx context.Context, tx pgx.Tx, events []Event, fast bool) ([]Outc
 	for i, e := range events {
 		fps[i] = vote.Fingerprint(e.PollID, e.CandidateID)
 	}
-	heads, err := lockHeads(ctx, tx, events)
-	if err != nil {
-		return nil, err
-	}
 	rest := make([]int, 0, len(events))
 	if fast {
-		seqs, err := insertEvents(ctx, tx, insertFreshSQL, events, fps, freshEvents(events), heads)
+		seqs, err := insertEvents(ctx, tx, insertFreshSQL, events, fps, freshEvents(events))
 		if err != nil {
 			return nil, err
 		}
@@ -100,11 +96,11 @@ func appendTx(ctx context.Context, tx pgx.Tx, events []Event, fast bool) ([]Outc
 		}
 	}
 	if len(rest) > 0 {
-		if err := classify(ctx, tx, events, fps, rest, outcomes, heads); err != nil {
+		if err := classify(ctx, tx, events, fps, rest, outcomes); err != nil {
 			return nil, err
 		}
 	}
-	if err := appendLogs(ctx, tx, heads, events); err != nil {
+	if err := appendLogs(ctx, tx, events, outcomes); err != nil {
 		return nil, err
 	}
 	return outcomes, nil

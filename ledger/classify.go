@@ -82,13 +82,13 @@ func decide(f *facts, fp [32]byte, prior owner, owned, answered bool) decision {
 // transaction pre-empted one of its inserts (a unique violation), the
 // classification of the whole batch is void: classify returns errRaced and
 // runTx starts over.
-func classify(ctx context.Context, tx pgx.Tx, events []Event, fps [][32]byte, idx []int, outcomes []Outcome, heads map[string]*logHead) error {
+func classify(ctx context.Context, tx pgx.Tx, events []Event, fps [][32]byte, idx []int, outcomes []Outcome) error {
 	fs, err := loadFacts(ctx, tx, events, firstOfKeys(events, idx))
 	if err != nil {
 		return err
 	}
 	inserts, rejections, owners := decideAll(events, fps, idx, fs, outcomes)
-	seqs, err := insertEvents(ctx, tx, insertEventsSQL, events, fps, inserts, heads)
+	seqs, err := insertEvents(ctx, tx, insertEventsSQL, events, fps, inserts)
 	if err != nil {
 		return err
 	}

@@ -65,13 +65,13 @@
 //   - rebuild.go: Rebuild and Repair of the projection from the ledger.
 //   - merkle.go: the arithmetic of a poll's Merkle log (tlog tiles, the
 //     partial tiles kept with the head).
-//   - log_store.go: the log kept in the append's transaction: heads locked,
-//     leaf indexes given, tiles and heads written; BuildLogs for rows from
-//     before the log; Head.
+//   - log_store.go: the log kept in the append's transaction: after the
+//     inserts, heads locked, new rows numbered (poll_log_leaves), tiles and
+//     heads written; BuildLogs for rows from before the log; Head.
 //   - log_verify.go: the rebuild's check of every log against its rows.
 //   - log_read.go: inclusion and consistency proofs from the stored tiles.
 //   - checkpoints.go: the signed checkpoints of each poll's log.
 //   - events.go: Events, many (principal, event id) records in one query.
-//   - export.go: Export, the ledger in seq order.
+//   - export.go: Export, the ledger, each poll in its leaf order.
 //   - errors.go: the package's errors and interpretError.
 package ledger

@@ -11,36 +11,32 @@ import (
 
 // The two inserts of Append's steps append ledger rows chosen from the
 // batch and, in the same statement, add them to the projection, per (poll,
-// candidate) in a fixed order. Rows are inserted, and numbered in their
-// poll's log, in batch order (the order of the stream, or of an import's
-// file), so a poll's leaf order is the order of its seq, and an export
-// imported elsewhere gets the same leaves. Appends to one poll take turns
-// on its log head; two appends to different polls meet on the unique
-// indexes only through a principal in both batches, which the projector's
-// lanes make rare, and a deadlock between them is retried. They differ only
-// in which rows of the batch they keep.
+// candidate) in a fixed order. They do not number the rows in their polls'
+// logs: the append does that after both steps, under the polls' log heads
+// (log_store.go), so concurrent appends to one poll overlap here and meet
+// only on its poll_results rows, from the insert to the commit, as before
+// the log. Two appends meet on the unique indexes only through a principal
+// in both batches, which the projector's lanes make rare, and a deadlock
+// between them is retried. The two differ only in which rows of the batch
+// they keep.
 
 // insertFreshSQL is the optimistic step of appendTx: it inserts the events
 // that are valid by the catalog, whose key has no rejection record, and
 // that conflict with no ledger row. It is stricter than the full rules,
-// never looser: an event it skips gets the full rules. Every row it
-// inserts gets the next leaf index of its poll ($7, $8: each poll's next),
-// so the rows it skips are left out before they are numbered: by
-// correlated LIMIT 1 probes of both unique indexes, like loadFactsSQL's,
-// so that the generic plan stays a nested loop of index probes whatever
-// the size of the ledger (BENCHMARKS.md has the figures against ON
-// CONFLICT DO NOTHING, which would skip a conflicting row after it had its
-// number). The poll's log head, which the append holds, keeps concurrent
-// appends to the poll out; a concurrent append to another poll with the
-// same (principal, key) makes a unique violation, reported as errRaced.
+// never looser: an event it skips gets the full rules. The rows it skips
+// are left out by correlated LIMIT 1 probes of both unique indexes, like
+// loadFactsSQL's, so that the generic plan stays a nested loop of index
+// probes whatever the size of the ledger. A concurrent append that
+// committed the same (principal, key) or (poll, principal) after the probe
+// makes a unique violation, reported as errRaced, and the batch runs
+// again.
 const insertFreshSQL = `
 WITH input AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::timestamptz[]) WITH ORDINALITY
         AS i(principal_id, client_event_id, poll_id, candidate_id, fingerprint, received_at, ord)
 ), keep AS (
-    SELECT i.*, n.next + row_number() OVER (PARTITION BY i.poll_id ORDER BY i.ord) - 1 AS leaf_index
+    SELECT i.*
     FROM input i
-    JOIN unnest($7::text[], $8::bigint[]) AS n(poll_id, next) ON n.poll_id = i.poll_id
     CROSS JOIN LATERAL (SELECT opens_at, closes_at, eligibility FROM polls WHERE id = i.poll_id LIMIT 1) p
     WHERE p.eligibility = 'any'
       AND p.opens_at <= i.received_at AND (p.closes_at IS NULL OR i.received_at < p.closes_at)
@@ -51,49 +47,45 @@ WITH input AS (
            WHERE k.principal_id = i.principal_id AND k.client_event_id = i.client_event_id LIMIT 1) IS NULL
       AND (SELECT 1 FROM poll_events a WHERE a.poll_id = i.poll_id AND a.principal_id = i.principal_id LIMIT 1) IS NULL
 ), ins AS (
-    INSERT INTO poll_events (poll_id, candidate_id, principal_id, client_event_id, fingerprint, received_at, leaf_index)
-    SELECT poll_id, candidate_id, principal_id, client_event_id, fingerprint, received_at, leaf_index
+    INSERT INTO poll_events (poll_id, candidate_id, principal_id, client_event_id, fingerprint, received_at)
+    SELECT poll_id, candidate_id, principal_id, client_event_id, fingerprint, received_at
     FROM keep
     ORDER BY ord
-    RETURNING seq, principal_id, client_event_id, poll_id, candidate_id, leaf_index
+    RETURNING seq, principal_id, client_event_id, poll_id, candidate_id
 ), proj AS (
     INSERT INTO poll_results AS r (poll_id, candidate_id, vote_count)
     SELECT poll_id, candidate_id, count(*) FROM ins
     GROUP BY poll_id, candidate_id ORDER BY poll_id, candidate_id
     ON CONFLICT (poll_id, candidate_id) DO UPDATE SET vote_count = r.vote_count + EXCLUDED.vote_count
 )
-SELECT principal_id, client_event_id, seq, leaf_index FROM ins`
+SELECT principal_id, client_event_id, seq FROM ins`
 
 // insertEventsSQL is the full rules' insert. It is a plain INSERT, not ON
 // CONFLICT DO NOTHING: the facts read before it already showed every key
 // and (poll, principal) free, so a unique violation can only come from a
 // concurrent transaction that committed the same key in between, and
-// insertEvents reports it as errRaced. Leaf indexes are given as
-// insertFreshSQL gives them.
+// insertEvents reports it as errRaced.
 const insertEventsSQL = `
 WITH input AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::timestamptz[]) WITH ORDINALITY
         AS i(principal_id, client_event_id, poll_id, candidate_id, fingerprint, received_at, ord)
 ), ins AS (
-    INSERT INTO poll_events (poll_id, candidate_id, principal_id, client_event_id, fingerprint, received_at, leaf_index)
-    SELECT i.poll_id, i.candidate_id, i.principal_id, i.client_event_id, i.fingerprint, i.received_at,
-           n.next + row_number() OVER (PARTITION BY i.poll_id ORDER BY i.ord) - 1
+    INSERT INTO poll_events (poll_id, candidate_id, principal_id, client_event_id, fingerprint, received_at)
+    SELECT i.poll_id, i.candidate_id, i.principal_id, i.client_event_id, i.fingerprint, i.received_at
     FROM input i
-    JOIN unnest($7::text[], $8::bigint[]) AS n(poll_id, next) ON n.poll_id = i.poll_id
     ORDER BY i.ord
-    RETURNING seq, principal_id, client_event_id, poll_id, candidate_id, leaf_index
+    RETURNING seq, principal_id, client_event_id, poll_id, candidate_id
 ), proj AS (
     INSERT INTO poll_results AS r (poll_id, candidate_id, vote_count)
     SELECT poll_id, candidate_id, count(*) FROM ins
     GROUP BY poll_id, candidate_id ORDER BY poll_id, candidate_id
     ON CONFLICT (poll_id, candidate_id) DO UPDATE SET vote_count = r.vote_count + EXCLUDED.vote_count
 )
-SELECT principal_id, client_event_id, seq, leaf_index FROM ins`
+SELECT principal_id, client_event_id, seq FROM ins`
 
-// insertEvents inserts events[idx] and returns the seq of each one inserted,
-// by index, and notes its leaf in its poll's head. An index missing from
-// the map lost a race to a concurrent transaction.
-func insertEvents(ctx context.Context, tx pgx.Tx, sql string, events []Event, fps [][32]byte, idx []int, heads map[string]*logHead) (map[int]int64, error) {
+// insertEvents inserts events[idx] and returns the seq of each one
+// inserted, by index. An index missing from the map was left out.
+func insertEvents(ctx context.Context, tx pgx.Tx, sql string, events []Event, fps [][32]byte, idx []int) (map[int]int64, error) {
 	if len(idx) == 0 {
 		return nil, nil
 	}
@@ -108,18 +100,15 @@ func insertEvents(ctx context.Context, tx pgx.Tx, sql string, events []Event, fp
 		fpb[j] = fps[i][:]
 		byKey[keyOf{e.PrincipalID, e.ClientEventID}] = i
 	}
-	logPolls, next := nextLeaves(heads)
-	rows, err := tx.Query(ctx, sql, principals, keys, polls, candidates, fpb, received, logPolls, next)
+	rows, err := tx.Query(ctx, sql, principals, keys, polls, candidates, fpb, received)
 	if err != nil {
 		return nil, insertError(err)
 	}
 	seqs := make(map[int]int64, n)
 	var p, k string
-	var seq, leaf int64
-	_, err = pgx.ForEachRow(rows, []any{&p, &k, &seq, &leaf}, func() error {
-		i := byKey[keyOf{p, k}]
-		seqs[i] = seq
-		heads[events[i].PollID].addLeaf(leaf, i)
+	var seq int64
+	_, err = pgx.ForEachRow(rows, []any{&p, &k, &seq}, func() error {
+		seqs[byKey[keyOf{p, k}]] = seq
 		return nil
 	})
 	if err != nil {

@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -13,40 +14,30 @@ import (
 )
 
 // This file keeps each poll's Merkle log in PostgreSQL, in the append's
-// own transaction: lock the heads of the batch's polls before the first
-// insert (which makes leaf indexes dense and in commit order: appends to
-// one poll take turns from the lock to the commit, appends to different
-// polls do not meet), give each new row the next leaf index of its poll,
-// then hash the new leaves and write the full tiles and the heads. The
-// ledger, the projection and the log commit together or not at all.
+// own transaction. After both insert steps, the append locks the heads of
+// the polls it added rows to (in poll order), numbers its new rows from
+// each head's size, in seq order, writes one poll_log_leaves row per poll
+// (the seqs in leaf order), hashes the new leaves and writes the full
+// tiles and the heads. Appends to one poll take turns from the lock to the
+// commit, which makes each poll's leaves dense and in commit order;
+// appends to different polls do not meet. The ledger, the projection and
+// the log commit together or not at all.
 
 // logHead is one poll's head as an append holds it.
 type logHead struct {
-	state  logState
-	built  bool  // false: rows from before the log still to hash (root NULL)
-	next   int64 // the leaf index the next new row gets
-	leaves []newLeaf
-}
-
-// newLeaf is a row the append inserted: its leaf index and its event.
-type newLeaf struct {
-	index int64
-	event int
+	state logState
+	built bool  // false: rows from before the log still to hash (root NULL)
+	size  int64 // the stored size (for a head still to build: its rows)
 }
 
 const lockHeadsSQL = `
 SELECT poll_id, size, root, partial FROM poll_log_heads
 WHERE poll_id = ANY($1::text[]) ORDER BY poll_id FOR UPDATE`
 
-// lockHeads locks and reads the heads of the polls of events, in poll
-// order (so two appends lock shared heads in the same order). A poll that
-// does not exist has no head; its events are rejected. A head whose rows
-// predate the log is built first.
-func lockHeads(ctx context.Context, tx pgx.Tx, events []Event) (map[string]*logHead, error) {
-	var polls []string
-	for _, e := range events {
-		polls = append(polls, e.PollID)
-	}
+// lockHeads locks and reads the heads of polls, in poll order (so two
+// appends lock shared heads in the same order). A poll that does not exist
+// has no head.
+func lockHeads(ctx context.Context, tx pgx.Tx, polls []string) (map[string]*logHead, error) {
 	slices.Sort(polls)
 	polls = slices.Compact(polls)
 	rows, err := tx.Query(ctx, lockHeadsSQL, polls)
@@ -71,18 +62,11 @@ func lockHeads(ctx context.Context, tx pgx.Tx, events []Event) (map[string]*logH
 	if err != nil {
 		return nil, interpretError("append batch: lock log heads", err)
 	}
-	for poll, h := range heads {
-		if !h.built {
-			if err := buildLog(ctx, tx, poll, h); err != nil {
-				return nil, err
-			}
-		}
-	}
 	return heads, nil
 }
 
 func headFromRow(size int64, root, partial []byte) (*logHead, error) {
-	h := &logHead{next: size}
+	h := &logHead{size: size}
 	if root == nil {
 		return h, nil
 	}
@@ -98,34 +82,27 @@ func headFromRow(size int64, root, partial []byte) (*logHead, error) {
 	return h, nil
 }
 
-// nextLeaves lists, for the insert statements, each poll's next leaf
-// index.
-func nextLeaves(heads map[string]*logHead) (polls []string, next []int64) {
-	for p, h := range heads {
-		polls = append(polls, p)
-		next = append(next, h.next)
-	}
-	return polls, next
-}
-
-// addLeaf notes a row an insert made, with the leaf index the statement
-// gave it.
-func (h *logHead) addLeaf(index int64, event int) {
-	h.leaves = append(h.leaves, newLeaf{index: index, event: event})
-	h.next = max(h.next, index+1)
-}
-
 const writeLogsSQL = `
-WITH tiles AS (
+WITH leaves AS (
+    INSERT INTO poll_log_leaves (poll_id, first_leaf, seqs, min_seq, max_seq)
+    SELECT poll_id, first_leaf, array_agg(seq ORDER BY ord), min(seq), max(seq)
+    FROM unnest($1::text[], $2::bigint[], $3::bigint[]) WITH ORDINALITY AS l(poll_id, first_leaf, seq, ord)
+    GROUP BY poll_id, first_leaf ORDER BY poll_id, first_leaf
+), tiles AS (
     INSERT INTO poll_log_tiles (poll_id, level, idx, hashes)
-    SELECT * FROM unnest($1::text[], $2::smallint[], $3::bigint[], $4::bytea[])
+    SELECT * FROM unnest($4::text[], $5::smallint[], $6::bigint[], $7::bytea[])
 )
 UPDATE poll_log_heads h SET size = u.size, root = u.root, partial = u.partial, updated_at = now()
-FROM unnest($5::text[], $6::bigint[], $7::bytea[], $8::bytea[]) AS u(poll_id, size, root, partial)
+FROM unnest($8::text[], $9::bigint[], $10::bytea[], $11::bytea[]) AS u(poll_id, size, root, partial)
 WHERE h.poll_id = u.poll_id`
 
-// logWrites gathers the tiles and heads of one append, for writeLogsSQL.
+// logWrites gathers the leaves, tiles and heads of one append, for
+// writeLogsSQL. The leaves go one seq per element, with their poll and
+// first leaf: the statement makes one poll_log_leaves row of each.
 type logWrites struct {
+	leafPolls []string
+	firsts    []int64
+	seqs      []int64
 	tilePolls []string
 	levels    []int16
 	idxs      []int64
@@ -134,6 +111,15 @@ type logWrites struct {
 	sizes     []int64
 	roots     [][]byte
 	partials  [][]byte
+}
+
+// addLeaves notes seqs as the leaves of poll from first on.
+func (w *logWrites) addLeaves(poll string, first int64, seqs []int64) {
+	for _, seq := range seqs {
+		w.leafPolls = append(w.leafPolls, poll)
+		w.firsts = append(w.firsts, first)
+		w.seqs = append(w.seqs, seq)
+	}
 }
 
 func (w *logWrites) add(poll string, s logState, full []fullTile) {
@@ -154,35 +140,69 @@ func (w *logWrites) exec(ctx context.Context, tx pgx.Tx, what string) error {
 	if len(w.headPolls) == 0 {
 		return nil
 	}
-	_, err := tx.Exec(ctx, writeLogsSQL, w.tilePolls, w.levels, w.idxs, w.tiles, w.headPolls, w.sizes, w.roots, w.partials)
+	_, err := tx.Exec(ctx, writeLogsSQL, w.leafPolls, w.firsts, w.seqs,
+		w.tilePolls, w.levels, w.idxs, w.tiles, w.headPolls, w.sizes, w.roots, w.partials)
 	return interpretError(what, err)
 }
 
-// appendLogs hashes the rows the append inserted into their polls' logs
-// and writes the new tiles and heads.
-func appendLogs(ctx context.Context, tx pgx.Tx, heads map[string]*logHead, events []Event) error {
-	var w logWrites
-	for poll, h := range heads {
-		if len(h.leaves) == 0 {
+// newLeaf is a row the append inserted: its seq and its event.
+type newLeaf struct {
+	seq   int64
+	event int
+}
+
+// appendLogs adds the rows the append inserted (the recorded outcomes) to
+// their polls' logs, in seq order: it locks the heads of their polls,
+// notes the leaves, and writes them with the new tiles and heads. A poll
+// whose log is still to build is built with them.
+func appendLogs(ctx context.Context, tx pgx.Tx, events []Event, outcomes []Outcome) error {
+	added := map[string][]newLeaf{}
+	var polls []string
+	for i, o := range outcomes {
+		if o.Status != StatusRecorded {
 			continue
 		}
-		slices.SortFunc(h.leaves, func(a, b newLeaf) int { return int(a.index - b.index) })
-		hashes := make([]tlog.Hash, len(h.leaves))
-		for i, l := range h.leaves {
-			if l.index != h.state.size+int64(i) {
-				return fmt.Errorf("append batch: poll %s: leaf %d follows a log of size %d: the leaf indexes are not dense", poll, l.index, h.state.size+int64(i))
+		p := events[i].PollID
+		if added[p] == nil {
+			polls = append(polls, p)
+		}
+		added[p] = append(added[p], newLeaf{seq: o.Seq, event: i})
+	}
+	if len(polls) == 0 || logOff {
+		return nil
+	}
+	heads, err := lockHeads(ctx, tx, polls)
+	if err != nil {
+		return err
+	}
+	var w logWrites
+	for _, poll := range polls {
+		h, leaves := heads[poll], added[poll]
+		if h == nil {
+			return fmt.Errorf("append batch: poll %s has rows but no log head", poll)
+		}
+		if !h.built {
+			if err := buildLog(ctx, tx, poll, h, int64(len(leaves))); err != nil {
+				return err
 			}
-			var err error
+			continue
+		}
+		slices.SortFunc(leaves, func(a, b newLeaf) int { return cmp.Compare(a.seq, b.seq) })
+		hashes := make([]tlog.Hash, len(leaves))
+		seqs := make([]int64, len(leaves))
+		for i, l := range leaves {
 			if hashes[i], err = leafHash(events[l.event]); err != nil {
 				return fmt.Errorf("append batch: %w", err)
 			}
+			seqs[i] = l.seq
 		}
 		next, full, err := h.state.extend(hashes)
 		if err != nil {
 			return fmt.Errorf("append batch: poll %s: %w", poll, err)
 		}
-		h.state, h.leaves = next, nil
+		w.addLeaves(poll, h.state.size, seqs)
 		w.add(poll, next, full)
+		h.state = next
 	}
 	return w.exec(ctx, tx, "append batch: write the logs")
 }
@@ -195,23 +215,49 @@ func leafHash(e Event) (tlog.Hash, error) {
 // buildChunk is how many leaves buildLog hashes at a time.
 const buildChunk = 1 << 16
 
+// logRowsSQL reads a poll's leaves in leaf order, each with its ledger
+// row: NULLs where the row is gone.
 const logRowsSQL = `
-SELECT leaf_index, candidate_id, principal_id, client_event_id, received_at
-FROM poll_events WHERE poll_id = $1 ORDER BY leaf_index`
+SELECT l.first_leaf + s.ord - 1, s.seq, e.poll_id, e.candidate_id, e.principal_id, e.client_event_id, e.received_at
+FROM poll_log_leaves l
+CROSS JOIN LATERAL unnest(l.seqs) WITH ORDINALITY AS s(seq, ord)
+LEFT JOIN poll_events e ON e.seq = s.seq
+WHERE l.poll_id = $1
+ORDER BY l.first_leaf, s.ord`
 
-// buildLog hashes every row of a poll whose rows predate its log (its head
-// has no root) and writes its tiles and head, in tx, which holds the head.
-func buildLog(ctx context.Context, tx pgx.Tx, poll string, h *logHead) error {
+// numberRowsSQL gives the leaves of a poll whose rows predate its log, in
+// the order of seq, buildChunk to a poll_log_leaves row.
+const numberRowsSQL = `
+INSERT INTO poll_log_leaves (poll_id, first_leaf, seqs, min_seq, max_seq)
+SELECT $1, n / 65536 * 65536, array_agg(seq ORDER BY seq), min(seq), max(seq)
+FROM (SELECT seq, row_number() OVER (ORDER BY seq) - 1 AS n FROM poll_events WHERE poll_id = $1) r
+GROUP BY n / 65536 ORDER BY 2`
+
+// buildLog numbers and hashes every row of a poll whose rows predate its
+// log (its head has no root; added of them are the append's own) and
+// writes its leaves, tiles and head, in tx, which holds the head.
+func buildLog(ctx context.Context, tx pgx.Tx, poll string, h *logHead, added int64) error {
+	what := "build the log of poll " + poll
+	var numbered bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT FROM poll_log_leaves WHERE poll_id = $1)`, poll).Scan(&numbered); err != nil {
+		return interpretError(what, err)
+	}
+	if numbered {
+		return fmt.Errorf("%s: its head has no root, yet some of its rows are numbered", what)
+	}
+	if _, err := tx.Exec(ctx, numberRowsSQL, poll); err != nil {
+		return interpretError(what, err)
+	}
 	state, full, n, err := hashRows(ctx, tx, poll, nil)
 	if err != nil {
 		return err
 	}
-	if n != h.next {
-		return fmt.Errorf("build the log of poll %s: %d rows, but its head counts %d", poll, n, h.next)
+	if n != h.size+added {
+		return fmt.Errorf("%s: %d rows, but its head counts %d and the append added %d", what, n, h.size, added)
 	}
 	var w logWrites
 	w.add(poll, state, full)
-	if err := w.exec(ctx, tx, "build the log of poll "+poll); err != nil {
+	if err := w.exec(ctx, tx, what); err != nil {
 		return err
 	}
 	h.state, h.built = state, true
@@ -219,8 +265,9 @@ func buildLog(ctx context.Context, tx pgx.Tx, poll string, h *logHead) error {
 }
 
 // hashRows reads a poll's rows in leaf order and returns its log, the full
-// tiles and the number of rows. A gap or a repeat in the leaf indexes is an
-// error naming the leaf. onTile, when set, sees every full tile as it is
+// tiles and the number of leaves. A gap or a repeat in the leaf indexes, or
+// a leaf whose row is gone or of another poll, is a *LogError naming the
+// leaf. onTile, when set, sees every full tile as it is
 // made (the rebuild compares them with the stored ones).
 func hashRows(ctx context.Context, tx pgx.Tx, poll string, onTile func(fullTile)) (logState, []fullTile, int64, error) {
 	what := "hash the log of poll " + poll
@@ -247,13 +294,23 @@ func hashRows(ctx context.Context, tx pgx.Tx, poll string, onTile func(fullTile)
 		return nil
 	}
 	var n int64
-	var leaf int64
-	e := Event{PollID: poll}
-	_, err = pgx.ForEachRow(rows, []any{&leaf, &e.CandidateID, &e.PrincipalID, &e.ClientEventID, &e.ReceivedAt}, func() error {
+	var (
+		leaf, seq         int64
+		rowPoll, cand, pr *string
+		key               *string
+		received          *time.Time
+	)
+	_, err = pgx.ForEachRow(rows, []any{&leaf, &seq, &rowPoll, &cand, &pr, &key, &received}, func() error {
 		if leaf != n {
 			return &LogError{PollID: poll, Leaf: n, Problem: leafGap(n, leaf)}
 		}
-		h, err := leafHash(e)
+		switch {
+		case rowPoll == nil:
+			return &LogError{PollID: poll, Leaf: leaf, Problem: fmt.Sprintf("its ledger row (seq %d) is missing: it was deleted", seq)}
+		case *rowPoll != poll:
+			return &LogError{PollID: poll, Leaf: leaf, Problem: fmt.Sprintf("its ledger row (seq %d) is poll %s's: the row was changed or the leaf moved", seq, *rowPoll)}
+		}
+		h, err := leafHash(Event{PollID: poll, CandidateID: *cand, PrincipalID: *pr, ClientEventID: *key, ReceivedAt: *received})
 		if err != nil {
 			return fmt.Errorf("leaf %d: %w", leaf, err)
 		}
@@ -309,11 +366,16 @@ func (s *Store) BuildLogs(ctx context.Context) (int, error) {
 	for _, poll := range polls {
 		start := time.Now()
 		err := s.runTx(ctx, "build the log of poll "+poll, pgx.TxOptions{}, func(tx pgx.Tx) error {
-			heads, err := lockHeads(ctx, tx, []Event{{PollID: poll}})
-			if err == nil && heads[poll] == nil {
-				err = fmt.Errorf("build the log of poll %s: it has no head", poll)
+			heads, err := lockHeads(ctx, tx, []string{poll})
+			switch {
+			case err != nil:
+				return err
+			case heads[poll] == nil:
+				return fmt.Errorf("build the log of poll %s: it has no head", poll)
+			case heads[poll].built:
+				return nil // an append built it meanwhile
 			}
-			return err
+			return buildLog(ctx, tx, poll, heads[poll], 0)
 		})
 		if err != nil {
 			return built, err

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -127,6 +128,12 @@ func TestLogRootIsTheExportsTree(t *testing.T) {
 	}
 }
 
+// leafSeq is SQL for the seq of the ledger row that is leaf i of poll.
+func leafSeq(poll string, i int64) string {
+	return fmt.Sprintf(`(SELECT s.seq FROM poll_log_leaves l CROSS JOIN LATERAL unnest(l.seqs) WITH ORDINALITY AS s(seq, ord)
+		WHERE l.poll_id = '%s' AND l.first_leaf + s.ord - 1 = %d)`, poll, i)
+}
+
 // tamper runs sql as a superuser with the append-only triggers off, as
 // someone who holds the database could.
 func tamper(t *testing.T, b bundle, sql string, args ...any) {
@@ -158,13 +165,13 @@ func TestRebuildFindsATamperedLedger(t *testing.T) {
 		wantLeaf int64
 		want     string
 	}{
-		{"changed candidate", `UPDATE poll_events SET candidate_id = CASE candidate_id WHEN 'a' THEN 'b' ELSE 'a' END WHERE poll_id = 'p' AND leaf_index = 300`, 300, "does not hash"},
-		{"deleted row", `DELETE FROM poll_events WHERE poll_id = 'p' AND leaf_index = 77`, 77, "missing"},
-		{"deleted last row", `DELETE FROM poll_events WHERE poll_id = 'p' AND leaf_index = 599`, 599, "head counts"},
-		{"inserted row", `INSERT INTO poll_events (poll_id, candidate_id, principal_id, client_event_id, fingerprint, received_at, leaf_index)
-			VALUES ('p', 'a', 'mallory', 'k', '\x00', now(), 600)`, 600, "head counts"},
-		{"swapped rows", `UPDATE poll_events SET leaf_index = CASE leaf_index WHEN 5 THEN 6 ELSE 5 END WHERE poll_id = 'p' AND leaf_index IN (5, 6)`, 5, "does not hash"},
-		{"changed time", `UPDATE poll_events SET received_at = received_at + interval '1 microsecond' WHERE poll_id = 'p' AND leaf_index = 513`, 513, "does not hash"},
+		{"changed candidate", `UPDATE poll_events SET candidate_id = CASE candidate_id WHEN 'a' THEN 'b' ELSE 'a' END WHERE seq = ` + leafSeq("p", 300), 300, "does not hash"},
+		{"deleted row", `DELETE FROM poll_events WHERE seq = ` + leafSeq("p", 77), 77, "missing"},
+		{"deleted last row", `DELETE FROM poll_events WHERE seq = ` + leafSeq("p", 599), 599, "missing"},
+		{"inserted row", `INSERT INTO poll_events (poll_id, candidate_id, principal_id, client_event_id, fingerprint, received_at)
+			VALUES ('p', 'a', 'mallory', 'k', '\x00', now())`, 600, "in no leaf"},
+		{"swapped rows", `UPDATE poll_log_leaves SET seqs = seqs[1:5] || seqs[7] || seqs[6] || seqs[8:] WHERE poll_id = 'p' AND first_leaf = 0`, 5, "does not hash"},
+		{"changed time", `UPDATE poll_events SET received_at = received_at + interval '1 microsecond' WHERE seq = ` + leafSeq("p", 513), 513, "does not hash"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -218,8 +225,8 @@ func TestRebuildFindsARewrittenHead(t *testing.T) {
 	if _, err := b.store.Append(b.ctx, batch); err != nil {
 		t.Fatal(err)
 	}
-	tamper(t, b, `DELETE FROM poll_events WHERE poll_id = 'p' AND leaf_index = 10`)
-	tamper(t, b, `UPDATE poll_events SET leaf_index = leaf_index - 1 WHERE poll_id = 'p' AND leaf_index > 10`)
+	tamper(t, b, `DELETE FROM poll_events WHERE seq = `+leafSeq("p", 10))
+	tamper(t, b, `UPDATE poll_log_leaves SET seqs = seqs[1:10] || seqs[12:] WHERE poll_id = 'p' AND first_leaf = 0`)
 	tamper(t, b, `UPDATE poll_log_heads SET size = 699 WHERE poll_id = 'p'`)
 	rep, err := b.store.Rebuild(b.ctx, "p")
 	if err != nil {
@@ -315,8 +322,8 @@ func TestRebuildFindsATamperedFingerprint(t *testing.T) {
 	// The fingerprint of (p, b) on a row that says (p, a): the same
 	// length and a real fingerprint, only not this row's.
 	other := vote.Fingerprint("p", "b")
-	tamper(t, b, `UPDATE poll_events SET fingerprint = $1 WHERE poll_id = 'p' AND leaf_index = 42 AND candidate_id = 'a'`, other[:])
-	tamper(t, b, `UPDATE poll_events SET fingerprint = $1 WHERE poll_id = 'p' AND leaf_index = 77 AND candidate_id = 'a'`, other[:])
+	tamper(t, b, `UPDATE poll_events SET fingerprint = $1 WHERE candidate_id = 'a' AND seq = `+leafSeq("p", 42), other[:])
+	tamper(t, b, `UPDATE poll_events SET fingerprint = $1 WHERE candidate_id = 'a' AND seq = `+leafSeq("p", 77), other[:])
 	rep, err := b.store.Rebuild(b.ctx, "")
 	if err != nil {
 		t.Fatal(err)
@@ -331,5 +338,59 @@ func TestRebuildFindsATamperedFingerprint(t *testing.T) {
 		case c.PollID == "p" && (c.Leaf != 42 || !strings.Contains(c.Problem, "fingerprint does not match")):
 			t.Errorf("poll p: leaf %d %q, want leaf 42 and its fingerprint named", c.Leaf, c.Problem)
 		}
+	}
+}
+
+// Migration 7 moves the leaf order of the logs already built out of
+// leaf_index into poll_log_leaves, unchanged, leaves a log still to build
+// to BuildLogs, and its Down gives leaf_index back as it was.
+func TestMigrationMovesLeafOrder(t *testing.T) {
+	t.Parallel()
+	db := testenv.EmptyPostgres(t)
+	sqlDB := stdlib.OpenDBFromPool(db.Pool)
+	defer sqlDB.Close()
+	p, err := migrations.NewProvider(sqlDB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := p.UpTo(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	oldRows(t, sqlDB)
+	if _, err := p.UpTo(ctx, 6); err != nil {
+		t.Fatal(err)
+	}
+	// As if big's log had been built: only the root's presence matters here.
+	if _, err := sqlDB.Exec(`UPDATE poll_log_heads SET root = sha256('') WHERE poll_id = 'big'`); err != nil {
+		t.Fatal(err)
+	}
+	leafOrder := func(sql string) []int64 {
+		t.Helper()
+		var seqs []int64
+		if err := db.Pool.QueryRow(ctx, sql).Scan(&seqs); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+		return seqs
+	}
+	const byLeafIndex = `SELECT array_agg(seq ORDER BY leaf_index) FROM poll_events WHERE poll_id = 'big'`
+	before := leafOrder(byLeafIndex)
+	if _, err := p.UpTo(ctx, 7); err != nil {
+		t.Fatal(err)
+	}
+	after := leafOrder(`SELECT array_agg(s.seq ORDER BY l.first_leaf, s.ord) FROM poll_log_leaves l
+		CROSS JOIN LATERAL unnest(l.seqs) WITH ORDINALITY AS s(seq, ord) WHERE l.poll_id = 'big'`)
+	if len(before) == 0 || !slices.Equal(before, after) {
+		t.Fatalf("big's leaves after migration 7: %v, want %v", after, before)
+	}
+	var small int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM poll_log_leaves WHERE poll_id = 'small'`).Scan(&small); err != nil || small != 0 {
+		t.Fatalf("small (still to build) has %d leaf rows (%v), want none", small, err)
+	}
+	if _, err := p.DownTo(ctx, 6); err != nil {
+		t.Fatal(err)
+	}
+	if again := leafOrder(byLeafIndex); !slices.Equal(before, again) {
+		t.Fatalf("leaf_index after migration 7's Down: %v, want %v", again, before)
 	}
 }

@@ -31,7 +31,8 @@ SELECT poll_id, size, root, partial FROM poll_log_heads
 WHERE $1::text IS NULL OR poll_id = $1 ORDER BY poll_id`
 
 // verifyLogs checks the log of every poll (one when pollID is set) in tx's
-// snapshot: the leaf indexes are dense, the rows hash to the stored root,
+// snapshot: the leaves are dense and each is a row of the poll, every row
+// of the poll is a leaf, the rows hash to the stored root,
 // and the stored tiles are the rows' (the first differing hash names the
 // leaf), and each row's fingerprint is its poll's and candidate's. A head
 // still to build (rows from before the log) is reported as
@@ -96,7 +97,10 @@ func verifyTree(ctx context.Context, tx pgx.Tx, poll string, size int64, root, p
 	case err != nil:
 		return c, err
 	}
-	c.Rows = n
+	var unnumbered *int64
+	if err := tx.QueryRow(ctx, unnumberedSQL, poll).Scan(&c.Rows, &unnumbered); err != nil {
+		return c, err
+	}
 	if root == nil {
 		c.Problem = "the log is still to build from rows older than it: run tally migrate up"
 		return c, nil
@@ -114,7 +118,12 @@ func verifyTree(ctx context.Context, tx pgx.Tx, poll string, size int64, root, p
 	storedPartial, err := splitPartial(size, partial)
 	if n != size || err != nil {
 		c.Leaf = min(n, size)
-		c.Problem = fmt.Sprintf("the head counts %d leaves, the ledger has %d rows", size, n)
+		c.Problem = fmt.Sprintf("the head counts %d leaves, the log numbers %d rows", size, n)
+		return c, nil
+	}
+	if unnumbered != nil {
+		c.Leaf = n
+		c.Problem = fmt.Sprintf("the ledger row of seq %d is in no leaf of the log (the ledger has %d rows, the log %d leaves): it was inserted outside an append", *unnumbered, c.Rows, n)
 		return c, nil
 	}
 	for level, data := range state.partial {
@@ -157,7 +166,20 @@ func firstDifference(level int, idx int64, made, stored []byte) (int64, string) 
 }
 
 const fingerprintsSQL = `
-SELECT leaf_index, candidate_id, fingerprint FROM poll_events WHERE poll_id = $1 ORDER BY leaf_index`
+SELECT l.first_leaf + s.ord - 1, e.candidate_id, e.fingerprint
+FROM poll_log_leaves l
+CROSS JOIN LATERAL unnest(l.seqs) WITH ORDINALITY AS s(seq, ord)
+JOIN poll_events e ON e.seq = s.seq
+WHERE l.poll_id = $1
+ORDER BY l.first_leaf, s.ord`
+
+// unnumberedSQL counts a poll's ledger rows and finds the first that is
+// no leaf of its log (an anti-join, hashed: linear in the rows).
+const unnumberedSQL = `
+SELECT (SELECT count(*) FROM poll_events WHERE poll_id = $1),
+       (SELECT min(e.seq) FROM poll_events e
+        LEFT JOIN (SELECT unnest(seqs) AS seq FROM poll_log_leaves WHERE poll_id = $1) l ON l.seq = e.seq
+        WHERE e.poll_id = $1 AND l.seq IS NULL)`
 
 // firstBadFingerprint returns the first leaf of poll whose stored
 // fingerprint is not vote.Fingerprint of its poll and candidate, or -1.

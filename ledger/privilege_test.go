@@ -56,6 +56,7 @@ SELECT concat_ws(' ',
     (SELECT count(*) || ':' || md5(coalesce(string_agg(e::text, ',' ORDER BY e.seq), '')) FROM poll_events e),
     (SELECT count(*) || ':' || md5(coalesce(string_agg(x::text, ',' ORDER BY x.poll_id, x.level, x.idx), '')) FROM poll_log_tiles x),
     (SELECT count(*) || ':' || md5(coalesce(string_agg(c::text, ',' ORDER BY c.poll_id, c.size), '')) FROM poll_log_checkpoints c),
+    (SELECT count(*) || ':' || md5(coalesce(string_agg(l::text, ',' ORDER BY l.id), '')) FROM poll_log_leaves l),
     (SELECT string_agg(tgname || '=' || tgenabled::text, ',' ORDER BY tgname) FROM pg_trigger WHERE NOT tgisinternal))`).Scan(&d)
 	if err != nil {
 		t.Fatal(err)
@@ -105,6 +106,9 @@ func TestDaemonRoleCannotRewriteThePast(t *testing.T) {
 		`UPDATE poll_log_tiles SET hashes = hashes`,
 		`DELETE FROM poll_log_tiles`,
 		`TRUNCATE poll_log_tiles`,
+		`UPDATE poll_log_leaves SET seqs = seqs`,
+		`DELETE FROM poll_log_leaves`,
+		`TRUNCATE poll_log_leaves`,
 		`UPDATE poll_log_checkpoints SET checkpoint = ''`,
 		`DELETE FROM poll_log_checkpoints`,
 		`TRUNCATE poll_log_checkpoints`,

@@ -76,11 +76,16 @@ type EventRecord struct {
 }
 
 // eventSQL prefers the ledger row: a key_reused rejection can sit beside
-// the ledger row of the same key.
+// the ledger row of the same key. A row's leaf is found in the
+// poll_log_leaves row that holds its seq (-1 for a row in no leaf, which
+// rebuild reports).
 const eventSQL = `
 SELECT poll_id, candidate_id, status, reason, seq, leaf_index, received_at, recorded_at FROM (
-    SELECT 1 AS pri, poll_id, candidate_id, 'recorded' AS status, '' AS reason, seq, leaf_index, received_at, recorded_at
-    FROM poll_events WHERE principal_id = $1 AND client_event_id = $2
+    SELECT 1 AS pri, poll_id, candidate_id, 'recorded' AS status, '' AS reason, seq, coalesce((
+        SELECT l.first_leaf + array_position(l.seqs, e.seq) - 1 FROM poll_log_leaves l
+        WHERE l.poll_id = e.poll_id AND l.max_seq >= e.seq AND l.min_seq <= e.seq AND e.seq = ANY (l.seqs)
+        ORDER BY l.max_seq LIMIT 1), -1) AS leaf_index, received_at, recorded_at
+    FROM poll_events e WHERE principal_id = $1 AND client_event_id = $2
     UNION ALL
     SELECT 2, poll_id, candidate_id, 'rejected', reason, 0, 0, received_at, recorded_at
     FROM poll_event_rejections WHERE principal_id = $1 AND client_event_id = $2

@@ -47,11 +47,12 @@ fi
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 go build -o "$work/tally" .
+go build -tags tally_nolog -o "$work/tally-nolog" .
 go build -o "$work/bare" ./intake/internal/bareserver
 go build -o "$work/bench" ./internal/bench
 
 echo "bench: load before the run: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
-"$work/bench" -tally "$work/tally" -bare "$work/bare" -wrk "$wrk_bin" \
+"$work/bench" -tally "$work/tally" -tally-nolog "$work/tally-nolog" -bare "$work/bare" -wrk "$wrk_bin" \
 	-admin-url "$TALLY_ADMIN_DATABASE_URL" -redis-url "$TALLY_REDIS_URL" -log "$work/children.log" \
 	"${short[@]}" "${out[@]}" "${args[@]}" || {
 	rc=$?

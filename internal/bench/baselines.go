@@ -72,7 +72,7 @@ SELECT poll_id, candidate_id, 0 FROM poll_choices ON CONFLICT DO NOTHING`); err 
 }
 
 // copyColumns are the ledger columns an append writes.
-var copyColumns = []string{"poll_id", "candidate_id", "principal_id", "client_event_id", "fingerprint", "received_at", "leaf_index"}
+var copyColumns = []string{"poll_id", "candidate_id", "principal_id", "client_event_id", "fingerprint", "received_at"}
 
 // copyRows writes events 0..n-1 into poll_events of pool's database with
 // COPY (pgx CopyFrom, binary), in chunks of chunk rows, each its own
@@ -107,10 +107,9 @@ func copyRows(ctx context.Context, conns func(context.Context) (*pgx.Conn, func(
 					if i >= to {
 						return nil, nil
 					}
-					// Event i is leaf i/polls of poll i%polls (syntheticEvent).
-					ev, leaf := syntheticEvent(i, polls, now), int64(i/polls)
+					ev := syntheticEvent(i, polls, now)
 					i++
-					return []any{ev.PollID, ev.CandidateID, ev.PrincipalID, ev.ClientEventID, fps[[2]string{ev.PollID, ev.CandidateID}], ev.ReceivedAt, leaf}, nil
+					return []any{ev.PollID, ev.CandidateID, ev.PrincipalID, ev.ClientEventID, fps[[2]string{ev.PollID, ev.CandidateID}], ev.ReceivedAt}, nil
 				}))
 				if err != nil {
 					return fmt.Errorf("copy: %w", err)

@@ -27,6 +27,7 @@ type env struct {
 	adminURL string // a database to create and drop the run's databases from
 	redisURL string
 	tally    string // the tally binary
+	noLog    string // the tally binary built with -tags tally_nolog ("": not measured)
 	bare     string // the bare 202 server binary
 	wrk      string // the wrk binary ("" when missing)
 	lua      string // wrk's vote script
@@ -39,7 +40,7 @@ type env struct {
 	prefixes []string
 }
 
-func newEnv(ctx context.Context, adminURL, redisURL, tally, bare, wrk string) (*env, error) {
+func newEnv(ctx context.Context, adminURL, redisURL, tally, noLog, bare, wrk string) (*env, error) {
 	opt, err := redis.ParseURL(redisURL)
 	if err != nil {
 		return nil, fmt.Errorf("redis url: %w", err)
@@ -53,7 +54,7 @@ func newEnv(ctx context.Context, adminURL, redisURL, tally, bare, wrk string) (*
 		return nil, err
 	}
 	return &env{
-		adminURL: adminURL, redisURL: redisURL, tally: tally, bare: bare, wrk: wrk,
+		adminURL: adminURL, redisURL: redisURL, tally: tally, noLog: noLog, bare: bare, wrk: wrk,
 		run: "b" + strings.ToLower(rand.Text()[:8]), rdb: rdb, tmp: tmp,
 	}, nil
 }

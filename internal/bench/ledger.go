@@ -21,8 +21,8 @@ import (
 // importFile times `tally import` of an n-event file (every event a first
 // response of its own principal) into a fresh ledger, and returns
 // events/s.
-func (e *env) importFile(ctx context.Context, n int) (float64, string, error) {
-	url, pool, err := e.database(ctx, "import")
+func (e *env) importFile(ctx context.Context, bin, what string, n int) (float64, string, error) {
+	url, pool, err := e.database(ctx, what)
 	if err != nil {
 		return 0, "", err
 	}
@@ -31,7 +31,7 @@ func (e *env) importFile(ctx context.Context, n int) (float64, string, error) {
 	if err := createPolls(ctx, pool, polls); err != nil {
 		return 0, "", err
 	}
-	file := filepath.Join(e.tmp, "import.jsonl")
+	file := filepath.Join(e.tmp, what+".jsonl")
 	f, err := os.Create(file)
 	if err != nil {
 		return 0, "", err
@@ -51,7 +51,7 @@ func (e *env) importFile(ctx context.Context, n int) (float64, string, error) {
 	}
 	defer os.Remove(file)
 	command := fmt.Sprintf("tally import --format json FILE  (shipped settings: batch 1000, 2 workers; FILE: %d JSON lines, each a first response)", n)
-	cmd := exec.CommandContext(ctx, e.tally, "import", "--format", "json", "--database-url", url, file)
+	cmd := exec.CommandContext(ctx, bin, "import", "--format", "json", "--database-url", url, file)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, logFile
 	start := time.Now()

@@ -65,6 +65,8 @@ type sizes struct {
 	rebuildEvents  int
 	rebuildRounds  int
 	projectorLimit time.Duration
+	logLeaves      int // PR and AV: the leaves of one poll's log
+	proofs         int // PR: inclusion proofs timed
 }
 
 var full = sizes{
@@ -76,6 +78,7 @@ var full = sizes{
 	e2eFor:        20 * time.Second,
 	importEvents:  1_000_000,
 	rebuildEvents: 10_000_000, rebuildRounds: 3,
+	logLeaves: 1_000_000, proofs: 2_000,
 }
 
 var short = sizes{
@@ -87,12 +90,14 @@ var short = sizes{
 	e2eFor:        3 * time.Second,
 	importEvents:  50_000,
 	rebuildEvents: 200_000, rebuildRounds: 1,
+	logLeaves: 50_000, proofs: 200,
 }
 
 // options are the command's flags.
 type options struct {
 	adminURL, redisURL string
 	tally, bare, wrk   string
+	noLog              string
 	lua                string
 	out                string
 	only               map[string]bool // empty: every measurement
@@ -106,6 +111,7 @@ func parseFlags() options {
 	flag.StringVar(&o.adminURL, "admin-url", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "PostgreSQL `URL` of a database to create and drop the run's databases from")
 	flag.StringVar(&o.redisURL, "redis-url", "redis://127.0.0.1:6379/0", "Redis `URL`")
 	flag.StringVar(&o.tally, "tally", "./tally", "the tally binary")
+	flag.StringVar(&o.noLog, "tally-nolog", "", "the tally binary built with -tags tally_nolog, for the log's cost (PN, IMN, BN); empty skips those rows")
 	flag.StringVar(&o.bare, "bare", "", "the bare 202 server binary (intake/internal/bareserver)")
 	flag.StringVar(&o.wrk, "wrk", "wrk", "the wrk binary; empty skips the intake measurement")
 	flag.StringVar(&o.lua, "lua", "intake/testdata/bench/post_vote.lua", "wrk's vote script")
@@ -143,7 +149,7 @@ func main() {
 	ctx, cancelT := context.WithTimeout(ctx, o.timeout)
 	defer cancelT()
 
-	e, err := newEnv(ctx, o.adminURL, o.redisURL, o.tally, o.bare, o.wrk)
+	e, err := newEnv(ctx, o.adminURL, o.redisURL, o.tally, o.noLog, o.bare, o.wrk)
 	if err != nil {
 		fail(err)
 	}

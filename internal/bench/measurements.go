@@ -25,12 +25,13 @@ var measurements = []measurement{
 	{"e2e", measureEndToEnd},
 	{"import", measureImport},
 	{"rebuild", measureRebuild},
+	{"log", measureLog},
 }
 
 // measureProjector: P and MB with the shipped settings, P1 with one worker.
 func measureProjector(ctx context.Context, e *env, sz sizes, t *table) error {
 	load := loadAvg()
-	r, err := e.drainProjector(ctx, "proj", sz.projector, sz.projectorLimit)
+	r, err := e.drainProjector(ctx, e.tally, "proj", sz.projector, sz.projectorLimit)
 	if err != nil {
 		return err
 	}
@@ -42,7 +43,7 @@ func measureProjector(ctx context.Context, e *env, sz sizes, t *table) error {
 	t.add(fig{id: "MB", what: fmt.Sprintf("memory: projector peak RSS draining a %s-entry backlog", count(sz.projector)),
 		value: r.hwmMB, unit: "MB", load: load, command: "VmHWM of the process in P"})
 	load = loadAvg()
-	r1, err := e.drainProjector(ctx, "proj1", sz.projector, sz.projectorLimit, "--workers", "1")
+	r1, err := e.drainProjector(ctx, e.tally, "proj1", sz.projector, sz.projectorLimit, "--workers", "1")
 	if err != nil {
 		return err
 	}
@@ -51,6 +52,23 @@ func measureProjector(ctx context.Context, e *env, sz sizes, t *table) error {
 	}
 	t.add(fig{id: "P1", what: "projector as P with one worker (one transaction in flight)",
 		value: r1.rate(), unit: "events/s", load: load, command: r1.command, extra: r1.cpu()})
+	if e.noLog == "" {
+		return nil
+	}
+	load = loadAvg()
+	rn, err := e.drainProjector(ctx, e.noLog, "projnolog", sz.projector, sz.projectorLimit)
+	if err != nil {
+		return err
+	}
+	if rn.events < sz.projector {
+		return fmt.Errorf("the projector without the log applied %d of %d events within %s", rn.events, sz.projector, sz.projectorLimit)
+	}
+	t.add(fig{id: "PN", what: "projector as P, built without the Merkle log (-tags tally_nolog)",
+		value: rn.rate(), unit: "events/s", load: load, command: rn.command + " (tally built with -tags tally_nolog)", extra: rn.cpu()})
+	t.add(fig{id: "BL", what: "disk: bytes per event of the ledger and its log after P (tables and indexes)",
+		value: float64(r.bytes) / float64(r.events), unit: "B", load: load, command: "pg_total_relation_size of poll_events and poll_log_* after P"})
+	t.add(fig{id: "BN", what: "disk: bytes per event of the ledger after PN (no log)",
+		value: float64(rn.bytes) / float64(rn.events), unit: "B", load: load, command: "the same after PN"})
 	return nil
 }
 
@@ -70,7 +88,7 @@ func measureNaive(ctx context.Context, e *env, sz sizes, t *table) error {
 // measureBatch1: B, the projector applying one event per transaction.
 func measureBatch1(ctx context.Context, e *env, sz sizes, t *table) error {
 	load := loadAvg()
-	r, err := e.drainProjector(ctx, "b1", sz.batch1, sz.batch1Limit, "--batch-size", "1")
+	r, err := e.drainProjector(ctx, e.tally, "b1", sz.batch1, sz.batch1Limit, "--batch-size", "1")
 	if err != nil {
 		return err
 	}
@@ -136,12 +154,22 @@ func measureEndToEnd(ctx context.Context, e *env, sz sizes, t *table) error {
 // measureImport: IM, tally import of a file.
 func measureImport(ctx context.Context, e *env, sz sizes, t *table) error {
 	load := loadAvg()
-	v, cmd, err := e.importFile(ctx, sz.importEvents)
+	v, cmd, err := e.importFile(ctx, e.tally, "import", sz.importEvents)
 	if err != nil {
 		return err
 	}
 	t.add(fig{id: "IM", what: fmt.Sprintf("import: tally import of a %s-event file", count(sz.importEvents)),
 		value: v, unit: "events/s", load: load, command: cmd})
+	if e.noLog == "" {
+		return nil
+	}
+	load = loadAvg()
+	v, cmd, err = e.importFile(ctx, e.noLog, "importnolog", sz.importEvents)
+	if err != nil {
+		return err
+	}
+	t.add(fig{id: "IMN", what: "import as IM, built without the Merkle log (-tags tally_nolog)",
+		value: v, unit: "events/s", load: load, command: cmd + " (tally built with -tags tally_nolog)"})
 	return nil
 }
 

@@ -23,6 +23,7 @@ type drainResult struct {
 	// PostgreSQL backends it used.
 	projCPU, pgCPU float64
 	redisCPU       float64 // the whole Redis server's, per event
+	bytes          int64   // on disk: the ledger and its log, with their indexes
 	command        string
 }
 
@@ -58,7 +59,7 @@ func (e *env) preload(ctx context.Context, keys stream.Keys, n, polls int) error
 // flags, and waits until the stream is empty and nothing is pending, or
 // until limit has passed since the first event was applied. It then checks
 // the ledger against what was applied.
-func (e *env) drainProjector(ctx context.Context, what string, n int, limit time.Duration, extra ...string) (drainResult, error) {
+func (e *env) drainProjector(ctx context.Context, bin, what string, n int, limit time.Duration, extra ...string) (drainResult, error) {
 	var res drainResult
 	url, pool, err := e.database(ctx, what)
 	if err != nil {
@@ -74,7 +75,7 @@ func (e *env) drainProjector(ctx context.Context, what string, n int, limit time
 	if err := e.preload(ctx, keys, n, polls); err != nil {
 		return res, err
 	}
-	args := append([]string{e.tally, "projector", "--database-url", url, "--redis-url", e.redisURL,
+	args := append([]string{bin, "projector", "--database-url", url, "--redis-url", e.redisURL,
 		"--stream-prefix", keys.Prefix(), "--consumer", "bench", "--log-level", "warn", "--log-format", "text"}, extra...)
 	res.command = fmt.Sprintf("tally projector %s  (stream preloaded with %d events)", joinArgs(extra), n)
 	redis0 := e.redisCPU(ctx)
@@ -98,6 +99,9 @@ func (e *env) drainProjector(ctx context.Context, what string, n int, limit time
 		return res, err
 	}
 	res.events = n - int(left)
+	if res.bytes, err = ledgerBytes(ctx, pool); err != nil {
+		return res, err
+	}
 	if res.events > 0 {
 		res.projCPU, res.pgCPU = 1e6*projCPU/float64(res.events), 1e6*pgCPU/float64(res.events)
 		res.redisCPU = 1e6 * redisCPU / float64(res.events)
@@ -168,6 +172,16 @@ func (e *env) checkDrained(ctx context.Context, pool *pgxpool.Pool, keys stream.
 		return fmt.Errorf("%d entries were dead-lettered", dl)
 	}
 	return nil
+}
+
+// ledgerBytes is what the ledger and its log take on disk, indexes
+// included: the tables an append writes, but the projection.
+func ledgerBytes(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
+	var b int64
+	err := pool.QueryRow(ctx, `SELECT sum(pg_total_relation_size(c.oid))::bigint FROM pg_class c
+		WHERE c.relkind = 'r' AND c.relnamespace = 'public'::regnamespace
+		  AND c.relname IN ('poll_events', 'poll_log_leaves', 'poll_log_tiles', 'poll_log_heads')`).Scan(&b)
+	return b, err
 }
 
 func joinArgs(args []string) string {

@@ -36,11 +36,16 @@ var ratios = []ratio{
 	{of: "P", to: "B", target: "(batching's gain)"},
 	{of: "P", to: "C1", target: "(one writer)", asPercent: true},
 	{of: "P", to: "C2", target: "≥ 60% of the ceiling (the better of C1, C2)", atLeast: 0.6, asPercent: true, ceiling: true},
+	{of: "P", to: "PN", target: "≥ 85% (the log costs at most 15%)", atLeast: 0.85, asPercent: true},
+	{of: "BL", to: "BN", target: "≤ 1.5× (the log adds at most 50%)", atMost: 1.5},
 	{of: "IM", to: "A", target: "≥ 20×", atLeast: 20},
+	{of: "IM", to: "IMN", target: "≥ 85% (the log costs at most 15%)", atLeast: 0.85, asPercent: true},
 	{of: "IM", to: "C2", target: "≥ 60% of the ceiling (the better of C1, C2)", atLeast: 0.6, asPercent: true, ceiling: true},
 	{of: "I", to: "IB", target: "≥ 50%", atLeast: 0.5, asPercent: true},
 	{of: "E", to: "I", target: "(intake under wrk, another client)", asPercent: true},
 	{of: "R", to: "RG", target: "≤ 1.5×", atMost: 1.5},
+	{of: "PR", limit: 5, target: "< 5 ms", atMost: 1, asPercent: true},
+	{of: "AV", limit: 10, target: "< 10 s", atMost: 1, asPercent: true},
 	{of: "MB", limit: 150, target: "< 150 MB", atMost: 1, asPercent: true},
 	{of: "MP", limit: 150, target: "< 150 MB", atMost: 1, asPercent: true},
 }
@@ -121,7 +126,7 @@ func (t *table) markdown() string {
 		if !ok {
 			continue
 		}
-		den, name := r.limit, fmt.Sprintf("%s / %.0f MB", r.of, r.limit)
+		den, name := r.limit, fmt.Sprintf("%s / %g %s", r.of, r.limit, of.unit)
 		if r.to != "" {
 			to, ok := t.get(r.to)
 			if !ok {
