@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -85,24 +86,27 @@ func headFromRow(size int64, root, partial []byte) (*logHead, error) {
 const writeLogsSQL = `
 WITH leaves AS (
     INSERT INTO poll_log_leaves (poll_id, first_leaf, seqs, min_seq, max_seq)
-    SELECT poll_id, first_leaf, array_agg(seq ORDER BY ord), min(seq), max(seq)
-    FROM unnest($1::text[], $2::bigint[], $3::bigint[]) WITH ORDINALITY AS l(poll_id, first_leaf, seq, ord)
-    GROUP BY poll_id, first_leaf ORDER BY poll_id, first_leaf
+    SELECT poll_id, first_leaf, seqs::bigint[], min_seq, max_seq
+    FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bigint[], $5::bigint[]) AS l(poll_id, first_leaf, seqs, min_seq, max_seq)
+    ORDER BY poll_id
 ), tiles AS (
     INSERT INTO poll_log_tiles (poll_id, level, idx, hashes)
-    SELECT * FROM unnest($4::text[], $5::smallint[], $6::bigint[], $7::bytea[])
+    SELECT * FROM unnest($6::text[], $7::smallint[], $8::bigint[], $9::bytea[])
 )
 UPDATE poll_log_heads h SET size = u.size, root = u.root, partial = u.partial, updated_at = now()
-FROM unnest($8::text[], $9::bigint[], $10::bytea[], $11::bytea[]) AS u(poll_id, size, root, partial)
+FROM unnest($10::text[], $11::bigint[], $12::bytea[], $13::bytea[]) AS u(poll_id, size, root, partial)
 WHERE h.poll_id = u.poll_id`
 
 // logWrites gathers the leaves, tiles and heads of one append, for
-// writeLogsSQL. The leaves go one seq per element, with their poll and
-// first leaf: the statement makes one poll_log_leaves row of each.
+// writeLogsSQL. Each poll's new seqs go as one array literal: a text
+// parameter per poll costs less to send than a bigint and a poll name per
+// leaf.
 type logWrites struct {
 	leafPolls []string
 	firsts    []int64
-	seqs      []int64
+	seqs      []string
+	minSeqs   []int64
+	maxSeqs   []int64
 	tilePolls []string
 	levels    []int16
 	idxs      []int64
@@ -115,11 +119,20 @@ type logWrites struct {
 
 // addLeaves notes seqs as the leaves of poll from first on.
 func (w *logWrites) addLeaves(poll string, first int64, seqs []int64) {
-	for _, seq := range seqs {
-		w.leafPolls = append(w.leafPolls, poll)
-		w.firsts = append(w.firsts, first)
-		w.seqs = append(w.seqs, seq)
+	lit := make([]byte, 0, 2+len(seqs)*12)
+	lit = append(lit, '{')
+	for i, seq := range seqs {
+		if i > 0 {
+			lit = append(lit, ',')
+		}
+		lit = strconv.AppendInt(lit, seq, 10)
 	}
+	lit = append(lit, '}')
+	w.leafPolls = append(w.leafPolls, poll)
+	w.firsts = append(w.firsts, first)
+	w.seqs = append(w.seqs, string(lit))
+	w.minSeqs = append(w.minSeqs, slices.Min(seqs))
+	w.maxSeqs = append(w.maxSeqs, slices.Max(seqs))
 }
 
 func (w *logWrites) add(poll string, s logState, full []fullTile) {
@@ -140,7 +153,7 @@ func (w *logWrites) exec(ctx context.Context, tx pgx.Tx, what string) error {
 	if len(w.headPolls) == 0 {
 		return nil
 	}
-	_, err := tx.Exec(ctx, writeLogsSQL, w.leafPolls, w.firsts, w.seqs,
+	_, err := tx.Exec(ctx, writeLogsSQL, w.leafPolls, w.firsts, w.seqs, w.minSeqs, w.maxSeqs,
 		w.tilePolls, w.levels, w.idxs, w.tiles, w.headPolls, w.sizes, w.roots, w.partials)
 	return interpretError(what, err)
 }

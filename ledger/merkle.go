@@ -91,17 +91,18 @@ func (s logState) extend(leaves []tlog.Hash) (logState, []fullTile, error) {
 	if len(leaves) == 0 {
 		return s, nil, nil
 	}
-	mem := &edgeReader{old: s, new: map[int64]tlog.Hash{}}
+	// The hashes stored for leaves s.size.. are the stored indexes from
+	// StoredHashIndex(0, s.size) on, contiguous and in order: a slice.
+	base := tlog.StoredHashIndex(0, s.size)
+	mem := &edgeReader{old: s, base: base,
+		new: make([]tlog.Hash, 0, tlog.StoredHashIndex(0, s.size+int64(len(leaves)))-base)}
 	for i, h := range leaves {
 		n := s.size + int64(i)
 		stored, err := tlog.StoredHashesForRecordHash(n, h, mem)
 		if err != nil {
 			return logState{}, nil, fmt.Errorf("log: hashes of leaf %d: %w", n, err)
 		}
-		first := tlog.StoredHashIndex(0, n)
-		for j, sh := range stored {
-			mem.new[first+int64(j)] = sh
-		}
+		mem.new = append(mem.new, stored...)
 	}
 	size := s.size + int64(len(leaves))
 	next := logState{size: size}
@@ -137,18 +138,23 @@ func (s logState) extend(leaves []tlog.Hash) (logState, []fullTile, error) {
 	return next, full, nil
 }
 
-// edgeReader reads the hashes an append needs: the new ones from new, the
-// old ones from the old state's partial tiles.
+// edgeReader reads the hashes an append needs: the new ones (stored
+// indexes from base on) from new, the old ones from the old state's
+// partial tiles.
 type edgeReader struct {
-	old logState
-	new map[int64]tlog.Hash
+	old  logState
+	base int64
+	new  []tlog.Hash
 }
 
 func (r *edgeReader) ReadHashes(indexes []int64) ([]tlog.Hash, error) {
 	out := make([]tlog.Hash, len(indexes))
 	for i, x := range indexes {
-		if h, ok := r.new[x]; ok {
-			out[i] = h
+		if x >= r.base {
+			if x-r.base >= int64(len(r.new)) {
+				return nil, fmt.Errorf("log: stored hash %d is not made yet", x)
+			}
+			out[i] = r.new[x-r.base]
 			continue
 		}
 		h, err := r.old.hashFromPartial(x)
