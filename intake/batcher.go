@@ -28,7 +28,11 @@ import (
 // vote is answered it hands what is left to a new goroutine that ends when
 // nothing is pending.
 type batcher struct {
-	rdb          redis.UniversalClient
+	rdb redis.UniversalClient
+	// cluster is rdb when it is a Redis Cluster client, else nil: with
+	// waitReplicas, each master's votes then go in a pipeline of their own
+	// on that master's client (see sendPerMaster).
+	cluster      *redis.ClusterClient
 	timeout      time.Duration // bound on one pipeline
 	maxBatch     int
 	maxInFlight  int
@@ -75,8 +79,9 @@ func newBatcher(rdb redis.UniversalClient, cfg Config, batchSize prometheus.Hist
 	if cfg.WaitReplicas > 0 {
 		timeout += cfg.WaitTimeout
 	}
+	cluster, _ := rdb.(*redis.ClusterClient)
 	b := &batcher{
-		rdb: rdb, timeout: timeout, maxBatch: cfg.EnqueueBatch, maxInFlight: cfg.EnqueuePipelines,
+		rdb: rdb, cluster: cluster, timeout: timeout, maxBatch: cfg.EnqueueBatch, maxInFlight: cfg.EnqueuePipelines,
 		waitReplicas: cfg.WaitReplicas, waitTimeout: cfg.WaitTimeout, batchSize: batchSize,
 	}
 	b.watch = time.AfterFunc(time.Hour, b.expire)
@@ -231,8 +236,9 @@ func (b *batcher) lead(ctx context.Context, own *scriptCall) {
 }
 
 // send runs one pipeline: the batch's scripts (EVALSHA, loading the script
-// once when Redis does not know it) and, with waitReplicas, one WAIT that
-// covers every write of the pipeline's connection.
+// where Redis does not know it) and, with waitReplicas, one WAIT that
+// covers every write of the pipeline's connection. A cluster client splits
+// the pipeline by master by itself; with waitReplicas, sendPerMaster does.
 func (b *batcher) send(ctx context.Context, batch []*scriptCall) {
 	b.batchSize.Observe(float64(len(batch)))
 	deadline := time.Now().Add(b.timeout)
@@ -243,31 +249,101 @@ func (b *batcher) send(ctx context.Context, batch []*scriptCall) {
 	}
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
-	cmds, wait, err := b.pipeline(ctx, batch)
-	if err != nil && redis.HasErrorPrefix(cmds[0].Err(), "NOSCRIPT") {
-		// A script error has no effect, so the whole batch may go again.
-		if lerr := enqueueScript.Load(ctx, b.rdb).Err(); lerr == nil {
-			cmds, wait, err = b.pipeline(ctx, batch)
+	if b.cluster != nil && b.waitReplicas > 0 {
+		b.sendPerMaster(ctx, batch)
+		return
+	}
+	b.sendOn(ctx, b.rdb, batch)
+}
+
+// sendPerMaster sends the votes of each master of a cluster in a pipeline
+// of their own, on that master's client, so that each WAIT follows the
+// writes it confirms on their connection: WAIT counts the replicas that
+// acknowledged the last write of the connection it runs on. A cluster
+// client's pipeline would send the keyless WAIT to a master of its own
+// choosing, on a connection that may hold none of the batch's writes, and
+// a WAIT after no write confirms at once. A vote whose slot moved is
+// answered with Redis' MOVED (no effect, so the client's retry is safe)
+// and the cluster client reloads the slot map for the next ones.
+func (b *batcher) sendPerMaster(ctx context.Context, batch []*scriptCall) {
+	byMaster := map[*redis.Client][]*scriptCall{}
+	for _, c := range batch {
+		m, err := b.cluster.MasterForKey(ctx, c.key)
+		if err != nil {
+			answer(c, scriptReply{err: err})
+			continue
 		}
+		byMaster[m] = append(byMaster[m], c)
 	}
-	rep := scriptReply{}
-	if wait != nil {
-		rep.replicas, rep.waitErr = wait.Int64()
+	var wg sync.WaitGroup
+	for m, calls := range byMaster {
+		wg.Go(func() { b.sendOn(ctx, m, calls) })
 	}
+	wg.Wait()
+}
+
+// waitClient is the client on which a write to key and the WAIT that
+// confirms it go in one pipeline: rdb, or on a cluster the master of key's
+// slot (see sendPerMaster).
+func (b *batcher) waitClient(ctx context.Context, key string) (redis.Cmdable, error) {
+	if b.cluster == nil || b.waitReplicas == 0 {
+		return b.rdb, nil
+	}
+	return b.cluster.MasterForKey(ctx, key)
+}
+
+// sendOn runs batch in one pipeline of rdb and answers each vote. The
+// votes answered NOSCRIPT (a server that does not know the script: a new
+// one, one restarted, a replica just promoted, or one master of a cluster)
+// go again in a second pipeline once the script is loaded; a script error
+// has no effect, and only those votes go again, since on a cluster the
+// others may have been applied by masters that know it.
+func (b *batcher) sendOn(ctx context.Context, rdb redis.Cmdable, batch []*scriptCall) {
+	cmds, wait, err := b.pipeline(ctx, rdb, batch)
+	var again []*scriptCall
 	for i, c := range batch {
-		r := rep
-		r.res, r.err = cmds[i].Result()
-		if r.err == nil && err != nil && !isReplyError(err) {
-			r.err = err
+		if redis.HasErrorPrefix(cmds[i].Err(), "NOSCRIPT") {
+			again = append(again, c)
+			continue
 		}
-		answer(c, r)
+		b.answerFrom(ctx, c, cmds[i], wait, err)
+	}
+	if len(again) == 0 {
+		return
+	}
+	if lerr := enqueueScript.Load(ctx, rdb).Err(); lerr != nil {
+		for _, c := range again {
+			answer(c, scriptReply{err: fmt.Errorf("load the enqueue script: %w", lerr)})
+		}
+		return
+	}
+	cmds, wait, err = b.pipeline(ctx, rdb, again)
+	for i, c := range again {
+		b.answerFrom(ctx, c, cmds[i], wait, err)
 	}
 }
 
-func (b *batcher) pipeline(ctx context.Context, batch []*scriptCall) ([]*redis.Cmd, *redis.Cmd, error) {
+// answerFrom answers c with its command's reply and WAIT's, in a pipeline
+// that failed with err (nil when it did not).
+func (b *batcher) answerFrom(ctx context.Context, c *scriptCall, cmd, wait *redis.Cmd, err error) {
+	var r scriptReply
+	if wait != nil {
+		r.replicas, r.waitErr = wait.Int64()
+	}
+	r.res, r.err = cmd.Result()
+	if r.err == nil && err != nil && !isReplyError(err) {
+		r.err = err
+	}
+	if b.cluster != nil && (redis.HasErrorPrefix(r.err, "MOVED") || redis.HasErrorPrefix(r.err, "ASK")) {
+		b.cluster.ReloadState(ctx)
+	}
+	answer(c, r)
+}
+
+func (b *batcher) pipeline(ctx context.Context, rdb redis.Cmdable, batch []*scriptCall) ([]*redis.Cmd, *redis.Cmd, error) {
 	cmds := make([]*redis.Cmd, len(batch))
 	var wait *redis.Cmd
-	_, err := b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, c := range batch {
 			cmd := redis.NewCmd(ctx, c.args...)
 			cmd.SetFirstKeyPos(3) // for a cluster client: KEYS[1] routes it

@@ -58,11 +58,17 @@ func (h *batchSizes) list() []int {
 // test Redis. cfg gets its defaults.
 func newBatcherFixture(t *testing.T, rdb redis.UniversalClient, cfg Config) *batcherFixture {
 	t.Helper()
+	return newShardedBatcherFixture(t, rdb, cfg, 1)
+}
+
+// newShardedBatcherFixture is newBatcherFixture on shards stream shards.
+func newShardedBatcherFixture(t *testing.T, rdb redis.UniversalClient, cfg Config, shards int) *batcherFixture {
+	t.Helper()
 	prefix := testenv.RandomName("t")
 	if rdb == nil {
 		rdb, prefix = testenv.Redis(t)
 	}
-	keys, err := stream.NewKeys(prefix, 1)
+	keys, err := stream.NewKeys(prefix, shards)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,8 +38,9 @@ type Config struct {
 	// the write on that many replicas before 202; unconfirmed is 503.
 	// Default 0: Redis' own acknowledgement (with appendfsync always, the
 	// documented durability) is enough. WAIT runs in the pipeline of the
-	// scripts it confirms, so it needs one primary with its replicas, not
-	// a Redis Cluster client.
+	// scripts it confirms, on their connection; on a Redis Cluster each
+	// master's votes go in a pipeline of their own on that master, with
+	// their WAIT.
 	WaitReplicas int
 	// WaitTimeout bounds WAIT. Default 500ms.
 	WaitTimeout time.Duration

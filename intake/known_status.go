@@ -115,9 +115,13 @@ func (s *Server) knownRecord(ctx context.Context, p *voter, v voteBody, deadline
 	_, err = s.breaker.Execute(func() (any, error) {
 		ctx, cancel := boundedContext(ctx, timeout, deadline)
 		defer cancel()
+		rdb, err := s.batcher.waitClient(ctx, key)
+		if err != nil {
+			return nil, err
+		}
 		var look, wait *redis.Cmd
 		// Each command carries its own error; look's comes first.
-		_, _ = s.rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
+		_, _ = rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
 			look = pl.Eval(ctx, knownSrc, []string{key}, record)
 			if s.cfg.WaitReplicas > 0 {
 				wait = pl.Do(ctx, "WAIT", s.cfg.WaitReplicas, s.cfg.WaitTimeout.Milliseconds())

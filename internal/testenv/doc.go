@@ -1,6 +1,7 @@
 // Package testenv gives tests real, isolated servers: a fresh PostgreSQL
 // database cloned from a migrated template, a unique Redis key prefix on the
-// shared Redis, or a private redis-server the test may kill and restart.
+// shared Redis, or a private redis-server, Redis Cluster or Sentinel set the
+// test may kill, pause and restart.
 //
 // The shared servers come from TALLY_TEST_DATABASE_URL (default
 // postgres://postgres@127.0.0.1:5432/postgres) and TALLY_TEST_REDIS_URL
@@ -19,5 +20,7 @@
 //     start again;
 //   - redisserver.go: RedisServer, a private redis-server a test may kill
 //     and start again; FreeAddr, a loopback port no earlier call returned;
+//   - rediscluster.go: RedisCluster, a private Redis Cluster (masters and
+//     replicas on loopback ports of their own) whose nodes a test may pause;
 //   - logbuffer.go: LogBuffer, log lines collected from any goroutine.
 package testenv
