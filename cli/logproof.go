@@ -77,6 +77,9 @@ func logProve(c *ucli.Context) error {
 		if err != nil {
 			return err
 		}
+		if rec.LeafIndex < 0 {
+			return notProvable(c, fmt.Errorf("the vote's ledger row (seq %d) is in no leaf of poll %s's log: run tally rebuild, which names what was changed", rec.Seq, poll))
+		}
 		cp, found, err := checkpointAt(c, store, poll, size)
 		if err != nil {
 			return err

@@ -174,6 +174,9 @@ func (s *Server) receipt(ctx context.Context, p *voter, rec ledger.EventRecord) 
 	case !pi.mayVote(p.ID):
 		return nil, nil
 	}
+	if rec.LeafIndex < 0 {
+		return nil, fmt.Errorf("poll %s: the ledger row of seq %d is in no leaf of the log: tally rebuild names what was changed", rec.PollID, rec.Seq)
+	}
 	var (
 		cp ledger.Checkpoint
 		in ledger.Inclusion

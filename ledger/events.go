@@ -31,7 +31,8 @@ CROSS JOIN LATERAL (
 // record of each key it knows, by key; a key it does not know is absent
 // from the map. It costs one round trip whatever the number of keys, so a
 // caller with many lookups to make at once (intake's check of new event
-// ids) makes them together.
+// ids) makes them together. It does not look up leaf indexes: LeafIndex is
+// -1 in what it returns (Event has it).
 func (s *Store) Events(ctx context.Context, keys []EventKey) (map[EventKey]EventRecord, error) {
 	principals := make([]string, len(keys))
 	ids := make([]string, len(keys))
@@ -46,6 +47,7 @@ func (s *Store) Events(ctx context.Context, keys []EventKey) (map[EventKey]Event
 	var r EventRecord
 	_, err = pgx.ForEachRow(rows, []any{&r.PrincipalID, &r.ClientEventID, &r.PollID, &r.CandidateID,
 		&r.Status, &r.Reason, &r.Seq, &r.ReceivedAt, &r.RecordedAt}, func() error {
+		r.LeafIndex = -1
 		found[EventKey{r.PrincipalID, r.ClientEventID}] = r
 		return nil
 	})

@@ -70,7 +70,7 @@ type EventRecord struct {
 	Status        Status // recorded or rejected
 	Reason        Reason // for rejected
 	Seq           int64  // for recorded
-	LeafIndex     int64  // for recorded: its leaf in its poll's log
+	LeafIndex     int64  // for recorded: its leaf in its poll's log (-1: none known)
 	ReceivedAt    time.Time
 	RecordedAt    time.Time
 }
