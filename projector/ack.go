@@ -2,6 +2,7 @@ package projector
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 
 	"github.com/redis/go-redis/v9"
@@ -35,7 +36,7 @@ func (p *Projector) startAcknowledger(applyCtx context.Context) <-chan struct{} 
 }
 
 // acknowledge counts the outcomes of a committed batch and acknowledges
-// and deletes its entries: XACK and XDEL in one MULTI per stream.
+// and deletes its entries (ackDelete).
 func (p *Projector) acknowledge(applyCtx context.Context, items []item, outcomes []ledger.Outcome) {
 	recorded, duplicate, rejected := p.countOutcomes(items, outcomes)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(applyCtx), redisTimeout)
@@ -44,13 +45,7 @@ func (p *Projector) acknowledge(applyCtx context.Context, items []item, outcomes
 	for _, it := range items {
 		ids[it.msg.stream] = append(ids[it.msg.stream], it.msg.id)
 	}
-	_, err := p.rdb.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
-		for s, list := range ids {
-			pipe.XAck(ctx, s, stream.Group, list...)
-			pipe.XDel(ctx, s, list...)
-		}
-		return nil
-	})
+	err := p.ackDelete(ctx, ids)
 	if err != nil {
 		// The batch committed; its entries stay pending and come back as
 		// duplicates.
@@ -61,6 +56,44 @@ func (p *Projector) acknowledge(applyCtx context.Context, items []item, outcomes
 	p.log.LogAttrs(ctx, slog.LevelDebug, "batch applied",
 		slog.Int("batch_size", len(items)), slog.Int("recorded", recorded),
 		slog.Int("duplicate", duplicate), slog.Int("rejected", rejected))
+}
+
+// ackDelete acknowledges and deletes the entries ids lists by stream: XACK
+// and XDEL in a MULTI, so that no entry is left acknowledged in its stream
+// (never delivered again, yet counted in the backlog). On one server one
+// MULTI holds every stream's; on a cluster, where a transaction cannot
+// span hash slots, each stream has its own, sent at once.
+func (p *Projector) ackDelete(ctx context.Context, ids map[string][]string) error {
+	queue := func(pipe redis.Pipeliner, s string, list []string) {
+		pipe.XAck(ctx, s, stream.Group, list...)
+		pipe.XDel(ctx, s, list...)
+	}
+	if !p.cluster || len(ids) == 1 {
+		_, err := p.rdb.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+			for s, list := range ids {
+				queue(pipe, s, list)
+			}
+			return nil
+		})
+		return err
+	}
+	errs := make(chan error, len(ids))
+	for s, list := range ids {
+		go func() {
+			_, err := p.rdb.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+				queue(pipe, s, list)
+				return nil
+			})
+			errs <- err
+		}()
+	}
+	var first error
+	for range ids {
+		if err := <-errs; err != nil && first == nil {
+			first = fmt.Errorf("%w (the other streams' entries were acknowledged)", err)
+		}
+	}
+	return first
 }
 
 // countOutcomes adds the outcomes of a committed batch to the events

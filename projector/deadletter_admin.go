@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"slices"
 	"strconv"
 	"strings"
@@ -212,7 +213,7 @@ func (dl *DeadLetters) replay(ctx context.Context, ds []DeadLetter) ([]string, e
 		}
 	}
 	var out []string
-	for chunk := range slices.Chunk(ds, 500) {
+	for chunk := range shardRuns(ds, 500) {
 		adds := make([]*redis.StringCmd, len(chunk))
 		_, err := dl.rdb.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
 			for i, d := range chunk {
@@ -233,6 +234,24 @@ func (dl *DeadLetters) replay(ctx context.Context, ds []DeadLetter) ([]string, e
 		}
 	}
 	return out, nil
+}
+
+// shardRuns cuts ds, in its order, into runs of at most n dead letters of
+// one shard: a MULTI cannot span hash slots on a Redis Cluster, and a
+// dead letter's stream and dead-letter stream share its shard's.
+func shardRuns(ds []DeadLetter, n int) iter.Seq[[]DeadLetter] {
+	return func(yield func([]DeadLetter) bool) {
+		for len(ds) > 0 {
+			end := 1
+			for end < len(ds) && end < n && ds[end].Shard == ds[0].Shard {
+				end++
+			}
+			if !yield(ds[:end]) {
+				return
+			}
+			ds = ds[end:]
+		}
+	}
 }
 
 // Purge deletes the dead letters refs name and returns how many it

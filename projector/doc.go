@@ -23,7 +23,7 @@
 //     claimed while another consumer still applies it commits once and
 //     answers duplicate the second time (I2).
 //   - Ack after commit (I4). Entries are acknowledged and deleted (XACK and
-//     XDEL in one MULTI per stream) only after Append returned their
+//     XDEL in a MULTI) only after Append returned their
 //     outcomes, by a goroutine of their own while the workers go on with
 //     the next batches; Run returns only once every committed batch has been
 //     acknowledged (or its acknowledgement failed, when the entries come
@@ -71,6 +71,13 @@
 // Several projectors may share the work as members of one consumer group
 // (stream.Group); the ledger's idempotency makes overlapping deliveries
 // harmless.
+//
+// The Redis client may be one server's, Sentinel's (a redis.Client of the
+// current master) or a Redis Cluster's (*redis.ClusterClient). On a
+// cluster no command or transaction spans two streams, whose hash slots
+// differ: each stream has its own blocking reader, its own XAUTOCLAIM and
+// its own MULTI of XACK and XDEL; on one server one reader and one MULTI
+// serve every stream.
 //
 // The package also gives operators what the tally command shows them:
 // Inspect for backlog, pending entries and dead letters, and DeadLetters

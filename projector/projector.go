@@ -45,14 +45,17 @@ const (
 // Projector applies stream entries to the ledger. Create it with New and
 // run it with Run.
 type Projector struct {
-	cfg    Config
-	app    Applier
-	rdb    redis.UniversalClient
-	keys   stream.Keys
-	log    *slog.Logger
-	m      *metrics
-	cb     *gobreaker.CircuitBreaker[[]ledger.Outcome]
-	shards map[string]int // stream key -> shard
+	cfg  Config
+	app  Applier
+	rdb  redis.UniversalClient
+	keys stream.Keys
+	// cluster: rdb is a Redis Cluster client, on which one command or
+	// transaction cannot span the streams' hash slots.
+	cluster bool
+	log     *slog.Logger
+	m       *metrics
+	cb      *gobreaker.CircuitBreaker[[]ledger.Outcome]
+	shards  map[string]int // stream key -> shard
 	// checkpoints is the applier as a Checkpointer, when Config.LogSigner
 	// is set.
 	checkpoints Checkpointer
@@ -110,6 +113,7 @@ func New(app Applier, rdb redis.UniversalClient, keys stream.Keys, cfg Config, l
 		shards:  make(map[string]int, keys.Shards()),
 		lastErr: map[string]failure{},
 	}
+	_, p.cluster = rdb.(*redis.ClusterClient)
 	for i, s := range keys.Streams() {
 		p.shards[s] = i
 	}

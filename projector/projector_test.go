@@ -37,7 +37,7 @@ type bundle struct {
 	ctx   context.Context
 	db    testenv.DB
 	store *ledger.Store
-	rdb   *redis.Client
+	rdb   redis.UniversalClient
 	keys  stream.Keys
 
 	mu      sync.Mutex
@@ -49,12 +49,18 @@ type bundle struct {
 
 func setup(t testing.TB, shards int) *bundle {
 	t.Helper()
+	rdb, prefix := testenv.Redis(t)
+	return setupOn(t, rdb, prefix, shards)
+}
+
+// setupOn is setup on the Redis of rdb, under prefix.
+func setupOn(t testing.TB, rdb redis.UniversalClient, prefix string, shards int) *bundle {
+	t.Helper()
 	db := testenv.Postgres(t)
 	store, err := ledger.New(db.Pool, ledger.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	rdb, prefix := testenv.Redis(t)
 	keys, err := stream.NewKeys(prefix, shards)
 	if err != nil {
 		t.Fatal(err)

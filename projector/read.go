@@ -17,7 +17,7 @@ import (
 // cannot span hash slots.
 func (p *Projector) readerStreams() [][]string {
 	streams := p.keys.Streams()
-	if _, cluster := p.rdb.(*redis.ClusterClient); !cluster {
+	if !p.cluster {
 		return [][]string{streams}
 	}
 	out := make([][]string, len(streams))
