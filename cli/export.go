@@ -21,14 +21,16 @@ func exportCommand() *ucli.Command {
 		Usage:     "write the ledger as JSON lines, each poll's rows in the order of its log",
 		ArgsUsage: "[FILE] (default: standard output)",
 		Flags: commonFlags(&ucli.StringFlag{Name: "poll", Usage: "only this poll `ID`"},
-			&ucli.StringFlag{Name: "checkpoints", Usage: "also write the signed checkpoints to `FILE`, JSON lines, for tally audit verify --checkpoints"}),
+			&ucli.StringFlag{Name: "checkpoints", Usage: "also write the signed checkpoints to `FILE`, JSON lines, for tally audit verify --checkpoints"},
+			quietFlag("EXPORT")),
 		Action: runExport,
 	}
 }
 
 // runExport is tally export: the ledger, or one poll of it, as JSON lines
 // on FILE or standard output, and with --checkpoints the signed
-// checkpoints beside it; the counts go to standard error.
+// checkpoints beside it; the counts, and the progress while it runs, go
+// to standard error.
 func runExport(c *ucli.Context) error {
 	return withStore(c, func(store *ledger.Store) error {
 		// Checkpoints first: each was stored for rows already committed, so
@@ -47,26 +49,55 @@ func runExport(c *ucli.Context) error {
 			defer f.Close()
 			out = f
 		}
+		p := startExportProgress(c, store, out)
+		defer p.stop()
 		bw := bufio.NewWriterSize(out, 1<<16)
-		n, err := exportLines(c, store, bw)
+		n, err := exportLines(c, store, bw, p)
 		if err != nil {
 			return err
 		}
 		if err := bw.Flush(); err != nil {
 			return fmt.Errorf("export: %w", err)
 		}
+		p.stop()
 		fmt.Fprintf(c.App.ErrWriter, "exported %d events\n", n)
 		return nil
 	})
 }
 
+// startExportProgress starts the progress line of an export to out. It
+// stays off while the lines go to a terminal, where it would break them.
+//
+// The total is known for one poll only: its log head's size, one read by
+// primary key, the count of its rows in the log (a row in no leaf, or a
+// row appended since, goes past it; the line then counts on without a
+// total). Of the whole ledger an exact count(*) would read every row the
+// export is about to read, doubling its work; the cheap estimate,
+// pg_class.reltuples, is a planner statistic that only VACUUM and ANALYZE
+// refresh (-1 before the first), of the whole table, and would put SQL in
+// cli, which reaches PostgreSQL only through ledger.Store. So the whole
+// ledger shows its count, rate and time so far, with no time left.
+func startExportProgress(c *ucli.Context, store *ledger.Store, out io.Writer) *progress {
+	if !showProgress(c) || (out == c.App.Writer && isTTY(out)) {
+		return &progress{}
+	}
+	m := meter{label: "export", unit: "events"}
+	if poll := c.String("poll"); poll != "" {
+		if h, err := store.Head(c.Context, poll); err == nil {
+			m.total = h.Size
+		}
+	}
+	return newProgress(c.Context, c.App.ErrWriter, true, m, progressRefresh)
+}
+
 // exportLines encodes the ledger rows of --poll (every poll when empty) on
-// w, one ledgerLine each, and returns how many it wrote.
-func exportLines(c *ucli.Context, store *ledger.Store, w io.Writer) (int, error) {
+// w, one ledgerLine each, counts each on p, and returns how many it wrote.
+func exportLines(c *ucli.Context, store *ledger.Store, w io.Writer, p *progress) (int, error) {
 	enc := json.NewEncoder(w)
 	n := 0
 	err := store.Export(c.Context, c.String("poll"), func(r ledger.LedgerRow) error {
 		n++
+		p.add(1)
 		rat, recat := r.ReceivedAt.UTC(), r.RecordedAt.UTC()
 		line := ledgerLine{Seq: r.Seq, EventID: r.ClientEventID, PollID: r.PollID,
 			CandidateID: r.CandidateID, PrincipalID: r.PrincipalID, ReceivedAt: &rat, RecordedAt: &recat}
@@ -115,6 +146,7 @@ func importCommand() *ucli.Command {
 			&ucli.IntFlag{Name: "workers", EnvVars: []string{"TALLY_IMPORT_WORKERS"}, Value: 2,
 				Usage: "transactions in flight at once; events are split among them by principal, so the outcomes are those of one worker"},
 			formatFlag(),
+			quietFlag("IMPORT"),
 		),
 		Action: runImport,
 	}
@@ -122,7 +154,9 @@ func importCommand() *ucli.Command {
 
 // runImport is tally import: it appends the events of FILE (importEvents in
 // importer.go) and prints the count of each outcome, also when a bad line
-// stopped it.
+// stopped it. While it runs, the progress line counts the bytes read, of
+// the file's size when FILE (or a redirected standard input) is a
+// regular file.
 func runImport(c *ucli.Context) error {
 	asJSON, err := outputJSON(c)
 	if err != nil {
@@ -149,7 +183,10 @@ func runImport(c *ucli.Context) error {
 		if workers < 1 || workers > 16 {
 			return fmt.Errorf("--workers %d: use 1 to 16", workers)
 		}
-		counts, lines, err := importEvents(c.Context, store, in, size, workers)
+		p := startProgress(c, meter{label: "import", total: regularSize(in)})
+		defer p.stop()
+		counts, lines, err := importEvents(c.Context, store, p.reader(in), size, workers)
+		p.stop()
 		if asJSON {
 			if jerr := writeJSON(c.App.Writer, map[string]any{"lines": lines, "outcomes": counts}); jerr != nil {
 				return jerr

@@ -22,13 +22,16 @@ func rebuildCommand() *ucli.Command {
 			&ucli.StringFlag{Name: "poll", Usage: "only this poll `ID`"},
 			&ucli.BoolFlag{Name: "apply", Usage: "rewrite the projection from the ledger and print what changed"},
 			formatFlag(),
+			quietFlag("REBUILD"),
 		),
 		Action: runRebuild,
 	}
 }
 
 // runRebuild is tally rebuild: repair when asked, verify, print, and exit 1
-// when a row still differs.
+// when a row still differs. ledger.Store.Repair and Rebuild say nothing
+// until they return, so the progress line is a spinner with the time so
+// far, wiped before the report is printed.
 func runRebuild(c *ucli.Context) error {
 	asJSON, err := outputJSON(c)
 	if err != nil {
@@ -41,16 +44,22 @@ func runRebuild(c *ucli.Context) error {
 				return fmt.Errorf("--poll %s: no such poll (tally poll list shows them)", poll)
 			}
 		}
+		const repairing, verifying = "rebuild: repairing the projection", "rebuild: recounting the ledger and checking its logs"
+		p := startProgress(c, meter{label: verifying, spin: true})
+		defer p.stop()
 		var changed []ledger.TallyRow
 		if c.Bool("apply") {
+			p.describe(repairing)
 			if changed, err = store.Repair(c.Context, poll); err != nil {
 				return err
 			}
+			p.describe(verifying)
 		}
 		rep, err := store.Rebuild(c.Context, poll)
 		if err != nil {
 			return err
 		}
+		p.stop()
 		if asJSON {
 			err = writeRebuildJSON(c.App.Writer, rep, changed)
 		} else {
