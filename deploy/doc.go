@@ -1,0 +1,37 @@
+// Package deploy holds what watches tally's daemons in production, beside
+// the binary: a Grafana dashboard (grafana/tally.json), Prometheus alert
+// rules with their unit tests (prometheus/alerts.yml,
+// prometheus/alerts_test.yml) and an example scrape configuration whose
+// job names the rules use (prometheus/prometheus.yml). docs/dashboards.md
+// says how to load them and what to do when an alert fires.
+//
+// The package has no code. Its tests hold the files to what the daemons
+// really do:
+//
+//   - every PromQL expression of the dashboard and of the rules parses,
+//     and every metric it names is one that a running `tally intake` or
+//     `tally projector` exports (a histogram's _bucket, _sum and _count
+//     series included), read from their /metrics after a vote went
+//     through; a made-up name is refused;
+//   - promtool checks the rules, runs their unit tests, checks the scrape
+//     configuration, and lints both daemons' /metrics;
+//   - the dashboard is one Grafana imports as is, and every panel reads
+//     the data source variable;
+//   - every alert has a section in docs/dashboards.md, and every link from
+//     there into docs/operations.md names a heading that exists.
+//
+// The promtool comes from scripts/promtool.sh, which extracts it from
+// Debian's prometheus package when none is installed; a test that cannot
+// get one fails, saying why.
+//
+// Files:
+//
+//   - promql_test.go: the metric names of an expression and the check
+//     against what the daemons export;
+//   - daemons_test.go: the tally binary's intake and projector, run on a
+//     fresh database, and the checks against their /metrics;
+//   - dashboard_test.go: the dashboard's shape and expressions;
+//   - rules_test.go: the alert rules' expressions and the promtool runs;
+//   - docs_test.go: docs/dashboards.md against the rules and
+//     docs/operations.md.
+package deploy
