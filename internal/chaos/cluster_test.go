@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/redis/go-redis/v9"
 
@@ -29,15 +30,19 @@ const shards = 2
 // cluster is the world of one scenario: Redis, a database, intakes and
 // projectors.
 type cluster struct {
-	t      *testing.T
-	dir    string
-	redis  *testenv.RedisServer
-	pg     *testenv.PGServer // nil: a database on the shared PostgreSQL
-	dbURL  string
-	store  *ledger.Store
-	rdb    *redis.Client // straight to Redis, for the queue's status
-	keys   stream.Keys
-	prefix string
+	t     *testing.T
+	dir   string
+	redis *testenv.RedisServer
+	pg    *testenv.PGServer // nil: a database on the shared PostgreSQL
+	// standby: pg's synchronous streaming standby, or nil. With one, every
+	// URL names both servers and connects to the one that takes writes.
+	standby *testenv.PGServer
+	dbURL   string
+	store   *ledger.Store
+	pool    *pgxpool.Pool // the store's: the owner's connections
+	rdb     *redis.Client // straight to Redis, for the queue's status
+	keys    stream.Keys
+	prefix  string
 
 	// The URLs the daemons use; a scenario may put a proxy on them.
 	intakeRedisURL string
@@ -50,6 +55,7 @@ type cluster struct {
 type clusterOptions struct {
 	intakes, projectors int
 	privatePostgres     bool
+	standby             bool     // privatePostgres with a synchronous standby
 	maxBacklog          int      // intake's --max-backlog; 0: its default
 	projectorArgs       []string // flags added to every projector's
 	intakeArgs          []string // flags added to every intake's
@@ -74,12 +80,23 @@ func newCluster(t *testing.T, opt clusterOptions) *cluster {
 		cfg := db.Pool.Config().ConnConfig
 		pgAddr = net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port)))
 	}
+	if opt.standby {
+		c.standby = testenv.StartStandby(t, c.pg, true)
+		db.Pool = c.failoverPool()
+	}
 	c.dbURL = daemonLogin(t, db)
+	if opt.standby {
+		u, err := url.Parse(c.dbURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.dbURL = testenv.MultiHostURL(u.User.Username(), "tally", c.pg, c.standby)
+	}
 	store, err := ledger.New(db.Pool, ledger.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.store = store
+	c.store, c.pool = store, db.Pool
 	c.rdb = redis.NewClient(&redis.Options{Addr: c.redis.Addr})
 	t.Cleanup(func() { c.rdb.Close() })
 	c.prefix = testenv.RandomName("chaos")
@@ -126,9 +143,24 @@ func newCluster(t *testing.T, opt clusterOptions) *cluster {
 			if c.pg != nil {
 				t.Logf("--- PostgreSQL log:\n%s", tail(c.pg.Log(), 40))
 			}
+			if c.standby != nil {
+				t.Logf("--- the standby's PostgreSQL log:\n%s", tail(c.standby.Log(), 40))
+			}
 		}
 	})
 	return c
+}
+
+// failoverPool is the test's own pool (the owner's) on the primary and
+// the standby, whichever takes writes.
+func (c *cluster) failoverPool() *pgxpool.Pool {
+	c.t.Helper()
+	pool, err := pgxpool.New(context.Background(), testenv.MultiHostURL("postgres", "tally", c.pg, c.standby))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(pool.Close)
+	return pool
 }
 
 // daemonLogin makes a login granted tally_daemon (migration 00006) for
