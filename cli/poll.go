@@ -56,6 +56,8 @@ func pollCreateFlags() []ucli.Flag {
 		&ucli.StringFlag{Name: "opens-at", Usage: "RFC 3339 `TIME` it opens (default: now)"},
 		&ucli.StringFlag{Name: "closes-at", Usage: "RFC 3339 `TIME` it closes (default: open until tally poll close)"},
 		&ucli.StringSliceFlag{Name: "eligible", Usage: "a principal `ID` allowed to answer; repeat for each (default: any principal)"},
+		&ucli.BoolFlag{Name: "public-results", Usage: "anyone may see the results without a token: intake's live page /polls/ID " +
+			"and its stream /v1/polls/ID/live (default: only the principals that may answer)"},
 	}
 }
 
@@ -82,7 +84,8 @@ func pollCreate(c *ucli.Context) error {
 
 // pollFromFlags is the poll tally poll create describes.
 func pollFromFlags(c *ucli.Context) (ledger.Poll, error) {
-	p := ledger.Poll{ID: c.Args().First(), Title: c.String("title"), Choices: c.StringSlice("choice"), Eligible: c.StringSlice("eligible")}
+	p := ledger.Poll{ID: c.Args().First(), Title: c.String("title"), Choices: c.StringSlice("choice"), Eligible: c.StringSlice("eligible"),
+		PublicResults: c.Bool("public-results")}
 	var err error
 	if p.OpensAt, err = parseTimeFlag(c, "opens-at"); err != nil {
 		return ledger.Poll{}, err
@@ -177,8 +180,9 @@ func pollShow(c *ucli.Context) error {
 
 // printPoll prints a poll and its tallies for a person.
 func printPoll(w io.Writer, p ledger.Poll, res ledger.Results) error {
-	fmt.Fprintf(w, "poll      %s\ntitle     %s\nstate     %s\nopens     %s\ncloses    %s\neligible  %s\n\n",
-		p.ID, p.Title, pollState(p, time.Now()), p.OpensAt.UTC().Format(time.RFC3339), fmtTimePtr(p.ClosesAt), eligibleText(p))
+	fmt.Fprintf(w, "poll      %s\ntitle     %s\nstate     %s\nopens     %s\ncloses    %s\neligible  %s\nresults   %s\n\n",
+		p.ID, p.Title, pollState(p, time.Now()), p.OpensAt.UTC().Format(time.RFC3339), fmtTimePtr(p.ClosesAt), eligibleText(p),
+		resultsText(p))
 	t := newTable(w, "CANDIDATE", "VOTES")
 	for _, r := range res.Results {
 		t.row(r.CandidateID, strconv.FormatInt(r.Votes, 10))
@@ -193,20 +197,22 @@ func printPoll(w io.Writer, p ledger.Poll, res ledger.Results) error {
 }
 
 type pollJSON struct {
-	ID          string          `json:"id"`
-	Title       string          `json:"title"`
-	State       string          `json:"state"`
-	OpensAt     time.Time       `json:"opens_at"`
-	ClosesAt    *time.Time      `json:"closes_at"`
-	Eligibility string          `json:"eligibility"`
-	Eligible    []string        `json:"eligible,omitempty"`
-	Choices     []string        `json:"choices"`
-	Results     *ledger.Results `json:"results,omitempty"`
+	ID          string     `json:"id"`
+	Title       string     `json:"title"`
+	State       string     `json:"state"`
+	OpensAt     time.Time  `json:"opens_at"`
+	ClosesAt    *time.Time `json:"closes_at"`
+	Eligibility string     `json:"eligibility"`
+	Eligible    []string   `json:"eligible,omitempty"`
+	Choices     []string   `json:"choices"`
+	// PublicResults: anyone may see the results, without a token.
+	PublicResults bool            `json:"public_results"`
+	Results       *ledger.Results `json:"results,omitempty"`
 }
 
 func toPollJSON(p ledger.Poll, res *ledger.Results) pollJSON {
 	return pollJSON{ID: p.ID, Title: p.Title, State: pollState(p, time.Now()), OpensAt: p.OpensAt, ClosesAt: p.ClosesAt,
-		Eligibility: p.Eligibility, Eligible: p.Eligible, Choices: p.Choices, Results: res}
+		Eligibility: p.Eligibility, Eligible: p.Eligible, Choices: p.Choices, PublicResults: p.PublicResults, Results: res}
 }
 
 func pollState(p ledger.Poll, now time.Time) string {
@@ -225,6 +231,14 @@ func eligibleText(p ledger.Poll) string {
 		return fmt.Sprintf("%d listed", len(p.Eligible))
 	}
 	return "any"
+}
+
+// resultsText says who may see a poll's results.
+func resultsText(p ledger.Poll) string {
+	if p.PublicResults {
+		return "public (intake's page /polls/" + p.ID + " needs no token)"
+	}
+	return "to whoever may answer"
 }
 
 func parseTimeFlag(c *ucli.Context, name string) (time.Time, error) {

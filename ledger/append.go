@@ -103,6 +103,9 @@ func appendTx(ctx context.Context, tx pgx.Tx, events []Event, fast bool) ([]Outc
 	if err := appendLogs(ctx, tx, events, outcomes); err != nil {
 		return nil, err
 	}
+	if err := notifyResults(ctx, tx, events, outcomes); err != nil {
+		return nil, err
+	}
 	return outcomes, nil
 }
 

@@ -26,7 +26,11 @@ type Poll struct {
 	Eligibility string     // EligibleAny or EligibleList; set from Eligible when creating
 	Choices     []string   // candidate ids, in display order
 	Eligible    []string   // principal ids, for EligibleList
-	CreatedAt   time.Time
+	// PublicResults lets anyone see the poll's results without a token:
+	// intake's live results page and live stream. Otherwise only the
+	// principals that may vote on it see them.
+	PublicResults bool
+	CreatedAt     time.Time
 }
 
 // OpenAt reports whether the poll takes votes received at t.
@@ -50,7 +54,7 @@ func (s *Store) CreatePoll(ctx context.Context, p Poll) error {
 		opens = &p.OpensAt
 	}
 	return s.runTx(ctx, "create poll "+p.ID, pgx.TxOptions{}, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, createPollSQL, p.ID, p.Title, opens, p.ClosesAt, eligibility); err != nil {
+		if _, err := tx.Exec(ctx, createPollSQL, p.ID, p.Title, opens, p.ClosesAt, eligibility, p.PublicResults); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, createChoicesSQL, p.ID, p.Choices); err != nil {
@@ -72,8 +76,8 @@ func (s *Store) CreatePoll(ctx context.Context, p Poll) error {
 // unless it says when.
 const (
 	createPollSQL = `
-INSERT INTO polls (id, title, opens_at, closes_at, eligibility)
-VALUES ($1, $2, coalesce($3, now()), $4, $5)`
+INSERT INTO polls (id, title, opens_at, closes_at, eligibility, public_results)
+VALUES ($1, $2, coalesce($3, now()), $4, $5, $6)`
 	createChoicesSQL = `
 INSERT INTO poll_choices (poll_id, candidate_id, position)
 SELECT $1, c, ord FROM unnest($2::text[]) WITH ORDINALITY AS t(c, ord)`
@@ -135,7 +139,7 @@ WHERE id = $1`, id, at)
 }
 
 const pollsSQL = `
-SELECT p.id, p.title, p.opens_at, p.closes_at, p.eligibility, p.created_at,
+SELECT p.id, p.title, p.opens_at, p.closes_at, p.eligibility, p.public_results, p.created_at,
        coalesce((SELECT array_agg(c.candidate_id ORDER BY c.position) FROM poll_choices c WHERE c.poll_id = p.id), '{}'),
        coalesce((SELECT array_agg(e.principal_id ORDER BY e.principal_id) FROM poll_eligible e WHERE e.poll_id = p.id), '{}')
 FROM polls p
@@ -167,7 +171,7 @@ func (s *Store) queryPolls(ctx context.Context, id *string) ([]Poll, error) {
 	}
 	ps, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Poll, error) {
 		var p Poll
-		err := r.Scan(&p.ID, &p.Title, &p.OpensAt, &p.ClosesAt, &p.Eligibility, &p.CreatedAt, &p.Choices, &p.Eligible)
+		err := r.Scan(&p.ID, &p.Title, &p.OpensAt, &p.ClosesAt, &p.Eligibility, &p.PublicResults, &p.CreatedAt, &p.Choices, &p.Eligible)
 		return p, err
 	})
 	return ps, interpretError("list polls", err)

@@ -262,3 +262,53 @@ WHERE schemaname = 'public' AND tablename <> 'goose_db_version'`)
 		t.Fatalf("up again with the role already there: %v", err)
 	}
 }
+
+// TestPublicResults: migration 8 gives every poll a public_results flag,
+// false for the polls already there, which tally_daemon reads with the
+// rest of a poll; its down step removes it and keeps the polls.
+func TestPublicResults(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.EmptyPostgres(t)
+	sqlDB := stdlib.OpenDBFromPool(db.Pool)
+	defer sqlDB.Close()
+	p, err := migrations.NewProvider(sqlDB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.UpTo(ctx, 7); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO polls (id, title) VALUES ('before', 'x')`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.UpTo(ctx, 8); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO polls (id, title, public_results) VALUES ('after', 'x', true)`); err != nil {
+		t.Fatal(err)
+	}
+	var public []string
+	rows, err := db.Pool.Query(ctx, `SELECT id FROM polls WHERE public_results ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if public, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil || len(public) != 1 || public[0] != "after" {
+		t.Fatalf("public polls after migration 8: %v (%v), want [after]: a poll made before stays not public", public, err)
+	}
+	var reads bool
+	if err := db.Pool.QueryRow(ctx, `SELECT has_column_privilege('tally_daemon', 'polls', 'public_results', 'SELECT')`).Scan(&reads); err != nil || !reads {
+		t.Fatalf("tally_daemon may read polls.public_results: %v (%v), want true", reads, err)
+	}
+	if _, err := p.DownTo(ctx, 7); err != nil {
+		t.Fatal(err)
+	}
+	var polls, cols int
+	if err := db.Pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM polls),
+		(SELECT count(*) FROM information_schema.columns WHERE table_name = 'polls' AND column_name = 'public_results')`).Scan(&polls, &cols); err != nil {
+		t.Fatal(err)
+	}
+	if polls != 2 || cols != 0 {
+		t.Fatalf("after migration 8 down: %d polls (want 2), %d public_results columns (want 0)", polls, cols)
+	}
+}
