@@ -30,6 +30,8 @@
 //   - importer.go: the parallel import behind tally import, split by poll
 //     so that each poll's rows keep the file's order (and its log's roots).
 //   - jsonl.go: the JSON-lines event format export writes and import reads.
+//   - progress.go: the progress line of import, export and rebuild on a
+//     terminal (count, rate, time left), off elsewhere and with --quiet.
 //   - poll.go: tally poll create, close, list and show.
 //   - principal.go: tally principal add, revoke and list.
 //   - loadtest.go: tally loadtest, on package internal/loadtest.
