@@ -3,6 +3,8 @@ package chaos_test
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -26,13 +28,20 @@ func TestPostgresFailover(t *testing.T) {
 		if err != nil {
 			return 0, "", err
 		}
-		killed := time.Now()
 		c.pg.Crash()
+		killed := time.Now() // the primary is gone: pg_ctl stop -m immediate returned
+		type times struct{ accepted, recorded string }
+		watched := make(chan times, 1)
+		go func() {
+			a, r := rec.wait(ctx, killed, 60*time.Second)
+			watched <- times{a, r}
+		}()
 		sleep(ctx, promoteAfter)
 		ending()
 		c.standby.Promote()
 		promoted := time.Since(killed)
-		accepted, recorded := rec.wait(ctx, killed, 60*time.Second)
+		w := <-watched
+		accepted, recorded := w.accepted, w.recorded
 		t.Logf("postgres-failover: standby promoted %s after the primary stopped; first vote accepted %s and first recorded %s after the stop",
 			promoted.Round(time.Millisecond), accepted, recorded)
 		return 1, fmt.Sprintf("primary stop, standby promoted after %s (first 202 %s, first recorded %s after the stop)",
@@ -41,29 +50,17 @@ func TestPostgresFailover(t *testing.T) {
 }
 
 // recovery watches, from a fault on, for the first vote intake accepts
-// (a new stream entry) and the first the projector records (a new ledger
-// row).
+// after it (a stream entry whose id, a Redis time in ms, is later) and the
+// first the projector records after it (a ledger row whose recorded_at is
+// later: on the same machine, the same clock).
 type recovery struct {
 	c        *cluster
-	lastIDs  []string
-	maxSeq   int64
 	accepted time.Time
 	recorded time.Time
 }
 
-func (c *cluster) watchRecovery(ctx context.Context) (*recovery, error) {
-	r := &recovery{c: c}
-	for i := range shards {
-		info, err := c.rdb.XInfoStream(ctx, c.keys.Stream(i)).Result()
-		if err != nil {
-			return nil, fmt.Errorf("stream %d: %w", i, err)
-		}
-		r.lastIDs = append(r.lastIDs, info.LastGeneratedID)
-	}
-	if err := c.pool.QueryRow(ctx, `SELECT coalesce(max(seq), 0) FROM poll_events`).Scan(&r.maxSeq); err != nil {
-		return nil, err
-	}
-	return r, nil
+func (c *cluster) watchRecovery(context.Context) (*recovery, error) {
+	return &recovery{c: c}, nil
 }
 
 // wait polls every 20ms until both have happened or limit has passed, and
@@ -72,16 +69,21 @@ func (r *recovery) wait(ctx context.Context, from time.Time, limit time.Duration
 	for time.Since(from) < limit && (r.accepted.IsZero() || r.recorded.IsZero()) {
 		if r.accepted.IsZero() {
 			for i := range shards {
-				if info, err := r.c.rdb.XInfoStream(ctx, r.c.keys.Stream(i)).Result(); err == nil && info.LastGeneratedID != r.lastIDs[i] {
-					r.accepted = time.Now()
+				info, err := r.c.rdb.XInfoStream(ctx, r.c.keys.Stream(i)).Result()
+				if err != nil {
+					continue
+				}
+				ms, _, _ := strings.Cut(info.LastGeneratedID, "-")
+				if n, err := strconv.ParseInt(ms, 10, 64); err == nil && n > from.UnixMilli() && r.accepted.IsZero() {
+					r.accepted = time.UnixMilli(n)
 				}
 			}
 		}
 		if r.recorded.IsZero() {
 			qctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
-			var seq int64
-			if err := r.c.pool.QueryRow(qctx, `SELECT coalesce(max(seq), 0) FROM poll_events`).Scan(&seq); err == nil && seq > r.maxSeq {
-				r.recorded = time.Now()
+			var first *time.Time
+			if err := r.c.pool.QueryRow(qctx, `SELECT min(recorded_at) FROM poll_events WHERE recorded_at > $1`, from).Scan(&first); err == nil && first != nil {
+				r.recorded = *first
 			}
 			cancel()
 		}
