@@ -143,6 +143,23 @@ type Config struct {
 	// ShutdownTimeout bounds the drain of requests in flight once Run's
 	// context is cancelled. Default 10s.
 	ShutdownTimeout time.Duration
+
+	// MaxLiveViewers bounds the live streams (GET /v1/polls/{poll_id}/live)
+	// open at once; beyond it a stream is refused with 503 and
+	// Retry-After (the page still shows the figures at load). Each holds a
+	// connection of MaxConns, so it must stay below MaxConns, which keeps
+	// connections for votes. Default: half of MaxConns (5,000).
+	MaxLiveViewers int
+	// LiveHeartbeat is the period of the comment a live stream sends while
+	// it has no event to send, so that proxies keep it open. Default 15s.
+	LiveHeartbeat time.Duration
+	// LiveInterval is the least time between two reads of a poll's
+	// figures for its live streams: the appends notified within it share
+	// one read. Default 200ms.
+	LiveInterval time.Duration
+	// LiveIdle is how long the listener of the live streams (one
+	// PostgreSQL connection) outlives the last stream. Default 30s.
+	LiveIdle time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -200,7 +217,7 @@ func (c Config) withDefaults() Config {
 		c.MaxHeaderBytes = 16 << 10
 	}
 	setDur(&c.ShutdownTimeout, 10*time.Second)
-	return c
+	return c.withLiveDefaults()
 }
 
 func (c Config) validate() error {
@@ -240,6 +257,7 @@ func (c Config) validate() error {
 		bad("MaxHeaderBytes must be at least 1024, got %d", c.MaxHeaderBytes)
 	}
 	errs = append(errs, c.durationAndTLSErrors()...)
+	errs = append(errs, c.liveErrors()...)
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("intake config: %w", err)
 	}

@@ -45,13 +45,16 @@ func (s *Server) routes() http.Handler {
 	mux.Handle(routeHealth, allow(http.MethodGet, s.handleHealth))
 	mux.Handle(routeReady, allow(http.MethodGet, s.handleReady))
 	mux.Handle(routeOpenAPI, allow(http.MethodGet, handleOpenAPI))
+	lv := newLive(s)
+	mux.Handle(routePage, allow(http.MethodGet, lv.handlePage))
+	mux.Handle(routeLive, allow(http.MethodGet, lv.handleStream))
 	if s.gatherer != nil {
 		mux.Handle(routeMetrics, allow(http.MethodGet, promhttp.HandlerFor(s.gatherer, promhttp.HandlerOpts{}).ServeHTTP))
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusNotFound, probNotFound,
 			"no such route: intake serves POST /v1/votes, GET /v1/votes/{event_id}, GET /v1/polls/{poll_id}/results, "+
-				"/checkpoint and /consistency, /healthz, /readyz, /metrics and /openapi.json", 0)
+				"/checkpoint, /consistency and /live, GET /polls/{poll_id}, /healthz, /readyz, /metrics and /openapi.json", 0)
 	})
 	return s.instrument(canonical(framed(mux)))
 }
@@ -129,11 +132,11 @@ func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // instrument bounds each request by Config.RequestTimeout and counts it by
 // route template and status code. A vote is bounded without a context of
-// its own: see handleVote.
+// its own: see handleVote; a live stream is not bounded: see live.go.
 func (s *Server) instrument(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		if r.URL.Path != routeVotes {
+		if r.URL.Path != routeVotes && !isLiveStream(r.URL.Path) {
 			ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
 			defer cancel()
 			r = r.WithContext(ctx)

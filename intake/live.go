@@ -1,0 +1,527 @@
+package intake
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"tally/ledger"
+)
+
+// This file owns GET /v1/polls/{poll_id}/live: the poll's results as
+// Server-Sent Events, which the live page's script reads. Every stream of
+// every poll is fed by one hub with one PostgreSQL connection listening for
+// the notifications an append sends from its transaction
+// (ledger.Store.WatchResults). Per notified poll the hub reads the results
+// once, at most once per Config.LiveInterval (a burst of appends costs one
+// read), and hands the same event to each stream of the poll; a stream
+// that cannot keep up skips to the latest state, and never holds up the
+// others. A thousand viewers of a poll cost intake one listener and one
+// query per update.
+//
+// The stream: each "results" event is the poll's whole state, the JSON of
+// GET /v1/polls/{poll_id}/results, with the tree size as its id; a
+// "checkpoint" event, {"size": N}, gives the latest signed checkpoint's
+// size when the poll has one. A new stream gets the current state at once,
+// so a client that reconnects (with Last-Event-ID or not) misses nothing:
+// nothing is replayed, since no event is needed but the last. A comment
+// goes out every Config.LiveHeartbeat while nothing else does, so that
+// proxies keep the connection open.
+//
+// The hub listens only while someone watches: its listener starts with the
+// first stream and stops Config.LiveIdle after the last one ended. The
+// server's shutdown ends every stream at once (the browser reconnects to
+// another intake) and stops the listener.
+
+// Route templates of the live page and stream, also the route labels of
+// the metrics.
+const (
+	routePage = "/polls/{poll_id}"
+	routeLive = "/v1/polls/{poll_id}/live"
+)
+
+// probLiveFull: Config.MaxLiveViewers streams are open; the client should
+// try again after Retry-After.
+var probLiveFull = problemType{"live-full", "Too many live viewers"}
+
+// liveFullRetry is the Retry-After of a stream refused for the bound.
+const liveFullRetry = 10 * time.Second
+
+// liveRetryMillis is the reconnection delay a stream asks of the browser.
+const liveRetryMillis = 2000
+
+// isLiveStream reports whether path is that of a live stream, which runs
+// past Config.RequestTimeout (see instrument).
+func isLiveStream(path string) bool {
+	rest, ok := strings.CutPrefix(path, "/v1/polls/")
+	if !ok {
+		return false
+	}
+	id, ok := strings.CutSuffix(rest, "/live")
+	return ok && id != "" && !strings.Contains(id, "/")
+}
+
+// withLiveDefaults is withDefaults of the live page and stream; MaxConns
+// must be set first.
+func (c Config) withLiveDefaults() Config {
+	if c.MaxLiveViewers == 0 {
+		c.MaxLiveViewers = max(c.MaxConns/2, 1)
+	}
+	if c.LiveHeartbeat == 0 {
+		c.LiveHeartbeat = 15 * time.Second
+	}
+	if c.LiveInterval == 0 {
+		c.LiveInterval = 200 * time.Millisecond
+	}
+	if c.LiveIdle == 0 {
+		c.LiveIdle = 30 * time.Second
+	}
+	return c
+}
+
+// liveErrors are validate's errors of the live page and stream.
+func (c Config) liveErrors() []error {
+	var errs []error
+	if c.MaxLiveViewers < 1 || c.MaxLiveViewers >= c.MaxConns && c.MaxConns > 1 {
+		errs = append(errs, fmt.Errorf("MaxLiveViewers must be at least 1 and below MaxConns (%d), so that votes keep connections, got %d",
+			c.MaxConns, c.MaxLiveViewers))
+	}
+	if c.LiveHeartbeat < 100*time.Millisecond {
+		errs = append(errs, fmt.Errorf("LiveHeartbeat must be at least 100ms, got %s", c.LiveHeartbeat))
+	}
+	if c.LiveInterval < time.Millisecond || c.LiveInterval > time.Minute {
+		errs = append(errs, fmt.Errorf("LiveInterval must be between 1ms and 1m, got %s", c.LiveInterval))
+	}
+	if c.LiveIdle < 0 {
+		errs = append(errs, fmt.Errorf("LiveIdle must not be negative, got %s", c.LiveIdle))
+	}
+	return errs
+}
+
+// live serves the live page and stream of a Server.
+type live struct {
+	s           *Server
+	hub         *liveHub
+	checkpoints *checkpointCache
+
+	hooked sync.Map // *http.Server -> struct{}: its shutdown ends the streams
+}
+
+func newLive(s *Server) *live {
+	lv := &live{s: s, checkpoints: newCheckpointCache(s)}
+	lv.hub = newLiveHub(liveHubConfig{
+		read: lv.readFrame, watch: s.store.WatchResults,
+		interval: s.cfg.LiveInterval, idle: s.cfg.LiveIdle, max: s.cfg.MaxLiveViewers, log: s.log,
+	})
+	return lv
+}
+
+// readFrame reads poll id's results and latest checkpoint once, for every
+// stream of the poll, and returns the events that say them. The figures
+// also refresh the caches the results route and the page read from.
+func (lv *live) readFrame(ctx context.Context, id string) ([]byte, error) {
+	s := lv.s
+	// The checkpoint first: read before the results, its size is never
+	// past their tree size.
+	cp, err := lv.checkpoints.read(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	var res ledger.Results
+	err = s.readLedger(ctx, func(ctx context.Context) (err error) {
+		s.metrics.resultsReads.Inc()
+		res, err = s.store.Results(ctx, id)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.results.put(id, resultsRead{res: res, read: time.Now()})
+	return liveFrame(res, cp)
+}
+
+// liveFrame is the events of one update: the results, and the checkpoint's
+// size when there is one.
+func liveFrame(res ledger.Results, checkpoint int64) ([]byte, error) {
+	data, err := json.Marshal(resultsAnswer{Results: res})
+	if err != nil {
+		return nil, err
+	}
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "event: results\nid: %d\ndata: %s\n\n", res.TreeSize, data)
+	if checkpoint > 0 {
+		fmt.Fprintf(&b, "event: checkpoint\ndata: {\"size\":%d}\n\n", checkpoint)
+	}
+	return b.Bytes(), nil
+}
+
+// handleStream answers the poll's results as Server-Sent Events until the
+// client goes, the write of an event stalls past Config.WriteTimeout, or
+// the server shuts down. Beyond Config.MaxLiveViewers streams it answers
+// 503 live-full with Retry-After; to whoever may not see the poll's
+// results, the 404 of an unknown poll.
+func (lv *live) handleStream(w http.ResponseWriter, r *http.Request) {
+	s := lv.s
+	id, ok := pathID(w, r, "poll_id", "poll id")
+	if !ok {
+		return
+	}
+	if _, ok := s.viewablePoll(w, r, id); !ok {
+		return
+	}
+	if r.Method == http.MethodHead {
+		setStreamHeaders(w)
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	lv.hookShutdown(r)
+	v, err := lv.hub.subscribe(r.Context(), id)
+	switch {
+	case errors.Is(err, errLiveFull):
+		writeProblem(w, http.StatusServiceUnavailable, probLiveFull, fmt.Sprintf(
+			"this intake serves %d live streams, its most: try again after the Retry-After delay, or reload the page, "+
+				"which shows the figures without a stream", s.cfg.MaxLiveViewers), liveFullRetry)
+		return
+	case err != nil:
+		writeProblem(w, http.StatusServiceUnavailable, probUnavailable,
+			"this intake is shutting down: retry after the Retry-After delay, another intake will answer", time.Second)
+		return
+	}
+	defer lv.hub.unsubscribe(v)
+	lv.stream(w, r, v)
+}
+
+func setStreamHeaders(w http.ResponseWriter) {
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Accel-Buffering", "no") // a proxy that buffers answers would hold the events back
+}
+
+// stream writes v's events to w until the client goes, a write stalls or
+// the hub closes.
+func (lv *live) stream(w http.ResponseWriter, r *http.Request, v *liveViewer) {
+	s := lv.s
+	rc := http.NewResponseController(w)
+	// The stream outlives the server's write timeout, which would cut it
+	// (HTTP/1) or reset it (HTTP/2), as it does Config.RequestTimeout (see
+	// instrument): each write gets Config.WriteTimeout of its own, so a
+	// client that stops reading is let go after it.
+	write := func(b []byte) bool {
+		if err := rc.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+			return false
+		}
+		if _, err := w.Write(b); err != nil {
+			return false
+		}
+		return rc.Flush() == nil
+	}
+	setStreamHeaders(w)
+	w.WriteHeader(http.StatusOK)
+	if !write([]byte("retry: " + strconv.Itoa(liveRetryMillis) + "\n\n")) {
+		return
+	}
+	heartbeat := time.NewTicker(s.cfg.LiveHeartbeat)
+	defer heartbeat.Stop()
+	for {
+		select {
+		case <-v.wake:
+			if b := v.take(); b != nil && !write(b) {
+				return
+			}
+			heartbeat.Reset(s.cfg.LiveHeartbeat)
+		case <-heartbeat.C:
+			if !write([]byte(": heartbeat\n\n")) {
+				return
+			}
+		case <-r.Context().Done():
+			return
+		case <-lv.hub.done:
+			return
+		}
+	}
+}
+
+// hookShutdown has the shutdown of the http.Server serving r end every
+// stream at once, rather than let them hold the drain until
+// Config.ShutdownTimeout. It hooks each server once.
+func (lv *live) hookShutdown(r *http.Request) {
+	srv, ok := r.Context().Value(http.ServerContextKey).(*http.Server)
+	if !ok {
+		return
+	}
+	if _, hooked := lv.hooked.LoadOrStore(srv, struct{}{}); !hooked {
+		srv.RegisterOnShutdown(lv.hub.close)
+	}
+}
+
+// errLiveFull: the hub holds its most viewers. errLiveClosed: the hub was
+// closed.
+var (
+	errLiveFull   = errors.New("live: too many viewers")
+	errLiveClosed = errors.New("live: closed")
+)
+
+// liveHubConfig is what a liveHub needs.
+type liveHubConfig struct {
+	// read reads a poll's figures once and returns the events of them.
+	read func(ctx context.Context, pollID string) ([]byte, error)
+	// watch calls fn with each poll notified as changed, "" for any poll,
+	// until ctx ends (ledger.Store.WatchResults).
+	watch func(ctx context.Context, fn func(pollID string))
+	// interval is the least time between two reads of a poll; changes
+	// notified within it share the read that follows them.
+	interval time.Duration
+	// idle is how long the listener outlives the last viewer.
+	idle time.Duration
+	max  int // viewers at most
+	log  *slog.Logger
+}
+
+// liveHub hands each poll's figures to the viewers of the poll, reading
+// them once per change, at most once per interval.
+type liveHub struct {
+	cfg  liveHubConfig
+	done chan struct{} // closed by close: every stream ends
+
+	mu      sync.Mutex
+	polls   map[string]*livePoll
+	viewers int
+	closed  bool
+	// The listener, while it runs: its context (which the reads use) and
+	// its cancel, and the timer that stops it once no one watches.
+	ctx      context.Context
+	stop     context.CancelFunc
+	idleStop *time.Timer
+	// listening ends when the listener returned.
+	listening sync.WaitGroup
+}
+
+// livePoll is one poll that viewers watch.
+type livePoll struct {
+	id      string
+	viewers map[*liveViewer]struct{}
+	last    []byte      // the events of the last read; nil before the first
+	timer   *time.Timer // a read is due
+	reading bool        // a read is under way
+	again   bool        // a change was notified while reading
+}
+
+// liveViewer is one stream's mailbox: the latest events not yet written.
+// The hub never waits for a viewer: it replaces what the viewer has not
+// taken yet, so a slow viewer skips to the latest state.
+type liveViewer struct {
+	poll *livePoll
+	wake chan struct{} // a new frame is there
+
+	mu    sync.Mutex
+	frame []byte
+}
+
+func (v *liveViewer) offer(frame []byte) {
+	v.mu.Lock()
+	v.frame = frame
+	v.mu.Unlock()
+	select {
+	case v.wake <- struct{}{}:
+	default:
+	}
+}
+
+// take returns the frame offered last and not taken yet, or nil.
+func (v *liveViewer) take() []byte {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	f := v.frame
+	v.frame = nil
+	return f
+}
+
+func newLiveHub(cfg liveHubConfig) *liveHub {
+	if cfg.log == nil {
+		cfg.log = slog.New(slog.DiscardHandler)
+	}
+	return &liveHub{cfg: cfg, done: make(chan struct{}), polls: map[string]*livePoll{}}
+}
+
+// subscribe adds a viewer of poll id, which gets the poll's latest figures
+// at once (read now when the hub holds none) and each change after. It
+// starts the listener when it does not run; ctx's values, not its
+// cancellation, go to it.
+func (h *liveHub) subscribe(ctx context.Context, id string) (*liveViewer, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch {
+	case h.closed:
+		return nil, errLiveClosed
+	case h.viewers >= h.cfg.max:
+		return nil, errLiveFull
+	}
+	h.viewers++
+	h.listen(ctx)
+	lp := h.polls[id]
+	if lp == nil {
+		lp = &livePoll{id: id, viewers: map[*liveViewer]struct{}{}}
+		h.polls[id] = lp
+	}
+	v := &liveViewer{poll: lp, wake: make(chan struct{}, 1)}
+	lp.viewers[v] = struct{}{}
+	if lp.last != nil {
+		v.offer(lp.last)
+	} else {
+		h.schedule(lp, 0)
+	}
+	return v, nil
+}
+
+// unsubscribe removes v; the poll is forgotten with its last viewer, and
+// the listener stops idle after the hub's last.
+func (h *liveHub) unsubscribe(v *liveViewer) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	lp := v.poll
+	if _, ok := lp.viewers[v]; !ok {
+		return
+	}
+	delete(lp.viewers, v)
+	h.viewers--
+	if len(lp.viewers) == 0 {
+		if lp.timer != nil {
+			lp.timer.Stop()
+		}
+		delete(h.polls, lp.id)
+	}
+	if h.viewers == 0 && h.stop != nil && !h.closed {
+		h.idleStop = time.AfterFunc(h.cfg.idle, h.stopIdle)
+	}
+}
+
+// stopIdle stops the listener unless someone watches again.
+func (h *liveHub) stopIdle() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.viewers == 0 && h.stop != nil {
+		h.stopListener()
+	}
+}
+
+// listen starts the listener unless it runs, and keeps it from stopping
+// idle. h.mu is held.
+func (h *liveHub) listen(ctx context.Context) {
+	if h.idleStop != nil {
+		h.idleStop.Stop()
+		h.idleStop = nil
+	}
+	if h.stop != nil {
+		return
+	}
+	lctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	h.ctx, h.stop = lctx, stop
+	h.listening.Go(func() { h.cfg.watch(lctx, h.notified) })
+}
+
+// stopListener stops the listener. h.mu is held.
+func (h *liveHub) stopListener() {
+	h.stop()
+	h.ctx, h.stop = nil, nil
+	if h.idleStop != nil {
+		h.idleStop.Stop()
+		h.idleStop = nil
+	}
+}
+
+// notified schedules a read of poll id, or of every poll watched for "",
+// within the interval.
+func (h *liveHub) notified(id string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if id == "" {
+		for _, lp := range h.polls {
+			h.schedule(lp, h.cfg.interval)
+		}
+		return
+	}
+	if lp := h.polls[id]; lp != nil {
+		h.schedule(lp, h.cfg.interval)
+	}
+}
+
+// schedule has lp read after delay, unless a read is due already; during
+// a read, it has the read followed by another. h.mu is held.
+func (h *liveHub) schedule(lp *livePoll, delay time.Duration) {
+	switch {
+	case lp.reading:
+		lp.again = true
+	case lp.timer == nil:
+		lp.timer = time.AfterFunc(delay, func() { h.read(lp) })
+	}
+}
+
+// read reads lp's figures once and offers them to each of its viewers.
+func (h *liveHub) read(lp *livePoll) {
+	h.mu.Lock()
+	if h.polls[lp.id] != lp || h.ctx == nil {
+		h.mu.Unlock()
+		return // no one watches it any more
+	}
+	lp.timer, lp.reading = nil, true
+	ctx := h.ctx
+	h.mu.Unlock()
+
+	frame, err := h.cfg.read(ctx, lp.id)
+
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	lp.reading = false
+	if h.polls[lp.id] != lp {
+		return
+	}
+	switch {
+	case err != nil:
+		if ctx.Err() == nil && !errors.Is(err, errPostgresDown) {
+			h.cfg.log.LogAttrs(ctx, slog.LevelWarn, "live results read failed; trying again",
+				slog.String("poll", lp.id), slog.String("error", err.Error()))
+		}
+		// Try again: the viewers would otherwise wait for the next vote.
+		lp.again = false
+		h.schedule(lp, max(h.cfg.interval, time.Second))
+		return
+	default:
+		lp.last = frame
+		for v := range lp.viewers {
+			v.offer(frame)
+		}
+	}
+	if lp.again {
+		lp.again = false
+		h.schedule(lp, h.cfg.interval)
+	}
+}
+
+// close ends every stream and stops the listener, and refuses new viewers;
+// it returns once the listener returned. Closing twice is safe.
+func (h *liveHub) close() {
+	h.mu.Lock()
+	if !h.closed {
+		h.closed = true
+		close(h.done)
+		if h.stop != nil {
+			h.stopListener()
+		}
+		for _, lp := range h.polls {
+			if lp.timer != nil {
+				lp.timer.Stop()
+			}
+		}
+	}
+	h.mu.Unlock()
+	h.listening.Wait()
+}

@@ -1,0 +1,258 @@
+package intake
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	_ "embed"
+	"encoding/base64"
+	"errors"
+	"html/template"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/singleflight"
+
+	"tally/ledger"
+)
+
+// This file owns GET /polls/{poll_id}: the live results page, one HTML
+// document rendered on the server with the figures at load (it reads
+// right without JavaScript), its style and a small script inline, nothing
+// fetched from elsewhere. The script keeps the figures current from the
+// poll's live stream (live.go). Who may see the page is decided by
+// viewablePoll, as for the stream.
+
+var (
+	//go:embed templates/page.html
+	pageHTML string
+	//go:embed templates/page.css
+	pageCSS string
+	//go:embed templates/page.js
+	pageJS string
+
+	pageTemplate = template.Must(template.New("page").Parse(pageHTML))
+	// pageCSP allows the page's one inline script by its hash and nothing
+	// else to run; the style element and the bars' widths are inline
+	// styles, and the stream is fetched from intake itself.
+	pageCSP = "default-src 'none'; script-src 'sha256-" + sha256Base64(pageJS) + "'; style-src 'unsafe-inline'; " +
+		"connect-src 'self'; img-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
+
+func sha256Base64(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return base64.StdEncoding.EncodeToString(sum[:])
+}
+
+// pageData is what the page template renders.
+type pageData struct {
+	PollID   string
+	Title    string
+	State    string // open, opens at, open until, closed at
+	ClosesAt string // RFC 3339, for a poll still open that closes; "" otherwise
+	LivePath string // the poll's live stream
+	Choices  []pageChoice
+	Total    int64
+	AsOf     string // for people, UTC
+	AsOfISO  string // RFC 3339
+	Stale    bool
+	TreeSize int64
+	// Checkpoint is the size of the latest signed checkpoint; 0: none.
+	Checkpoint int64
+	CSS        template.CSS
+	JS         template.JS
+}
+
+// pageChoice is one choice as the page shows it.
+type pageChoice struct {
+	ID    string
+	Votes int64
+	Share string // "42.9%"
+	Width string // the bar's CSS width, the share
+}
+
+// handlePage answers the poll's live results page, or 404 as for an
+// unknown poll to whoever may not see its results.
+func (lv *live) handlePage(w http.ResponseWriter, r *http.Request) {
+	s := lv.s
+	id, ok := pathID(w, r, "poll_id", "poll id")
+	if !ok {
+		return
+	}
+	pi, ok := s.viewablePoll(w, r, id)
+	if !ok {
+		return
+	}
+	res, err := s.pollResults(r.Context(), id)
+	switch {
+	case errors.Is(err, ledger.ErrNotFound):
+		writeUnknownPoll(w, id)
+		return
+	case err != nil:
+		s.ledgerFailed(w, r, "results lookup for the live page failed", err)
+		return
+	}
+	cp, err := lv.checkpoints.size(r.Context(), id)
+	if err != nil && !errors.Is(err, errPostgresDown) {
+		// The page still serves the figures; only the checkpoint is left out.
+		s.log.LogAttrs(r.Context(), slog.LevelWarn, "checkpoint lookup for the live page failed",
+			slog.String("route", r.Pattern), slog.String("error", err.Error()))
+	}
+	var buf bytes.Buffer
+	if err := pageTemplate.Execute(&buf, newPageData(pi.poll, res, cp, time.Now())); err != nil {
+		s.failed(r, "live page rendering failed", err)
+		writeProblem(w, http.StatusInternalServerError, probInternal,
+			"intake failed on this request; it has been logged: retry later, and report it if it persists", 0)
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "text/html; charset=utf-8")
+	h.Set("Cache-Control", "no-store")
+	h.Set("Content-Security-Policy", pageCSP)
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Referrer-Policy", "no-referrer")
+	w.WriteHeader(http.StatusOK)
+	w.Write(buf.Bytes())
+}
+
+// newPageData is the page of poll p with the figures res and the latest
+// checkpoint's size cp (0: none), at now.
+func newPageData(p ledger.Poll, res resultsAnswer, cp int64, now time.Time) pageData {
+	d := pageData{
+		PollID: p.ID, Title: p.Title, LivePath: "/v1/polls/" + p.ID + "/live",
+		Total: res.Total, AsOf: peopleTime(res.AsOf), AsOfISO: res.AsOf.UTC().Format(time.RFC3339Nano),
+		Stale: res.Stale, TreeSize: res.TreeSize, Checkpoint: cp,
+		CSS: template.CSS(pageCSS), JS: template.JS(pageJS),
+	}
+	switch {
+	case now.Before(p.OpensAt):
+		d.State = "Opens " + peopleTime(p.OpensAt)
+	case p.OpenAt(now) && p.ClosesAt != nil:
+		d.State = "Open, closes " + peopleTime(*p.ClosesAt)
+		d.ClosesAt = p.ClosesAt.UTC().Format(time.RFC3339)
+	case p.OpenAt(now):
+		d.State = "Open"
+	default:
+		d.State = "Closed " + peopleTime(*p.ClosesAt)
+	}
+	for _, c := range res.Results.Results {
+		s := share(c.Votes, res.Total)
+		d.Choices = append(d.Choices, pageChoice{ID: c.CandidateID, Votes: c.Votes, Share: s, Width: s})
+	}
+	return d
+}
+
+// share is votes/total as a percentage with one decimal, rounded half up
+// in whole tenths, as the page's script computes it.
+func share(votes, total int64) string {
+	var tenths int64
+	if total > 0 {
+		tenths = (votes*2000 + total) / (2 * total)
+	}
+	return strconv.FormatInt(tenths/10, 10) + "." + strconv.FormatInt(tenths%10, 10) + "%"
+}
+
+// peopleTime is t for people: UTC to the second.
+func peopleTime(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05") + " UTC" }
+
+// viewablePoll reports whether the request may see poll id's results live:
+// anyone may when the poll's results are public; otherwise only a request
+// with the bearer token of a principal that may see them (as for GET
+// /v1/polls/{poll_id}/results: one that may vote on it). A request without
+// a token gets, for a poll that is not public, the very 404 of an unknown
+// poll, and so learns nothing of it; one with a token is authenticated
+// first (401, 429 past its reads, 503), whatever the poll. Otherwise it
+// answers and returns false.
+func (s *Server) viewablePoll(w http.ResponseWriter, r *http.Request, id string) (*pollInfo, bool) {
+	var p *voter
+	if len(r.Header["Authorization"]) > 0 {
+		var ok bool
+		if p, ok = s.principal(w, r); !ok {
+			return nil, false
+		}
+	}
+	pi, err := s.catalog.lookup(r.Context(), []byte(id), time.Time{})
+	switch {
+	case errors.Is(err, ledger.ErrNotFound):
+		writeUnknownPoll(w, id)
+	case err != nil:
+		s.ledgerFailed(w, r, "poll lookup failed", err)
+	case pi.poll.PublicResults || p != nil && pi.mayVote(p.ID):
+		return pi, true
+	default:
+		writeUnknownPoll(w, id) // not to be told apart from an unknown poll
+	}
+	return nil, false
+}
+
+// checkpointCache holds the size of each poll's latest signed checkpoint,
+// read at most once per Config.ReadCacheTTL per poll (concurrent reads
+// sharing one query), so that page loads, which need no token, cost
+// PostgreSQL no more than the results do. It holds no more polls than the
+// catalog: it is only read for a poll the catalog holds.
+type checkpointCache struct {
+	s     *Server
+	group singleflight.Group
+
+	mu   sync.Mutex
+	last map[string]checkpointRead
+}
+
+// checkpointRead is the size read of a poll's latest checkpoint (0: none)
+// and when.
+type checkpointRead struct {
+	size int64
+	read time.Time
+}
+
+func newCheckpointCache(s *Server) *checkpointCache {
+	return &checkpointCache{s: s, last: map[string]checkpointRead{}}
+}
+
+// size is the size of poll id's latest signed checkpoint, 0 when it has
+// none; read within Config.ReadCacheTTL, else now.
+func (c *checkpointCache) size(ctx context.Context, id string) (int64, error) {
+	c.mu.Lock()
+	last, held := c.last[id]
+	c.mu.Unlock()
+	if held && time.Since(last.read) < c.s.cfg.ReadCacheTTL {
+		return last.size, nil
+	}
+	v, err, _ := c.group.Do(id, func() (any, error) {
+		// Shared by every read waiting: no one reader's cancellation may
+		// end it.
+		return c.read(context.WithoutCancel(ctx), id)
+	})
+	if err != nil {
+		return last.size, err
+	}
+	return v.(int64), nil
+}
+
+// read reads the size of poll id's latest signed checkpoint now, and keeps
+// it.
+func (c *checkpointCache) read(ctx context.Context, id string) (int64, error) {
+	var size int64
+	err := c.s.readLedger(ctx, func(ctx context.Context) error {
+		cp, err := c.s.store.LatestCheckpoint(ctx, id)
+		if errors.Is(err, ledger.ErrNotFound) {
+			return nil
+		}
+		size = cp.Size
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	c.put(id, size)
+	return size, nil
+}
+
+func (c *checkpointCache) put(id string, size int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.last[id] = checkpointRead{size: size, read: time.Now()}
+}
