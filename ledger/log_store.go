@@ -238,26 +238,29 @@ LEFT JOIN poll_events e ON e.seq = s.seq
 WHERE l.poll_id = $1
 ORDER BY l.first_leaf, s.ord`
 
-// numberRowsSQL gives the leaves of a poll whose rows predate its log, in
-// the order of seq, buildChunk to a poll_log_leaves row.
+// numberRowsSQL gives the rows of a poll that are in no leaf yet the
+// next leaves, in the order of seq, buildChunk to a poll_log_leaves row:
+// all its rows for a ledger from before the log, none for a log whose
+// tiles are made again (migration 00009), the append's own for an append
+// that builds its poll's log.
 const numberRowsSQL = `
+WITH next AS (
+    SELECT coalesce(max(first_leaf + cardinality(seqs)), 0) AS leaf FROM poll_log_leaves WHERE poll_id = $1
+)
 INSERT INTO poll_log_leaves (poll_id, first_leaf, seqs, min_seq, max_seq)
-SELECT $1, n / 65536 * 65536, array_agg(seq ORDER BY seq), min(seq), max(seq)
-FROM (SELECT seq, row_number() OVER (ORDER BY seq) - 1 AS n FROM poll_events WHERE poll_id = $1) r
-GROUP BY n / 65536 ORDER BY 2`
+SELECT $1, (SELECT leaf FROM next) + r.n / 65536 * 65536, array_agg(r.seq ORDER BY r.seq), min(r.seq), max(r.seq)
+FROM (SELECT e.seq, row_number() OVER (ORDER BY e.seq) - 1 AS n
+      FROM poll_events e
+      LEFT JOIN (SELECT unnest(seqs) AS seq FROM poll_log_leaves WHERE poll_id = $1) l ON l.seq = e.seq
+      WHERE e.poll_id = $1 AND l.seq IS NULL) r
+GROUP BY r.n / 65536 ORDER BY 2`
 
-// buildLog numbers and hashes every row of a poll whose rows predate its
-// log (its head has no root; added of them are the append's own) and
-// writes its leaves, tiles and head, in tx, which holds the head.
+// buildLog hashes every leaf of a poll whose head has no root (rows from
+// before the log, or tiles to make again), numbering first its rows in
+// no leaf (added of them are the append's own), and writes its leaves,
+// tiles and head, in tx, which holds the head.
 func buildLog(ctx context.Context, tx pgx.Tx, poll string, h *logHead, added int64) error {
 	what := "build the log of poll " + poll
-	var numbered bool
-	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT FROM poll_log_leaves WHERE poll_id = $1)`, poll).Scan(&numbered); err != nil {
-		return interpretError(what, err)
-	}
-	if numbered {
-		return fmt.Errorf("%s: its head has no root, yet some of its rows are numbered", what)
-	}
 	if _, err := tx.Exec(ctx, numberRowsSQL, poll); err != nil {
 		return interpretError(what, err)
 	}
@@ -266,7 +269,7 @@ func buildLog(ctx context.Context, tx pgx.Tx, poll string, h *logHead, added int
 		return err
 	}
 	if n != h.size+added {
-		return fmt.Errorf("%s: %d rows, but its head counts %d and the append added %d", what, n, h.size, added)
+		return fmt.Errorf("%s: %d leaves, but its head counts %d and the append added %d: run tally rebuild, which names what differs", what, n, h.size, added)
 	}
 	var w logWrites
 	w.add(poll, state, full)

@@ -394,3 +394,55 @@ func TestMigrationMovesLeafOrder(t *testing.T) {
 		t.Fatalf("leaf_index after migration 7's Down: %v, want %v", again, before)
 	}
 }
+
+// Migration 9 drops the tiles and the heads' roots (a change of tile
+// height); BuildLogs then hashes every poll's leaves again, in their leaf
+// order, to the same roots: the signed checkpoints still hold.
+func TestMigrationRetilesTheLogs(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.poll(t, "p", "a", "b")
+	b.poll(t, "q", "a", "b")
+	for i := range 3 {
+		batch := make([]ledger.Event, 150)
+		for j := range batch {
+			batch[j] = ev(fmt.Sprintf("u%d-%d", i, j), "k", []string{"p", "q"}[j%2], []string{"a", "b"}[j%3%2])
+		}
+		if _, err := b.store.Append(b.ctx, batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := map[string]ledger.LogHead{}
+	for _, poll := range []string{"p", "q"} {
+		h, err := b.store.Head(b.ctx, poll)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before[poll] = h
+	}
+	sqlDB := stdlib.OpenDBFromPool(b.db.Pool)
+	defer sqlDB.Close()
+	p, err := migrations.NewProvider(sqlDB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.DownTo(b.ctx, 8); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Up(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.store.Head(b.ctx, "p"); err == nil {
+		t.Fatal("p's head has a root before BuildLogs")
+	}
+	if built, err := b.store.BuildLogs(b.ctx); err != nil || built != 2 {
+		t.Fatalf("BuildLogs: %d built, %v; want 2", built, err)
+	}
+	for poll, want := range before {
+		if got, err := b.store.Head(b.ctx, poll); err != nil || got != want {
+			t.Errorf("poll %s after the tiles were made again: %+v (%v), want %+v", poll, got, err, want)
+		}
+	}
+	checkInvariants(t, b)
+	checkRootsMatchExport(t, b, "p", "q")
+}

@@ -13,8 +13,10 @@ import (
 //
 // A poll's log is an RFC 6962 tree over its ledger rows in leaf order. Its
 // hashes are kept as golang.org/x/mod/sumdb/tlog keeps them, in tiles of
-// height 8: a tile of level L holds up to 256 consecutive hashes of tree
-// level 8L, and every other level is computed from them. Full tiles are
+// height 4: a tile of level L holds up to 16 consecutive hashes of tree
+// level 4L, and every other level is computed from them. (Height 4 keeps
+// a head's partial tiles, at most 15 hashes a level, and a full tile
+// within a table row: migration 00009 says why.) Full tiles are
 // rows of poll_log_tiles, written once. The partial tile of each level
 // (the hashes past its last full tile) lives in the poll's head with the
 // tree's size and root, and is rewritten by each append. A partial tile of
@@ -22,7 +24,7 @@ import (
 // copy of each serves every size.
 
 const (
-	tileHeight = 8
+	tileHeight = 4
 	tileWidth  = 1 << tileHeight
 	hashSize   = tlog.HashSize
 )
@@ -31,7 +33,7 @@ const (
 type logState struct {
 	size    int64
 	root    tlog.Hash
-	partial [][]byte // by level: the hashes of its partial tile, (size >> 8L) % 256 of them
+	partial [][]byte // by level: the hashes of its partial tile, (size >> 4L) % 16 of them
 }
 
 // emptyLog is the log of a poll with no rows: its root is the SHA-256 of
@@ -65,14 +67,15 @@ func splitPartial(size int64, b []byte) ([][]byte, error) {
 
 // joinPartial is splitPartial's inverse.
 func joinPartial(levels [][]byte) []byte {
-	var out []byte
+	out := []byte{} // never NULL: the column is NOT NULL
 	for _, p := range levels {
 		out = append(out, p...)
 	}
 	return out
 }
 
-// fullTile is a full tile to write: 256 hashes of tree level 8*level.
+// fullTile is a full tile to write: tileWidth hashes of tree level
+// tileHeight*level.
 type fullTile struct {
 	level int
 	idx   int64

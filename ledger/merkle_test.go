@@ -97,12 +97,12 @@ func TestSplitPartialRefusesBadLengths(t *testing.T) {
 		t.Error("size 3 with 4 hashes of partial tiles: no error")
 	}
 	if _, err := splitPartial(256, make([]byte, hashSize)); err != nil {
-		t.Errorf("size 256 with one hash (level 1): %v", err)
+		t.Errorf("size 256 with one hash (level 2): %v", err)
 	}
 }
 
-// Past 65,536 leaves the log has three tile levels; grown in uneven runs,
-// its root is the reference's.
+// Past 65,536 leaves the log has five tile levels (of height 4); grown in
+// uneven runs, its root is the reference's.
 func TestExtendThreeLevels(t *testing.T) {
 	ref := memTree{}
 	s := emptyLog()
@@ -125,7 +125,7 @@ func TestExtendThreeLevels(t *testing.T) {
 			t.Fatalf("after %d leaves: root %x, want %x", n, s.root, want)
 		}
 	}
-	if len(s.partial) != 3 {
-		t.Fatalf("%d levels of partial tiles at size %d, want 3", len(s.partial), n)
+	if len(s.partial) != 5 {
+		t.Fatalf("%d levels of partial tiles at size %d, want 5", len(s.partial), n)
 	}
 }

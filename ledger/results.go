@@ -87,7 +87,7 @@ SELECT poll_id, candidate_id, status, reason, seq, leaf_index, received_at, reco
         ORDER BY l.max_seq LIMIT 1), -1) AS leaf_index, received_at, recorded_at
     FROM poll_events e WHERE principal_id = $1 AND client_event_id = $2
     UNION ALL
-    SELECT 2, poll_id, candidate_id, 'rejected', reason, 0, 0, received_at, recorded_at
+    SELECT 2, poll_id, candidate_id, 'rejected', reason, 0, -1, received_at, recorded_at
     FROM poll_event_rejections WHERE principal_id = $1 AND client_event_id = $2
 ) e ORDER BY pri LIMIT 1`
 
