@@ -3,11 +3,14 @@
 #
 #   services (found or started), migrations, a demo poll and a demo principal,
 #   then tally intake and tally projector in the background. It prints the
-#   URL, the token and a curl line that casts a vote, casts a few demo votes,
-#   and waits. Ctrl-C stops everything it started and prints the rebuild table.
+#   URL, the live results page of the demo poll, the token and a curl line
+#   that casts a vote, casts a few demo votes, then a trickle of votes of
+#   demo voters (so that the page's bars move), and waits. Ctrl-C stops
+#   everything it started and prints the rebuild table.
 #
 # TALLY_RUN_LISTEN sets intake's address (default 127.0.0.1:8080);
-# TALLY_RUN_FOR=30 stops by itself after 30 seconds instead of waiting.
+# TALLY_RUN_FOR=30 stops by itself after 30 seconds instead of waiting;
+# TALLY_RUN_DEMO_VOTES sets the trickle's votes (default 30, one a second).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 eval "$(scripts/services.sh env)"
@@ -40,9 +43,15 @@ else
 	daemon_url="$TALLY_DATABASE_URL"
 	daemon_as="the database owner (the least-privilege login could not be made or used)"
 fi
+# The demo poll's results are public: its live page needs no token.
 if ! ./tally poll show demo >/dev/null 2>&1; then
 	./tally poll create demo --title "Which topic should the next docs sprint cover?" \
-		--choice install --choice tutorial --choice reference --choice faq
+		--choice install --choice tutorial --choice reference --choice faq --public-results
+elif ! ./tally poll show demo --format json 2>/dev/null | grep -q '"public_results": *true'; then
+	# A demo poll made before polls had the setting: make it public, as the
+	# owner (there is no command that changes a poll's setting).
+	psql -q "$TALLY_DATABASE_URL" -c "UPDATE polls SET public_results = true WHERE id = 'demo'" >/dev/null 2>&1 ||
+		echo "run: the demo poll's results are not public, so its live page answers 404; drop the demo database to start afresh" >&2
 fi
 # Two principals: the demo vote below answers the poll with its own, so
 # the token printed for you has not answered it yet (a principal answers
@@ -111,10 +120,25 @@ vote() { # vote EVENT_ID CANDIDATE, as the demo principal
 		-d "{\"event_id\":\"$1\",\"poll_id\":\"demo\",\"candidate_id\":\"$2\"}"
 }
 
+# trickle: TALLY_RUN_DEMO_VOTES votes on the demo poll, one a second, each
+# of a demo voter of its own (a principal answers a poll once), quietly, so
+# that the bars of the live page move.
+trickle() {
+	local choices=(tutorial install tutorial reference faq tutorial reference install) i token
+	for ((i = 1; i <= ${TALLY_RUN_DEMO_VOTES:-30}; i++)); do
+		token="$(./tally principal add "demo-voter-$(date +%s%N)" 2>/dev/null)" || return 0
+		curl -s -o /dev/null -X POST "http://$listen/v1/votes" -H "Authorization: Bearer $token" \
+			-H 'Content-Type: application/json' \
+			-d "{\"event_id\":\"trickle-$i\",\"poll_id\":\"demo\",\"candidate_id\":\"${choices[RANDOM % ${#choices[@]}]}\"}" || true
+		sleep 1
+	done
+}
+
 cat <<EOF
 
 tally is running.
   intake     http://$listen      (log: $logs/intake.log)
+  live page  http://$listen/polls/demo  (the demo poll's results, live; open it in a browser)
   projector  metrics on http://$metrics/metrics  (log: $logs/projector.log)
   token      $token
   daemons connect to PostgreSQL as $daemon_as
@@ -139,6 +163,9 @@ echo "== its status"
 curl -s -H "Authorization: Bearer $demo_token" "http://$listen/v1/votes/$demo_key"
 echo
 echo
+echo "== demo voters: ${TALLY_RUN_DEMO_VOTES:-30} votes, one a second; watch the bars move on http://$listen/polls/demo"
+trickle &
+pids+=($!)
 echo "Press Ctrl-C to stop intake and projector and print the rebuild table."
 if [[ -n "${TALLY_RUN_FOR:-}" ]]; then
 	sleep "$TALLY_RUN_FOR"
