@@ -192,8 +192,8 @@ func (ls *liveStream) waitTotal(t *testing.T, want int64, within time.Duration) 
 	}
 }
 
-// TestLiveVisibility: the page and the stream of a poll whose results
-// are public are served without a token; those of a poll that is not
+// TestLiveVisibility: the page, the stream and the results of a poll
+// whose results are public are served without a token; those of a poll that is not
 // public answer a request without a token, or with the token of a
 // principal outside a restricted poll's list, the very 404 of an unknown
 // poll, and serve a principal that may see its results. A bad token is
@@ -223,6 +223,12 @@ func TestLiveVisibility(t *testing.T) {
 	if r, _ := ls.nextResults(t, 5*time.Second); r.PollID != "pub" || r.Total != 2 || len(r.Results) != 3 || r.Results[1].Votes != 2 {
 		t.Fatalf("first event of the public stream: %+v", r)
 	}
+	// The results route answers a public poll without a token too; any
+	// other poll, known or not, asks for one.
+	if r := b.do(t, http.MethodGet, "/v1/polls/pub/results", "", "", nil); r.code != http.StatusOK || r.body["total"] != 2.0 {
+		t.Fatalf("the public poll's results without a token: %d %s", r.code, r.raw)
+	}
+	wantProblemType(t, b.do(t, http.MethodGet, "/v1/polls/nope/results", "", "", nil), http.StatusUnauthorized, "unauthorized")
 
 	unknown := b.do(t, http.MethodGet, "/polls/nope", "", "", nil)
 	wantProblemType(t, unknown, http.StatusNotFound, "unknown-poll")

@@ -205,7 +205,13 @@ type resultsAnswer struct {
 // restricted poll's eligibility list gets the very answer of an unknown
 // poll (status, problem type and detail), so it cannot learn that the
 // poll exists, whether the figures come from PostgreSQL or from the cache.
+// A poll whose results are public is answered without a token too (as its
+// live page and stream are); without one, any other poll, known or not,
+// gets the 401 of a missing token.
 func (s *Server) handleResults(w http.ResponseWriter, r *http.Request) {
+	if len(r.Header["Authorization"]) == 0 && s.publicResults(w, r) {
+		return
+	}
 	p, ok := s.principal(w, r)
 	if !ok {
 		return
@@ -233,6 +239,32 @@ func (s *Server) handleResults(w http.ResponseWriter, r *http.Request) {
 	default:
 		writeJSON(w, http.StatusOK, res)
 	}
+}
+
+// publicResults answers the results of the request's poll, and returns
+// true, when the poll's results are public; otherwise it answers nothing.
+func (s *Server) publicResults(w http.ResponseWriter, r *http.Request) bool {
+	id := r.PathValue("poll_id")
+	if !vote.ValidID(id) {
+		return false
+	}
+	pi, err := s.catalog.lookup(r.Context(), []byte(id), time.Time{})
+	if err != nil || !pi.poll.PublicResults {
+		return false
+	}
+	res, err := s.pollResults(r.Context(), id)
+	switch {
+	case errors.Is(err, ledger.ErrNotFound):
+		writeUnknownPoll(w, id)
+	case err != nil:
+		if !errors.Is(err, errPostgresDown) {
+			s.failed(r, "results lookup failed", err)
+		}
+		writeLedgerDown(w)
+	default:
+		writeJSON(w, http.StatusOK, res)
+	}
+	return true
 }
 
 // resultsCache holds the last figures intake read of each poll. It holds
