@@ -2,9 +2,11 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -56,7 +58,8 @@ func waitFor(ctx context.Context, what string, wait time.Duration, log *slog.Log
 	err := retry.Do(ctx, logged, func(ctx context.Context) error {
 		tctx, cancel := context.WithTimeout(ctx, waitTryTimeout)
 		defer cancel()
-		if last = ping(tctx); last != nil && ctx.Err() == nil {
+		var wrong wrongModeError
+		if last = ping(tctx); last != nil && ctx.Err() == nil && !errors.As(last, &wrong) {
 			return retry.RetryableError(last)
 		}
 		return last
@@ -120,34 +123,163 @@ func withStore(c *ucli.Context, fn func(*ledger.Store) error) error {
 	return fn(store)
 }
 
+// Redis deployments (--redis-mode), each in go-redis' own URL form.
+const (
+	redisSingle   = "single"   // redis.ParseURL: redis://host:6379/0
+	redisSentinel = "sentinel" // redis.ParseFailoverURL: redis://sentinel:26379/0?master_name=NAME&addr=sentinel2:26379
+	redisCluster  = "cluster"  // redis.ParseClusterURL: redis://node:6379?addr=node2:6379
+)
+
+// flagRedisMode says how --redis-url names Redis (a template; see
+// redisFlags).
+var flagRedisMode = ucli.StringFlag{
+	Name: "redis-mode", EnvVars: []string{"TALLY_REDIS_MODE"}, Value: redisSingle,
+	Usage: "`MODE` of the Redis deployment --redis-url names: single (redis://host:6379/0), " +
+		"sentinel (redis://sentinel:26379/0?master_name=NAME&addr=sentinel2:26379, one addr= per further sentinel) " +
+		"or cluster (redis://node:6379?addr=node2:6379, one addr= per further seed node)",
+}
+
+// redisFlags are the flags of a command that talks to Redis: commonFlags,
+// with --redis-mode right after --redis-url.
+func redisFlags(own ...ucli.Flag) []ucli.Flag {
+	flags := commonFlags(own...)
+	mode := flagRedisMode
+	i := slices.IndexFunc(flags, func(f ucli.Flag) bool { return slices.Contains(f.Names(), flagRedisURL.Name) })
+	return slices.Insert(flags, i+1, ucli.Flag(&mode))
+}
+
+// newRedisClient makes the client of the deployment mode and rawURL
+// describe, without connecting. It refuses a URL that does not fit the
+// mode, saying what to change. A command is bounded by its context's
+// deadline (ContextTimeoutEnabled), so a hung Redis costs a caller at most
+// its deadline.
+func newRedisClient(mode, rawURL string) (redis.UniversalClient, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("--redis-url: %w", err)
+	}
+	q := u.Query()
+	switch mode {
+	case redisSingle:
+		if q.Has("master_name") {
+			return nil, errors.New("--redis-url names a Sentinel master (master_name=): add --redis-mode sentinel")
+		}
+		if q.Has("addr") {
+			return nil, errors.New("--redis-url lists further nodes (addr=), which a single server has not: " +
+				"add --redis-mode cluster for a Redis Cluster, or --redis-mode sentinel with master_name= for Sentinel")
+		}
+		opt, err := redis.ParseURL(rawURL)
+		if err != nil {
+			return nil, fmt.Errorf("--redis-url: %w (--redis-mode single takes redis://[user:password@]host:6379/db, rediss:// or unix://)", err)
+		}
+		opt.ContextTimeoutEnabled = true
+		return redis.NewClient(opt), nil
+	case redisSentinel:
+		if q.Get("master_name") == "" {
+			return nil, errors.New("--redis-mode sentinel needs the master's name in --redis-url: " +
+				"redis://SENTINEL:26379/0?master_name=NAME&addr=SENTINEL2:26379 (one addr= per further sentinel)")
+		}
+		opt, err := redis.ParseFailoverURL(rawURL)
+		if err != nil {
+			return nil, fmt.Errorf("--redis-url: %w (--redis-mode sentinel takes redis://[user:password@]SENTINEL:26379/db?master_name=NAME&addr=SENTINEL2:26379)", err)
+		}
+		opt.ContextTimeoutEnabled = true
+		return redis.NewFailoverClient(opt), nil
+	case redisCluster:
+		if q.Has("master_name") {
+			return nil, errors.New("--redis-url names a Sentinel master (master_name=), which is for --redis-mode sentinel: " +
+				"a cluster URL names seed nodes, redis://NODE:6379?addr=NODE2:6379")
+		}
+		opt, err := redis.ParseClusterURL(rawURL)
+		if err != nil {
+			return nil, fmt.Errorf("--redis-url: %w (--redis-mode cluster takes redis://[user:password@]NODE:6379?addr=NODE2:6379 or rediss://)", err)
+		}
+		// ParseClusterURL ignores a path.
+		if db := strings.Trim(u.Path, "/"); db != "" && db != "0" {
+			return nil, fmt.Errorf("--redis-url selects database %s, and a Redis Cluster has only database 0: drop /%s from the URL", db, db)
+		}
+		opt.ContextTimeoutEnabled = true
+		return redis.NewClusterClient(opt), nil
+	default:
+		return nil, fmt.Errorf("--redis-mode %q: use single, sentinel or cluster", mode)
+	}
+}
+
 // openRedis connects to Redis and checks it answers.
-func openRedis(c *ucli.Context) (*redis.Client, error) {
+func openRedis(c *ucli.Context) (redis.UniversalClient, error) {
 	return openRedisWaiting(c, 0, nil)
 }
 
 // openRedisWaiting is openRedis that keeps trying for up to wait while the
-// server does not answer.
-func openRedisWaiting(c *ucli.Context, wait time.Duration, log *slog.Logger) (*redis.Client, error) {
+// server does not answer. A server that answers but is not of the
+// deployment --redis-mode names is refused at once.
+func openRedisWaiting(c *ucli.Context, wait time.Duration, log *slog.Logger) (redis.UniversalClient, error) {
 	redisURL := c.String(flagRedisURL.Name)
-	opt, err := redis.ParseURL(redisURL)
-	if err != nil {
-		return nil, fmt.Errorf("--redis-url: %w", err)
+	mode := c.String(flagRedisMode.Name)
+	if mode == "" {
+		mode = redisSingle // a command without --redis-mode
 	}
-	// A context deadline bounds every command, so a hung Redis costs a
-	// caller at most its deadline.
-	opt.ContextTimeoutEnabled = true
-	rdb := redis.NewClient(opt)
-	ping := func(ctx context.Context) error { return rdb.Ping(ctx).Err() }
+	rdb, err := newRedisClient(mode, redisURL)
+	if err != nil {
+		return nil, err
+	}
+	ping := func(ctx context.Context) error {
+		if err := rdb.Ping(ctx).Err(); err != nil {
+			return modeMismatch(mode, err)
+		}
+		return checkNotCluster(ctx, mode, rdb)
+	}
 	if err := waitFor(c.Context, "Redis", wait, log, ping); err != nil {
 		rdb.Close()
-		return nil, fmt.Errorf("cannot reach Redis at %s: %w (is it running? set --redis-url or TALLY_REDIS_URL)", redactURL(redisURL), err)
+		var wrong wrongModeError
+		if errors.As(err, &wrong) {
+			return nil, fmt.Errorf("--redis-url %s: %w", redactURL(redisURL), err)
+		}
+		return nil, fmt.Errorf("cannot reach Redis (--redis-mode %s) at %s: %w (is it running? set --redis-url or TALLY_REDIS_URL, and --redis-mode or TALLY_REDIS_MODE)",
+			mode, redactURL(redisURL), err)
 	}
 	return rdb, nil
 }
 
+// wrongModeError is a Redis that answers, but is not the deployment
+// --redis-mode names; waitFor does not try it again.
+type wrongModeError struct{ msg string }
+
+func (e wrongModeError) Error() string { return e.msg }
+
+// modeMismatch turns the error of a first PING into a wrongModeError when
+// it shows that the server is not of mode's kind.
+func modeMismatch(mode string, err error) error {
+	msg := err.Error()
+	switch {
+	case mode == redisCluster && strings.Contains(msg, "cluster support disabled"):
+		return wrongModeError{"it is not a Redis Cluster node (" + msg + "): use --redis-mode single for one server, " +
+			"or name a cluster node"}
+	case mode == redisSentinel && strings.Contains(msg, "unknown command 'sentinel'"):
+		return wrongModeError{"it is not a Sentinel (" + msg + "): with --redis-mode sentinel, --redis-url names the " +
+			"sentinels (port 26379 by default), not the master; use --redis-mode single for one server"}
+	}
+	return err
+}
+
+// checkNotCluster refuses, in single and sentinel modes, a server that is
+// a node of a Redis Cluster: it would answer MOVED for most keys. A server
+// that does not allow INFO passes.
+func checkNotCluster(ctx context.Context, mode string, rdb redis.UniversalClient) error {
+	if mode == redisCluster {
+		return nil
+	}
+	info, err := rdb.Info(ctx, "cluster").Result()
+	if err == nil && strings.Contains(info, "cluster_enabled:1") {
+		return wrongModeError{"it is a node of a Redis Cluster: add --redis-mode cluster " +
+			"(and list further nodes as addr= parameters)"}
+	}
+	return nil
+}
+
 // withRedis opens Redis for one command, runs fn with it and the stream key
 // names, and closes it.
-func withRedis(c *ucli.Context, fn func(*redis.Client, stream.Keys) error) error {
+func withRedis(c *ucli.Context, fn func(redis.UniversalClient, stream.Keys) error) error {
 	keys, err := streamKeys(c)
 	if err != nil {
 		return err
@@ -170,7 +302,7 @@ func streamKeys(c *ucli.Context) (stream.Keys, error) {
 type conns struct {
 	pool  *pgxpool.Pool // the store's, closed by close
 	store *ledger.Store
-	rdb   *redis.Client
+	rdb   redis.UniversalClient
 	keys  stream.Keys
 }
 

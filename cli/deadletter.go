@@ -27,7 +27,7 @@ func deadletterCommand() *ucli.Command {
 			{
 				Name:  "list",
 				Usage: "list dead letters, oldest first",
-				Flags: commonFlags(
+				Flags: redisFlags(
 					&ucli.IntFlag{Name: "limit", EnvVars: []string{"TALLY_DEADLETTER_LIMIT"}, Value: 100, Usage: "show at most `N` (0: all)"},
 					formatFlag(),
 				),
@@ -37,21 +37,21 @@ func deadletterCommand() *ucli.Command {
 				Name:      "show",
 				Usage:     "print one dead letter with all its fields",
 				ArgsUsage: "ID",
-				Flags:     commonFlags(formatFlag()),
+				Flags:     redisFlags(formatFlag()),
 				Action:    deadletterShow,
 			},
 			{
 				Name:      "replay",
 				Usage:     "enqueue dead letters on their main stream again, and remove them from the dead-letter stream",
 				ArgsUsage: "ID... | --all",
-				Flags:     commonFlags(allFlag()),
+				Flags:     redisFlags(allFlag()),
 				Action:    deadletterReplay,
 			},
 			{
 				Name:      "purge",
 				Usage:     "delete dead letters for good (needs --yes)",
 				ArgsUsage: "ID... | --all",
-				Flags: commonFlags(allFlag(),
+				Flags: redisFlags(allFlag(),
 					&ucli.BoolFlag{Name: "yes", Usage: "really delete; without it purge only says what it would delete"}),
 				Action: deadletterPurge,
 			},
@@ -67,7 +67,7 @@ func allFlag() ucli.Flag {
 
 // withDeadLetters runs run on the dead-letter streams the flags name.
 func withDeadLetters(c *ucli.Context, run func(*projector.DeadLetters) error) error {
-	return withRedis(c, func(rdb *redis.Client, keys stream.Keys) error {
+	return withRedis(c, func(rdb redis.UniversalClient, keys stream.Keys) error {
 		return run(projector.NewDeadLetters(rdb, keys))
 	})
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -29,7 +30,7 @@ func intakeCommand() *ucli.Command {
 			"/healthz, /readyz and /metrics. It answers 202 only after Redis acknowledged the vote. " +
 			"SIGTERM or SIGINT stops it: it stops accepting, drains the requests in flight within " +
 			"--shutdown-timeout and exits 0.",
-		Flags:  commonFlags(flags...),
+		Flags:  redisFlags(flags...),
 		Action: runIntake,
 	}
 }
@@ -206,22 +207,40 @@ func intakeConfig(c *ucli.Context) intake.Config {
 
 // checkRedisVersion refuses to start intake on a Redis older than 7.0,
 // whose SET does not take NX and GET together: every vote would get 503.
-// When INFO is not allowed it only warns.
-func checkRedisVersion(ctx context.Context, rdb *redis.Client, log *slog.Logger) error {
-	info, err := rdb.Info(ctx, "server").Result()
+// On a cluster every master is checked. Where INFO is not allowed it only
+// warns.
+func checkRedisVersion(ctx context.Context, rdb redis.UniversalClient, log *slog.Logger) error {
+	var mu sync.Mutex
+	var infos []string
+	info := func(ctx context.Context, c *redis.Client) error {
+		s, err := c.Info(ctx, "server").Result()
+		mu.Lock()
+		defer mu.Unlock()
+		infos = append(infos, s)
+		return err
+	}
+	var err error
+	switch r := rdb.(type) {
+	case *redis.ClusterClient:
+		err = r.ForEachMaster(ctx, info)
+	case *redis.Client: // one server, or Sentinel's master
+		err = info(ctx, r)
+	}
 	if err != nil {
 		log.LogAttrs(ctx, slog.LevelWarn, "cannot read the Redis version (INFO server); intake needs Redis 7.0 or later",
 			slog.String("component", "intake"), slog.String("error", err.Error()))
 		return nil
 	}
-	version, major := redisVersion(info)
-	if major == 0 {
-		log.LogAttrs(ctx, slog.LevelWarn, "INFO server names no redis_version; intake needs Redis 7.0 or later",
-			slog.String("component", "intake"))
-		return nil
-	}
-	if major < 7 {
-		return fmt.Errorf("intake needs Redis 7.0 or later (its enqueue script uses SET ... NX GET), and --redis-url runs Redis %s: upgrade Redis", version)
+	for _, info := range infos {
+		version, major := redisVersion(info)
+		if major == 0 {
+			log.LogAttrs(ctx, slog.LevelWarn, "INFO server names no redis_version; intake needs Redis 7.0 or later",
+				slog.String("component", "intake"))
+			continue
+		}
+		if major < 7 {
+			return fmt.Errorf("intake needs Redis 7.0 or later (its enqueue script uses SET ... NX GET), and --redis-url runs Redis %s: upgrade Redis", version)
+		}
 	}
 	return nil
 }

@@ -38,7 +38,7 @@ func loadtestCommand() *ucli.Command {
 			"stops sending and still verifies what was sent; the second one kills it.\n\n" +
 			"intake rate-limits each principal (tally intake --rate, --burst): spread the load over enough\n" +
 			"principals, or raise intake's limits, or the report shows 429s.",
-		Flags: commonFlags(
+		Flags: redisFlags(
 			&ucli.StringSliceFlag{Name: "target", EnvVars: env("TARGET"),
 				Usage: "base `URL` of intake, e.g. http://127.0.0.1:8080; repeat it to spread the votes over several"},
 			&ucli.IntFlag{Name: "votes", EnvVars: env("VOTES"),

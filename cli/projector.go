@@ -42,7 +42,7 @@ func projectorCommand() *ucli.Command {
 			"Run several with distinct --consumer names to share the work. --metrics-listen serves /metrics and\n" +
 			"/healthz. With --log-key, it signs each poll's log head that changed, every --checkpoint-interval,\n" +
 			"and stores the checkpoint (tally log checkpoint prints it; tally export --checkpoints writes them).",
-		Flags: commonFlags(startupWaitFlag(),
+		Flags: redisFlags(startupWaitFlag(),
 			&ucli.StringFlag{Name: "consumer", EnvVars: []string{"TALLY_PROJECTOR_CONSUMER"},
 				Usage: "`NAME` in the consumer group, unique per live projector (default: host-pid)"},
 			num("batch-size", "BATCH_SIZE", def.BatchSize, "most entries applied in one transaction"),

@@ -15,7 +15,7 @@ func statusCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:   "status",
 		Usage:  "print, per stream shard, the backlog, pending entries, oldest pending age, consumers and dead letters",
-		Flags:  commonFlags(formatFlag()),
+		Flags:  redisFlags(formatFlag()),
 		Action: runStatus,
 	}
 }
@@ -28,7 +28,7 @@ func runStatus(c *ucli.Context) error {
 		return err
 	}
 	var st projector.Status
-	err = withRedis(c, func(rdb *redis.Client, keys stream.Keys) error {
+	err = withRedis(c, func(rdb redis.UniversalClient, keys stream.Keys) error {
 		st, err = projector.Inspect(c.Context, rdb, keys)
 		return err
 	})

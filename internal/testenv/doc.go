@@ -22,5 +22,7 @@
 //     and start again; FreeAddr, a loopback port no earlier call returned;
 //   - rediscluster.go: RedisCluster, a private Redis Cluster (masters and
 //     replicas on loopback ports of their own) whose nodes a test may pause;
+//   - redissentinel.go: RedisSentinel, a private master, replica and
+//     sentinels, which a test may fail over;
 //   - logbuffer.go: LogBuffer, log lines collected from any goroutine.
 package testenv

@@ -101,11 +101,19 @@ func needRedisBinaries(t testing.TB, names ...string) {
 // directory of its own, and waits until it answers PING.
 func startRedisProcess(t testing.TB, addr string, args ...string) *redisProcess {
 	t.Helper()
+	dir := t.TempDir()
 	_, port, _ := net.SplitHostPort(addr)
-	p := &redisProcess{addr: addr, dir: t.TempDir()}
-	all := append([]string{"--bind", "127.0.0.1", "--port", port, "--dir", p.dir,
-		"--logfile", filepath.Join(p.dir, "redis.log")}, args...)
-	p.cmd = exec.Command("redis-server", all...)
+	return startRedisWith(t, addr, dir, append([]string{"--bind", "127.0.0.1", "--port", port, "--dir", dir,
+		"--logfile", filepath.Join(dir, "redis.log")}, args...)...)
+}
+
+// startRedisWith starts redis-server with args (a configuration file
+// first, if any), serving on addr with its log in dir, and waits until it
+// answers PING.
+func startRedisWith(t testing.TB, addr, dir string, args ...string) *redisProcess {
+	t.Helper()
+	p := &redisProcess{addr: addr, dir: dir}
+	p.cmd = exec.Command("redis-server", args...)
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("start redis-server on %s: %v", addr, err)
 	}

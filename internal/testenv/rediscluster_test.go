@@ -39,3 +39,28 @@ func TestRedisCluster(t *testing.T) {
 		t.Fatalf("64 keys landed on %d masters, want 3", len(seen))
 	}
 }
+
+// TestRedisSentinel starts a master, a replica and three sentinels, reaches
+// the master through a client of the set's URL, and fails over.
+func TestRedisSentinel(t *testing.T) {
+	t.Parallel()
+	s := StartRedisSentinel(t, 3)
+	opt, err := redis.ParseFailoverURL(s.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewFailoverClient(opt)
+	defer rdb.Close()
+	ctx := context.Background()
+	if err := rdb.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	before := s.Master()
+	s.Failover()
+	if after := s.Master(); after == before {
+		t.Fatalf("the master is still %s after a failover", after)
+	}
+	if v, err := rdb.Get(ctx, "k").Result(); err != nil || v != "v" {
+		t.Fatalf("after the failover: %q, %v", v, err)
+	}
+}
