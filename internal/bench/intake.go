@@ -194,31 +194,65 @@ type e2eResult struct {
 }
 
 // endToEnd runs intake and the projector (shipped settings) on a fresh
-// database and prefix, and tally loadtest against them for d.
+// database and prefix of the shared Redis, and tally loadtest against
+// them for d.
 func (e *env) endToEnd(ctx context.Context, d time.Duration, concurrency int) (e2eResult, error) {
+	keys := e.prefix("e2e")
+	defer e.dropPrefix(context.WithoutCancel(ctx), keys.Prefix())
+	return e.loadPipeline(ctx, "e2e", "127.0.0.1:18192", []string{"--redis-url", e.redisURL, "--stream-prefix", keys.Prefix()}, d, concurrency)
+}
+
+// pipeline is intake and a projector (shipped settings) on one database
+// and Redis, as E runs them.
+type pipeline struct {
+	intake, projector *proc
+	addr              string // intake's
+}
+
+// startPipeline starts intake on addr and a projector with the flags
+// common, and waits until intake answers.
+func (e *env) startPipeline(ctx context.Context, addr string, common []string) (*pipeline, error) {
+	ip, err := start(ctx, logFile, append(append([]string{e.tally, "intake", "--listen", addr, "--log-level", "error"}, common...), intakeFlags...)...)
+	if err != nil {
+		return nil, err
+	}
+	pp, err := start(ctx, logFile, append([]string{e.tally, "projector", "--consumer", "bench", "--log-level", "warn"}, common...)...)
+	if err != nil {
+		ip.stop()
+		return nil, err
+	}
+	p := &pipeline{intake: ip, projector: pp, addr: addr}
+	if err := waitHealthy(ctx, ip, addr); err != nil {
+		p.stop()
+		return nil, err
+	}
+	return p, nil
+}
+
+// stop stops intake, then the projector.
+func (p *pipeline) stop() {
+	p.intake.stop()
+	p.projector.stop()
+}
+
+// loadPipeline runs intake and the projector on a fresh database and the
+// Redis redisFlags name (--redis-url, --stream-prefix, and --redis-mode
+// and --shards where not the defaults), intake on addr, and tally
+// loadtest against them for d.
+func (e *env) loadPipeline(ctx context.Context, what, addr string, redisFlags []string, d time.Duration, concurrency int) (e2eResult, error) {
 	var res e2eResult
-	url, pool, err := e.database(ctx, "e2e")
+	url, pool, err := e.database(ctx, what)
 	if err != nil {
 		return res, err
 	}
 	defer pool.Close()
-	keys := e.prefix("e2e")
-	defer e.dropPrefix(context.WithoutCancel(ctx), keys.Prefix())
-	const addr = "127.0.0.1:18192"
-	common := []string{"--database-url", url, "--redis-url", e.redisURL, "--stream-prefix", keys.Prefix(), "--log-format", "text"}
-	ip, err := start(ctx, logFile, append(append([]string{e.tally, "intake", "--listen", addr, "--log-level", "error"}, common...), intakeFlags...)...)
+	common := append([]string{"--database-url", url, "--log-format", "text"}, redisFlags...)
+	p, err := e.startPipeline(ctx, addr, common)
 	if err != nil {
 		return res, err
 	}
-	defer ip.stop()
-	pp, err := start(ctx, logFile, append([]string{e.tally, "projector", "--consumer", "bench", "--log-level", "warn"}, common...)...)
-	if err != nil {
-		return res, err
-	}
-	defer pp.stop()
-	if err := waitHealthy(ctx, ip, addr); err != nil {
-		return res, err
-	}
+	defer p.stop()
+	ip, pp := p.intake, p.projector
 	lt := []string{"loadtest", "--target", "http://" + addr, "--duration", d.String(), "--concurrency", itoa(concurrency),
 		"--drain-timeout", "60s", "--format", "json", "--quiet"}
 	res.command = "tally " + strings.Join(lt, " ") + "  (against tally intake " + strings.Join(intakeFlags, " ") + " and tally projector)"
