@@ -13,7 +13,7 @@
 //	scripts/bench.sh --short    # small sizes, a check that it all runs
 //
 // -only runs some measurements: projector, batch1, naive, copy, intake,
-// e2e, import, rebuild.
+// e2e, cluster, import, rebuild, log, live.
 //
 // Files:
 //
@@ -26,6 +26,9 @@
 //     (A) and raw COPY (C1, C2);
 //   - intake.go: intake and the bare handler under wrk (I, IB), and the
 //     loadtest through intake and projector (E);
+//   - cluster.go: E against a private Redis Cluster of three masters (EC);
+//   - live.go: intake's cost of Server-Sent Events viewers under a flow
+//     of votes (SSE, next to SSE0 without them);
 //   - ledger.go: tally import (IM) and rebuild next to a plain GROUP BY
 //     (R, RG);
 //   - env.go: the run's servers, its databases and Redis prefixes, and the
@@ -67,6 +70,13 @@ type sizes struct {
 	projectorLimit time.Duration
 	logLeaves      int // PR and AV: the leaves of one poll's log
 	proofs         int // PR: inclusion proofs timed
+	// clusterReplicas: replicas of each of EC's three masters.
+	clusterReplicas int
+	// liveViewers, liveRate and liveFor: SSE's streams, and the votes a
+	// second and how long they flow in each of SSE0 and SSE.
+	liveViewers int
+	liveRate    float64
+	liveFor     time.Duration
 }
 
 var full = sizes{
@@ -79,6 +89,8 @@ var full = sizes{
 	importEvents:  1_000_000,
 	rebuildEvents: 10_000_000, rebuildRounds: 3,
 	logLeaves: 1_000_000, proofs: 2_000,
+	clusterReplicas: 1,
+	liveViewers:     1_000, liveRate: 500, liveFor: 10 * time.Second,
 }
 
 var short = sizes{
@@ -91,6 +103,8 @@ var short = sizes{
 	importEvents:  50_000,
 	rebuildEvents: 200_000, rebuildRounds: 1,
 	logLeaves: 50_000, proofs: 200,
+	clusterReplicas: 0,
+	liveViewers:     100, liveRate: 200, liveFor: 2 * time.Second,
 }
 
 // options are the command's flags.

@@ -23,9 +23,11 @@ var measurements = []measurement{
 	{"copy", measureCopy},
 	{"intake", measureIntake},
 	{"e2e", measureEndToEnd},
+	{"cluster", measureCluster},
 	{"import", measureImport},
 	{"rebuild", measureRebuild},
 	{"log", measureLog},
+	{"live", measureLive},
 }
 
 // measureProjector: P and MB with the shipped settings, P1 with one worker.
