@@ -23,10 +23,12 @@ func intakeCommand() *ucli.Command {
 	flags = append(flags, intakeLookupFlags(def)...)
 	flags = append(flags, intakeLimitFlags(def)...)
 	flags = append(flags, intakeHTTPFlags(def)...)
+	flags = append(flags, intakeLiveFlags(def)...)
 	return &ucli.Command{
 		Name:  "intake",
 		Usage: "run the HTTP intake daemon: authenticate, validate, rate-limit and enqueue votes",
 		Description: "intake serves POST /v1/votes, GET /v1/votes/{event_id}, GET /v1/polls/{poll_id}/results, " +
+			"the live results page GET /polls/{poll_id} and its stream GET /v1/polls/{poll_id}/live, " +
 			"/healthz, /readyz and /metrics. It answers 202 only after Redis acknowledged the vote. " +
 			"SIGTERM or SIGINT stops it: it stops accepting, drains the requests in flight within " +
 			"--shutdown-timeout and exits 0.",
@@ -136,6 +138,19 @@ func intakeHTTPFlags(def intake.Config) []ucli.Flag {
 	}
 }
 
+// intakeLiveFlags are the settings of the live results page and stream.
+func intakeLiveFlags(def intake.Config) []ucli.Flag {
+	return []ucli.Flag{
+		&ucli.IntFlag{Name: "max-live-viewers", EnvVars: []string{"TALLY_INTAKE_MAX_LIVE_VIEWERS"}, Value: def.MaxLiveViewers,
+			Usage: "most live result streams (GET /v1/polls/{poll_id}/live) open at once; beyond it 503 + Retry-After " +
+				"(each holds one of --max-conns, and must stay below it; default half of it)"},
+		intakeDuration("live-heartbeat", "TALLY_INTAKE_LIVE_HEARTBEAT", def.LiveHeartbeat,
+			"period of the comment a live stream sends while idle, so that proxies keep it open"),
+		intakeDuration("live-interval", "TALLY_INTAKE_LIVE_INTERVAL", def.LiveInterval,
+			"least time between two reads of a poll's results for its live streams (appends within it share one read)"),
+	}
+}
+
 // runIntake is tally intake: it connects (waiting up to --startup-wait),
 // checks the Redis version and serves until ctx ends.
 func runIntake(c *ucli.Context) error {
@@ -202,7 +217,20 @@ func intakeConfig(c *ucli.Context) intake.Config {
 		MaxConns:          c.Int("max-conns"),
 		MaxHeaderBytes:    c.Int("max-header-bytes"),
 		ShutdownTimeout:   c.Duration("shutdown-timeout"),
+		MaxLiveViewers:    liveViewers(c),
+		LiveHeartbeat:     c.Duration("live-heartbeat"),
+		LiveInterval:      c.Duration("live-interval"),
 	}
+}
+
+// liveViewers is --max-live-viewers, or 0 (half of --max-conns) when it is
+// not set and --max-conns is: the flag's default is that of the default
+// --max-conns.
+func liveViewers(c *ucli.Context) int {
+	if !c.IsSet("max-live-viewers") && c.IsSet("max-conns") {
+		return 0
+	}
+	return c.Int("max-live-viewers")
 }
 
 // checkRedisVersion refuses to start intake on a Redis older than 7.0,
