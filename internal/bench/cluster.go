@@ -156,13 +156,21 @@ func freePorts(n int) ([]int, error) {
 	return ports, nil
 }
 
-// waitPing waits up to 10s until the Redis on addr answers PING.
+// waitPing waits up to 10s until the Redis on addr answers PING: until
+// it accepts a connection, then its answer.
 func waitPing(ctx context.Context, addr string) error {
 	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
 	defer rdb.Close()
+	var d net.Dialer
 	err := retry.Do(ctx, retry.WithMaxDuration(10*time.Second, retry.NewConstant(20*time.Millisecond)), func(ctx context.Context) error {
 		ctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 		defer cancel()
+		// A dial first: go-redis logs every connection refused.
+		conn, err := d.DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return retry.RetryableError(err)
+		}
+		conn.Close()
 		return retry.RetryableError(rdb.Ping(ctx).Err())
 	})
 	if err != nil {

@@ -209,10 +209,11 @@ type pipeline struct {
 	addr              string // intake's
 }
 
-// startPipeline starts intake on addr and a projector with the flags
-// common, and waits until intake answers.
-func (e *env) startPipeline(ctx context.Context, addr string, common []string) (*pipeline, error) {
-	ip, err := start(ctx, logFile, append(append([]string{e.tally, "intake", "--listen", addr, "--log-level", "error"}, common...), intakeFlags...)...)
+// startPipeline starts intake on addr (with intakeFlags and extra) and a
+// projector, both with the flags common, and waits until intake answers.
+func (e *env) startPipeline(ctx context.Context, addr string, common []string, extra ...string) (*pipeline, error) {
+	args := append(append([]string{e.tally, "intake", "--listen", addr, "--log-level", "error"}, common...), intakeFlags...)
+	ip, err := start(ctx, logFile, append(args, extra...)...)
 	if err != nil {
 		return nil, err
 	}
