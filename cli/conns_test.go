@@ -108,7 +108,7 @@ func TestDaemonStartupWaitStopsOnSignal(t *testing.T) {
 		if took := time.Since(stopped); took > 2*time.Second {
 			t.Errorf("intake took %s to give up its start-up wait", took)
 		}
-		if code != ExitError || !strings.Contains(errOut.String(), "cannot reach Redis at redis://127.0.0.1:1/0") {
+		if code != ExitError || !strings.Contains(errOut.String(), "cannot reach Redis (--redis-mode single) at redis://127.0.0.1:1/0") {
 			t.Errorf("intake stopped while waiting for Redis: exit %d\n%s\nwant exit 2 naming Redis", code, errOut.String())
 		}
 	case <-time.After(10 * time.Second):
