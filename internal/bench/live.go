@@ -24,13 +24,13 @@ import (
 )
 
 // This file owns SSE0, SSE, MSSE0 and MSSE: one intake (and a projector)
-// under a steady flow of votes on a public poll, first with no live viewer,
-// then, on a second poll, with sizes.liveViewers Server-Sent Events
-// streams of that poll (GET /v1/polls/{poll_id}/live) open from this
-// process. The votes come from this process too, at a fixed rate, each the
-// first response of a principal of its own, so that every one changes the
-// poll's count. A viewer that misses the final count fails the
-// measurement.
+// under a steady flow of votes on a public poll, in alternating rounds:
+// on a poll nobody watches, then on another with sizes.liveViewers
+// Server-Sent Events streams of it (GET /v1/polls/{poll_id}/live) open
+// from this process. The votes come from this process too, at a fixed
+// rate, each the first response of a principal of its own, so that every
+// one changes the poll's count. A viewer that misses the final count, or
+// gets no update, fails the measurement.
 
 // liveIntakeFlags turn off intake's limit of token lookups per client
 // address, as docs/operations.md says to behind a proxy: every vote comes
@@ -41,18 +41,18 @@ var liveIntakeFlags = []string{"--auth-failure-rate", "inf"}
 // measureLive: SSE0 and MSSE0 without viewers, SSE and MSSE with them.
 func measureLive(ctx context.Context, e *env, sz sizes, t *table) error {
 	load := loadAvg()
-	r, err := e.live(ctx, sz.liveViewers, sz.liveRate, sz.liveFor)
+	r, err := e.live(ctx, sz.liveViewers, sz.liveRate, sz.liveFor, sz.liveRounds)
 	if err != nil {
 		return err
 	}
-	votes := fmt.Sprintf("%s votes/s for %s on one public poll", thousands(sz.liveRate), sz.liveFor)
+	votes := fmt.Sprintf("%s votes/s on a public poll, %d round(s) of %s alternating with SSE's", thousands(sz.liveRate), sz.liveRounds, sz.liveFor)
 	t.add(fig{id: "SSE0", what: "live: intake's CPU under " + votes + ", no live viewer (the baseline of SSE)",
-		value: 1000 * r.base.cpu, unit: "ms CPU/s", extra: fmt.Sprintf("%.0f µs per vote; %d votes; idle before them %.0f ms CPU/s", r.base.cpuPerVote(), len(r.base.accepted), 1000*r.idle),
+		value: 1000 * r.base.cpuRate(), unit: "ms CPU/s", extra: fmt.Sprintf("%.0f µs per vote; %d votes; idle before them %.0f ms CPU/s", r.base.cpuPerVote(), r.base.votes, 1000*r.idle),
 		load: load, command: r.command})
-	t.add(fig{id: "MSSE0", what: "memory: intake peak RSS in SSE0", value: r.base.hwm, unit: "MB", load: load, command: "VmHWM of intake after SSE0"})
+	t.add(fig{id: "MSSE0", what: "memory: intake peak RSS in SSE0", value: r.base.hwm, unit: "MB", load: load, command: "VmHWM of intake after the first round of SSE0, before any viewer"})
 	t.add(fig{id: "SSE", what: fmt.Sprintf("live: intake's CPU under the same votes on another poll with %s Server-Sent Events viewers of it", thousands(float64(r.viewers))),
-		value: 1000 * r.watched.cpu, unit: "ms CPU/s",
-		extra: fmt.Sprintf("a vote's 202 to the first event counting it p50 %s, p99 %s; between events p50 %s, p99 %s; updates per viewer min %d, median %d; all %d saw the final count",
+		value: 1000 * r.watched.cpuRate(), unit: "ms CPU/s",
+		extra: fmt.Sprintf("the k-th 202 to a viewer's first event with a total of k or more p50 %s, p99 %s; between a viewer's events p50 %s, p99 %s; updates per viewer min %d, median %d; all %d saw the final count",
 			ms(r.latency50), ms(r.latency99), ms(r.gap50), ms(r.gap99), r.updatesMin, r.updatesMedian, r.viewers),
 		load: load, command: r.command})
 	t.add(fig{id: "MSSE", what: fmt.Sprintf("memory: intake peak RSS with %s live viewers (SSE)", thousands(float64(r.viewers))),
@@ -62,7 +62,7 @@ func measureLive(ctx context.Context, e *env, sz sizes, t *table) error {
 
 // liveResult is what measureLive reports.
 type liveResult struct {
-	base, watched livePhase
+	base, watched liveSide
 	idle          float64 // intake's CPU seconds per second with no request
 	viewers       int
 	// latency: from a vote's 202 to the first event of a viewer whose
@@ -80,21 +80,32 @@ type livePhase struct {
 	accepted []time.Time // each vote's 202, in time order
 	start    time.Time
 	took     time.Duration
-	cpu      float64 // intake's CPU seconds per second while the votes flowed
-	hwm      float64 // intake's peak RSS by the end of the phase, MB
+	cpu      float64 // intake's CPU seconds while the votes flowed
 }
 
-func (p livePhase) cpuPerVote() float64 {
-	if len(p.accepted) == 0 {
-		return 0
-	}
-	return 1e6 * p.cpu * p.took.Seconds() / float64(len(p.accepted))
+// liveSide is the rounds of one side, without viewers or with them.
+type liveSide struct {
+	votes int
+	took  time.Duration
+	cpu   float64 // intake's CPU seconds
+	hwm   float64 // intake's peak RSS, MB
 }
 
-// live runs intake and a projector, rate votes per second for d on a poll
-// nobody watches, then viewers streams of another poll and the same votes
-// on it.
-func (e *env) live(ctx context.Context, viewers int, rate float64, d time.Duration) (liveResult, error) {
+func (s *liveSide) add(p livePhase) {
+	s.votes += len(p.accepted)
+	s.took += p.took
+	s.cpu += p.cpu
+}
+
+// cpuRate is intake's CPU seconds per second while the votes flowed.
+func (s liveSide) cpuRate() float64 { return s.cpu / s.took.Seconds() }
+
+func (s liveSide) cpuPerVote() float64 { return 1e6 * s.cpu / float64(s.votes) }
+
+// live runs intake and a projector, and rounds times rate votes per
+// second for d on a poll nobody watches, then viewers streams of another
+// poll and the same votes on it.
+func (e *env) live(ctx context.Context, viewers int, rate float64, d time.Duration, rounds int) (liveResult, error) {
 	res := liveResult{viewers: viewers}
 	// Each stream is a socket here and in intake, which inherits the limit.
 	if err := raiseOpenFiles(uint64(viewers) + 1024); err != nil {
@@ -110,11 +121,16 @@ func (e *env) live(ctx context.Context, viewers int, rate float64, d time.Durati
 	warm := min(time.Second, d/4)
 	perPhase, perWarm := int(rate*d.Seconds()), int(rate*warm.Seconds())
 	began := time.Now()
-	tokens, err := livePolls(ctx, pool, perWarm+2*perPhase)
+	tokens, err := livePolls(ctx, pool, rounds, perWarm+2*rounds*perPhase)
 	if err != nil {
 		return res, err
 	}
 	fmt.Fprintf(os.Stderr, "bench: live: %d principals created in %s\n", len(tokens), time.Since(began).Round(100*time.Millisecond))
+	take := func(n int) []string {
+		t := tokens[:n]
+		tokens = tokens[n:]
+		return t
+	}
 	keys := e.prefix("live")
 	defer e.dropPrefix(context.WithoutCancel(ctx), keys.Prefix())
 	const addr = "127.0.0.1:18194"
@@ -124,55 +140,79 @@ func (e *env) live(ctx context.Context, viewers int, rate float64, d time.Durati
 		return res, err
 	}
 	defer p.stop()
-	res.command = fmt.Sprintf("bench -only live  (%d SSE streams and votes at %s/s for %s, each from its own principal, from the bench; "+
-		"tally intake %s and tally projector)", viewers, thousands(rate), d, strings.Join(slices.Concat(intakeFlags, liveIntakeFlags), " "))
+	res.command = fmt.Sprintf("bench -only live  (%d SSE streams and votes at %s/s, %d round(s) of %s on each side, each vote from its own principal, from the bench; "+
+		"tally intake %s and tally projector)", viewers, thousands(rate), rounds, d, strings.Join(slices.Concat(intakeFlags, liveIntakeFlags), " "))
 	store, err := ledger.New(pool, ledger.Config{})
 	if err != nil {
 		return res, err
 	}
 
-	if _, err := p.votePhase(ctx, livePollID(0), tokens[:perWarm], rate, warm); err != nil {
+	if _, err := p.votePhase(ctx, livePollID("warm", 0), take(perWarm), rate, warm); err != nil {
 		return res, err
 	}
-	tokens = tokens[perWarm:]
 	if res.idle, err = p.idleCPU(ctx, min(2*time.Second, d/5)); err != nil {
 		return res, err
 	}
-	if res.base, err = p.votePhase(ctx, livePollID(1), tokens[:perPhase], rate, d); err != nil {
-		return res, err
-	}
-	if err := waitRecorded(ctx, store, livePollID(1), len(res.base.accepted)); err != nil {
-		return res, err
-	}
-	vs, err := openViewers(ctx, addr, livePollID(2), viewers)
-	if err != nil {
-		return res, err
-	}
-	defer vs.close()
-	if res.watched, err = p.votePhase(ctx, livePollID(2), tokens[perPhase:], rate, d); err != nil {
-		return res, err
-	}
-	if err := vs.waitTotal(ctx, int64(len(res.watched.accepted)), 30*time.Second); err != nil {
-		return res, err
+	var st viewerStats
+	for r := range rounds {
+		base, err := p.votePhase(ctx, livePollID("base", r), take(perPhase), rate, d)
+		if err != nil {
+			return res, err
+		}
+		if err := waitRecorded(ctx, store, livePollID("base", r), len(base.accepted)); err != nil {
+			return res, err
+		}
+		res.base.add(base)
+		if r == 0 {
+			res.base.hwm = p.intake.hwmMB()
+		}
+		watched, err := p.watchedPhase(ctx, livePollID("watched", r), take(perPhase), viewers, rate, d, &st)
+		if err != nil {
+			return res, err
+		}
+		res.watched.add(watched)
 	}
 	res.watched.hwm = p.intake.hwmMB()
-	vs.close()
-	return res, res.stats(vs)
+	return res, st.finish(&res)
 }
 
-// livePollID is the poll of phase i: 0 the warm-up, 1 the baseline, 2
-// the one watched.
-func livePollID(i int) string { return "live" + itoa(i) }
+// watchedPhase opens viewers streams of poll, sends the votes of tokens
+// on it, waits until every viewer saw them all counted, and adds the
+// viewers' figures to st.
+func (p *pipeline) watchedPhase(ctx context.Context, poll string, tokens []string, viewers int, rate float64, d time.Duration, st *viewerStats) (livePhase, error) {
+	vs, err := openViewers(ctx, p.addr, poll, viewers)
+	if err != nil {
+		return livePhase{}, err
+	}
+	defer vs.close()
+	ph, err := p.votePhase(ctx, poll, tokens, rate, d)
+	if err != nil {
+		return ph, err
+	}
+	if err := vs.waitTotal(ctx, int64(len(ph.accepted)), 30*time.Second); err != nil {
+		return ph, err
+	}
+	vs.close()
+	return ph, st.add(vs, ph)
+}
 
-// livePolls creates the three public polls of live and n principals,
+// livePollID is the poll of one phase: the warm-up, or round's baseline
+// or watched one.
+func livePollID(phase string, round int) string { return "live-" + phase + "-" + itoa(round) }
+
+// livePolls creates the public polls of rounds rounds and n principals,
 // eight at a time, and returns their tokens.
-func livePolls(ctx context.Context, pool *pgxpool.Pool, n int) ([]string, error) {
+func livePolls(ctx context.Context, pool *pgxpool.Pool, rounds, n int) ([]string, error) {
 	store, err := ledger.New(pool, ledger.Config{})
 	if err != nil {
 		return nil, err
 	}
-	for i := range 3 {
-		p := ledger.Poll{ID: livePollID(i), Title: "bench live", OpensAt: time.Unix(0, 0), Choices: benchChoices, PublicResults: true}
+	ids := []string{livePollID("warm", 0)}
+	for r := range rounds {
+		ids = append(ids, livePollID("base", r), livePollID("watched", r))
+	}
+	for _, id := range ids {
+		p := ledger.Poll{ID: id, Title: "bench live", OpensAt: time.Unix(0, 0), Choices: benchChoices, PublicResults: true}
 		if err := store.CreatePoll(ctx, p); err != nil {
 			return nil, err
 		}
@@ -262,8 +302,7 @@ func (p *pipeline) votePhase(ctx context.Context, poll string, tokens []string, 
 	}
 	wg.Wait()
 	ph.took = time.Since(ph.start)
-	ph.cpu = (cpuSeconds(pid) - cpu0) / ph.took.Seconds()
-	ph.hwm = p.intake.hwmMB()
+	ph.cpu = cpuSeconds(pid) - cpu0
 	slices.SortFunc(ph.accepted, time.Time.Compare)
 	switch {
 	case ctx.Err() != nil:
@@ -472,21 +511,30 @@ func (vs *viewers) close() {
 	vs.wg.Wait()
 }
 
-// stats computes the viewers' latencies, gaps and update counts from
-// their events and the watched phase's 202s.
-func (r *liveResult) stats(vs *viewers) error {
-	acc := r.watched.accepted
-	end := r.watched.start.Add(r.watched.took)
+// viewerStats gathers the viewers' latencies, gaps and update counts
+// over the watched rounds.
+type viewerStats struct {
+	lat, gaps []time.Duration
+	updates   []int
+}
+
+// add adds the figures of the viewers vs of the watched phase ph, from
+// their events and its 202s. A viewer that got no update, or missed a
+// count, fails it.
+func (st *viewerStats) add(vs *viewers, ph livePhase) error {
+	acc := ph.accepted
+	end := ph.start.Add(ph.took)
 	// At most about 100 votes per viewer are followed: enough for the
 	// quantiles, and cheap.
 	step := max(1, len(acc)/100)
-	var lat, gaps []time.Duration
-	var updates []int
 	for _, v := range vs.all {
-		updates = append(updates, max(0, len(v.events)-1))
+		if len(v.events) < 2 {
+			return errors.New("a live viewer got no update while the votes flowed")
+		}
+		st.updates = append(st.updates, len(v.events)-1)
 		for i := 1; i < len(v.events); i++ {
-			if a, b := v.events[i-1].at, v.events[i].at; !a.Before(r.watched.start) && !b.After(end) {
-				gaps = append(gaps, b.Sub(a))
+			if a, b := v.events[i-1].at, v.events[i].at; !a.Before(ph.start) && !b.After(end) {
+				st.gaps = append(st.gaps, b.Sub(a))
 			}
 		}
 		j := 0
@@ -497,16 +545,21 @@ func (r *liveResult) stats(vs *viewers) error {
 			if j == len(v.events) {
 				return fmt.Errorf("a live viewer never saw a total of %d", k)
 			}
-			lat = append(lat, v.events[j].at.Sub(acc[k-1]))
+			st.lat = append(st.lat, v.events[j].at.Sub(acc[k-1]))
 		}
 	}
-	slices.Sort(updates)
-	if updates[0] == 0 {
-		return errors.New("a live viewer got no update while the votes flowed")
+	return nil
+}
+
+// finish sets r's viewer figures.
+func (st *viewerStats) finish(r *liveResult) error {
+	if len(st.updates) == 0 {
+		return errors.New("no live viewer was measured")
 	}
-	r.updatesMin, r.updatesMedian = updates[0], updates[len(updates)/2]
-	r.latency50, r.latency99 = quantile(lat, 0.5), quantile(lat, 0.99)
-	r.gap50, r.gap99 = quantile(gaps, 0.5), quantile(gaps, 0.99)
+	slices.Sort(st.updates)
+	r.updatesMin, r.updatesMedian = st.updates[0], st.updates[len(st.updates)/2]
+	r.latency50, r.latency99 = quantile(st.lat, 0.5), quantile(st.lat, 0.99)
+	r.gap50, r.gap99 = quantile(st.gaps, 0.5), quantile(st.gaps, 0.99)
 	return nil
 }
 

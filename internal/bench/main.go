@@ -72,11 +72,13 @@ type sizes struct {
 	proofs         int // PR: inclusion proofs timed
 	// clusterReplicas: replicas of each of EC's three masters.
 	clusterReplicas int
-	// liveViewers, liveRate and liveFor: SSE's streams, and the votes a
-	// second and how long they flow in each of SSE0 and SSE.
+	// liveViewers, liveRate, liveFor and liveRounds: SSE's streams, the
+	// votes a second, how long they flow in each round of SSE0 and SSE,
+	// and the rounds of each, alternating.
 	liveViewers int
 	liveRate    float64
 	liveFor     time.Duration
+	liveRounds  int
 }
 
 var full = sizes{
@@ -90,7 +92,7 @@ var full = sizes{
 	rebuildEvents: 10_000_000, rebuildRounds: 3,
 	logLeaves: 1_000_000, proofs: 2_000,
 	clusterReplicas: 1,
-	liveViewers:     1_000, liveRate: 500, liveFor: 10 * time.Second,
+	liveViewers:     1_000, liveRate: 500, liveFor: 5 * time.Second, liveRounds: 2,
 }
 
 var short = sizes{
@@ -104,7 +106,7 @@ var short = sizes{
 	rebuildEvents: 200_000, rebuildRounds: 1,
 	logLeaves: 50_000, proofs: 200,
 	clusterReplicas: 0,
-	liveViewers:     100, liveRate: 200, liveFor: 2 * time.Second,
+	liveViewers:     100, liveRate: 200, liveFor: 2 * time.Second, liveRounds: 1,
 }
 
 // options are the command's flags.
