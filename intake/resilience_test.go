@@ -73,7 +73,9 @@ func TestRedisDown(t *testing.T) {
 		c.RequestTimeout = requestTimeout
 		c.RedisTimeout = 500 * time.Millisecond
 		c.BreakerFailures = 3
-		c.BreakerOpenFor = 500 * time.Millisecond
+		// Long enough that the breaker is still open at the sixth vote on
+		// a loaded machine (each vote before it opens waits RedisTimeout).
+		c.BreakerOpenFor = 2 * time.Second
 	})
 	if r := b.vote(t, b.token, "before", "p1", "a"); r.code != http.StatusAccepted {
 		t.Fatalf("vote with Redis up: %d %s", r.code, r.raw)
