@@ -12,6 +12,8 @@
 //	                                  tree size of the log they count
 //	GET  /v1/polls/{poll_id}/checkpoint   the log's latest signed checkpoint
 //	GET  /v1/polls/{poll_id}/consistency  a consistency proof (?from=N&to=M)
+//	GET  /v1/polls/{poll_id}/live     the results as Server-Sent Events
+//	GET  /polls/{poll_id}             the live results page (HTML)
 //	GET  /healthz                     the process is up
 //	GET  /readyz                      a status per check: postgres, redis, backlog
 //	GET  /metrics                     Prometheus metrics
@@ -146,6 +148,10 @@
 //     .../consistency, and the receipt of a recorded vote (its inclusion
 //     proof against the latest signed checkpoint), shown to whoever may see
 //     the poll's results.
+//   - live.go: GET /v1/polls/{poll_id}/live, the results as Server-Sent
+//     Events, fed by one LISTEN connection and a hub that reads a notified
+//     poll once for all its viewers; page.go: GET /polls/{poll_id}, the
+//     server-rendered page that reads that stream.
 //   - degraded.go: whether PostgreSQL answers intake's lookups, and so
 //     when intake answers from what it read before.
 //   - problem.go: the RFC 9457 answers; problem_edges.go: the problem

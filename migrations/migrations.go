@@ -29,6 +29,15 @@
 //     append-only tables, INSERT and UPDATE on the projection and the log
 //     heads. Down revokes this database's grants and leaves the role,
 //     which belongs to the whole server.
+//   - 00007_log_leaves.sql: each poll's leaf order moves from a column of
+//     the ledger rows to poll_log_leaves (one row per append and poll: the
+//     seqs of its new rows in leaf order), so an append numbers its rows
+//     after inserting them.
+//   - 00008_public_results.sql: polls.public_results, whether a poll's
+//     results, live page and stream need no token.
+//   - 00009_log_tiles_height4.sql: the logs' tiles of height 4 instead of
+//     8; the tiles are made again by ledger.Store.BuildLogs (tally migrate
+//     up), to the same roots.
 //   - migrations.go: the embedded files and goose's provider over them.
 package migrations
 
