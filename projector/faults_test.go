@@ -571,8 +571,11 @@ func TestPostgresConnectionsKilled(t *testing.T) {
 	cfg.BatchSize = 50
 	cfg.BreakerFailures = 1000
 	r := b.start(b.store, cfg)
+	// Kill for at most 10s (a loaded machine can make a batch outlast the
+	// pause between kills, and then nothing would ever commit), then let
+	// the projector drain what is left.
 	var kills int64
-	for !b.drained() {
+	for stopKilling := time.Now().Add(10 * time.Second); !b.drained() && time.Now().Before(stopKilling); {
 		var killed int64
 		if err := admin.QueryRow(b.ctx, `
 SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity
@@ -582,6 +585,7 @@ WHERE datname = $1 AND pid <> pg_backend_pid()`, b.db.Name).Scan(&killed); err !
 		kills += killed
 		time.Sleep(time.Duration(20+kills%30) * time.Millisecond)
 	}
+	b.waitDrained(time.Minute)
 	r.stop()
 	b.db.Pool.Reset() // drop the connections killed under the pool
 	if kills == 0 {
