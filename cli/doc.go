@@ -14,8 +14,9 @@
 //     flags every command shares (commonFlags), the logger and the
 //     Prometheus registry of a daemon.
 //   - conns.go: opening PostgreSQL (the ledger) and Redis from the shared
-//     flags, and the start-up wait (--startup-wait) that keeps trying them
-//     while a daemon starts.
+//     flags (--redis-mode picks single, sentinel or cluster), and the
+//     start-up wait (--startup-wait) that keeps trying them while a daemon
+//     starts.
 //   - output.go: --format, JSON output and the aligned tables people read.
 //   - args.go: lets positional arguments come before or after the flags.
 //   - daemon.go: the process-wide settings of the daemons: the garbage
