@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -70,14 +71,19 @@ func waitFor(ctx context.Context, what string, wait time.Duration, log *slog.Log
 	return err
 }
 
-// redactURL hides the password of a connection URL for messages.
+// redactURL hides the password of a connection URL for messages. A URL
+// net/url cannot parse (several host:port, as a primary and its standby)
+// has its password cut out by pattern.
 func redactURL(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return "(unparsable URL)"
+		return userinfoPassword.ReplaceAllString(raw, "${1}:xxxxx@")
 	}
 	return u.Redacted()
 }
+
+// userinfoPassword is the password of a URL's user info: scheme://user:PASSWORD@.
+var userinfoPassword = regexp.MustCompile(`^([a-z][a-z0-9+.-]*://[^:@/]*):[^@/]*@`)
 
 // openPool connects to PostgreSQL and checks it answers.
 func openPool(c *ucli.Context) (*pgxpool.Pool, error) {

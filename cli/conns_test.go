@@ -115,3 +115,18 @@ func TestDaemonStartupWaitStopsOnSignal(t *testing.T) {
 		t.Fatal("intake did not stop within 10s of its context ending")
 	}
 }
+
+// A URL's password never reaches a message, whether net/url parses it or
+// not (a primary and its standby: two host:port).
+func TestRedactURL(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"postgres://u:secret@db:5432/tally", "postgres://u:xxxxx@db:5432/tally"},
+		{"postgres://u:secret@db1:5432,db2:5432/tally?target_session_attrs=read-write", "postgres://u:xxxxx@db1:5432,db2:5432/tally?target_session_attrs=read-write"},
+		{"postgres://u@db1:5432,db2:5432/tally", "postgres://u@db1:5432,db2:5432/tally"},
+		{"redis://:secret@127.0.0.1:6379/0", "redis://:xxxxx@127.0.0.1:6379/0"},
+	} {
+		if got := redactURL(tc.in); got != tc.want {
+			t.Errorf("redactURL(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
