@@ -21,6 +21,7 @@ var measurements = []measurement{
 	{"naive", measureNaive},
 	{"batch1", measureBatch1},
 	{"copy", measureCopy},
+	{"floor", measureFloor},
 	{"intake", measureIntake},
 	{"e2e", measureEndToEnd},
 	{"cluster", measureCluster},

@@ -35,6 +35,7 @@ var ratios = []ratio{
 	{of: "P", to: "P1", target: "(the second worker's gain)"},
 	{of: "P", to: "B", target: "(batching's gain)"},
 	{of: "P", to: "C1", target: "(one writer)", asPercent: true},
+	{of: "P", to: "U", target: "≥ 80% (the rules, the projection and the log cost at most a fifth of the row)", atLeast: 0.8, asPercent: true},
 	{of: "P", to: "C2", target: "≥ 60% of the ceiling (the better of C1, C2)", atLeast: 0.6, asPercent: true, ceiling: true},
 	{of: "P", to: "PN", target: "≥ 85% (the log costs at most 15%)", atLeast: 0.85, asPercent: true},
 	{of: "BL", to: "BN", target: "≤ 1.5× (the log adds at most 50%)", atMost: 1.5},
