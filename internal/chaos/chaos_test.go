@@ -219,6 +219,9 @@ func runWith(t *testing.T, c *cluster, scenario string, sendFor time.Duration, i
 	if fo.derr != nil {
 		fail("drain after the last fault: %v", fo.derr)
 	}
+	if c.lossExpected {
+		rep = excuseLoss(t, scenario, rep)
+	}
 	checkReport(rep, fail)
 	checkQueueEmpty(ctx, c, fail)
 	var want map[string]projector.Reason

@@ -32,24 +32,31 @@ const shards = 2
 type cluster struct {
 	t     *testing.T
 	dir   string
-	redis *testenv.RedisServer
-	pg    *testenv.PGServer // nil: a database on the shared PostgreSQL
+	redis *testenv.RedisServer // nil with clusterOptions.redis
+	pg    *testenv.PGServer    // nil: a database on the shared PostgreSQL
 	// standby: pg's synchronous streaming standby, or nil. With one, every
 	// URL names both servers and connects to the one that takes writes.
 	standby *testenv.PGServer
 	dbURL   string
 	store   *ledger.Store
-	pool    *pgxpool.Pool // the store's: the owner's connections
-	rdb     *redis.Client // straight to Redis, for the queue's status
+	pool    *pgxpool.Pool         // the store's: the owner's connections
+	rdb     redis.UniversalClient // straight to Redis, for the queue's status
 	keys    stream.Keys
 	prefix  string
 
-	// The URLs the daemons use; a scenario may put a proxy on them.
+	// The Redis deployment the daemons use (--redis-mode, --redis-url),
+	// and the URLs they use; a scenario may put a proxy on them.
+	redisMode      string
+	redisURL       string
 	intakeRedisURL string
 	projectorDBURL string
 
 	intakes    []*chaos.Process
 	projectors []*chaos.Process
+
+	// lossExpected: votes answered 202 may be lost (clusterOptions.redis's
+	// lossExpected); the run records how many instead of failing.
+	lossExpected bool
 }
 
 type clusterOptions struct {
@@ -63,12 +70,29 @@ type clusterOptions struct {
 	// before the daemons start; returns the addresses intake uses for
 	// Redis and projector for PostgreSQL.
 	proxies func(redisAddr, pgAddr string) (intakeRedis, projectorPG string)
+	// redis: when set, the daemons use this deployment instead of a
+	// private redis-server, with its stream prefix and shards.
+	redis *redisDeployment
+}
+
+// redisDeployment is a Redis the scenario started itself (a cluster, a
+// Sentinel set): how the daemons name it, the test's own client of it,
+// and the stream keys to use on it.
+type redisDeployment struct {
+	mode, url string
+	rdb       redis.UniversalClient
+	keys      stream.Keys
+	// lossExpected: a failover of this deployment may lose votes answered
+	// 202 (asynchronous replication without intake's WAIT).
+	lossExpected bool
 }
 
 func newCluster(t *testing.T, opt clusterOptions) *cluster {
 	t.Helper()
 	c := &cluster{t: t, dir: t.TempDir()}
-	c.redis = testenv.StartRedis(t)
+	if opt.redis == nil {
+		c.redis = testenv.StartRedis(t)
+	}
 	var db testenv.DB
 	var pgAddr string
 	if opt.privatePostgres {
@@ -97,14 +121,20 @@ func newCluster(t *testing.T, opt clusterOptions) *cluster {
 		t.Fatal(err)
 	}
 	c.store, c.pool = store, db.Pool
-	c.rdb = redis.NewClient(&redis.Options{Addr: c.redis.Addr})
-	t.Cleanup(func() { c.rdb.Close() })
-	c.prefix = testenv.RandomName("chaos")
-	if c.keys, err = stream.NewKeys(c.prefix, shards); err != nil {
-		t.Fatal(err)
+	if d := opt.redis; d != nil {
+		c.redisMode, c.redisURL, c.rdb, c.keys, c.prefix = d.mode, d.url, d.rdb, d.keys, d.keys.Prefix()
+		c.lossExpected = d.lossExpected
+	} else {
+		c.redisMode, c.redisURL = "single", c.redis.URL()
+		c.rdb = redis.NewClient(&redis.Options{Addr: c.redis.Addr})
+		t.Cleanup(func() { c.rdb.Close() })
+		c.prefix = testenv.RandomName("chaos")
+		if c.keys, err = stream.NewKeys(c.prefix, shards); err != nil {
+			t.Fatal(err)
+		}
 	}
 
-	c.intakeRedisURL, c.projectorDBURL = c.redis.URL(), c.dbURL
+	c.intakeRedisURL, c.projectorDBURL = c.redisURL, c.dbURL
 	if opt.proxies != nil {
 		redisAddr, projPG := opt.proxies(c.redis.Addr, pgAddr)
 		c.intakeRedisURL = "redis://" + redisAddr + "/0"
@@ -202,8 +232,8 @@ func replaceHost(t *testing.T, dbURL, addr string) string {
 // common are the flags every daemon of the cluster takes.
 func (c *cluster) common(dbURL, redisURL string) []string {
 	return []string{
-		"--database-url", dbURL, "--redis-url", redisURL,
-		"--stream-prefix", c.prefix, "--shards", strconv.Itoa(shards),
+		"--database-url", dbURL, "--redis-url", redisURL, "--redis-mode", c.redisMode,
+		"--stream-prefix", c.prefix, "--shards", strconv.Itoa(c.keys.Shards()),
 		"--log-format", "text", "--log-level", "info",
 	}
 }
@@ -244,7 +274,7 @@ func (c *cluster) newProjector(n int) *chaos.Process {
 		"--backoff-min", "50ms", "--backoff-max", "1s",
 		"--breaker-open-for", "1s", "--stats-interval", "1s",
 		"--shutdown-grace", "2s",
-	}, c.common(c.projectorDBURL, c.redis.URL())...)
+	}, c.common(c.projectorDBURL, c.redisURL)...)
 	return &chaos.Process{
 		Name: name, Path: tallyBin, Args: args,
 		LogPath: filepath.Join(c.dir, name+".log"),

@@ -41,6 +41,7 @@ type RedisCluster struct {
 type redisProcess struct {
 	addr string
 	dir  string
+	args []string // redis-server's, to start it again
 	cmd  *exec.Cmd
 }
 
@@ -112,7 +113,7 @@ func startRedisProcess(t testing.TB, addr string, args ...string) *redisProcess 
 // answers PING.
 func startRedisWith(t testing.TB, addr, dir string, args ...string) *redisProcess {
 	t.Helper()
-	p := &redisProcess{addr: addr, dir: dir}
+	p := &redisProcess{addr: addr, dir: dir, args: args}
 	p.cmd = exec.Command("redis-server", args...)
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("start redis-server on %s: %v", addr, err)
@@ -278,6 +279,55 @@ func (c *RedisCluster) signal(addr string, sig syscall.Signal) {
 	if err := p.cmd.Process.Signal(sig); err != nil {
 		c.t.Fatalf("signal %s: %v", addr, err)
 	}
+}
+
+// SetNodeTimeout sets cluster-node-timeout on every running node (and on
+// a node Restart starts again): how long a master may not answer before
+// its replica is promoted. StartRedisCluster's nodes use 5s.
+func (c *RedisCluster) SetNodeTimeout(d time.Duration) {
+	c.t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ms := strconv.FormatInt(d.Milliseconds(), 10)
+	for addr, p := range c.nodes {
+		if p.cmd == nil {
+			continue
+		}
+		rdb := redis.NewClient(&redis.Options{Addr: addr})
+		err := rdb.ConfigSet(context.Background(), "cluster-node-timeout", ms).Err()
+		rdb.Close()
+		if err != nil {
+			c.t.Fatalf("%s: CONFIG SET cluster-node-timeout %s: %v", addr, ms, err)
+		}
+		p.args = append(p.args, "--cluster-node-timeout", ms) // the last one counts
+	}
+}
+
+// Kill stops the node at addr with SIGKILL, as a crash would. Its
+// replica is promoted once the other masters have not heard from it for
+// the node timeout.
+func (c *RedisCluster) Kill(addr string) {
+	c.t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p, ok := c.nodes[addr]
+	if !ok || p.cmd == nil {
+		c.t.Fatalf("no running cluster node at %s", addr)
+	}
+	p.kill()
+}
+
+// Restart starts a node Kill stopped again on its files. A master whose
+// replica was promoted meanwhile rejoins as that replica's replica.
+func (c *RedisCluster) Restart(addr string) {
+	c.t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p, ok := c.nodes[addr]
+	if !ok || p.cmd != nil {
+		c.t.Fatalf("no stopped cluster node at %s", addr)
+	}
+	c.nodes[addr] = startRedisWith(c.t, p.addr, p.dir, p.args...)
 }
 
 // stop kills every node.

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -173,6 +174,51 @@ func (s *RedisSentinel) Failover() {
 		s.t.Fatalf("SENTINEL FAILOVER: %v", err)
 	}
 	s.waitReady(promoted, old)
+}
+
+// SetTimeouts sets, on every sentinel, down-after-milliseconds (how long
+// the master may not answer before it is deemed down) and failover-timeout
+// (how long a failover may take before another is tried).
+// StartRedisSentinel uses 2s and 10s.
+func (s *RedisSentinel) SetTimeouts(downAfter, failover time.Duration) {
+	s.t.Helper()
+	for _, a := range s.Sentinels {
+		sc := redis.NewSentinelClient(&redis.Options{Addr: a})
+		err := sc.Set(context.Background(), SentinelMaster, "down-after-milliseconds", strconv.FormatInt(downAfter.Milliseconds(), 10)).Err()
+		if err == nil {
+			err = sc.Set(context.Background(), SentinelMaster, "failover-timeout", strconv.FormatInt(failover.Milliseconds(), 10)).Err()
+		}
+		sc.Close()
+		if err != nil {
+			s.t.Fatalf("sentinel %s: SENTINEL SET: %v", a, err)
+		}
+	}
+}
+
+// Kill stops the server (master or replica) at addr with SIGKILL, as a
+// crash would.
+func (s *RedisSentinel) Kill(addr string) {
+	s.t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p, ok := s.servers[addr]
+	if !ok || p.cmd == nil {
+		s.t.Fatalf("no running Redis server at %s", addr)
+	}
+	p.kill()
+}
+
+// Restart starts a server Kill stopped again on its files. The sentinels
+// make a former master that finds another promoted its replica.
+func (s *RedisSentinel) Restart(addr string) {
+	s.t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p, ok := s.servers[addr]
+	if !ok || p.cmd != nil {
+		s.t.Fatalf("no stopped Redis server at %s", addr)
+	}
+	s.servers[addr] = startRedisWith(s.t, p.addr, p.dir, p.args...)
 }
 
 func (s *RedisSentinel) stop() {
