@@ -44,7 +44,22 @@
 //     degraded), and afterwards that every probe vote is recorded;
 //   - slow-postgres-overlap: latency on that link with a --min-idle shorter
 //     than a batch may take, so live projectors claim and apply each
-//     other's entries at once, and projectors are killed meanwhile.
+//     other's entries at once, and projectors are killed meanwhile;
+//   - postgres-failover: a private primary with a synchronous streaming
+//     standby; the primary stops at once and the standby is promoted; the
+//     daemons' multi-host URL (target_session_attrs=read-write) finds it;
+//   - redis-cluster-failover and redis-sentinel-failover, each with and
+//     without intake's --redis-wait-replicas 1 (-wait1, -nowait): a
+//     private Redis Cluster of three masters with a replica each, or a
+//     master, a replica and three sentinels; the master of a shard is
+//     killed with -9, its replica promoted, the old master restarted as a
+//     replica. Without WAIT a loss is recorded rather than failed (Redis
+//     replication is asynchronous); nothing may be counted twice.
+//     The short profile runs only redis-cluster-failover-wait1.
+//
+// The receipt test (receipt_test.go) runs a voter's receipt end to end:
+// the projector signs, intake answers the receipt, tally audit receipt
+// checks it offline and against a later checkpoint.
 //
 // Every scenario ends with the loadtest's verification: 0 lost, 0 counted
 // twice, tallies equal to the ground truth, rebuild equal to the
