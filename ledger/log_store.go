@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"golang.org/x/mod/sumdb/tlog"
 
 	"tally/audit"
+	"tally/vote"
 )
 
 // This file keeps each poll's Merkle log in PostgreSQL, in the append's
@@ -231,7 +233,7 @@ const buildChunk = 1 << 16
 // logRowsSQL reads a poll's leaves in leaf order, each with its ledger
 // row: NULLs where the row is gone.
 const logRowsSQL = `
-SELECT l.first_leaf + s.ord - 1, s.seq, e.poll_id, e.candidate_id, e.principal_id, e.client_event_id, e.received_at
+SELECT l.first_leaf + s.ord - 1, s.seq, e.poll_id, e.candidate_id, e.principal_id, e.client_event_id, e.received_at, e.fingerprint
 FROM poll_log_leaves l
 CROSS JOIN LATERAL unnest(l.seqs) WITH ORDINALITY AS s(seq, ord)
 LEFT JOIN poll_events e ON e.seq = s.seq
@@ -264,7 +266,7 @@ func buildLog(ctx context.Context, tx pgx.Tx, poll string, h *logHead, added int
 	if _, err := tx.Exec(ctx, numberRowsSQL, poll); err != nil {
 		return interpretError(what, err)
 	}
-	state, full, n, err := hashRows(ctx, tx, poll, nil)
+	state, full, n, _, err := hashRows(ctx, tx, poll)
 	if err != nil {
 		return err
 	}
@@ -281,18 +283,19 @@ func buildLog(ctx context.Context, tx pgx.Tx, poll string, h *logHead, added int
 }
 
 // hashRows reads a poll's rows in leaf order and returns its log, the full
-// tiles and the number of leaves. A gap or a repeat in the leaf indexes, or
-// a leaf whose row is gone or of another poll, is a *LogError naming the
-// leaf. onTile, when set, sees every full tile as it is
-// made (the rebuild compares them with the stored ones).
-func hashRows(ctx context.Context, tx pgx.Tx, poll string, onTile func(fullTile)) (logState, []fullTile, int64, error) {
+// tiles, the number of leaves, and the first leaf whose stored fingerprint
+// is not vote.Fingerprint of its poll and candidate (-1: none; the leaf
+// hash leaves the fingerprint out, yet an append compares it to tell a
+// redelivered event from a key reused for another answer). A gap or a
+// repeat in the leaf indexes, or a leaf whose row is gone or of another
+// poll, is a *LogError naming the leaf.
+func hashRows(ctx context.Context, tx pgx.Tx, poll string) (state logState, all []fullTile, n, badFP int64, err error) {
 	what := "hash the log of poll " + poll
 	rows, err := tx.Query(ctx, logRowsSQL, poll)
 	if err != nil {
-		return logState{}, nil, 0, interpretError(what, err)
+		return logState{}, nil, 0, -1, interpretError(what, err)
 	}
-	state := emptyLog()
-	var all []fullTile
+	state, badFP = emptyLog(), -1
 	chunk := make([]tlog.Hash, 0, buildChunk)
 	flush := func() error {
 		next, full, err := state.extend(chunk)
@@ -300,23 +303,18 @@ func hashRows(ctx context.Context, tx pgx.Tx, poll string, onTile func(fullTile)
 			return err
 		}
 		state, chunk = next, chunk[:0]
-		if onTile != nil {
-			for _, t := range full {
-				onTile(t)
-			}
-			return nil
-		}
 		all = append(all, full...)
 		return nil
 	}
-	var n int64
+	fps := map[string][32]byte{} // by candidate
 	var (
 		leaf, seq         int64
 		rowPoll, cand, pr *string
 		key               *string
 		received          *time.Time
+		fp                []byte
 	)
-	_, err = pgx.ForEachRow(rows, []any{&leaf, &seq, &rowPoll, &cand, &pr, &key, &received}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&leaf, &seq, &rowPoll, &cand, &pr, &key, &received, &fp}, func() error {
 		if leaf != n {
 			return &LogError{PollID: poll, Leaf: n, Problem: leafGap(n, leaf)}
 		}
@@ -330,6 +328,14 @@ func hashRows(ctx context.Context, tx pgx.Tx, poll string, onTile func(fullTile)
 		if err != nil {
 			return fmt.Errorf("leaf %d: %w", leaf, err)
 		}
+		want, ok := fps[*cand]
+		if !ok {
+			want = vote.Fingerprint(poll, *cand)
+			fps[*cand] = want
+		}
+		if badFP < 0 && !bytes.Equal(fp, want[:]) {
+			badFP = leaf
+		}
 		chunk = append(chunk, h)
 		n++
 		if len(chunk) == buildChunk {
@@ -341,9 +347,9 @@ func hashRows(ctx context.Context, tx pgx.Tx, poll string, onTile func(fullTile)
 		err = flush()
 	}
 	if err != nil {
-		return logState{}, nil, 0, interpretError(what, err)
+		return logState{}, nil, 0, -1, interpretError(what, err)
 	}
-	return state, all, n, nil
+	return state, all, n, badFP, nil
 }
 
 func leafGap(want, got int64) string {

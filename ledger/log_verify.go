@@ -8,8 +8,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"golang.org/x/mod/sumdb/tlog"
-
-	"tally/vote"
 )
 
 // LogCheck is the rebuild's verdict on one poll's log: the ledger's rows
@@ -72,71 +70,79 @@ func verifyLogs(ctx context.Context, tx pgx.Tx, pollID string) ([]LogCheck, erro
 // verifyLog checks one poll's log: its tree against the rows, then, when
 // the tree holds, each row's fingerprint, which the leaf does not cover.
 func verifyLog(ctx context.Context, tx pgx.Tx, poll string, size int64, root, partial []byte) (LogCheck, error) {
-	c, err := verifyTree(ctx, tx, poll, size, root, partial)
+	c, badFP, err := verifyTree(ctx, tx, poll, size, root, partial)
 	if err != nil || !c.OK() {
 		return c, err
 	}
-	leaf, err := firstBadFingerprint(ctx, tx, poll)
-	if err != nil {
-		return c, err
-	}
-	if leaf >= 0 {
-		c.Leaf, c.Problem = leaf, "the stored fingerprint does not match the row's poll and candidate"
+	if badFP >= 0 {
+		c.Leaf, c.Problem = badFP, "the stored fingerprint does not match the row's poll and candidate"
 	}
 	return c, nil
 }
 
-func verifyTree(ctx context.Context, tx pgx.Tx, poll string, size int64, root, partial []byte) (LogCheck, error) {
+// verifyTree hashes the poll's rows against its stored head and tiles; it
+// also returns the first leaf whose fingerprint is wrong (-1: none).
+func verifyTree(ctx context.Context, tx pgx.Tx, poll string, size int64, root, partial []byte) (LogCheck, int64, error) {
 	c := LogCheck{PollID: poll, Size: size, Leaf: -1}
-	state, full, n, err := hashRows(ctx, tx, poll, nil)
+	state, full, n, badFP, err := hashRows(ctx, tx, poll)
 	var le *LogError
 	switch {
 	case errors.As(err, &le):
 		c.Leaf, c.Problem = le.Leaf, le.Problem
-		return c, nil
+		return c, badFP, nil
 	case err != nil:
-		return c, err
+		return c, -1, err
 	}
-	var unnumbered *int64
-	if err := tx.QueryRow(ctx, unnumberedSQL, poll).Scan(&c.Rows, &unnumbered); err != nil {
-		return c, err
+	if err := tx.QueryRow(ctx, `SELECT count(*) FROM poll_events WHERE poll_id = $1`, poll).Scan(&c.Rows); err != nil {
+		return c, -1, err
 	}
 	if root == nil {
 		c.Problem = "the log is still to build from rows older than it: run tally migrate up"
-		return c, nil
+		return c, badFP, nil
 	}
 	stored, err := storedTiles(ctx, tx, poll)
 	if err != nil {
-		return c, err
+		return c, -1, err
 	}
 	for _, t := range full {
 		if leaf, what := firstDifference(t.level, t.idx, t.data, stored[[2]int64{int64(t.level), t.idx}]); what != "" {
 			c.Leaf, c.Problem = leaf, what
-			return c, nil
+			return c, badFP, nil
 		}
 	}
 	storedPartial, err := splitPartial(size, partial)
 	if n != size || err != nil {
 		c.Leaf = min(n, size)
 		c.Problem = fmt.Sprintf("the head counts %d leaves, the log numbers %d rows", size, n)
-		return c, nil
+		return c, badFP, nil
 	}
-	if unnumbered != nil {
+	// Every leaf is a row of the poll (hashRows); with as many rows as
+	// leaves, every row is a leaf, unless a leaf names a row twice, which
+	// the tiles would show. Only when the counts differ is the row in no
+	// leaf looked for, to name it.
+	if c.Rows != n {
+		var unnumbered *int64
+		if err := tx.QueryRow(ctx, unnumberedSQL, poll).Scan(&unnumbered); err != nil {
+			return c, -1, err
+		}
 		c.Leaf = n
-		c.Problem = fmt.Sprintf("the ledger row of seq %d is in no leaf of the log (the ledger has %d rows, the log %d leaves): it was inserted outside an append", *unnumbered, c.Rows, n)
-		return c, nil
+		c.Problem = fmt.Sprintf("the ledger has %d rows of the poll, its log %d leaves", c.Rows, n)
+		if unnumbered != nil {
+			c.Problem = fmt.Sprintf("the ledger row of seq %d is in no leaf of the log (the ledger has %d rows, the log %d leaves): it was inserted outside an append", *unnumbered, c.Rows, n)
+		}
+		return c, badFP, nil
 	}
 	for level, data := range state.partial {
 		idx := size >> (tileHeight * level) >> tileHeight
 		if leaf, what := firstDifference(level, idx, data, storedPartial[level]); what != "" {
 			c.Leaf, c.Problem = leaf, what
-			return c, nil
+			return c, badFP, nil
 		}
 	}
 	if !bytes.Equal(state.root[:], root) {
 		c.Problem = fmt.Sprintf("the rows hash to root %s, the head stores %s", state.root, tlog.Hash(root))
 	}
-	return c, nil
+	return c, badFP, nil
 }
 
 // firstDifference compares a tile the rows make with the stored one and
@@ -165,49 +171,12 @@ func firstDifference(level int, idx int64, made, stored []byte) (int64, string) 
 	return 0, ""
 }
 
-const fingerprintsSQL = `
-SELECT l.first_leaf + s.ord - 1, e.candidate_id, e.fingerprint
-FROM poll_log_leaves l
-CROSS JOIN LATERAL unnest(l.seqs) WITH ORDINALITY AS s(seq, ord)
-JOIN poll_events e ON e.seq = s.seq
-WHERE l.poll_id = $1
-ORDER BY l.first_leaf, s.ord`
-
-// unnumberedSQL counts a poll's ledger rows and finds the first that is
-// no leaf of its log (an anti-join, hashed: linear in the rows).
+// unnumberedSQL finds a poll's first ledger row that is no leaf of its
+// log (an anti-join, hashed: linear in the rows).
 const unnumberedSQL = `
-SELECT (SELECT count(*) FROM poll_events WHERE poll_id = $1),
-       (SELECT min(e.seq) FROM poll_events e
-        LEFT JOIN (SELECT unnest(seqs) AS seq FROM poll_log_leaves WHERE poll_id = $1) l ON l.seq = e.seq
-        WHERE e.poll_id = $1 AND l.seq IS NULL)`
-
-// firstBadFingerprint returns the first leaf of poll whose stored
-// fingerprint is not vote.Fingerprint of its poll and candidate, or -1.
-// The leaf hash leaves the fingerprint out, so the tree cannot vouch for
-// it, yet an append compares it to tell a redelivered event from a key
-// reused for another answer.
-func firstBadFingerprint(ctx context.Context, tx pgx.Tx, poll string) (int64, error) {
-	rows, err := tx.Query(ctx, fingerprintsSQL, poll)
-	if err != nil {
-		return -1, interpretError("check the fingerprints of poll "+poll, err)
-	}
-	var (
-		leaf int64
-		cand string
-		fp   []byte
-	)
-	bad := int64(-1)
-	_, err = pgx.ForEachRow(rows, []any{&leaf, &cand, &fp}, func() error {
-		if want := vote.Fingerprint(poll, cand); bad < 0 && !bytes.Equal(fp, want[:]) {
-			bad = leaf
-		}
-		return nil
-	})
-	if err != nil {
-		return -1, interpretError("check the fingerprints of poll "+poll, err)
-	}
-	return bad, nil
-}
+SELECT min(e.seq) FROM poll_events e
+LEFT JOIN (SELECT unnest(seqs) AS seq FROM poll_log_leaves WHERE poll_id = $1) l ON l.seq = e.seq
+WHERE e.poll_id = $1 AND l.seq IS NULL`
 
 // storedTiles reads a poll's full tiles, by (level, index).
 func storedTiles(ctx context.Context, tx pgx.Tx, poll string) (map[[2]int64][]byte, error) {
