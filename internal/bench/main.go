@@ -89,7 +89,7 @@ var full = sizes{
 	wrkRounds: 5, wrkFor: 8 * time.Second,
 	e2eFor:        20 * time.Second,
 	importEvents:  1_000_000,
-	rebuildEvents: 10_000_000, rebuildRounds: 3,
+	rebuildEvents: 2_000_000, rebuildRounds: 3,
 	logLeaves: 1_000_000, proofs: 2_000,
 	clusterReplicas: 1,
 	liveViewers:     1_000, liveRate: 500, liveFor: 5 * time.Second, liveRounds: 2,
@@ -134,7 +134,7 @@ func parseFlags() options {
 	flag.StringVar(&o.out, "out", "", "markdown `FILE` to write the table into (between its bench markers)")
 	only := flag.String("only", "", "comma-separated measurements to run (default all)")
 	flag.BoolVar(&o.short, "short", false, "small sizes: a check that every measurement runs")
-	flag.DurationVar(&o.timeout, "timeout", 15*time.Minute, "bound on the whole run")
+	flag.DurationVar(&o.timeout, "timeout", 30*time.Minute, "bound on the whole run")
 	flag.StringVar(&o.logPath, "log", "", "`FILE` for the output of the child processes (default stderr)")
 	flag.Parse()
 	o.only = map[string]bool{}
