@@ -25,9 +25,11 @@
 // that can only be recorded, after which the full rules run for whatever it
 // left out (see appendTx). The events travel as arrays (unnest), and
 // the projection deltas are aggregated per (poll, candidate) and applied in
-// a fixed order, so concurrent appenders do not deadlock each other. A
-// deadlock or serialization failure that PostgreSQL still reports makes the
-// whole batch retry, a bounded number of times.
+// a fixed order, and the rows inserted in the order of (principal, key), so
+// concurrent appenders of disjoint principals (the projector's lanes) do
+// not deadlock each other. A deadlock or serialization failure that
+// PostgreSQL still reports (appenders that share principals) makes the
+// whole batch retry, a bounded number of times, and is retryable after.
 //
 // The database itself refuses UPDATE, DELETE and TRUNCATE on poll_events
 // (I5). Store.Rebuild recomputes every tally from the ledger in one

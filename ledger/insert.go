@@ -16,9 +16,12 @@ import (
 // (log_store.go), so concurrent appends to one poll overlap here and meet
 // only on its poll_results rows, from the insert to the commit, as before
 // the log. Two appends meet on the unique indexes only through a principal
-// in both batches, which the projector's lanes make rare, and a deadlock
-// between them is retried. The two differ only in which rows of the batch
-// they keep.
+// in both batches, which the projector's lanes make rare; both insert in
+// the order of (principal, key), so that two appends that do meet there
+// take the index entries in the same order rather than deadlock (one that
+// PostgreSQL still reports is retried). Insert order is not leaf order:
+// the append numbers its rows in batch order. The two differ only in which
+// rows of the batch they keep.
 
 // insertFreshSQL is the optimistic step of appendTx: it inserts the events
 // that are valid by the catalog, whose key has no rejection record, and
@@ -50,7 +53,7 @@ WITH input AS (
     INSERT INTO poll_events (poll_id, candidate_id, principal_id, client_event_id, fingerprint, received_at)
     SELECT poll_id, candidate_id, principal_id, client_event_id, fingerprint, received_at
     FROM keep
-    ORDER BY ord
+    ORDER BY principal_id, client_event_id
     RETURNING seq, principal_id, client_event_id, poll_id, candidate_id
 ), proj AS (
     INSERT INTO poll_results AS r (poll_id, candidate_id, vote_count)
@@ -73,7 +76,7 @@ WITH input AS (
     INSERT INTO poll_events (poll_id, candidate_id, principal_id, client_event_id, fingerprint, received_at)
     SELECT i.poll_id, i.candidate_id, i.principal_id, i.client_event_id, i.fingerprint, i.received_at
     FROM input i
-    ORDER BY i.ord
+    ORDER BY i.principal_id, i.client_event_id
     RETURNING seq, principal_id, client_event_id, poll_id, candidate_id
 ), proj AS (
     INSERT INTO poll_results AS r (poll_id, candidate_id, vote_count)

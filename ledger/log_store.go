@@ -2,7 +2,6 @@ package ledger
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -19,7 +18,7 @@ import (
 // This file keeps each poll's Merkle log in PostgreSQL, in the append's
 // own transaction. After both insert steps, the append locks the heads of
 // the polls it added rows to (in poll order), numbers its new rows from
-// each head's size, in seq order, writes one poll_log_leaves row per poll
+// each head's size, in batch order, writes one poll_log_leaves row per poll
 // (the seqs in leaf order), hashes the new leaves and writes the full
 // tiles and the heads. Appends to one poll take turns from the lock to the
 // commit, which makes each poll's leaves dense and in commit order;
@@ -167,7 +166,9 @@ type newLeaf struct {
 }
 
 // appendLogs adds the rows the append inserted (the recorded outcomes) to
-// their polls' logs, in seq order: it locks the heads of their polls,
+// their polls' logs, in batch order (the stream's, or an import file's, so
+// an export imported elsewhere gets the same leaves): it locks the heads of
+// their polls,
 // notes the leaves, and writes them with the new tiles and heads. A poll
 // whose log is still to build is built with them.
 func appendLogs(ctx context.Context, tx pgx.Tx, events []Event, outcomes []Outcome) error {
@@ -202,7 +203,7 @@ func appendLogs(ctx context.Context, tx pgx.Tx, events []Event, outcomes []Outco
 			}
 			continue
 		}
-		slices.SortFunc(leaves, func(a, b newLeaf) int { return cmp.Compare(a.seq, b.seq) })
+		// leaves are in batch order already: outcomes are.
 		hashes := make([]tlog.Hash, len(leaves))
 		seqs := make([]int64, len(leaves))
 		for i, l := range leaves {
