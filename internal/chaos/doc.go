@@ -55,7 +55,8 @@
 //     killed with -9, its replica promoted, the old master restarted as a
 //     replica. Without WAIT a loss is recorded rather than failed (Redis
 //     replication is asynchronous); nothing may be counted twice.
-//     The short profile runs only redis-cluster-failover-wait1.
+//     The short profile runs only redis-cluster-failover-wait1 of the
+//     failover scenarios (postgres-failover too runs in make chaos only).
 //
 // The receipt test (receipt_test.go) runs a voter's receipt end to end:
 // the projector signs, intake answers the receipt, tally audit receipt

@@ -17,7 +17,13 @@ import (
 // is applied again and answers duplicate. With synchronous replication no
 // committed batch is lost: the scenario ends with the usual verification
 // (nothing lost, nothing counted twice, rebuild agrees).
+//
+// It runs with the long profile only (make chaos): make test keeps one
+// failover scenario, redis-cluster-failover-wait1, to stay within its time.
 func TestPostgresFailover(t *testing.T) {
+	if prof.name != "long" {
+		t.Skip("runs with the long profile only (TALLY_CHAOS=long, make chaos); the short profile runs redis-cluster-failover-wait1")
+	}
 	c := newCluster(t, clusterOptions{intakes: 1, projectors: 2, privatePostgres: true, standby: true})
 	const promoteAfter = time.Second // the failover manager's detection and decision
 	run(t, c, "postgres-failover", 12*time.Second, func(ctx context.Context, ending func()) (int, string, error) {
