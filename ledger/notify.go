@@ -2,12 +2,9 @@ package ledger
 
 import (
 	"context"
-	"log/slog"
 	"slices"
-	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/sethvargo/go-retry"
 )
 
 // This file tells whoever listens that a poll's results changed: an append
@@ -61,28 +58,7 @@ func notifyResults(ctx context.Context, tx pgx.Tx, events []Event, outcomes []Ou
 // that call miss nothing a later notification would not report. fn runs
 // on the listening goroutine: it should only note the change and return.
 func (s *Store) WatchResults(ctx context.Context, fn func(pollID string)) {
-	var last error // why the last connection ended
-	newBackoff := func() retry.Backoff {
-		return retry.WithCappedDuration(10*time.Second, retry.NewExponential(100*time.Millisecond))
-	}
-	backoff := newBackoff()
-	logged := retry.BackoffFunc(func() (time.Duration, bool) {
-		d, stop := backoff.Next()
-		s.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "results listener lost; reconnecting",
-			slog.String("component", "ledger"), slog.String("error", last.Error()), slog.Duration("backoff", d))
-		return d, stop
-	})
-	_ = retry.Do(ctx, logged, func(ctx context.Context) error {
-		var listened bool
-		listened, last = s.watchResultsOnce(ctx, fn)
-		if listened {
-			backoff = newBackoff() // a connection that worked was not a failure in a row
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		return retry.RetryableError(last)
-	})
+	s.keepListening(ctx, "results", func(ctx context.Context) (bool, error) { return s.watchResultsOnce(ctx, fn) })
 }
 
 // watchResultsOnce listens on one connection until it fails or ctx ends.

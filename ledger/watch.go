@@ -27,6 +27,14 @@ type CatalogChange struct {
 // notifications may have been missed meanwhile. fn runs on the listening
 // goroutine: it should only note the change and return.
 func (s *Store) WatchCatalog(ctx context.Context, fn func(CatalogChange)) {
+	s.keepListening(ctx, "catalog", func(ctx context.Context) (bool, error) { return s.watchOnce(ctx, fn) })
+}
+
+// keepListening runs once (one listening connection, until it fails) again
+// and again until ctx ends: after a backoff from 100ms doubling up to 10s,
+// which starts again once a connection listened. what names the listener
+// in the log.
+func (s *Store) keepListening(ctx context.Context, what string, once func(context.Context) (listened bool, err error)) {
 	var last error // why the last connection ended
 	newBackoff := func() retry.Backoff {
 		return retry.WithCappedDuration(10*time.Second, retry.NewExponential(100*time.Millisecond))
@@ -34,13 +42,13 @@ func (s *Store) WatchCatalog(ctx context.Context, fn func(CatalogChange)) {
 	backoff := newBackoff()
 	logged := retry.BackoffFunc(func() (time.Duration, bool) {
 		d, stop := backoff.Next()
-		s.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "catalog listener lost; reconnecting",
+		s.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, what+" listener lost; reconnecting",
 			slog.String("component", "ledger"), slog.String("error", last.Error()), slog.Duration("backoff", d))
 		return d, stop
 	})
 	_ = retry.Do(ctx, logged, func(ctx context.Context) error {
 		var listened bool
-		listened, last = s.watchOnce(ctx, fn)
+		listened, last = once(ctx)
 		if listened {
 			backoff = newBackoff() // a connection that worked was not a failure in a row
 		}
