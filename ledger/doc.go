@@ -69,7 +69,9 @@
 //     partial tiles kept with the head).
 //   - log_store.go: the log kept in the append's transaction: after the
 //     inserts, heads locked, new rows numbered (poll_log_leaves), tiles and
-//     heads written; BuildLogs for rows from before the log; Head.
+//     heads written; Head.
+//   - log_build.go: a poll's log hashed again from its rows in leaf order
+//     (rebuild's check), and BuildLogs for logs with no root yet.
 //   - log_verify.go: the rebuild's check of every log against its rows.
 //   - log_read.go: inclusion and consistency proofs from the stored tiles.
 //   - checkpoints.go: the signed checkpoints of each poll's log.

@@ -1,18 +1,15 @@
 package ledger
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"slices"
 	"strconv"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"golang.org/x/mod/sumdb/tlog"
 
 	"tally/audit"
-	"tally/vote"
 )
 
 // This file keeps each poll's Merkle log in PostgreSQL, in the append's
@@ -226,187 +223,6 @@ func appendLogs(ctx context.Context, tx pgx.Tx, events []Event, outcomes []Outco
 func leafHash(e Event) (tlog.Hash, error) {
 	return audit.LeafHash(audit.Leaf{PollID: e.PollID, CandidateID: e.CandidateID, PrincipalID: e.PrincipalID,
 		ClientEventID: e.ClientEventID, ReceivedAt: e.ReceivedAt})
-}
-
-// buildChunk is how many leaves buildLog hashes at a time.
-const buildChunk = 1 << 16
-
-// logRowsSQL reads a poll's leaves in leaf order, each with its ledger
-// row: NULLs where the row is gone.
-const logRowsSQL = `
-SELECT l.first_leaf + s.ord - 1, s.seq, e.poll_id, e.candidate_id, e.principal_id, e.client_event_id, e.received_at, e.fingerprint
-FROM poll_log_leaves l
-CROSS JOIN LATERAL unnest(l.seqs) WITH ORDINALITY AS s(seq, ord)
-LEFT JOIN poll_events e ON e.seq = s.seq
-WHERE l.poll_id = $1
-ORDER BY l.first_leaf, s.ord`
-
-// numberRowsSQL gives the rows of a poll that are in no leaf yet the
-// next leaves, in the order of seq, buildChunk to a poll_log_leaves row:
-// all its rows for a ledger from before the log, none for a log whose
-// tiles are made again (migration 00009), the append's own for an append
-// that builds its poll's log.
-const numberRowsSQL = `
-WITH next AS (
-    SELECT coalesce(max(first_leaf + cardinality(seqs)), 0) AS leaf FROM poll_log_leaves WHERE poll_id = $1
-)
-INSERT INTO poll_log_leaves (poll_id, first_leaf, seqs, min_seq, max_seq)
-SELECT $1, (SELECT leaf FROM next) + r.n / 65536 * 65536, array_agg(r.seq ORDER BY r.seq), min(r.seq), max(r.seq)
-FROM (SELECT e.seq, row_number() OVER (ORDER BY e.seq) - 1 AS n
-      FROM poll_events e
-      LEFT JOIN (SELECT unnest(seqs) AS seq FROM poll_log_leaves WHERE poll_id = $1) l ON l.seq = e.seq
-      WHERE e.poll_id = $1 AND l.seq IS NULL) r
-GROUP BY r.n / 65536 ORDER BY 2`
-
-// buildLog hashes every leaf of a poll whose head has no root (rows from
-// before the log, or tiles to make again), numbering first its rows in
-// no leaf (added of them are the append's own), and writes its leaves,
-// tiles and head, in tx, which holds the head.
-func buildLog(ctx context.Context, tx pgx.Tx, poll string, h *logHead, added int64) error {
-	what := "build the log of poll " + poll
-	if _, err := tx.Exec(ctx, numberRowsSQL, poll); err != nil {
-		return interpretError(what, err)
-	}
-	state, full, n, _, err := hashRows(ctx, tx, poll)
-	if err != nil {
-		return err
-	}
-	if n != h.size+added {
-		return fmt.Errorf("%s: %d leaves, but its head counts %d and the append added %d: run tally rebuild, which names what differs", what, n, h.size, added)
-	}
-	var w logWrites
-	w.add(poll, state, full)
-	if err := w.exec(ctx, tx, what); err != nil {
-		return err
-	}
-	h.state, h.built = state, true
-	return nil
-}
-
-// hashRows reads a poll's rows in leaf order and returns its log, the full
-// tiles, the number of leaves, and the first leaf whose stored fingerprint
-// is not vote.Fingerprint of its poll and candidate (-1: none; the leaf
-// hash leaves the fingerprint out, yet an append compares it to tell a
-// redelivered event from a key reused for another answer). A gap or a
-// repeat in the leaf indexes, or a leaf whose row is gone or of another
-// poll, is a *LogError naming the leaf.
-func hashRows(ctx context.Context, tx pgx.Tx, poll string) (state logState, all []fullTile, n, badFP int64, err error) {
-	what := "hash the log of poll " + poll
-	rows, err := tx.Query(ctx, logRowsSQL, poll)
-	if err != nil {
-		return logState{}, nil, 0, -1, interpretError(what, err)
-	}
-	state, badFP = emptyLog(), -1
-	chunk := make([]tlog.Hash, 0, buildChunk)
-	flush := func() error {
-		next, full, err := state.extend(chunk)
-		if err != nil {
-			return err
-		}
-		state, chunk = next, chunk[:0]
-		all = append(all, full...)
-		return nil
-	}
-	fps := map[string][32]byte{} // by candidate
-	var (
-		leaf, seq         int64
-		rowPoll, cand, pr *string
-		key               *string
-		received          *time.Time
-		fp                []byte
-	)
-	_, err = pgx.ForEachRow(rows, []any{&leaf, &seq, &rowPoll, &cand, &pr, &key, &received, &fp}, func() error {
-		if leaf != n {
-			return &LogError{PollID: poll, Leaf: n, Problem: leafGap(n, leaf)}
-		}
-		switch {
-		case rowPoll == nil:
-			return &LogError{PollID: poll, Leaf: leaf, Problem: fmt.Sprintf("its ledger row (seq %d) is missing: it was deleted", seq)}
-		case *rowPoll != poll:
-			return &LogError{PollID: poll, Leaf: leaf, Problem: fmt.Sprintf("its ledger row (seq %d) is poll %s's: the row was changed or the leaf moved", seq, *rowPoll)}
-		}
-		h, err := leafHash(Event{PollID: poll, CandidateID: *cand, PrincipalID: *pr, ClientEventID: *key, ReceivedAt: *received})
-		if err != nil {
-			return fmt.Errorf("leaf %d: %w", leaf, err)
-		}
-		want, ok := fps[*cand]
-		if !ok {
-			want = vote.Fingerprint(poll, *cand)
-			fps[*cand] = want
-		}
-		if badFP < 0 && !bytes.Equal(fp, want[:]) {
-			badFP = leaf
-		}
-		chunk = append(chunk, h)
-		n++
-		if len(chunk) == buildChunk {
-			return flush()
-		}
-		return nil
-	})
-	if err == nil {
-		err = flush()
-	}
-	if err != nil {
-		return logState{}, nil, 0, -1, interpretError(what, err)
-	}
-	return state, all, n, badFP, nil
-}
-
-func leafGap(want, got int64) string {
-	if got < want {
-		return fmt.Sprintf("leaf index %d appears twice", got)
-	}
-	return fmt.Sprintf("leaf %d is missing (the next row is leaf %d)", want, got)
-}
-
-// LogError names a discrepancy in a poll's log: the poll, the first leaf
-// concerned and what is wrong.
-type LogError struct {
-	PollID  string
-	Leaf    int64
-	Problem string
-}
-
-func (e *LogError) Error() string {
-	return fmt.Sprintf("poll %s, leaf %d: %s", e.PollID, e.Leaf, e.Problem)
-}
-
-// BuildLogs hashes the rows of every poll whose log is still to build (rows
-// from before the log existed; see migration 00004), one poll per
-// transaction, and returns how many it built. `tally migrate up` runs it;
-// an append to such a poll would build its log itself.
-func (s *Store) BuildLogs(ctx context.Context) (int, error) {
-	rows, err := s.pool.Query(ctx, `SELECT poll_id FROM poll_log_heads WHERE root IS NULL ORDER BY poll_id`)
-	if err != nil {
-		return 0, interpretError("list the logs to build", err)
-	}
-	polls, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return 0, interpretError("list the logs to build", err)
-	}
-	built := 0
-	for _, poll := range polls {
-		start := time.Now()
-		err := s.runTx(ctx, "build the log of poll "+poll, pgx.TxOptions{}, func(tx pgx.Tx) error {
-			heads, err := lockHeads(ctx, tx, []string{poll})
-			switch {
-			case err != nil:
-				return err
-			case heads[poll] == nil:
-				return fmt.Errorf("build the log of poll %s: it has no head", poll)
-			case heads[poll].built:
-				return nil // an append built it meanwhile
-			}
-			return buildLog(ctx, tx, poll, heads[poll], 0)
-		})
-		if err != nil {
-			return built, err
-		}
-		built++
-		s.cfg.Logger.Info("built a poll's log from its rows", "poll", poll, "took", time.Since(start).Round(time.Millisecond))
-	}
-	return built, nil
 }
 
 // LogHead is a poll's log as its head stores it: the tree's size and root.
