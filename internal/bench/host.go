@@ -131,3 +131,27 @@ func (e *env) redisCPU(ctx context.Context) float64 {
 	}
 	return sum
 }
+
+// cpuSnap is the CPU time, in seconds, each part of a pipeline under
+// tally loadtest has used up to one moment.
+type cpuSnap struct {
+	intakes   float64 // every intake's, summed
+	projector float64
+	postgres  float64 // the backends connected to the pipeline's database
+	redis     float64 // the whole Redis server's
+	client    float64 // tally loadtest's
+}
+
+// pipelineCPU is the CPU time of p's processes, of the PostgreSQL
+// backends connected to db, of Redis, and of the process client.
+func (e *env) pipelineCPU(ctx context.Context, p *pipeline, db string, client int) cpuSnap {
+	var s cpuSnap
+	for _, ip := range p.intakes {
+		s.intakes += cpuSeconds(ip.cmd.Process.Pid)
+	}
+	s.projector = cpuSeconds(p.projector.cmd.Process.Pid)
+	s.postgres = e.backendCPU(ctx, db)
+	s.redis = e.redisCPU(ctx)
+	s.client = cpuSeconds(client)
+	return s
+}

@@ -190,7 +190,11 @@ type e2eResult struct {
 	p50, p99            float64 // accept-to-recorded, ms
 	intakeHWM, projHWM  float64
 	recorded, attempted int64
-	command             string
+	drain               float64 // s from the end of sending to an empty backlog
+	// cpu is the CPU time per vote answered 202 of each part, over the
+	// steady part of the sending (cpuWindow).
+	cpu     cpuPerVote
+	command string
 }
 
 // endToEnd runs intake and the projector (shipped settings) on a fresh
@@ -202,38 +206,66 @@ func (e *env) endToEnd(ctx context.Context, d time.Duration, concurrency int) (e
 	return e.loadPipeline(ctx, "e2e", "127.0.0.1:18192", []string{"--redis-url", e.redisURL, "--stream-prefix", keys.Prefix()}, d, concurrency)
 }
 
+// shape is what a pipeline runs: an intake on each address, and a
+// projector with the extra flags projector (S: --workers).
+type shape struct {
+	addrs     []string
+	projector []string
+}
+
 // pipeline is intake and a projector (shipped settings) on one database
-// and Redis, as E runs them.
+// and Redis, as E runs them; S runs two intakes.
 type pipeline struct {
 	intake, projector *proc
-	addr              string // intake's
+	addr              string   // intake's
+	intakes           []*proc  // every intake, intake first
+	addrs             []string // theirs
 }
 
 // startPipeline starts intake on addr (with intakeFlags and extra) and a
 // projector, both with the flags common, and waits until intake answers.
 func (e *env) startPipeline(ctx context.Context, addr string, common []string, extra ...string) (*pipeline, error) {
-	args := append(append([]string{e.tally, "intake", "--listen", addr, "--log-level", "error"}, common...), intakeFlags...)
-	ip, err := start(ctx, logFile, append(args, extra...)...)
-	if err != nil {
-		return nil, err
+	return e.startShape(ctx, shape{addrs: []string{addr}}, common, extra...)
+}
+
+// startShape starts sh's intakes (with intakeFlags and extra) and its
+// projector, all with the flags common, and waits until every intake
+// answers.
+func (e *env) startShape(ctx context.Context, sh shape, common []string, extra ...string) (*pipeline, error) {
+	p := &pipeline{addrs: sh.addrs}
+	for _, addr := range sh.addrs {
+		args := slices.Concat([]string{e.tally, "intake", "--listen", addr, "--log-level", "error"}, common, intakeFlags, extra)
+		ip, err := start(ctx, logFile, args...)
+		if err != nil {
+			p.stop()
+			return nil, err
+		}
+		p.intakes = append(p.intakes, ip)
 	}
-	pp, err := start(ctx, logFile, append([]string{e.tally, "projector", "--consumer", "bench", "--log-level", "warn"}, common...)...)
+	p.intake, p.addr = p.intakes[0], p.addrs[0]
+	pp, err := start(ctx, logFile, slices.Concat([]string{e.tally, "projector", "--consumer", "bench", "--log-level", "warn"}, common, sh.projector)...)
 	if err != nil {
-		ip.stop()
-		return nil, err
-	}
-	p := &pipeline{intake: ip, projector: pp, addr: addr}
-	if err := waitHealthy(ctx, ip, addr); err != nil {
 		p.stop()
 		return nil, err
+	}
+	p.projector = pp
+	for i, ip := range p.intakes {
+		if err := waitHealthy(ctx, ip, p.addrs[i]); err != nil {
+			p.stop()
+			return nil, err
+		}
 	}
 	return p, nil
 }
 
-// stop stops intake, then the projector.
+// stop stops the intakes, then the projector.
 func (p *pipeline) stop() {
-	p.intake.stop()
-	p.projector.stop()
+	for _, ip := range p.intakes {
+		ip.stop()
+	}
+	if p.projector != nil {
+		p.projector.stop()
+	}
 }
 
 // loadPipeline runs intake and the projector on a fresh database and the
@@ -241,6 +273,13 @@ func (p *pipeline) stop() {
 // and --shards where not the defaults), intake on addr, and tally
 // loadtest against them for d.
 func (e *env) loadPipeline(ctx context.Context, what, addr string, redisFlags []string, d time.Duration, concurrency int) (e2eResult, error) {
+	return e.loadShape(ctx, what, shape{addrs: []string{addr}}, redisFlags, d, concurrency)
+}
+
+// loadShape is loadPipeline with the pipeline sh: tally loadtest sends to
+// every intake of sh (one --target each), and the CPU each part uses while
+// it sends is followed (cpuWindow).
+func (e *env) loadShape(ctx context.Context, what string, sh shape, redisFlags []string, d time.Duration, concurrency int) (e2eResult, error) {
 	var res e2eResult
 	url, pool, err := e.database(ctx, what)
 	if err != nil {
@@ -248,21 +287,33 @@ func (e *env) loadPipeline(ctx context.Context, what, addr string, redisFlags []
 	}
 	defer pool.Close()
 	common := append([]string{"--database-url", url, "--log-format", "text"}, redisFlags...)
-	p, err := e.startPipeline(ctx, addr, common)
+	p, err := e.startShape(ctx, sh, common)
 	if err != nil {
 		return res, err
 	}
 	defer p.stop()
-	ip, pp := p.intake, p.projector
-	lt := []string{"loadtest", "--target", "http://" + addr, "--duration", d.String(), "--concurrency", itoa(concurrency),
-		"--drain-timeout", "60s", "--format", "json", "--quiet"}
-	res.command = "tally " + strings.Join(lt, " ") + "  (against tally intake " + strings.Join(intakeFlags, " ") + " and tally projector)"
+	var lt []string
+	for _, addr := range sh.addrs {
+		lt = append(lt, "--target", "http://"+addr)
+	}
+	lt = append([]string{"loadtest"}, append(lt, "--duration", d.String(), "--concurrency", itoa(concurrency),
+		"--drain-timeout", "60s", "--format", "json")...)
+	res.command = "tally " + strings.Join(lt, " ") + "  (against tally intake " + strings.Join(intakeFlags, " ") + " and tally projector" +
+		strings.TrimSuffix(" "+strings.Join(sh.projector, " "), " ") + ")"
 	cctx, cancel := context.WithTimeout(ctx, d+2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(cctx, e.tally, append(lt, common...)...)
 	var stdout bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, logFile
-	if err := cmd.Run(); err != nil {
+	cmd.Stdout = &stdout
+	progress, err := cmd.StderrPipe()
+	if err != nil {
+		return res, err
+	}
+	if err := cmd.Start(); err != nil {
+		return res, fmt.Errorf("tally loadtest: %w", err)
+	}
+	w := e.followCPU(ctx, progress, p, "tally_bench_"+e.run+"_"+what, cmd.Process.Pid)
+	if err := cmd.Wait(); err != nil {
 		return res, fmt.Errorf("tally loadtest: %w\n%s", err, stdout.String())
 	}
 	var rep struct {
@@ -271,14 +322,16 @@ func (e *env) loadPipeline(ctx context.Context, what, addr string, redisFlags []
 			P50 float64 `json:"p50_ms"`
 			P99 float64 `json:"p99_ms"`
 		} `json:"accept_to_recorded_latency"`
-		Recorded  int64 `json:"recorded"`
-		Attempted int64 `json:"attempted"`
+		Recorded  int64   `json:"recorded"`
+		Attempted int64   `json:"attempted"`
+		Drain     float64 `json:"drain_seconds"`
 	}
 	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
 		return res, fmt.Errorf("tally loadtest report: %w\n%s", err, stdout.String())
 	}
 	res.rate, res.p50, res.p99 = rep.Throughput, rep.Record.P50, rep.Record.P99
-	res.recorded, res.attempted = rep.Recorded, rep.Attempted
-	res.intakeHWM, res.projHWM = ip.hwmMB(), pp.hwmMB()
+	res.recorded, res.attempted, res.drain = rep.Recorded, rep.Attempted, rep.Drain
+	res.intakeHWM, res.projHWM = p.intake.hwmMB(), p.projector.hwmMB()
+	res.cpu = w.perVote()
 	return res, nil
 }

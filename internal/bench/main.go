@@ -13,7 +13,7 @@
 //	scripts/bench.sh --short    # small sizes, a check that it all runs
 //
 // -only runs some measurements: projector, batch1, naive, copy, intake,
-// e2e, cluster, import, rebuild, log, live.
+// e2e, cluster, scaling, import, rebuild, log, live.
 //
 // Files:
 //
@@ -27,6 +27,9 @@
 //   - intake.go: intake and the bare handler under wrk (I, IB), and the
 //     loadtest through intake and projector (E);
 //   - cluster.go: E against a private Redis Cluster of three masters (EC);
+//   - scaling.go: E with one or two intakes and projector workers, with
+//     the CPU per vote of each part (S11 to S22), and one hot poll's
+//     appends (H1, H2, H2A);
 //   - live.go: intake's cost of Server-Sent Events viewers under a flow
 //     of votes (SSE, next to SSE0 without them);
 //   - ledger.go: tally import (IM) and rebuild next to a plain GROUP BY
@@ -79,6 +82,12 @@ type sizes struct {
 	liveRate    float64
 	liveFor     time.Duration
 	liveRounds  int
+	// scalingFor and scalingRounds: each round of each shape of S, and
+	// the rounds; hotEvents and hotFor bound each run of H.
+	scalingFor    time.Duration
+	scalingRounds int
+	hotEvents     int
+	hotFor        time.Duration
 }
 
 var full = sizes{
@@ -93,6 +102,7 @@ var full = sizes{
 	logLeaves: 1_000_000, proofs: 2_000,
 	clusterReplicas: 1,
 	liveViewers:     1_000, liveRate: 500, liveFor: 5 * time.Second, liveRounds: 2,
+	scalingFor: 8 * time.Second, scalingRounds: 2, hotEvents: 300_000, hotFor: 10 * time.Second,
 }
 
 var short = sizes{
@@ -107,6 +117,7 @@ var short = sizes{
 	logLeaves: 50_000, proofs: 200,
 	clusterReplicas: 0,
 	liveViewers:     100, liveRate: 200, liveFor: 2 * time.Second, liveRounds: 1,
+	scalingFor: 2 * time.Second, scalingRounds: 1, hotEvents: 20_000, hotFor: 2 * time.Second,
 }
 
 // options are the command's flags.

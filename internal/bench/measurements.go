@@ -25,6 +25,7 @@ var measurements = []measurement{
 	{"intake", measureIntake},
 	{"e2e", measureEndToEnd},
 	{"cluster", measureCluster},
+	{"scaling", measureScaling},
 	{"import", measureImport},
 	{"rebuild", measureRebuild},
 	{"log", measureLog},

@@ -45,6 +45,8 @@ var ratios = []ratio{
 	{of: "I", to: "IB", target: "≥ 50%", atLeast: 0.5, asPercent: true},
 	{of: "E", to: "I", target: "(intake under wrk, another client)", asPercent: true},
 	{of: "EC", to: "E", target: "(a Redis Cluster of three masters against one Redis)", asPercent: true},
+	{of: "S22", to: "S11", target: "(two intakes and two workers against one of each)"},
+	{of: "H2A", to: "H2", target: "(two writers into a poll each against one hot poll)"},
 	{of: "SSE", to: "SSE0", target: "(intake's CPU with the live viewers against none)"},
 	{of: "MSSE", to: "MSSE0", target: "(intake's peak RSS with the live viewers against none)"},
 	{of: "R", to: "RG", target: "≤ 1.5×", atMost: 1.5},
