@@ -10,7 +10,9 @@
 # starts, through the URLs it exports; every measurement gets its own
 # database and Redis prefix, both removed afterwards. wrk is installed with
 # apt-get when missing and running as root; otherwise the intake
-# measurement is skipped.
+# measurement is skipped. The tuned measurement starts a private
+# PostgreSQL of its own from the installed server binaries, which
+# scripts/services.sh installs when missing.
 # Extra arguments go to the bench program (e.g. -only projector,copy).
 set -euo pipefail
 
@@ -28,6 +30,8 @@ for a in "$@"; do
 done
 
 eval "$(scripts/services.sh env)"
+scripts/services.sh postgres-binaries ||
+	echo "bench: without the PostgreSQL server binaries the tuned measurement fails" >&2
 
 wrk_bin=""
 if command -v wrk >/dev/null; then

@@ -28,6 +28,10 @@
 #
 #   scripts/services.sh env    start what is needed, print export lines
 #   scripts/services.sh stop   stop the private instances this script started
+#   scripts/services.sh postgres-binaries
+#                              install the PostgreSQL server binaries when
+#                              missing (for servers started elsewhere, as
+#                              the bench's tuned measurement does)
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -239,5 +243,6 @@ cmd_stop() {
 case "${1:-env}" in
 env) cmd_env ;;
 stop) cmd_stop ;;
-*) echo "usage: $0 env|stop" >&2; exit 2 ;;
+postgres-binaries) ensure_postgres_binaries ;;
+*) echo "usage: $0 env|stop|postgres-binaries" >&2; exit 2 ;;
 esac

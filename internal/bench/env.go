@@ -59,8 +59,23 @@ func newEnv(ctx context.Context, adminURL, redisURL, tally, noLog, bare, wrk str
 	}, nil
 }
 
+// onServer is e with its databases on the PostgreSQL server at adminURL:
+// the same Redis, binaries and run name. Its release drops what was
+// created through it; e's close does not.
+func (e *env) onServer(adminURL string) *env {
+	return &env{adminURL: adminURL, redisURL: e.redisURL, tally: e.tally, noLog: e.noLog, bare: e.bare, wrk: e.wrk,
+		lua: e.lua, run: e.run, rdb: e.rdb, tmp: e.tmp}
+}
+
 // close drops every database and deletes every Redis key the run created.
 func (e *env) close(ctx context.Context) {
+	e.release(ctx)
+	e.rdb.Close()
+	os.RemoveAll(e.tmp)
+}
+
+// release drops the databases and deletes the Redis keys created through e.
+func (e *env) release(ctx context.Context) {
 	e.mu.Lock()
 	dbs, prefixes := e.dbs, e.prefixes
 	e.mu.Unlock()
@@ -72,8 +87,6 @@ func (e *env) close(ctx context.Context) {
 			fmt.Fprintf(os.Stderr, "bench: drop database %s: %v\n", db, err)
 		}
 	}
-	e.rdb.Close()
-	os.RemoveAll(e.tmp)
 }
 
 // dbURL is adminURL with its database replaced by name, and

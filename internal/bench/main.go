@@ -12,8 +12,8 @@
 //	scripts/bench.sh            # the full run, writes BENCHMARKS.md
 //	scripts/bench.sh --short    # small sizes, a check that it all runs
 //
-// -only runs some measurements: projector, batch1, naive, copy, intake,
-// e2e, cluster, scaling, import, rebuild, log, live.
+// -only runs some measurements: projector, batch1, naive, copy, floor,
+// tuned, intake, e2e, cluster, scaling, import, rebuild, log, live.
 //
 // Files:
 //
@@ -24,6 +24,9 @@
 //   - projector.go: the projector draining a preloaded stream (P, P1, B);
 //   - baselines.go: what a user would otherwise build: per-vote UPDATEs
 //     (A) and raw COPY (C1, C2);
+//   - floor.go: the schema's floor, a bare unnest INSERT (U);
+//   - tuned.go: P, C1, C2 and U again on a private PostgreSQL with a
+//     production configuration (PT, C1T, C2T, UT, BLT);
 //   - intake.go: intake and the bare handler under wrk (I, IB), and the
 //     loadtest through intake and projector (E);
 //   - cluster.go: E against a private Redis Cluster of three masters (EC);
@@ -143,7 +146,7 @@ func parseFlags() options {
 	flag.StringVar(&o.wrk, "wrk", "wrk", "the wrk binary; empty skips the intake measurement")
 	flag.StringVar(&o.lua, "lua", "intake/testdata/bench/post_vote.lua", "wrk's vote script")
 	flag.StringVar(&o.out, "out", "", "markdown `FILE` to write the table into (between its bench markers)")
-	only := flag.String("only", "", "comma-separated measurements to run (default all)")
+	only := flag.String("only", "", "comma-separated measurements to run (default all): projector, naive, batch1, copy, floor, tuned, intake, e2e, cluster, scaling, import, rebuild, log, live")
 	flag.BoolVar(&o.short, "short", false, "small sizes: a check that every measurement runs")
 	flag.DurationVar(&o.timeout, "timeout", 30*time.Minute, "bound on the whole run")
 	flag.StringVar(&o.logPath, "log", "", "`FILE` for the output of the child processes (default stderr)")

@@ -22,6 +22,7 @@ var measurements = []measurement{
 	{"batch1", measureBatch1},
 	{"copy", measureCopy},
 	{"floor", measureFloor},
+	{"tuned", measureTuned},
 	{"intake", measureIntake},
 	{"e2e", measureEndToEnd},
 	{"cluster", measureCluster},
@@ -43,7 +44,7 @@ func measureProjector(ctx context.Context, e *env, sz sizes, t *table) error {
 		return fmt.Errorf("the projector applied %d of %d events within %s", r.events, sz.projector, sz.projectorLimit)
 	}
 	t.add(fig{id: "P", what: fmt.Sprintf("projector: %s preloaded events drained, batch 1000, 2 workers (shipped settings)", count(sz.projector)),
-		value: r.rate(), unit: "events/s", load: load, command: r.command, extra: r.cpu()})
+		value: r.rate(), unit: "events/s", load: load, command: r.command, extra: r.cpu() + "; " + r.wal()})
 	t.add(fig{id: "MB", what: fmt.Sprintf("memory: projector peak RSS draining a %s-entry backlog", count(sz.projector)),
 		value: r.hwmMB, unit: "MB", load: load, command: "VmHWM of the process in P"})
 	load = loadAvg()

@@ -7,6 +7,7 @@ import (
 
 	"tally/vote"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
@@ -24,10 +25,19 @@ type drainResult struct {
 	projCPU, pgCPU float64
 	redisCPU       float64 // the whole Redis server's, per event
 	bytes          int64   // on disk: the ledger and its log, with their indexes
-	command        string
+	indexBytes     int64   // of bytes, their indexes
+	// walBytes is the WAL the whole server wrote from the projector's
+	// start to the drained stream.
+	walBytes int64
+	command  string
 }
 
 func (r drainResult) rate() float64 { return float64(r.events) / r.drain.Seconds() }
+
+// wal is the WAL written per event applied.
+func (r drainResult) wal() string {
+	return fmt.Sprintf("WAL per event %.0f B (the whole server's)", float64(r.walBytes)/float64(max(r.events, 1)))
+}
 
 func (r drainResult) cpu() string {
 	return fmt.Sprintf("CPU per event: projector %.1f µs, PostgreSQL %.1f µs, Redis %.1f µs", r.projCPU, r.pgCPU, r.redisCPU)
@@ -79,6 +89,10 @@ func (e *env) drainProjector(ctx context.Context, bin, what string, n int, limit
 		"--stream-prefix", keys.Prefix(), "--consumer", "bench", "--log-level", "warn", "--log-format", "text"}, extra...)
 	res.command = fmt.Sprintf("tally projector %s  (stream preloaded with %d events)", joinArgs(extra), n)
 	redis0 := e.redisCPU(ctx)
+	wal0, err := e.walLSN(ctx)
+	if err != nil {
+		return res, err
+	}
 	p, err := start(ctx, logFile, args...)
 	if err != nil {
 		return res, err
@@ -91,6 +105,12 @@ func (e *env) drainProjector(ctx context.Context, bin, what string, n int, limit
 	res.hwmMB = p.hwmMB()
 	projCPU, pgCPU := cpuSeconds(p.cmd.Process.Pid), e.backendCPU(ctx, "tally_bench_"+e.run+"_"+what)
 	redisCPU := e.redisCPU(ctx) - redis0
+	wal1, err := e.walLSN(ctx)
+	if err != nil {
+		_ = p.stop()
+		return res, err
+	}
+	res.walBytes = wal1 - wal0
 	if err := p.stop(); err != nil {
 		return res, fmt.Errorf("projector: %w", err)
 	}
@@ -99,7 +119,7 @@ func (e *env) drainProjector(ctx context.Context, bin, what string, n int, limit
 		return res, err
 	}
 	res.events = n - int(left)
-	if res.bytes, err = ledgerBytes(ctx, pool); err != nil {
+	if res.bytes, res.indexBytes, err = ledgerBytes(ctx, pool); err != nil {
 		return res, err
 	}
 	if res.events > 0 {
@@ -175,13 +195,28 @@ func (e *env) checkDrained(ctx context.Context, pool *pgxpool.Pool, keys stream.
 }
 
 // ledgerBytes is what the ledger and its log take on disk, indexes
-// included: the tables an append writes, but the projection.
-func ledgerBytes(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
-	var b int64
-	err := pool.QueryRow(ctx, `SELECT sum(pg_total_relation_size(c.oid))::bigint FROM pg_class c
+// included, and of that their indexes: the tables an append writes, but
+// the projection.
+func ledgerBytes(ctx context.Context, pool *pgxpool.Pool) (total, indexes int64, err error) {
+	err = pool.QueryRow(ctx, `SELECT sum(pg_total_relation_size(c.oid))::bigint, sum(pg_indexes_size(c.oid))::bigint FROM pg_class c
 		WHERE c.relkind = 'r' AND c.relnamespace = 'public'::regnamespace
-		  AND c.relname IN ('poll_events', 'poll_log_leaves', 'poll_log_tiles', 'poll_log_heads')`).Scan(&b)
-	return b, err
+		  AND c.relname IN ('poll_events', 'poll_log_leaves', 'poll_log_tiles', 'poll_log_heads')`).Scan(&total, &indexes)
+	return total, indexes, err
+}
+
+// walLSN is the server's current WAL position, in bytes, asked over a
+// connection of its own to the admin database.
+func (e *env) walLSN(ctx context.Context) (int64, error) {
+	conn, err := pgx.Connect(ctx, e.adminURL)
+	if err != nil {
+		return 0, fmt.Errorf("connect to %s: %w", e.adminURL, err)
+	}
+	defer conn.Close(ctx)
+	var lsn int64
+	if err := conn.QueryRow(ctx, `SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint`).Scan(&lsn); err != nil {
+		return 0, fmt.Errorf("read the WAL position: %w", err)
+	}
+	return lsn, nil
 }
 
 func joinArgs(args []string) string {

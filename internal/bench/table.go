@@ -27,7 +27,7 @@ type ratio struct {
 	atLeast   float64 // the ratio must be at least this (0: no target)
 	atMost    float64 // the ratio must be at most this (0: no bound)
 	asPercent bool
-	ceiling   bool // to is a COPY figure: compare with the better of C1 and C2
+	ceiling   bool // to is C2 (C2T): compare with the better of it and C1 (C1T)
 }
 
 var ratios = []ratio{
@@ -37,6 +37,9 @@ var ratios = []ratio{
 	{of: "P", to: "C1", target: "(one writer)", asPercent: true},
 	{of: "P", to: "U", target: "≥ 80% (the rules, the projection and the log cost at most a fifth of the row)", atLeast: 0.8, asPercent: true},
 	{of: "P", to: "C2", target: "≥ 60% of the ceiling (the better of C1, C2)", atLeast: 0.6, asPercent: true, ceiling: true},
+	{of: "PT", to: "P", target: "(the tuned configuration against the default one)"},
+	{of: "PT", to: "UT", target: "≥ 80% (as P / U, on the tuned server)", atLeast: 0.8, asPercent: true},
+	{of: "PT", to: "C2T", target: "≥ 60% of the ceiling (the better of C1T, C2T)", atLeast: 0.6, asPercent: true, ceiling: true},
 	{of: "P", to: "PN", target: "≥ 85% (the log costs at most 15%)", atLeast: 0.85, asPercent: true},
 	{of: "BL", to: "BN", target: "≤ 1.5× (the log adds at most 50%)", atMost: 1.5},
 	{of: "IM", to: "A", target: "≥ 20×", atLeast: 20},
@@ -140,8 +143,9 @@ func (t *table) markdown() string {
 			}
 			den, name = to.value, r.of+" / "+r.to
 			if r.ceiling {
-				if c1, ok := t.get("C1"); ok && c1.value > den {
-					den, name = c1.value, r.of+" / C1"
+				c1id := strings.Replace(r.to, "C2", "C1", 1)
+				if c1, ok := t.get(c1id); ok && c1.value > den {
+					den, name = c1.value, r.of+" / "+c1id
 				}
 			}
 		}
