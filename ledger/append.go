@@ -54,13 +54,14 @@ var errRaced = errors.New("a concurrent append inserted the same key first")
 //
 // First, when fast is set, the optimistic step: the events that are the
 // first of their key and of their (poll, principal) in the batch go to the
-// ledger in one INSERT ... ON CONFLICT DO NOTHING that keeps only events
-// valid by the catalog (poll known, open at received_at, choice offered,
-// open to any principal) and whose key has no rejection record. Every row it
-// inserts is an event the full rules would record: nothing in the database
-// or earlier in the batch claimed its key or its (poll, principal). In the
-// common case, a batch of new events, that one statement is the whole
-// append.
+// ledger in one INSERT that keeps only events valid by the catalog (poll
+// known, open at received_at, choice offered, open to any principal) and
+// whose key has no rejection record; if a ledger row is in the way, it
+// runs again leaving out the events that conflict with one (insertFresh).
+// Every row it inserts is an event the full rules would record: nothing in
+// the database or earlier in the batch claimed its key or its (poll,
+// principal). In the common case, a batch of new events, that one
+// statement is the whole append.
 //
 // After the second step it adds the new rows to their polls' logs, under
 // their heads, which it locks only then (log_store.go).
@@ -79,7 +80,7 @@ func appendTx(ctx context.Context, tx pgx.Tx, events []Event, fast bool) ([]Outc
 	}
 	rest := make([]int, 0, len(events))
 	if fast {
-		seqs, err := insertEvents(ctx, tx, insertFreshSQL, events, fps, freshEvents(events))
+		seqs, err := insertFresh(ctx, tx, events, fps, freshEvents(events))
 		if err != nil {
 			return nil, err
 		}

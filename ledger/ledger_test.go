@@ -95,6 +95,53 @@ func TestAppendOutcomes(t *testing.T) {
 	}
 }
 
+// TestAppendNewEventsBesideLedgerRows: a batch of new events with a
+// redelivered one and a second response among them. The optimistic insert
+// meets the ledger's unique indexes, rolls back to its savepoint and runs
+// again without them; the new events are recorded once, in the ledger, the
+// projection and the log, and nothing else changes.
+func TestAppendNewEventsBesideLedgerRows(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.poll(t, "lunch", "pizza", "sushi")
+	first, err := b.store.Append(b.ctx, []ledger.Event{ev("alice", "k1", "lunch", "pizza"), ev("bob", "k1", "lunch", "sushi")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := b.store.Append(b.ctx, []ledger.Event{
+		ev("carol", "k1", "lunch", "sushi"),
+		ev("alice", "k1", "lunch", "pizza"), // redelivered
+		ev("dave", "k1", "lunch", "pizza"),
+		ev("bob", "k2", "lunch", "pizza"), // second response
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"recorded", "duplicate", "recorded", "rejected: already_responded"}
+	for i := range want {
+		if got[i].String() != want[i] {
+			t.Errorf("event %d: got %s, want %s", i, got[i], want[i])
+		}
+	}
+	if got[1].Seq != first[0].Seq {
+		t.Errorf("redelivered event has seq %d, want %d", got[1].Seq, first[0].Seq)
+	}
+	res, err := b.store.Results(b.ctx, "lunch")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Total != 4 || res.Results[0].Votes != 2 || res.Results[1].Votes != 2 {
+		t.Errorf("results %+v, want pizza 2 sushi 2", res)
+	}
+	rep, err := b.store.Rebuild(b.ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Differing != 0 || rep.LedgerEvents != 4 {
+		t.Errorf("rebuild %+v, want 4 events and no difference", rep)
+	}
+}
+
 func TestErrorsAreClassified(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
