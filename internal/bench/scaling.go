@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"golang.org/x/sync/errgroup"
 
 	"tally/ledger"
@@ -230,7 +231,7 @@ func measureHotPoll(ctx context.Context, e *env, sz sizes, t *table) error {
 		}
 	}
 	for i, c := range cases {
-		var sum, events, pg, writers, appendMS float64
+		var sum, events, pg, writers, appendMS, wait, wal float64
 		var rates []string
 		for _, r := range runs[i] {
 			sum += r.rate
@@ -239,13 +240,15 @@ func measureHotPoll(ctx context.Context, e *env, sz sizes, t *table) error {
 			pg += float64(r.events) * r.pgCPU
 			writers += float64(r.events) * r.writerCPU
 			appendMS += r.appendMS
+			wait += r.lockWait
+			wal += float64(r.events) * r.walBytes
 		}
 		n := float64(len(runs[i]))
 		t.add(fig{id: c.id, what: fmt.Sprintf("hot poll: ledger.Store.Append of batches of %d first responses, %s; mean of %d round(s) of at most %s or %s events",
 			hotBatch, c.what, len(runs[i]), sz.hotFor, count(sz.hotEvents)),
 			value: sum / n, unit: "events/s", load: load,
-			extra: fmt.Sprintf("rounds %s events/s; mean Append %.1f ms; CPU per event: PostgreSQL %.1f µs, the writers (bench) %.1f µs",
-				strings.Join(rates, ", "), appendMS/n, pg/events, writers/events),
+			extra: fmt.Sprintf("rounds %s events/s; mean Append %.1f ms; writers waiting on a lock %.0f%% of their time; CPU per event: PostgreSQL %.1f µs, the writers (bench) %.1f µs; WAL %.0f B per event (the server's, other clients too)",
+				strings.Join(rates, ", "), appendMS/n, 100*wait/n, pg/events, writers/events, wal/events),
 			command: "bench -only scaling  (Append from goroutines of the bench, one pool of 16 connections)"})
 	}
 	return nil
@@ -259,6 +262,10 @@ type hotResult struct {
 	// CPU per event in µs: the PostgreSQL backends, and the bench process
 	// (the writers: the rows' encoding and the log's hashes).
 	pgCPU, writerCPU float64
+	// lockWait is the share of the writers' time spent waiting on a lock
+	// held by another transaction, sampled from pg_stat_activity.
+	lockWait float64
+	walBytes float64 // per event: the whole server's WAL, other clients too
 }
 
 // hotPoll appends batches of hotBatch first responses, each of its own
@@ -280,7 +287,8 @@ func (e *env) hotPoll(ctx context.Context, what string, writers int, apart bool,
 		return res, err
 	}
 	db := "tally_bench_" + e.run + "_" + what
-	pg0, self0 := e.backendCPU(ctx, db), cpuSeconds(os.Getpid())
+	pg0, self0, wal0 := e.backendCPU(ctx, db), cpuSeconds(os.Getpid()), e.walBytes(ctx)
+	lockWait := e.sampleLockWaits(ctx, db, writers)
 	var events, appends, busy atomic.Int64
 	began := time.Now()
 	deadline := began.Add(d)
@@ -315,10 +323,12 @@ func (e *env) hotPoll(ctx context.Context, what string, writers int, apart bool,
 			return nil
 		})
 	}
-	if err := g.Wait(); err != nil {
+	err = g.Wait()
+	elapsed := time.Since(began)
+	res.lockWait = lockWait()
+	if err != nil {
 		return res, err
 	}
-	elapsed := time.Since(began)
 	res.events = events.Load()
 	if res.events == 0 {
 		return res, fmt.Errorf("no batch appended within %s", d)
@@ -327,5 +337,60 @@ func (e *env) hotPoll(ctx context.Context, what string, writers int, apart bool,
 	res.appendMS = float64(busy.Load()) / 1e6 / float64(appends.Load())
 	res.pgCPU = 1e6 * (e.backendCPU(ctx, db) - pg0) / float64(res.events)
 	res.writerCPU = 1e6 * (cpuSeconds(os.Getpid()) - self0) / float64(res.events)
+	res.walBytes = (e.walBytes(ctx) - wal0) / float64(res.events)
 	return res, nil
+}
+
+// walBytes is the server's WAL position, in bytes (0 when it cannot say).
+func (e *env) walBytes(ctx context.Context) float64 {
+	conn, err := pgx.Connect(ctx, e.adminURL)
+	if err != nil {
+		return 0
+	}
+	defer conn.Close(ctx)
+	var b float64
+	if conn.QueryRow(ctx, `SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::float8`).Scan(&b) != nil {
+		return 0
+	}
+	return b
+}
+
+// sampleLockWaits counts, every 10ms until the function it returns is
+// called, the backends connected to db that wait on a lock; that function
+// returns their share of writers backends' time.
+func (e *env) sampleLockWaits(ctx context.Context, db string, writers int) func() float64 {
+	ctx, cancel := context.WithCancel(ctx)
+	var samples, waiting int64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		conn, err := pgx.Connect(ctx, e.adminURL)
+		if err != nil {
+			return
+		}
+		defer conn.Close(context.WithoutCancel(ctx))
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			var n int64
+			if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND wait_event_type = 'Lock'`, db).Scan(&n); err != nil {
+				continue
+			}
+			samples++
+			waiting += n
+		}
+	}()
+	return func() float64 {
+		cancel()
+		<-done
+		if samples == 0 {
+			return 0
+		}
+		return float64(waiting) / float64(samples*int64(writers))
+	}
 }
