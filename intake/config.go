@@ -84,7 +84,10 @@ type Config struct {
 	// make, and AuthFailureBurst how many it may make at once. Beyond them
 	// a request from that address whose token is not cached as valid gets
 	// 429 before any lookup in PostgreSQL; a cached valid token still
-	// passes. The address is the connection's (a proxy's, behind one).
+	// passes. A lookup under way spends nothing, but an address has no more
+	// lookups under way than the allowance has room for; its next request
+	// waits for one to end. The address is the connection's (a proxy's,
+	// behind one).
 	// Defaults 10 and 20; a rate of +Inf turns the limit off.
 	AuthFailureRate  float64
 	AuthFailureBurst int

@@ -90,9 +90,12 @@
 //   - A flood cannot load PostgreSQL through authentication or reads:
 //     past Config.AuthFailureBurst failed authentications from one client
 //     address, its requests get 429 before any lookup unless their token
-//     is cached as valid; past Config.ReadBurst reads, a principal's reads
-//     get 429. Both limits live in this process's memory, keyed by a keyed
-//     hash (no address is stored or logged) in tables of bounded size.
+//     is cached as valid. Only a refused token counts, but an address has
+//     no more lookups under way at once than failures left: valid tokens
+//     new to intake are all served, waiting their turn. Past
+//     Config.ReadBurst reads, a principal's reads get 429. Both limits
+//     live in this process's memory, keyed by a keyed hash (no address is
+//     stored or logged) in tables of bounded size.
 //   - Metrics carry bounded labels only (route template, status code,
 //     outcome), never a principal, token or event id.
 //

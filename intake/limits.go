@@ -1,6 +1,8 @@
 package intake
 
 import (
+	"context"
+	"fmt"
 	"hash/maphash"
 	"math"
 	"net"
@@ -24,6 +26,18 @@ import (
 type limits struct {
 	failures *keyedLimiter // failed authentications per client address
 	reads    *keyedLimiter // reads per principal
+	// lookupWait bounds how long a token lookup waits for the others of
+	// its address to end (startLookup): Config.PostgresTimeout.
+	lookupWait time.Duration
+
+	mu       sync.Mutex
+	underway map[uint64]*lookups // by failures' address key; none at zero
+}
+
+// lookups are the token lookups under way from one client address.
+type lookups struct {
+	n     int
+	ended chan struct{} // closed, and replaced, as each of them ends
 }
 
 func newLimits(cfg Config, m *metrics) *limits {
@@ -32,6 +46,8 @@ func newLimits(cfg Config, m *metrics) *limits {
 			m.limitEvictions.WithLabelValues(limitAuthFailures)),
 		reads: newKeyedLimiter(cfg.ReadRate, cfg.ReadBurst, cfg.LimitEntries,
 			m.limitEvictions.WithLabelValues(limitReads)),
+		lookupWait: cfg.PostgresTimeout,
+		underway:   map[uint64]*lookups{},
 	}
 }
 
@@ -41,24 +57,94 @@ const (
 	limitReads        = "reads"
 )
 
-// authAttempt spends one authentication attempt of the address of
-// remoteAddr (an http.Request's RemoteAddr), or returns how long to wait
-// before the next one. It returns the address's key, for giveBack.
-func (l *limits) authAttempt(remoteAddr string, now time.Time) (key uint64, wait time.Duration, ok bool) {
+// startLookup admits a lookup in PostgreSQL of a token not cached as valid
+// from the address of remoteAddr (an http.Request's RemoteAddr), to be
+// ended by authLookup.end. When the address's allowance of failed
+// authentications is spent it admits none and returns how long until the
+// allowance has room again (never zero).
+//
+// A lookup under way spends nothing: only end charges the allowance, and
+// only for a refused token, so that many valid tokens looked up at once
+// from one address (a NAT, a kiosk) are all served. Instead an address has
+// at most as many lookups under way as its allowance has room for, since
+// each of them may fail; a request beyond that waits for one to end, for
+// at most lookupWait and until deadline (unless it is zero), and gets an
+// error past that. So a flood of bad tokens from one address still costs
+// PostgreSQL no more lookups than the allowance, and no more at once.
+func (l *limits) startLookup(ctx context.Context, remoteAddr string, deadline time.Time) (authLookup, time.Duration, error) {
 	if l.failures == nil {
-		return 0, 0, true
+		return authLookup{}, 0, nil
 	}
-	key = l.failures.addrKey(remoteAddr)
-	wait, ok = l.failures.take(key, now)
-	return key, wait, ok
+	key := l.failures.addrKey(remoteAddr)
+	for waited := false; ; waited = true {
+		ended, wait, ok := l.admit(key, time.Now())
+		switch {
+		case ok:
+			return authLookup{l: l, key: key}, 0, nil
+		case wait > 0:
+			return authLookup{}, wait, nil
+		case !waited:
+			var cancel context.CancelFunc
+			ctx, cancel = boundedContext(ctx, l.lookupWait, deadline)
+			defer cancel()
+		}
+		select {
+		case <-ended:
+		case <-ctx.Done():
+			return authLookup{}, 0, fmt.Errorf("wait for the token lookups under way from the same address: %w", ctx.Err())
+		}
+	}
 }
 
-// giveBack returns the attempt authAttempt spent, once the token turned
-// out valid (or PostgreSQL could not tell): only a refused token counts.
-func (l *limits) giveBack(key uint64, now time.Time) {
-	if l.failures != nil {
-		l.failures.give(key, now)
+// admit counts a lookup of key under way when the allowance has room for
+// one more failure than are under way (ok). Otherwise it returns how long
+// until the allowance has room when it has none, or else the channel
+// closed when a lookup under way ends.
+func (l *limits) admit(key uint64, now time.Time) (ended <-chan struct{}, wait time.Duration, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	room, wait := l.failures.room(key, now)
+	if room == 0 {
+		return nil, wait, false
 	}
+	u := l.underway[key]
+	if u == nil {
+		u = &lookups{ended: make(chan struct{})}
+		l.underway[key] = u
+	}
+	if u.n < room {
+		u.n++
+		return nil, 0, true
+	}
+	return u.ended, 0, false
+}
+
+// authLookup is a token lookup startLookup admitted.
+type authLookup struct {
+	l   *limits // nil when the limit is off
+	key uint64
+}
+
+// end ends the lookup, charging the address's allowance one failure when
+// the token was refused.
+func (lk authLookup) end(refused bool) {
+	if lk.l == nil {
+		return
+	}
+	l := lk.l
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if refused {
+		l.failures.spend(lk.key, time.Now())
+	}
+	u := l.underway[lk.key]
+	u.n--
+	close(u.ended)
+	if u.n == 0 {
+		delete(l.underway, lk.key)
+		return
+	}
+	u.ended = make(chan struct{})
 }
 
 // read spends one read of the principal id, or returns how long to wait
@@ -95,13 +181,9 @@ const sweepEvery = 10 * time.Second
 // runs GCRA, as the enqueue script does for votes: a key's state is its
 // theoretical arrival time (TAT), and a key whose TAT has passed is full
 // and forgotten. It is written out here rather than made of
-// golang.org/x/time/rate Limiters for two reasons: a table entry is two
-// integers in a map with no pointers (a rate.Limiter is 80 bytes with
-// pointers, behind a pointer the collector scans, in a table a flood can
-// fill), and an event spent before a lookup can be given back exactly
-// once the lookup found a valid token (rate's Reservation.CancelAt
-// restores nothing once the reservation's time has passed, and given that
-// earlier time it rewinds the limiter's clock).
+// golang.org/x/time/rate Limiters because a table entry is two integers
+// in a map with no pointers (a rate.Limiter is 80 bytes with pointers,
+// behind a pointer the collector scans, in a table a flood can fill).
 //
 // Keys are 64-bit keyed hashes (maphash with a seed drawn at random for
 // this process): the table holds no address or principal in clear, and
@@ -162,42 +244,57 @@ func (l *keyedLimiter) addrKey(remoteAddr string) uint64 {
 // take spends one event of key at now, or returns how long until one is
 // allowed.
 func (l *keyedLimiter) take(key uint64, now time.Time) (time.Duration, bool) {
-	t := int64(now.Sub(l.epoch))
+	t := l.at(now)
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if n, wait := l.roomAt(key, t); n == 0 {
+		return wait, false
+	}
+	l.spendAt(key, t)
+	return 0, true
+}
+
+// room is how many events key may spend at now, and when none, how long
+// until one is allowed.
+func (l *keyedLimiter) room(key uint64, now time.Time) (int, time.Duration) {
+	t := l.at(now)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.roomAt(key, t)
+}
+
+// spend spends one event of key at now, even beyond its burst.
+func (l *keyedLimiter) spend(key uint64, now time.Time) {
+	t := l.at(now)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.spendAt(key, t)
+}
+
+// at is now in the limiter's time.
+func (l *keyedLimiter) at(now time.Time) int64 { return int64(now.Sub(l.epoch)) }
+
+// roomAt is room at t; l.mu is held.
+func (l *keyedLimiter) roomAt(key uint64, t int64) (int, time.Duration) {
+	// An event is allowed while tat + interval - tolerance <= t.
+	tat := max(l.tat[key], t)
+	if n := (t + l.tolerance - tat) / l.interval; n > 0 {
+		return int(n), 0
+	}
+	return 0, time.Duration(tat + l.interval - l.tolerance - t)
+}
+
+// spendAt is spend at t; l.mu is held.
+func (l *keyedLimiter) spendAt(key uint64, t int64) {
 	if t >= l.nextSweep {
 		l.sweep(t)
 		l.nextSweep = t + int64(sweepEvery)
 	}
 	tat, held := l.tat[key]
-	if tat < t {
-		tat = t
-	}
-	next := tat + l.interval
-	if allowAt := next - l.tolerance; allowAt > t {
-		return time.Duration(allowAt - t), false
-	}
 	if !held && len(l.tat) >= l.max {
 		l.makeRoom(t)
 	}
-	l.tat[key] = next
-	return 0, true
-}
-
-// give returns one event take spent for key.
-func (l *keyedLimiter) give(key uint64, now time.Time) {
-	t := int64(now.Sub(l.epoch))
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	tat, held := l.tat[key]
-	if !held {
-		return
-	}
-	if tat -= l.interval; tat <= t {
-		delete(l.tat, key)
-		return
-	}
-	l.tat[key] = tat
+	l.tat[key] = max(tat, t) + l.interval
 }
 
 // sweep forgets the keys that are full again at t.

@@ -32,8 +32,12 @@ func (l Limiter) Take(remoteAddr string, at time.Duration) (time.Duration, bool)
 	return l.l.take(l.l.addrKey(remoteAddr), l.l.epoch.Add(at))
 }
 
-func (l Limiter) Give(remoteAddr string, at time.Duration) {
-	l.l.give(l.l.addrKey(remoteAddr), l.l.epoch.Add(at))
+func (l Limiter) Room(remoteAddr string, at time.Duration) (int, time.Duration) {
+	return l.l.room(l.l.addrKey(remoteAddr), l.l.epoch.Add(at))
+}
+
+func (l Limiter) Spend(remoteAddr string, at time.Duration) {
+	l.l.spend(l.l.addrKey(remoteAddr), l.l.epoch.Add(at))
 }
 
 func (l Limiter) Len() int { return l.l.len() }

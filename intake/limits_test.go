@@ -205,7 +205,8 @@ func TestReadLimit(t *testing.T) {
 }
 
 // TestLimiterBudget spends a key's burst, is refused with the wait until
-// the next event, and gets events back by give and by time.
+// the next event, and gets events back by time; room tells the same
+// without spending, and spend spends even beyond the burst.
 func TestLimiterBudget(t *testing.T) {
 	t.Parallel()
 	l := intake.NewLimiter(10, 3, 100, prometheus.NewCounter(prometheus.CounterOpts{Name: "e"}))
@@ -218,15 +219,22 @@ func TestLimiterBudget(t *testing.T) {
 	if wait, ok := l.Take(a, 0); ok || wait != 100*time.Millisecond {
 		t.Fatalf("4th event at once: ok %v, wait %s; want refused, wait 100ms", ok, wait)
 	}
-	l.Give(a, 0)
-	if _, ok := l.Take(a, 0); !ok {
-		t.Fatal("an event given back could not be spent again")
+	if n, wait := l.Room(a, 0); n != 0 || wait != 100*time.Millisecond {
+		t.Fatalf("room after the burst: %d, wait %s; want 0, wait 100ms", n, wait)
 	}
 	if _, ok := l.Take(a, 50*time.Millisecond); ok {
 		t.Fatal("an event allowed after half an interval")
 	}
 	if _, ok := l.Take(a, 100*time.Millisecond); !ok {
 		t.Fatal("an event refused one interval later")
+	}
+	if n, _ := l.Room(a, 250*time.Millisecond); n != 1 {
+		t.Fatalf("room 150ms after the last event: %d, want 1", n)
+	}
+	l.Spend(a, 250*time.Millisecond)
+	l.Spend(a, 250*time.Millisecond)
+	if n, wait := l.Room(a, 250*time.Millisecond); n != 0 || wait != 150*time.Millisecond {
+		t.Fatalf("room after spending beyond the burst: %d, wait %s; want 0, wait 150ms", n, wait)
 	}
 	if _, ok := l.Take("192.0.2.2:1000", 100*time.Millisecond); !ok {
 		t.Fatal("another address was refused")

@@ -200,12 +200,12 @@ func (s *Server) principal(w http.ResponseWriter, r *http.Request) (*voter, bool
 // principalBy authenticates the request, with a lookup in PostgreSQL
 // bounded by deadline too, unless it is zero, or answers 400, 401, 429 or
 // 503 and returns false. A token the cache holds as valid is served at
-// once; any other first spends an attempt of the client's address
-// (Config.AuthFailureRate), which is given back unless the token is
-// refused, so that a flood of bad tokens from one address gets 429 before
-// it reaches PostgreSQL. Concurrent requests with the same uncached token
-// share one attempt and one lookup: a client that opens many connections
-// at once with its valid token is not mistaken for a flood.
+// once; any other is looked up within the allowance of failed
+// authentications of the client's address (Config.AuthFailureRate,
+// limits.go startLookup), which only a refused token spends, so that a
+// flood of bad tokens from one address gets 429 before it reaches
+// PostgreSQL. Concurrent requests with the same uncached token share one
+// lookup.
 func (s *Server) principalBy(w http.ResponseWriter, r *http.Request, deadline time.Time) (*voter, bool) {
 	token, ok := bearerToken(w, r)
 	if !ok {
@@ -247,17 +247,18 @@ type authAttempt struct {
 	err     error
 }
 
-// attemptAuth spends an attempt of r's address and looks token up, giving
-// the attempt back unless the token was refused.
+// attemptAuth looks token up once the allowance of r's address admits
+// it, charging the allowance when the token is refused.
 func (s *Server) attemptAuth(r *http.Request, token string, deadline time.Time) authAttempt {
-	addr, wait, ok := s.limits.authAttempt(r.RemoteAddr, time.Now())
-	if !ok {
+	lookup, wait, err := s.limits.startLookup(r.Context(), r.RemoteAddr, deadline)
+	switch {
+	case err != nil:
+		return authAttempt{err: err}
+	case wait > 0:
 		return authAttempt{limited: true, wait: wait}
 	}
 	v, err := s.auth.authenticate(r.Context(), token, deadline)
-	if !errors.Is(err, errUnauthenticated) {
-		s.limits.giveBack(addr, time.Now())
-	}
+	lookup.end(errors.Is(err, errUnauthenticated))
 	return authAttempt{voter: v, err: err}
 }
 

@@ -1,0 +1,183 @@
+package intake_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"fmt"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"tally/intake"
+	"tally/internal/testenv"
+)
+
+// This file tests how token lookups from one client address are held
+// against its allowance of failed authentications: lookups under way spend
+// none of it, only refused tokens do, and no more lookups run at once than
+// the allowance has room for.
+
+// authBurst is the allowance of failed authentications of these tests; a
+// rate this low refills nothing while a test runs.
+const authBurst = 5
+
+// lookupBundle is an intake whose token lookups are counted, with the
+// database behind it, where a test can hold them all back.
+type lookupBundle struct {
+	*bundle
+	db      testenv.DB
+	lookups *tokenLookups
+}
+
+func setupLookups(t *testing.T) *lookupBundle {
+	t.Helper()
+	db := testenv.Postgres(t)
+	lookups := &tokenLookups{}
+	pcfg, err := pgxpool.ParseConfig(db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pcfg.ConnConfig.Tracer = lookups
+	traced, err := pgxpool.NewWithConfig(context.Background(), pcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(traced.Close)
+	rdb, prefix := testenv.Redis(t)
+	b := setupOn(t, testenv.DB{Name: db.Name, URL: db.URL, Pool: traced}, rdb, prefix, func(c *intake.Config) {
+		c.AuthFailureRate, c.AuthFailureBurst, c.AuthTTL = 0.001, authBurst, time.Hour
+	})
+	return &lookupBundle{bundle: b, db: db, lookups: lookups}
+}
+
+// holdLookups makes every token lookup wait, until release is called, on
+// a lock of the principals table.
+func (b *lookupBundle) holdLookups(t *testing.T) (release func()) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, b.db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `LOCK TABLE principals IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	release = func() {
+		once.Do(func() {
+			tx.Rollback(ctx)
+			conn.Close(ctx)
+		})
+	}
+	t.Cleanup(release)
+	return release
+}
+
+// waitForHeldLookup returns once a token lookup waits on the lock of
+// holdLookups and the other requests under way had time to get as far.
+func (b *lookupBundle) waitForHeldLookup(t *testing.T) {
+	t.Helper()
+	eventually(t, "a token lookup waits on the lock of the principals table", func() bool {
+		var n int
+		err := b.db.Pool.QueryRow(context.Background(), `
+SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = 'principals'::regclass`).Scan(&n)
+		return err == nil && n > 0
+	})
+	time.Sleep(300 * time.Millisecond)
+}
+
+// postAll posts one vote with each token at once from one address, while
+// their lookups are held back until one waits, and returns the status
+// codes in order.
+func (b *lookupBundle) postAll(t *testing.T, tokens []string) []int {
+	t.Helper()
+	release := b.holdLookups(t)
+	codes := make([]int, len(tokens))
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i, token := range tokens {
+		wg.Go(func() {
+			<-start
+			req, err := http.NewRequest(http.MethodPost, b.url+"/v1/votes", bytes.NewReader(voteBody(fmt.Sprintf("e-%d", i), "p1", "a")))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			req.Header.Set("Authorization", "Bearer "+token)
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := b.client.Do(req)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			resp.Body.Close()
+			codes[i] = resp.StatusCode
+		})
+	}
+	close(start)
+	b.waitForHeldLookup(t)
+	release()
+	wg.Wait()
+	return codes
+}
+
+// TestConcurrentNewTokensFromOneAddress sends the first votes of many
+// principals at once from one address (a kiosk, a NAT), more than the
+// allowance of failed authentications, while PostgreSQL is slow to answer
+// their lookups: every one is accepted, and the allowance is still whole
+// afterwards.
+func TestConcurrentNewTokensFromOneAddress(t *testing.T) {
+	t.Parallel()
+	b := setupLookups(t)
+	tokens := make([]string, authBurst+20)
+	for i := range tokens {
+		_, tokens[i] = b.principal(t, fmt.Sprintf("voter %d", i))
+	}
+	for i, c := range b.postAll(t, tokens) {
+		if c != http.StatusAccepted {
+			t.Errorf("vote %d of %d valid new tokens from one address: status %d, want 202", i, len(tokens), c)
+		}
+	}
+	for i := range authBurst {
+		r := b.vote(t, "bad-"+rand.Text(), fmt.Sprintf("x-%d", i), "p1", "a")
+		wantProblemType(t, r, http.StatusUnauthorized, "unauthorized")
+	}
+	wantProblemType(t, b.vote(t, "bad-"+rand.Text(), "x", "p1", "a"), http.StatusTooManyRequests, "auth-rate-limited")
+}
+
+// TestConcurrentBadTokensFromOneAddress floods intake with bad tokens
+// sent at once from one address while their lookups are held back: no
+// more reach PostgreSQL than the allowance, the rest get 429, and a token
+// cached as valid from that address is still served.
+func TestConcurrentBadTokensFromOneAddress(t *testing.T) {
+	t.Parallel()
+	b := setupLookups(t)
+	wantProblemType(t, b.do(t, http.MethodGet, "/v1/votes/nope", b.token, "", nil), http.StatusNotFound, "not-found") // cached
+	tokens := make([]string, 40)
+	for i := range tokens {
+		tokens[i] = "bad-" + rand.Text()
+	}
+	before := b.lookups.n.Load()
+	counts := map[int]int{}
+	for _, c := range b.postAll(t, tokens) {
+		counts[c]++
+	}
+	if want := map[int]int{http.StatusUnauthorized: authBurst, http.StatusTooManyRequests: len(tokens) - authBurst}; fmt.Sprint(counts) != fmt.Sprint(want) {
+		t.Errorf("%d bad tokens at once from one address: statuses %v, want %v", len(tokens), counts, want)
+	}
+	if got := b.lookups.n.Load() - before; got != authBurst {
+		t.Errorf("%d bad tokens at once from one address made %d token lookups in PostgreSQL, want %d (the allowance)", len(tokens), got, authBurst)
+	}
+	if r := b.vote(t, b.token, "after", "p1", "a"); r.code != http.StatusAccepted {
+		t.Errorf("a vote with a cached valid token after the flood: %d %s", r.code, r.raw)
+	}
+}
