@@ -31,6 +31,8 @@ func measureFloor(ctx context.Context, e *env, sz sizes, t *table) error {
 	t.add(fig{id: "U", what: fmt.Sprintf("(u) the schema's floor: a bare `INSERT ... SELECT FROM unnest(...)` of P's %s rows into poll_events with its indexes, batches of %d, %d writers, no rules, no projection, no log", count(sz.projector), batch, writers),
 		value: rate, unit: "events/s", load: load, extra: fmt.Sprintf("CPU per event: PostgreSQL %.1f µs", cpu),
 		command: "bench -only floor  (each batch its own transaction, the same ids as P)"})
+	t.add(fig{id: "UPG", what: "PostgreSQL's CPU per event in U", value: cpu, unit: "µs", load: load,
+		command: "/proc/PID/stat of the database's backends, before and after U"})
 	return nil
 }
 

@@ -45,6 +45,8 @@ func measureProjector(ctx context.Context, e *env, sz sizes, t *table) error {
 	}
 	t.add(fig{id: "P", what: fmt.Sprintf("projector: %s preloaded events drained, batch 1000, 2 workers (shipped settings)", count(sz.projector)),
 		value: r.rate(), unit: "events/s", load: load, command: r.command, extra: r.cpu() + "; " + r.wal()})
+	t.add(fig{id: "PPG", what: "PostgreSQL's CPU per event in P (its backends), for P / U without the projector and Redis that share the cores",
+		value: r.pgCPU, unit: "µs", load: load, command: "/proc/PID/stat of the database's backends, before and after P"})
 	t.add(fig{id: "MB", what: fmt.Sprintf("memory: projector peak RSS draining a %s-entry backlog", count(sz.projector)),
 		value: r.hwmMB, unit: "MB", load: load, command: "VmHWM of the process in P"})
 	load = loadAvg()

@@ -37,6 +37,7 @@ var ratios = []ratio{
 	{of: "P", to: "C1", target: "(one writer)", asPercent: true},
 	{of: "P", to: "U", target: "≥ 80% (the rules, the projection and the log cost at most a fifth of the row)", atLeast: 0.8, asPercent: true},
 	{of: "P", to: "C2", target: "≥ 60% of the ceiling (the better of C1, C2)", atLeast: 0.6, asPercent: true, ceiling: true},
+	{of: "PPG", to: "UPG", target: "≤ 1.25× (P / U ≥ 80% were PostgreSQL alone on the cores: the rules, the projection and the log cost it at most a quarter more than the row)", atMost: 1.25},
 	{of: "PT", to: "P", target: "(the tuned configuration against the default one)"},
 	{of: "PT", to: "UT", target: "≥ 80% (as P / U, on the tuned server)", atLeast: 0.8, asPercent: true},
 	{of: "PT", to: "C2T", target: "≥ 60% of the ceiling (the better of C1T, C2T)", atLeast: 0.6, asPercent: true, ceiling: true},
@@ -96,6 +97,8 @@ func (f fig) String() string {
 		v = fmt.Sprintf("%.2f s", f.value)
 	case f.unit == "MB":
 		v = fmt.Sprintf("%.0f MB", f.value)
+	case f.unit == "µs":
+		v = fmt.Sprintf("%.1f µs", f.value)
 	default:
 		v = fmt.Sprintf("%s %s", thousands(f.value), f.unit)
 	}
