@@ -74,10 +74,7 @@ var errRaced = errors.New("a concurrent append inserted the same key first")
 // would have been left out instead.
 func appendTx(ctx context.Context, tx pgx.Tx, events []Event, fast bool) ([]Outcome, error) {
 	outcomes := make([]Outcome, len(events))
-	fps := make([][32]byte, len(events))
-	for i, e := range events {
-		fps[i] = vote.Fingerprint(e.PollID, e.CandidateID)
-	}
+	fps := fingerprints(events)
 	rest := make([]int, 0, len(events))
 	if fast {
 		seqs, err := insertFresh(ctx, tx, events, fps, freshEvents(events))
@@ -108,6 +105,15 @@ func appendTx(ctx context.Context, tx pgx.Tx, events []Event, fast bool) ([]Outc
 		return nil, err
 	}
 	return outcomes, nil
+}
+
+// fingerprints are the payload fingerprints of events, in order.
+func fingerprints(events []Event) [][32]byte {
+	fps := make([][32]byte, len(events))
+	for i, e := range events {
+		fps[i] = vote.Fingerprint(e.PollID, e.CandidateID)
+	}
+	return fps
 }
 
 // freshEvents returns the index of every event that is the first of its

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"tally/internal/procstat"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -64,23 +65,7 @@ func (e *env) versions(ctx context.Context) string {
 }
 
 // cpuSeconds is the user and system CPU time pid has used, in seconds.
-func cpuSeconds(pid int) float64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 13 {
-		return 0
-	}
-	ut, _ := strconv.ParseFloat(f[11], 64)
-	st, _ := strconv.ParseFloat(f[12], 64)
-	return (ut + st) / 100 // USER_HZ
-}
+func cpuSeconds(pid int) float64 { return procstat.CPUSeconds(pid) }
 
 // backendCPU is the CPU time the PostgreSQL backends connected to
 // database db have used, in seconds (0 when the server is not local). It
