@@ -2,7 +2,9 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -14,6 +16,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"golang.org/x/sync/errgroup"
 
 	"tally/ledger"
@@ -231,7 +234,8 @@ func measureHotPoll(ctx context.Context, e *env, sz sizes, t *table) error {
 		}
 	}
 	for i, c := range cases {
-		var sum, events, pg, writers, appendMS, wait, wal float64
+		var sum, events, pg, writers, appendMS, held, wal float64
+		waits := locks{waiting: map[string]float64{}}
 		var rates []string
 		for _, r := range runs[i] {
 			sum += r.rate
@@ -240,15 +244,18 @@ func measureHotPoll(ctx context.Context, e *env, sz sizes, t *table) error {
 			pg += float64(r.events) * r.pgCPU
 			writers += float64(r.events) * r.writerCPU
 			appendMS += r.appendMS
-			wait += r.lockWait
+			for k, v := range r.locks.waiting {
+				waits.waiting[k] += v / float64(len(runs[i]))
+			}
+			held += r.locks.rowsHeld
 			wal += float64(r.events) * r.walBytes
 		}
 		n := float64(len(runs[i]))
 		t.add(fig{id: c.id, what: fmt.Sprintf("hot poll: ledger.Store.Append of batches of %d first responses, %s; mean of %d round(s) of at most %s or %s events",
 			hotBatch, c.what, len(runs[i]), sz.hotFor, count(sz.hotEvents)),
 			value: sum / n, unit: "events/s", load: load,
-			extra: fmt.Sprintf("rounds %s events/s; mean Append %.1f ms; writers waiting on a lock %.0f%% of their time; CPU per event: PostgreSQL %.1f µs, the writers (bench) %.1f µs; WAL %.0f B per event (the server's, other clients too)",
-				strings.Join(rates, ", "), appendMS/n, 100*wait/n, pg/events, writers/events, wal/events),
+			extra: fmt.Sprintf("rounds %s events/s; mean Append %.1f ms; poll0's tally rows locked in %.0f%% of probes, %s; CPU per event: PostgreSQL %.1f µs, the writers (bench) %.1f µs; WAL %.0f B per event (the server's, other clients too)",
+				strings.Join(rates, ", "), appendMS/n, 100*held/n, waits, pg/events, writers/events, wal/events),
 			command: "bench -only scaling  (Append from goroutines of the bench, one pool of 16 connections)"})
 	}
 	return nil
@@ -262,10 +269,8 @@ type hotResult struct {
 	// CPU per event in µs: the PostgreSQL backends, and the bench process
 	// (the writers: the rows' encoding and the log's hashes).
 	pgCPU, writerCPU float64
-	// lockWait is the share of the writers' time spent waiting on a lock
-	// held by another transaction, sampled from pg_stat_activity.
-	lockWait float64
-	walBytes float64 // per event: the whole server's WAL, other clients too
+	locks            locks
+	walBytes         float64 // per event: the whole server's WAL, other clients too
 }
 
 // hotPoll appends batches of hotBatch first responses, each of its own
@@ -274,7 +279,7 @@ type hotResult struct {
 // with apart each into a poll of its own.
 func (e *env) hotPoll(ctx context.Context, what string, writers int, apart bool, n int, d time.Duration) (hotResult, error) {
 	var res hotResult
-	_, pool, err := e.database(ctx, what)
+	url, pool, err := e.database(ctx, what)
 	if err != nil {
 		return res, err
 	}
@@ -288,7 +293,7 @@ func (e *env) hotPoll(ctx context.Context, what string, writers int, apart bool,
 	}
 	db := "tally_bench_" + e.run + "_" + what
 	pg0, self0, wal0 := e.backendCPU(ctx, db), cpuSeconds(os.Getpid()), e.walBytes(ctx)
-	lockWait := e.sampleLockWaits(ctx, db, writers)
+	stopSampling := e.sampleLocks(ctx, url, db, writers)
 	var events, appends, busy atomic.Int64
 	began := time.Now()
 	deadline := began.Add(d)
@@ -325,7 +330,7 @@ func (e *env) hotPoll(ctx context.Context, what string, writers int, apart bool,
 	}
 	err = g.Wait()
 	elapsed := time.Since(began)
-	res.lockWait = lockWait()
+	res.locks = stopSampling()
 	if err != nil {
 		return res, err
 	}
@@ -355,21 +360,60 @@ func (e *env) walBytes(ctx context.Context) float64 {
 	return b
 }
 
-// sampleLockWaits counts, every 10ms until the function it returns is
-// called, the backends connected to db that wait on a lock; that function
-// returns their share of writers backends' time.
-func (e *env) sampleLockWaits(ctx context.Context, db string, writers int) func() float64 {
+// locks is what sampleLocks saw: the writers' share of time waiting on
+// a lock, by the lock's kind (pg_stat_activity's wait_event: transactionid
+// for another transaction's rows, object for the NOTIFY queue's lock taken
+// at commit, extend for a relation's extension), and the share of probes
+// that found poll0's tally rows locked.
+type locks struct {
+	waiting  map[string]float64
+	rowsHeld float64
+}
+
+// String is the lock waits, the kinds in order of their share.
+func (l locks) String() string {
+	var total float64
+	kinds := make([]string, 0, len(l.waiting))
+	for k, v := range l.waiting {
+		total += v
+		kinds = append(kinds, k)
+	}
+	slices.SortFunc(kinds, func(a, b string) int { return cmp.Compare(l.waiting[b], l.waiting[a]) })
+	var parts []string
+	for _, k := range kinds {
+		parts = append(parts, fmt.Sprintf("%s %.0f%%", k, 100*l.waiting[k]))
+	}
+	s := fmt.Sprintf("the writers waiting on a lock %.0f%% of their time", 100*total)
+	if len(parts) > 0 {
+		s += " (" + strings.Join(parts, ", ") + ")"
+	}
+	return s
+}
+
+// sampleLocks samples, every 5ms until the function it returns is called,
+// the backends connected to db that wait on a lock (over a connection to
+// another database), and whether poll0's poll_results rows are locked: a
+// `FOR SHARE NOWAIT` over a connection to url, which an append's upsert
+// of those rows blocks from that upsert to its commit, the part of one
+// poll's appends that takes turns.
+func (e *env) sampleLocks(ctx context.Context, url, db string, writers int) func() locks {
 	ctx, cancel := context.WithCancel(ctx)
-	var samples, waiting int64
+	var samples, probes, held int64
+	waiting := map[string]int64{}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		conn, err := pgx.Connect(ctx, e.adminURL)
+		admin, err := pgx.Connect(ctx, e.adminURL)
+		if err != nil {
+			return
+		}
+		defer admin.Close(context.WithoutCancel(ctx))
+		conn, err := pgx.Connect(ctx, url)
 		if err != nil {
 			return
 		}
 		defer conn.Close(context.WithoutCancel(ctx))
-		tick := time.NewTicker(10 * time.Millisecond)
+		tick := time.NewTicker(5 * time.Millisecond)
 		defer tick.Stop()
 		for {
 			select {
@@ -377,20 +421,36 @@ func (e *env) sampleLockWaits(ctx context.Context, db string, writers int) func(
 				return
 			case <-tick.C:
 			}
-			var n int64
-			if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND wait_event_type = 'Lock'`, db).Scan(&n); err != nil {
-				continue
+			rows, err := admin.Query(ctx, `SELECT wait_event FROM pg_stat_activity WHERE datname = $1 AND wait_event_type = 'Lock'`, db)
+			if err == nil {
+				if kinds, err := pgx.CollectRows(rows, pgx.RowTo[string]); err == nil {
+					samples++
+					for _, k := range kinds {
+						waiting[k]++
+					}
+				}
 			}
-			samples++
-			waiting += n
+			_, err = conn.Exec(ctx, `SELECT 1 FROM poll_results WHERE poll_id = $1 FOR SHARE NOWAIT`, pollID(0))
+			var pgErr *pgconn.PgError
+			switch {
+			case err == nil:
+				probes++
+			case errors.As(err, &pgErr) && pgErr.Code == "55P03": // lock_not_available
+				probes++
+				held++
+			}
 		}
 	}()
-	return func() float64 {
+	return func() locks {
 		cancel()
 		<-done
-		if samples == 0 {
-			return 0
+		l := locks{waiting: map[string]float64{}}
+		for k, n := range waiting {
+			l.waiting[k] = float64(n) / float64(samples*int64(writers))
 		}
-		return float64(waiting) / float64(samples*int64(writers))
+		if probes > 0 {
+			l.rowsHeld = float64(held) / float64(probes)
+		}
+		return l
 	}
 }
