@@ -234,7 +234,7 @@ func measureHotPoll(ctx context.Context, e *env, sz sizes, t *table) error {
 		}
 	}
 	for i, c := range cases {
-		var sum, events, pg, writers, appendMS, held, wal float64
+		var sum, events, pg, writers, appendMS, held, notify, wal float64
 		waits := locks{waiting: map[string]float64{}}
 		var rates []string
 		for _, r := range runs[i] {
@@ -248,14 +248,15 @@ func measureHotPoll(ctx context.Context, e *env, sz sizes, t *table) error {
 				waits.waiting[k] += v / float64(len(runs[i]))
 			}
 			held += r.locks.rowsHeld
+			notify += r.locks.notifyHeld
 			wal += float64(r.events) * r.walBytes
 		}
 		n := float64(len(runs[i]))
 		t.add(fig{id: c.id, what: fmt.Sprintf("hot poll: ledger.Store.Append of batches of %d first responses, %s; mean of %d round(s) of at most %s or %s events",
 			hotBatch, c.what, len(runs[i]), sz.hotFor, count(sz.hotEvents)),
 			value: sum / n, unit: "events/s", load: load,
-			extra: fmt.Sprintf("rounds %s events/s; mean Append %.1f ms; poll0's tally rows locked in %.0f%% of probes, %s; CPU per event: PostgreSQL %.1f µs, the writers (bench) %.1f µs; WAL %.0f B per event (the server's, other clients too)",
-				strings.Join(rates, ", "), appendMS/n, 100*held/n, waits, pg/events, writers/events, wal/events),
+			extra: fmt.Sprintf("rounds %s events/s; mean Append %.1f ms; poll0's tally rows locked in %.0f%% of probes, the NOTIFY lock held in %.0f%% of samples, %s; CPU per event: PostgreSQL %.1f µs, the writers (bench) %.1f µs; WAL %.0f B per event (the server's, other clients too)",
+				strings.Join(rates, ", "), appendMS/n, 100*held/n, 100*notify/n, waits, pg/events, writers/events, wal/events),
 			command: "bench -only scaling  (Append from goroutines of the bench, one pool of 16 connections)"})
 	}
 	return nil
@@ -360,14 +361,23 @@ func (e *env) walBytes(ctx context.Context) float64 {
 	return b
 }
 
+// notifyLockSQL counts the holders of the NOTIFY queue's lock: an object
+// lock on database 0 of pg_database.
+const notifyLockSQL = `SELECT count(*) FROM pg_locks
+WHERE locktype = 'object' AND classid = 'pg_database'::regclass AND objid = 0 AND database = 0 AND granted`
+
 // locks is what sampleLocks saw: the writers' share of time waiting on
 // a lock, by the lock's kind (pg_stat_activity's wait_event: transactionid
 // for another transaction's rows, object for the NOTIFY queue's lock taken
 // at commit, extend for a relation's extension), and the share of probes
-// that found poll0's tally rows locked.
+// that found poll0's tally rows locked; notifyHeld is the share of
+// samples in which a transaction of any database held the NOTIFY queue's
+// lock, which PostgreSQL takes in the commit of every transaction that
+// sent a NOTIFY (as every append does) and holds until the commit is
+// done.
 type locks struct {
-	waiting  map[string]float64
-	rowsHeld float64
+	waiting              map[string]float64
+	rowsHeld, notifyHeld float64
 }
 
 // String is the lock waits, the kinds in order of their share.
@@ -398,7 +408,7 @@ func (l locks) String() string {
 // poll's appends that takes turns.
 func (e *env) sampleLocks(ctx context.Context, url, db string, writers int) func() locks {
 	ctx, cancel := context.WithCancel(ctx)
-	var samples, probes, held int64
+	var samples, probes, held, notify int64
 	waiting := map[string]int64{}
 	done := make(chan struct{})
 	go func() {
@@ -430,6 +440,10 @@ func (e *env) sampleLocks(ctx context.Context, url, db string, writers int) func
 					}
 				}
 			}
+			var n int64
+			if admin.QueryRow(ctx, notifyLockSQL).Scan(&n) == nil && n > 0 {
+				notify++
+			}
 			_, err = conn.Exec(ctx, `SELECT 1 FROM poll_results WHERE poll_id = $1 FOR SHARE NOWAIT`, pollID(0))
 			var pgErr *pgconn.PgError
 			switch {
@@ -445,6 +459,9 @@ func (e *env) sampleLocks(ctx context.Context, url, db string, writers int) func
 		cancel()
 		<-done
 		l := locks{waiting: map[string]float64{}}
+		if samples > 0 {
+			l.notifyHeld = float64(notify) / float64(samples)
+		}
 		for k, n := range waiting {
 			l.waiting[k] = float64(n) / float64(samples*int64(writers))
 		}
