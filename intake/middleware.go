@@ -249,7 +249,7 @@ type authAttempt struct {
 
 // attemptAuth looks token up once the allowance of r's address admits
 // it, charging the allowance when the token is refused.
-func (s *Server) attemptAuth(r *http.Request, token string, deadline time.Time) authAttempt {
+func (s *Server) attemptAuth(r *http.Request, token string, deadline time.Time) (res authAttempt) {
 	lookup, wait, err := s.limits.startLookup(r.Context(), r.RemoteAddr, deadline)
 	switch {
 	case err != nil:
@@ -257,8 +257,9 @@ func (s *Server) attemptAuth(r *http.Request, token string, deadline time.Time) 
 	case wait > 0:
 		return authAttempt{limited: true, wait: wait}
 	}
+	// Deferred, so that a lookup that panics is not left under way.
+	defer func() { lookup.end(errors.Is(res.err, errUnauthenticated)) }()
 	v, err := s.auth.authenticate(r.Context(), token, deadline)
-	lookup.end(errors.Is(err, errUnauthenticated))
 	return authAttempt{voter: v, err: err}
 }
 
