@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -16,7 +15,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"golang.org/x/sync/errgroup"
 
 	"tally/ledger"
@@ -366,6 +364,13 @@ func (e *env) walBytes(ctx context.Context) float64 {
 const notifyLockSQL = `SELECT count(*) FROM pg_locks
 WHERE locktype = 'object' AND classid = 'pg_database'::regclass AND objid = 0 AND database = 0 AND granted`
 
+// rowsLockedSQL counts a poll's poll_results rows that a transaction in
+// progress updated (their visible version's xmax): a read that takes no
+// lock, where `FOR SHARE NOWAIT` would write to the rows and make the
+// appends wait on the probe.
+const rowsLockedSQL = `SELECT count(*) FROM poll_results
+WHERE poll_id = $1 AND xmax <> '0'::xid AND txid_status(xmax::text::bigint) = 'in progress'`
+
 // locks is what sampleLocks saw: the writers' share of time waiting on
 // a lock, by the lock's kind (pg_stat_activity's wait_event: transactionid
 // for another transaction's rows, object for the NOTIFY queue's lock taken
@@ -402,10 +407,10 @@ func (l locks) String() string {
 
 // sampleLocks samples, every 5ms until the function it returns is called,
 // the backends connected to db that wait on a lock (over a connection to
-// another database), and whether poll0's poll_results rows are locked: a
-// `FOR SHARE NOWAIT` over a connection to url, which an append's upsert
-// of those rows blocks from that upsert to its commit, the part of one
-// poll's appends that takes turns.
+// another database), and whether poll0's poll_results rows are locked
+// (rowsLockedSQL over a connection to url): an append holds them from its
+// upsert of the tallies to its commit, the part of one poll's appends that
+// takes turns.
 func (e *env) sampleLocks(ctx context.Context, url, db string, writers int) func() locks {
 	ctx, cancel := context.WithCancel(ctx)
 	var samples, probes, held, notify int64
@@ -444,14 +449,11 @@ func (e *env) sampleLocks(ctx context.Context, url, db string, writers int) func
 			if admin.QueryRow(ctx, notifyLockSQL).Scan(&n) == nil && n > 0 {
 				notify++
 			}
-			_, err = conn.Exec(ctx, `SELECT 1 FROM poll_results WHERE poll_id = $1 FOR SHARE NOWAIT`, pollID(0))
-			var pgErr *pgconn.PgError
-			switch {
-			case err == nil:
+			if conn.QueryRow(ctx, rowsLockedSQL, pollID(0)).Scan(&n) == nil {
 				probes++
-			case errors.As(err, &pgErr) && pgErr.Code == "55P03": // lock_not_available
-				probes++
-				held++
+				if n > 0 {
+					held++
+				}
 			}
 		}
 	}()
