@@ -16,11 +16,11 @@ import (
 // votes to Redis in shared pipelines and answers each vote by its deadline.
 // What a script says and how its command is laid out is script.go's.
 
-// batcher sends the enqueue scripts of concurrent requests to Redis in
-// pipelines. Each vote is still one script and one round trip, but votes
-// that arrive while a round trip is under way share the next one, which
-// spares both sides a write and a read per vote. There is no timer: a vote
-// that finds a free pipeline goes at once.
+// batcher sends the votes of concurrent requests to Redis in pipelines.
+// Votes that arrive while a round trip is under way share the next one,
+// in one call of the enqueue script per shard, which spares both sides a
+// write, a read and a script call per vote. There is no timer: a vote that
+// finds a free pipeline goes at once.
 //
 // It runs no goroutine of its own. The first caller that finds fewer than
 // maxInFlight pipelines under way becomes a leader: it sends what is
@@ -48,16 +48,20 @@ type batcher struct {
 	watching bool            // watch is set
 }
 
-// scriptCall is one vote in the batcher: its command, laid out by
-// scriptArgs.call, and the slot of its answer.
+// scriptCall is one vote in the batcher: its keys and arguments in the
+// enqueue script, laid out by scriptArgs.call, and the slot of its answer.
 type scriptCall struct {
-	args    []any // the whole EVALSHA command, in argBuf
-	argBuf  [scriptCmdLen]any
-	key     string // the idempotency key, &key in args
-	eventID string // &eventID in args
-	// receivedAt is received_at (µs), &receivedAt in args.
+	script *scriptArgs // lays out the command of its shard's votes
+	shard  int
+	// keyArgs and voteArgs are the vote's keys and arguments in the
+	// script's command (see enqueueSrc).
+	keyArgs  [2]any
+	voteArgs [argsPerVote]any
+	key      string // the idempotency key, &key in keyArgs
+	eventID  string // &eventID in voteArgs
+	// receivedAt is received_at (µs), &receivedAt in voteArgs.
 	receivedAt int64
-	// createdAt is the principal's created_at (µs), &createdAt in args.
+	// createdAt is the principal's created_at (µs), &createdAt in voteArgs.
 	createdAt int64
 	deadline  time.Time        // answered by then
 	done      chan scriptReply // buffered; one answer
@@ -98,8 +102,8 @@ var calls = sync.Pool{New: func() any { return &scriptCall{done: make(chan scrip
 // in time.
 var errDeadline = fmt.Errorf("no answer from Redis within the request deadline: %w", context.DeadlineExceeded)
 
-// do runs the script command of c (EVALSHA sha 4 keys... args...), a
-// call from the calls pool, and waits for its answer, at the latest until
+// do sends the vote of c, a call from the calls pool, to the enqueue
+// script and waits for its answer, at the latest until
 // deadline: the batcher bounds each vote itself, with one timer for all,
 // so a request needs no context and timer of its own. A vote still pending
 // at its deadline is never sent; one under way is answered errDeadline all
@@ -135,8 +139,9 @@ func (b *batcher) do(ctx context.Context, c *scriptCall, deadline time.Time) scr
 }
 
 func (c *scriptCall) recycle() {
-	c.args = nil
-	clear(c.argBuf[:])
+	c.script = nil
+	clear(c.keyArgs[:])
+	clear(c.voteArgs[:])
 	calls.Put(c)
 }
 
@@ -235,10 +240,11 @@ func (b *batcher) lead(ctx context.Context, own *scriptCall) {
 	}
 }
 
-// send runs one pipeline: the batch's scripts (EVALSHA, loading the script
-// where Redis does not know it) and, with waitReplicas, one WAIT that
-// covers every write of the pipeline's connection. A cluster client splits
-// the pipeline by master by itself; with waitReplicas, sendPerMaster does.
+// send runs one pipeline: one script call per shard, carrying the batch's
+// votes of that shard in their order (EVALSHA, loading the script where
+// Redis does not know it) and, with waitReplicas, one WAIT that covers
+// every write of the pipeline's connection. A cluster client splits the
+// pipeline by master by itself; with waitReplicas, sendPerMaster does.
 func (b *batcher) send(ctx context.Context, batch []*scriptCall) {
 	b.batchSize.Observe(float64(len(batch)))
 	deadline := time.Now().Add(b.timeout)
@@ -249,11 +255,31 @@ func (b *batcher) send(ctx context.Context, batch []*scriptCall) {
 	}
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
+	shards := byShard(batch)
 	if b.cluster != nil && b.waitReplicas > 0 {
-		b.sendPerMaster(ctx, batch)
+		b.sendPerMaster(ctx, shards)
 		return
 	}
-	b.sendOn(ctx, b.rdb, batch)
+	b.sendOn(ctx, b.rdb, shards)
+}
+
+// byShard splits batch into the votes of each shard, each in batch's order.
+func byShard(batch []*scriptCall) [][]*scriptCall {
+	if !slices.ContainsFunc(batch, func(c *scriptCall) bool { return c.shard != batch[0].shard || c.script != batch[0].script }) {
+		return [][]*scriptCall{batch}
+	}
+	var shards [][]*scriptCall
+next:
+	for _, c := range batch {
+		for i, votes := range shards {
+			if votes[0].shard == c.shard && votes[0].script == c.script {
+				shards[i] = append(votes, c)
+				continue next
+			}
+		}
+		shards = append(shards, []*scriptCall{c})
+	}
+	return shards
 }
 
 // sendPerMaster sends the votes of each master of a cluster in a pipeline
@@ -262,22 +288,24 @@ func (b *batcher) send(ctx context.Context, batch []*scriptCall) {
 // acknowledged the last write of the connection it runs on. A cluster
 // client's pipeline would send the keyless WAIT to a master of its own
 // choosing, on a connection that may hold none of the batch's writes, and
-// a WAIT after no write confirms at once. A vote whose slot moved is
+// a WAIT after no write confirms at once. A shard whose slot moved is
 // answered with Redis' MOVED (no effect, so the client's retry is safe)
 // and the cluster client reloads the slot map for the next ones.
-func (b *batcher) sendPerMaster(ctx context.Context, batch []*scriptCall) {
-	byMaster := map[*redis.Client][]*scriptCall{}
-	for _, c := range batch {
-		m, err := b.cluster.MasterForKey(ctx, c.key)
+func (b *batcher) sendPerMaster(ctx context.Context, shards [][]*scriptCall) {
+	byMaster := map[*redis.Client][][]*scriptCall{}
+	for _, votes := range shards {
+		m, err := b.cluster.MasterForKey(ctx, votes[0].key)
 		if err != nil {
-			answer(c, scriptReply{err: err})
+			for _, c := range votes {
+				answer(c, scriptReply{err: err})
+			}
 			continue
 		}
-		byMaster[m] = append(byMaster[m], c)
+		byMaster[m] = append(byMaster[m], votes)
 	}
 	var wg sync.WaitGroup
-	for m, calls := range byMaster {
-		wg.Go(func() { b.sendOn(ctx, m, calls) })
+	for m, shards := range byMaster {
+		wg.Go(func() { b.sendOn(ctx, m, shards) })
 	}
 	wg.Wait()
 }
@@ -292,61 +320,83 @@ func (b *batcher) waitClient(ctx context.Context, key string) (redis.Cmdable, er
 	return b.cluster.MasterForKey(ctx, key)
 }
 
-// sendOn runs batch in one pipeline of rdb and answers each vote. The
-// votes answered NOSCRIPT (a server that does not know the script: a new
-// one, one restarted, a replica just promoted, or one master of a cluster)
-// go again in a second pipeline once the script is loaded; a script error
-// has no effect, and only those votes go again, since on a cluster the
-// others may have been applied by masters that know it.
-func (b *batcher) sendOn(ctx context.Context, rdb redis.Cmdable, batch []*scriptCall) {
-	cmds, wait, err := b.pipeline(ctx, rdb, batch)
-	var again []*scriptCall
-	for i, c := range batch {
+// sendOn runs the script calls of shards in one pipeline of rdb and
+// answers each vote. The calls answered NOSCRIPT (a server that does not
+// know the script: a new one, one restarted, a replica just promoted, or
+// one master of a cluster) go again in a second pipeline once the script
+// is loaded; a script error has no effect, and only those calls go again,
+// since on a cluster the others may have been applied by masters that know
+// it.
+func (b *batcher) sendOn(ctx context.Context, rdb redis.Cmdable, shards [][]*scriptCall) {
+	cmds, wait, err := b.pipeline(ctx, rdb, shards)
+	var again [][]*scriptCall
+	for i, votes := range shards {
 		if redis.HasErrorPrefix(cmds[i].Err(), "NOSCRIPT") {
-			again = append(again, c)
+			again = append(again, votes)
 			continue
 		}
-		b.answerFrom(ctx, c, cmds[i], wait, err)
+		b.answerFrom(ctx, votes, cmds[i], wait, err)
 	}
 	if len(again) == 0 {
 		return
 	}
 	if lerr := enqueueScript.Load(ctx, rdb).Err(); lerr != nil {
-		for _, c := range again {
-			answer(c, scriptReply{err: fmt.Errorf("load the enqueue script: %w", lerr)})
+		for _, votes := range again {
+			for _, c := range votes {
+				answer(c, scriptReply{err: fmt.Errorf("load the enqueue script: %w", lerr)})
+			}
 		}
 		return
 	}
 	cmds, wait, err = b.pipeline(ctx, rdb, again)
-	for i, c := range again {
-		b.answerFrom(ctx, c, cmds[i], wait, err)
+	for i, votes := range again {
+		b.answerFrom(ctx, votes, cmds[i], wait, err)
 	}
 }
 
-// answerFrom answers c with its command's reply and WAIT's, in a pipeline
-// that failed with err (nil when it did not).
-func (b *batcher) answerFrom(ctx context.Context, c *scriptCall, cmd, wait *redis.Cmd, err error) {
-	var r scriptReply
+// answerFrom answers each of votes with its reply in cmd's, the script
+// call that carried them, and with WAIT's, in a pipeline that failed with
+// err (nil when it did not). An error of the whole call is every vote's.
+func (b *batcher) answerFrom(ctx context.Context, votes []*scriptCall, cmd, wait *redis.Cmd, err error) {
+	var base scriptReply
 	if wait != nil {
-		r.replicas, r.waitErr = wait.Int64()
+		base.replicas, base.waitErr = wait.Int64()
 	}
-	r.res, r.err = cmd.Result()
-	if r.err == nil && err != nil && !isReplyError(err) {
-		r.err = err
+	res, cerr := cmd.Result()
+	if cerr == nil && err != nil && !isReplyError(err) {
+		cerr = err
 	}
-	if b.cluster != nil && (redis.HasErrorPrefix(r.err, "MOVED") || redis.HasErrorPrefix(r.err, "ASK")) {
+	if b.cluster != nil && (redis.HasErrorPrefix(cerr, "MOVED") || redis.HasErrorPrefix(cerr, "ASK")) {
 		b.cluster.ReloadState(ctx)
 	}
-	answer(c, r)
+	replies, ok := res.([]any)
+	if cerr == nil && (!ok || len(replies) != len(votes)) {
+		cerr = fmt.Errorf("enqueue script answered %v to %d votes", res, len(votes))
+	}
+	for i, c := range votes {
+		r := base
+		switch {
+		case cerr != nil:
+			r.err = cerr
+		default:
+			if rerr, isErr := replies[i].(error); isErr {
+				r.err = rerr
+			} else {
+				r.res = replies[i]
+			}
+		}
+		answer(c, r)
+	}
 }
 
-func (b *batcher) pipeline(ctx context.Context, rdb redis.Cmdable, batch []*scriptCall) ([]*redis.Cmd, *redis.Cmd, error) {
-	cmds := make([]*redis.Cmd, len(batch))
+// pipeline sends one script call per shard, and WAIT with waitReplicas.
+func (b *batcher) pipeline(ctx context.Context, rdb redis.Cmdable, shards [][]*scriptCall) ([]*redis.Cmd, *redis.Cmd, error) {
+	cmds := make([]*redis.Cmd, len(shards))
 	var wait *redis.Cmd
 	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, c := range batch {
-			cmd := redis.NewCmd(ctx, c.args...)
-			cmd.SetFirstKeyPos(3) // for a cluster client: KEYS[1] routes it
+		for i, votes := range shards {
+			cmd := redis.NewCmd(ctx, votes[0].script.command(votes)...)
+			cmd.SetFirstKeyPos(3) // for a cluster client: KEYS[1], the shard's stream, routes it
 			p.Process(ctx, cmd)
 			cmds[i] = cmd
 		}

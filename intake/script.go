@@ -17,21 +17,25 @@ import (
 // ARGV carries what, and how a vote's arguments are laid out in its
 // scriptCall) and the contract of its reply (decodeEnqueue).
 
-// enqueueSrc is the one script a vote costs. All four keys carry the
-// principal's shard hash tag.
+// enqueueSrc decides the votes of one shard that share a pipeline, in
+// their order, each as if it ran alone: one call per shard and pipeline
+// spares Redis a script call per vote. Every key carries the shard's hash
+// tag, so a call is valid on a Redis Cluster too.
 //
-//	KEYS[1] idempotency record (string), KEYS[2] rate-limit bucket (string),
-//	KEYS[3] the shard's stream, KEYS[4] the shard's epoch (string)
+//	KEYS[1] the shard's stream, KEYS[2] the shard's epoch (string), then
+//	for the i-th vote KEYS[1+2i] its idempotency record (string) and
+//	KEYS[2+2i] its principal's rate-limit bucket (string)
 //	ARGV[1] emission interval in microseconds (1e6 / rate), ARGV[2] burst
 //	tolerance in microseconds, ARGV[3] record lifetime in milliseconds,
-//	ARGV[4] max backlog, ARGV[5] principal, ARGV[6] client event id,
-//	ARGV[7] poll, ARGV[8] candidate, ARGV[9] payload fingerprint,
-//	ARGV[10] received_at (µs since the epoch), ARGV[11] the principal's
-//	created_at (µs since the epoch), ARGV[12] "1" to check that an absent
-//	record is conclusive, "0" once the ledger said the event id is new
+//	ARGV[4] max backlog, then argsPerVote for each vote, from
+//	ARGV[4+8(i-1)+1]: principal, client event id, poll, candidate, payload
+//	fingerprint, received_at (µs since the epoch), the principal's
+//	created_at (µs since the epoch), "1" to check that an absent record is
+//	conclusive, "0" once the ledger said the event id is new
 //
-// It answers a small integer, which go-redis reads without allocating, or
-// a pair for the rare refusals:
+// It answers an array with one reply per vote, in their order: a small
+// integer, which go-redis reads without allocating, or a pair for the
+// rare refusals:
 //
 //	0 (replyAccepted)            XADDed
 //	1 (replyReplay)              the same key with the same payload is
@@ -45,18 +49,19 @@ import (
 //	5 (replyUnsure)              there is no record, but the principal may
 //	                             have events whose records are gone; nothing
 //	                             changes (the rate is not spent): ask the
-//	                             ledger, then run again with ARGV[12] "0"
+//	                             ledger, then run again with the check "0"
 //
 // The idempotency record is a string, "poll candidate", written with its
 // lifetime by the same SET NX GET that looks it up, so a new vote costs one
 // call for both. A vote that is then refused deletes it again, within the
-// script, so nobody ever sees it. The SET goes through pcall so that its
-// error (a Redis before 7.0 has no SET ... NX GET) is answered as Redis
-// gave it, which enqueue recognizes.
+// script, so nobody ever sees it. A vote whose absent record would not be
+// conclusive (see below) only looks it up, with a GET. The lookup goes
+// through pcall so that its error (a Redis before 7.0 has no SET ... NX
+// GET) is that vote's reply, as Redis gave it, which enqueue recognizes.
 //
 // An absent record is conclusive (the event id is new for the principal)
 // only if every event of the principal still has its record. A record
-// lives ARGV[3] after its vote; the shard's epoch (KEYS[4], set here when
+// lives ARGV[3] after its vote; the shard's epoch (KEYS[2], set here when
 // absent, on Redis' clock) says since when this Redis holds records, and is
 // lost with them. So every event received before max(now - window, epoch)
 // may have lost its record, and none after: a principal created at or
@@ -66,50 +71,78 @@ import (
 // theoretical arrival time (µs) and expires once it is in the past. Only an
 // accepted vote moves it.
 //
+// Redis' clock, the cutoff and the stream's length are read once per call,
+// when a vote first needs them: nothing else runs during the call, so the
+// votes are decided as one call per vote within the same microsecond
+// would decide them, and the length counts the call's own XADDs.
+//
 // The XADD's fields are the stream package's encoding (see xaddFields).
 var enqueueSrc = `
-local record = ARGV[7] .. ' ' .. ARGV[8]
-local known = redis.pcall('SET', KEYS[1], record, 'NX', 'GET', 'PX', ARGV[3])
-if type(known) == 'table' then
-  return known
-end
-if known then
-  if known == record then
-    redis.call('SET', KEYS[1], known, 'KEEPTTL')
-    return 1
+local time, cutoff, backlog
+local function clock()
+  if not time then
+    local t = redis.call('TIME')
+    time = t[1] * 1000000 + t[2]
   end
-  return 2
+  return time
 end
-local t = redis.call('TIME')
-local now = t[1] * 1000000 + t[2]
-if ARGV[12] == '1' then
-  local cutoff = tonumber(redis.call('GET', KEYS[4]))
+local function epochCutoff()
   if not cutoff then
-    cutoff = now
-    redis.call('SET', KEYS[4], now)
+    cutoff = tonumber(redis.call('GET', KEYS[2]))
+    if not cutoff then
+      cutoff = clock()
+      redis.call('SET', KEYS[2], cutoff)
+    end
+    local window = clock() - ARGV[3] * 1000
+    if cutoff < window then cutoff = window end
   end
-  if cutoff < now - ARGV[3] * 1000 then cutoff = now - ARGV[3] * 1000 end
-  if tonumber(ARGV[11]) < cutoff then
-    redis.call('DEL', KEYS[1])
-    return 5
+  return cutoff
+end
+local function vote(record, bucket, a)
+  local entry = ARGV[a + 3] .. ' ' .. ARGV[a + 4]
+  local known
+  if ARGV[a + 8] == '1' and tonumber(ARGV[a + 7]) < epochCutoff() then
+    known = redis.pcall('GET', record)
+    if not known then
+      return 5
+    end
+  else
+    known = redis.pcall('SET', record, entry, 'NX', 'GET', 'PX', ARGV[3])
   end
+  if type(known) == 'table' then
+    return known
+  end
+  if known then
+    if known == entry then
+      redis.call('SET', record, known, 'KEEPTTL')
+      return 1
+    end
+    return 2
+  end
+  local now = clock()
+  local tat = tonumber(redis.call('GET', bucket)) or now
+  if tat < now then tat = now end
+  local newTat = tat + ARGV[1]
+  local allowAt = newTat - ARGV[2]
+  if allowAt > now then
+    redis.call('DEL', record)
+    return {3, math.ceil(allowAt - now)}
+  end
+  if not backlog then backlog = redis.call('XLEN', KEYS[1]) end
+  if backlog >= tonumber(ARGV[4]) then
+    redis.call('DEL', record)
+    return {4, backlog}
+  end
+  redis.call('XADD', KEYS[1], '*', ` + xaddFields() + `)
+  backlog = backlog + 1
+  redis.call('SET', bucket, newTat, 'PX', math.ceil((newTat - now) / 1000) + 1)
+  return 0
 end
-local tat = tonumber(redis.call('GET', KEYS[2])) or now
-if tat < now then tat = now end
-local newTat = tat + ARGV[1]
-local allowAt = newTat - ARGV[2]
-if allowAt > now then
-  redis.call('DEL', KEYS[1])
-  return {3, math.ceil(allowAt - now)}
+local replies = {}
+for i = 1, (#KEYS - 2) / 2 do
+  replies[i] = vote(KEYS[1 + 2 * i], KEYS[2 + 2 * i], ` + strconv.Itoa(argConsts) + ` + (i - 1) * ` + strconv.Itoa(argsPerVote) + `)
 end
-local backlog = redis.call('XLEN', KEYS[3])
-if backlog >= tonumber(ARGV[4]) then
-  redis.call('DEL', KEYS[1])
-  return {4, backlog}
-end
-redis.call('XADD', KEYS[3], '*', ` + xaddFields() + `)
-redis.call('SET', KEYS[2], newTat, 'PX', math.ceil((newTat - now) / 1000) + 1)
-return 0
+return replies
 `
 
 var enqueueScript = redis.NewScript(enqueueSrc)
@@ -181,30 +214,27 @@ const (
 	replyUnsure   = 5
 )
 
-// The script's arguments (ARGV indexes): first the four that are the same
-// for every vote (scriptArgs.consts), then those that carry an entry's
-// values.
+// The script's arguments: first the argConsts that are the same for every
+// vote (scriptArgs.consts), then argsPerVote for each vote, at these
+// offsets from the vote's first.
 const (
 	argConsts      = 4
-	argPrincipal   = 5
-	argEventID     = 6
-	argPoll        = 7
-	argCandidate   = 8
-	argFingerprint = 9
-	argReceivedAt  = 10
-	argCreatedAt   = 11
-	argCheck       = 12
+	argPrincipal   = 1
+	argEventID     = 2
+	argPoll        = 3
+	argCandidate   = 4
+	argFingerprint = 5
+	argReceivedAt  = 6
+	argCreatedAt   = 7
+	argCheck       = 8
+	argsPerVote    = argCheck
 )
 
-// ARGV[12]'s values, boxed once.
+// The check argument's values, boxed once.
 var (
 	checkRecord any = "1" // an absent record is checked against the epoch
 	skipCheck   any = "0" // the ledger said the event id is new
 )
-
-// scriptCmdLen is the length of a vote's whole command: EVALSHA, the SHA,
-// the key count, the four keys and the arguments.
-const scriptCmdLen = 7 + argCheck
 
 // xaddFields is the field/value list of the script's XADD: the fields of
 // stream.Entry.Values in its order, each value the script argument that
@@ -235,7 +265,7 @@ func xaddFields() string {
 		if !ok {
 			panic(fmt.Sprintf("intake: the enqueue script does not carry stream field %q", field))
 		}
-		fmt.Fprintf(&b, "%q, ARGV[%d]", field, n)
+		fmt.Fprintf(&b, "%q, ARGV[a + %d]", field, n)
 	}
 	return b.String()
 }
@@ -268,8 +298,8 @@ func newScriptArgs(cfg Config, keys stream.Keys) scriptArgs {
 	return a
 }
 
-// call returns a recycled scriptCall holding the whole command of the vote
-// of v with clientEventID for choice c of poll; check says whether the
+// call returns a recycled scriptCall holding the keys and arguments of the
+// vote of v with clientEventID for choice c of poll; check says whether the
 // script is to check that an absent record is conclusive (false once the
 // ledger said the event id is new). The arguments that depend on the
 // voter, poll or choice were boxed once with them; the others are pointers
@@ -277,6 +307,8 @@ func newScriptArgs(cfg Config, keys stream.Keys) scriptArgs {
 // vote allocates only its idempotency key here.
 func (a *scriptArgs) call(v *voter, clientEventID string, poll *pollInfo, c *choice, receivedAt time.Time, check bool) *scriptCall {
 	call := calls.Get().(*scriptCall)
+	call.script = a
+	call.shard = v.shard
 	call.key = v.idempotencyKey(a.keys, clientEventID)
 	call.eventID = clientEventID
 	call.receivedAt = receivedAt.UnixMicro()
@@ -285,14 +317,30 @@ func (a *scriptArgs) call(v *voter, clientEventID string, poll *pollInfo, c *cho
 	if check {
 		checkArg = checkRecord
 	}
-	args := append(call.argBuf[:0], "evalsha", enqueueSHA, 4, &call.key, v.rateKeyArg, a.streamKeys[v.shard], a.epochKeys[v.shard])
-	args = append(args, a.consts[:]...)
-	call.args = append(args, v.idArg, &call.eventID, poll.idArg, c.idArg, c.fingerprintArg, &call.receivedAt,
-		&call.createdAt, checkArg)
+	call.keyArgs = [2]any{&call.key, v.rateKeyArg}
+	call.voteArgs = [argsPerVote]any{v.idArg, &call.eventID, poll.idArg, c.idArg, c.fingerprintArg, &call.receivedAt,
+		&call.createdAt, checkArg}
 	return call
 }
 
-// decodeEnqueue reads the answer of the enqueue script.
+// command is the EVALSHA command that decides votes, calls of one shard
+// (and one scriptArgs), in their order.
+func (a *scriptArgs) command(votes []*scriptCall) []any {
+	n := len(votes)
+	shard := votes[0].shard
+	args := make([]any, 0, 5+2*n+argConsts+argsPerVote*n)
+	args = append(args, "evalsha", enqueueSHA, 2+2*n, a.streamKeys[shard], a.epochKeys[shard])
+	for _, c := range votes {
+		args = append(args, c.keyArgs[:]...)
+	}
+	args = append(args, a.consts[:]...)
+	for _, c := range votes {
+		args = append(args, c.voteArgs[:]...)
+	}
+	return args
+}
+
+// decodeEnqueue reads the enqueue script's reply to one vote.
 func decodeEnqueue(res any) (enqueueResult, error) {
 	switch v := res.(type) {
 	case int64:
