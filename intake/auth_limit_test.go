@@ -6,15 +6,19 @@ import (
 	"crypto/rand"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"tally/intake"
 	"tally/internal/testenv"
+	"tally/ledger"
+	"tally/stream"
 )
 
 // This file tests how token lookups from one client address are held
@@ -27,7 +31,9 @@ import (
 const authBurst = 5
 
 // lookupBundle is an intake whose token lookups are counted, with the
-// database behind it, where a test can hold them all back.
+// database behind it, where a test can hold them all back. Its handler is
+// served without Serve, so no NOTIFY of the principals table clears the
+// token cache while a test relies on it.
 type lookupBundle struct {
 	*bundle
 	db      testenv.DB
@@ -48,10 +54,22 @@ func setupLookups(t *testing.T) *lookupBundle {
 		t.Fatal(err)
 	}
 	t.Cleanup(traced.Close)
+	store, err := ledger.New(traced, ledger.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	rdb, prefix := testenv.Redis(t)
-	b := setupOn(t, testenv.DB{Name: db.Name, URL: db.URL, Pool: traced}, rdb, prefix, func(c *intake.Config) {
-		c.AuthFailureRate, c.AuthFailureBurst, c.AuthTTL = 0.001, authBurst, time.Hour
-	})
+	keys, _ := stream.NewKeys(prefix, 1)
+	cfg := intake.Config{Rate: 1000, Burst: 1000, AuthFailureRate: 0.001, AuthFailureBurst: authBurst, AuthTTL: time.Hour}
+	srv, err := intake.New(cfg, store, rdb, keys, testLogger(), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(srv.Handler())
+	t.Cleanup(ts.Close)
+	b := &bundle{store: store, rdb: rdb, keys: keys, url: ts.URL, client: ts.Client(), cfg: cfg, m: srv.Metrics()}
+	b.who, b.token = b.principal(t, "voter")
+	b.poll(t, ledger.Poll{ID: "p1", Title: "Lunch", Choices: []string{"a", "b"}})
 	return &lookupBundle{bundle: b, db: db, lookups: lookups}
 }
 
