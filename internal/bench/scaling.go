@@ -34,8 +34,8 @@ var scalingShapes = []struct {
 	intakes, workers int
 }{{"S11", 1, 1}, {"S12", 1, 2}, {"S21", 2, 1}, {"S22", 2, 2}}
 
-// loadtestConcurrency is every end-to-end run's tally loadtest
-// --concurrency: the votes under way at once, whatever the intakes.
+// loadtestConcurrency is S's tally loadtest --concurrency, E's: the votes
+// under way at once, whatever the intakes.
 const loadtestConcurrency = 32
 
 // measureScaling: S11, S12, S21 and S22, then H1, H2 and H2A.
