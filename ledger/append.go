@@ -39,6 +39,7 @@ func (s *Store) Append(ctx context.Context, events []Event) ([]Outcome, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.notifyResults(ctx, events, outcomes)
 	return outcomes, nil
 }
 
@@ -99,9 +100,6 @@ func appendTx(ctx context.Context, tx pgx.Tx, events []Event, fast bool) ([]Outc
 		}
 	}
 	if err := appendLogs(ctx, tx, events, outcomes); err != nil {
-		return nil, err
-	}
-	if err := notifyResults(ctx, tx, events, outcomes); err != nil {
 		return nil, err
 	}
 	return outcomes, nil

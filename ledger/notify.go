@@ -2,19 +2,28 @@ package ledger
 
 import (
 	"context"
+	"log/slog"
 	"slices"
-
-	"github.com/jackc/pgx/v5"
 )
 
-// This file tells whoever listens that a poll's results changed: an append
-// sends one NOTIFY on channel tally_results per poll it added ledger rows
-// to, from its own transaction, and WatchResults listens for them on one
-// connection. PostgreSQL delivers a notification at commit, and only
-// then, so a listener that reads the results after one sees the rows it
-// announces; a batch that rolls back announces nothing. A notification
-// is a hint to read again, not data: a listener that lost its connection
-// may have missed some, and is told so (see WatchResults).
+// This file tells whoever listens that a poll's results changed: once an
+// append has committed, it sends one NOTIFY on channel tally_results per
+// poll it added ledger rows to, and WatchResults listens for them on one
+// connection. A listener that reads the results after a notification sees
+// the rows it announces; a batch that rolled back announces nothing. A
+// notification is a hint to read again, not data: a listener that lost its
+// connection may have missed some, and is told so (see WatchResults).
+//
+// The notification goes after the commit, in a statement of its own, not
+// in the append's transaction: PostgreSQL serializes the commits of the
+// transactions that notify (a lock on the notification queue, held from
+// before the commit record until it is flushed), which made two appends'
+// commits take turns for their WAL flushes. A notification on its own
+// writes no WAL, so it holds that lock only for a moment. What this costs:
+// an append whose process stops between its commit and its notification
+// announces nothing (the next append to the poll does), and a notification
+// that fails is dropped (its connection most likely failed with the
+// listener's, which reads every poll again when it reconnects).
 
 // ResultsChannel is the channel an append notifies, with a poll id as the
 // payload, when it added ledger rows to that poll.
@@ -29,9 +38,10 @@ const notifyResultsSQL = `SELECT pg_notify('tally_results', p) FROM unnest($1::t
 // listenResultsSQL subscribes to ResultsChannel.
 const listenResultsSQL = `LISTEN tally_results`
 
-// notifyResults notifies ResultsChannel inside tx for every poll that
-// outcomes recorded a row of, once each.
-func notifyResults(ctx context.Context, tx pgx.Tx, events []Event, outcomes []Outcome) error {
+// notifyResults notifies ResultsChannel, after the append of events
+// committed, for every poll that outcomes recorded a row of, once each. A
+// failure is logged and dropped: the append has committed.
+func (s *Store) notifyResults(ctx context.Context, events []Event, outcomes []Outcome) {
 	var polls []string
 	for i, o := range outcomes {
 		if o.Status == StatusRecorded {
@@ -39,14 +49,14 @@ func notifyResults(ctx context.Context, tx pgx.Tx, events []Event, outcomes []Ou
 		}
 	}
 	if len(polls) == 0 {
-		return nil
+		return
 	}
 	slices.Sort(polls)
 	polls = slices.Compact(polls)
-	if _, err := tx.Exec(ctx, notifyResultsSQL, polls); err != nil {
-		return interpretError("append batch: notify the results' listeners", err)
+	if _, err := s.pool.Exec(ctx, notifyResultsSQL, polls); err != nil {
+		s.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "results not announced to live listeners",
+			slog.String("component", "ledger"), slog.Int("polls", len(polls)), slog.String("error", err.Error()))
 	}
-	return nil
 }
 
 // WatchResults holds one connection that listens on ResultsChannel and
