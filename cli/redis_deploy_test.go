@@ -98,8 +98,9 @@ func runDeployment(t *testing.T, redisArgs, intakeArgs []string) {
 			return resp.StatusCode, string(text)
 		}
 	}
-	// Eight voters at a time: intake lets one address try only so many
-	// tokens it has not verified yet at once (--auth-failure-burst).
+	// Eight voters at a time: intake looks up only so many tokens it has
+	// not verified yet from one address at once (--auth-failure-burst);
+	// more would wait their turn.
 	var wg sync.WaitGroup
 	errs := make(chan string, 2*principals)
 	next := make(chan int)

@@ -34,8 +34,9 @@ import (
 
 // liveIntakeFlags turn off intake's limit of token lookups per client
 // address, as docs/operations.md says to behind a proxy: every vote comes
-// from this one address with a token intake has not seen, and more than
-// --auth-failure-burst lookups under way at once would get 429.
+// from this one address with a token intake has not seen, and at most
+// --auth-failure-burst lookups from one address are under way at once (the
+// others wait), which would measure that limit instead of the viewers.
 var liveIntakeFlags = []string{"--auth-failure-rate", "inf"}
 
 // measureLive: SSE0 and MSSE0 without viewers, SSE and MSSE with them.
