@@ -58,18 +58,35 @@ type enqueueResult struct {
 // may have events whose records expired or were lost), the ledger is
 // asked: an event it holds answers as a replay (with the ledger's status)
 // or a conflict, and only a new one runs the script again, told to skip
-// that check. An error means Redis could not be asked (outBreakerOpen) or
-// did not answer (outRedisError); the vote may or may not have been
-// enqueued, and a retry with the same event id is safe.
+// that check. A principal older than the idempotency window is certain to
+// need the ledger (its records may have expired, whatever the shard's
+// epoch), so its votes ask the ledger first and run the script once. An
+// error means Redis could not be asked (outBreakerOpen) or did not answer
+// (outRedisError); the vote may or may not have been enqueued, and a retry
+// with the same event id is safe.
 func (s *Server) enqueue(ctx context.Context, v *voter, clientEventID string, poll *pollInfo, c *choice, receivedAt, deadline time.Time) (enqueueResult, error) {
-	res, err := s.runScript(ctx, s.script.call(v, clientEventID, poll, c, receivedAt, true), deadline)
-	if err != nil || res.outcome != outUnsure {
-		return res, err
+	if !s.olderThanWindow(v, receivedAt) {
+		res, err := s.runScript(ctx, s.script.call(v, clientEventID, poll, c, receivedAt, true), deadline)
+		if err != nil || res.outcome != outUnsure {
+			return res, err
+		}
 	}
 	if res, known := s.checkLedger(ctx, v, clientEventID, poll, c, deadline); known {
 		return res, nil
 	}
+	// The ledger does not hold the id (or did not answer): the script
+	// still finds a record of it, if Redis has one, and answers a replay.
 	return s.runScript(ctx, s.script.call(v, clientEventID, poll, c, receivedAt, false), deadline)
+}
+
+// olderThanWindow reports that v was created more than the idempotency
+// window before receivedAt, by intake's clock. The script's cutoff (on
+// Redis' clock) is never earlier than that, so for such a principal it
+// would answer unsure for any id it holds no record of. Clocks that
+// disagree cost at most a needless ledger lookup or a script run that
+// answers unsure, as before.
+func (s *Server) olderThanWindow(v *voter, receivedAt time.Time) bool {
+	return v.CreatedAt.Before(receivedAt.Add(-s.cfg.IdempotencyWindow))
 }
 
 // runScript runs call, a vote's script, through the breaker and the
