@@ -132,7 +132,7 @@ func measureIntake(ctx context.Context, e *env, sz sizes, t *table) error {
 		return err
 	}
 	note := fmt.Sprintf("median of %d alternating rounds", sz.wrkRounds)
-	t.add(fig{id: "I", what: "intake: POST /v1/votes under wrk (" + note + ")", value: in.reqs, unit: "req/s",
+	t.add(fig{id: "I", what: "intake: POST /v1/votes of one principal a day old, each new event id looked up in the ledger, under wrk (" + note + ")", value: in.reqs, unit: "req/s",
 		extra: fmt.Sprintf("p50 %s, p99 %s; CPU per request: intake %.1f µs, Redis %.1f µs", ms(in.p50), ms(in.p99), in.serverCPU, in.redisCPU), load: load,
 		command: in.command + "  (tally intake " + strings.Join(intakeFlags, " ") + ")"})
 	t.add(fig{id: "IB", what: "bare net/http handler answering 202 to the same body (" + note + ")", value: bare.reqs, unit: "req/s",
