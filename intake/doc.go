@@ -34,17 +34,20 @@
 //   - 202 only after Redis acknowledged the XADD, and with
 //     Config.WaitReplicas > 0 only after WAIT confirmed it on that many
 //     replicas. 202 means accepted for processing, never counted.
-//   - One vote is one Redis round trip: a single Lua script (EVALSHA) checks
-//     and records the idempotency key, applies the per-principal rate limit
-//     (GCRA on Redis' own clock), refuses when the shard's stream already
-//     holds Config.MaxBacklog entries, and XADDs the entry. Streams are
-//     never trimmed. The vote of a principal older than the idempotency
-//     window (or created before Redis last lost its data) costs a share of
-//     a ledger query and a second run of the script (see below).
-//     Every key the script touches carries the shard's hash tag, so it also
-//     runs on Redis Cluster. Votes that arrive while a round trip is under
-//     way share the next one (a pipeline of their scripts, Config.
-//     EnqueuePipelines at a time), without any added delay.
+//   - One vote is one decision of a Lua script (EVALSHA), atomic in Redis:
+//     it checks and records the idempotency key, applies the per-principal
+//     rate limit (GCRA on Redis' own clock), refuses when the shard's
+//     stream already holds Config.MaxBacklog entries, and XADDs the entry.
+//     Streams are never trimmed. Votes that arrive while a round trip is
+//     under way share the next one (Config.EnqueuePipelines pipelines at a
+//     time, without any added delay), and the votes of one shard in a
+//     pipeline share one call of the script, which decides each in turn
+//     and answers each its own reply. Every key the script touches carries
+//     the shard's hash tag, so it also runs on Redis Cluster. The vote of a
+//     principal older than the idempotency window costs a share of a
+//     ledger query before its script; one created before Redis last lost
+//     its data, a script that answers unsure, the query and a second run
+//     (see below).
 //   - Idempotency keys (the client's event_id) are scoped to the principal.
 //     The same key with the same payload answers 202 again with the same
 //     event_id and enqueues nothing; the same key with another payload
@@ -60,7 +63,9 @@
 //     script treats an absent record as proof that an event id is new
 //     only for a principal created since max(now - window, the shard's
 //     epoch, the time since which its Redis holds records); for any other
-//     it answers unsure, and intake looks the id up in the ledger, in
+//     it answers unsure (intake asks the ledger before the script for a
+//     principal older than the window, which is certain to need it), and
+//     intake looks the id up in the ledger, in
 //     queries shared by concurrent votes: a known id answers 202 with the
 //     ledger's status or 409, a new one is enqueued. While PostgreSQL does
 //     not answer, such a vote is enqueued all the same and the ledger
