@@ -19,7 +19,7 @@ import (
 // This file owns GET /v1/polls/{poll_id}/live: the poll's results as
 // Server-Sent Events, which the live page's script reads. Every stream of
 // every poll is fed by one hub with one PostgreSQL connection listening for
-// the notifications an append sends from its transaction
+// the notifications an append sends once it has committed
 // (ledger.Store.WatchResults). Per notified poll the hub reads the results
 // once, at most once per Config.LiveInterval (a burst of appends costs one
 // read), and hands the same event to each stream of the poll; a stream
