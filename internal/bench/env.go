@@ -74,10 +74,12 @@ func (e *env) close(ctx context.Context) {
 	os.RemoveAll(e.tmp)
 }
 
-// release drops the databases and deletes the Redis keys created through e.
+// release drops the databases and deletes the Redis keys created through e
+// so far.
 func (e *env) release(ctx context.Context) {
 	e.mu.Lock()
 	dbs, prefixes := e.dbs, e.prefixes
+	e.dbs, e.prefixes = nil, nil
 	e.mu.Unlock()
 	for _, p := range prefixes {
 		e.dropPrefix(ctx, p)
@@ -86,6 +88,23 @@ func (e *env) release(ctx context.Context) {
 		if err := e.dropDB(ctx, db); err != nil {
 			fmt.Fprintf(os.Stderr, "bench: drop database %s: %v\n", db, err)
 		}
+	}
+}
+
+// settle readies the servers for the next measurement: it drops what the
+// last one created (whose million-row tables autovacuum would otherwise
+// vacuum during the next) and has PostgreSQL write its dirty buffers now
+// (CHECKPOINT), not during the next measurement. A server that refuses
+// the checkpoint (a role without pg_checkpoint) is left as it is.
+func (e *env) settle(ctx context.Context) {
+	e.release(ctx)
+	conn, err := pgx.Connect(ctx, e.adminURL)
+	if err != nil {
+		return
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "CHECKPOINT"); err != nil {
+		fmt.Fprintf(os.Stderr, "bench: CHECKPOINT before the next measurement: %v\n", err)
 	}
 }
 

@@ -226,6 +226,7 @@ func runMeasurements(ctx context.Context, e *env, sz sizes, only map[string]bool
 			}
 		}
 		fmt.Fprintf(os.Stderr, "bench: %s took %s\n", m.name, time.Since(t0).Round(100*time.Millisecond))
+		e.settle(context.WithoutCancel(ctx))
 	}
 	t.took = time.Since(began)
 	return t, failed

@@ -49,6 +49,7 @@ func measureProjector(ctx context.Context, e *env, sz sizes, t *table) error {
 		value: r.pgCPU, unit: "µs", load: load, command: "/proc/PID/stat of the database's backends, before and after P"})
 	t.add(fig{id: "MB", what: fmt.Sprintf("memory: projector peak RSS draining a %s-entry backlog", count(sz.projector)),
 		value: r.hwmMB, unit: "MB", load: load, command: "VmHWM of the process in P"})
+	e.settle(ctx)
 	load = loadAvg()
 	r1, err := e.drainProjector(ctx, e.tally, "proj1", sz.projector, sz.projectorLimit, "--workers", "1")
 	if err != nil {
@@ -62,6 +63,7 @@ func measureProjector(ctx context.Context, e *env, sz sizes, t *table) error {
 	if e.noLog == "" {
 		return nil
 	}
+	e.settle(ctx)
 	load = loadAvg()
 	rn, err := e.drainProjector(ctx, e.noLog, "projnolog", sz.projector, sz.projectorLimit)
 	if err != nil {
@@ -108,6 +110,7 @@ func measureBatch1(ctx context.Context, e *env, sz sizes, t *table) error {
 // measureCopy: C1 and C2, the COPY ceiling with one and two writers.
 func measureCopy(ctx context.Context, e *env, sz sizes, t *table) error {
 	for _, w := range []int{1, 2} {
+		e.settle(ctx)
 		load := loadAvg()
 		v, cpu, err := e.copyCeiling(ctx, sz.copyRows, 10_000, w)
 		if err != nil {
@@ -170,6 +173,7 @@ func measureImport(ctx context.Context, e *env, sz sizes, t *table) error {
 	if e.noLog == "" {
 		return nil
 	}
+	e.settle(ctx)
 	load = loadAvg()
 	v, cmd, err = e.importFile(ctx, e.noLog, "importnolog", sz.importEvents)
 	if err != nil {

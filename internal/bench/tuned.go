@@ -82,6 +82,7 @@ func measureTuned(ctx context.Context, e *env, sz sizes, t *table) error {
 		extra:   fmt.Sprintf("of which indexes %.0f B", float64(r.indexBytes)/float64(r.events)),
 		command: "pg_total_relation_size and pg_indexes_size of poll_events and poll_log_* after PT"})
 	for _, w := range []int{1, 2} {
+		te.settle(ctx)
 		load := loadAvg()
 		v, cpu, err := te.copyCeiling(ctx, sz.copyRows, 10_000, w)
 		if err != nil {
@@ -90,6 +91,7 @@ func measureTuned(ctx context.Context, e *env, sz sizes, t *table) error {
 		t.add(fig{id: fmt.Sprintf("C%dT", w), what: fmt.Sprintf("raw COPY as C%d", w) + on, value: v, unit: "rows/s", load: load,
 			extra: fmt.Sprintf("CPU per row: PostgreSQL %.1f µs", cpu), command: "bench -only tuned  (the server of PT)"})
 	}
+	te.settle(ctx)
 	load = loadAvg()
 	const batch, writers = 1000, 2
 	v, cpu, err := te.unnestFloor(ctx, sz.projector, batch, writers)
