@@ -45,7 +45,7 @@ fuzz: ## run each fuzz target briefly (FUZZTIME=5m: that long each)
 		$(GO) test -run '^$$' -fuzz "^$$target$$" -fuzztime "$$budget" "$$pkg" || exit 1; \
 	done
 
-bench: ## every throughput, latency and memory figure next to its baseline (about 3-4 minutes); writes BENCHMARKS.md
+bench: ## every throughput, latency and memory figure next to its baseline (about 11 minutes on 2 quiet cores); writes BENCHMARKS.md
 	@scripts/bench.sh
 
 bench-short: ## every Go benchmark once, and every bench measurement at small sizes; output only on failure
