@@ -245,3 +245,55 @@ func TestRebuildFindsAndRepairsDrift(t *testing.T) {
 		t.Errorf("ledger has %d events, want 50 + %d recorded (of %d sent)", rep.LedgerEvents, recorded, 3*40*20)
 	}
 }
+
+// TestRebuildWhileAppending: a rebuild checks the polls' logs on several
+// connections at once while appends go on; each connection reads the
+// recount's snapshot, so every log it checks holds exactly the rows the
+// recount counted. A connection that read a later state would find more
+// rows than its head's size.
+func TestRebuildWhileAppending(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	polls := []string{"p0", "p1", "p2", "p3"}
+	for _, p := range polls {
+		b.poll(t, p, "a", "b")
+	}
+	ctx, stop := context.WithCancel(b.ctx)
+	defer stop()
+	appended := make(chan error, 1)
+	go func() {
+		n := 0
+		for ctx.Err() == nil && n < 200_000 {
+			batch := make([]ledger.Event, 0, 200)
+			for range 200 {
+				n++
+				batch = append(batch, ev(fmt.Sprintf("u%d", n), "k1", polls[n%len(polls)], []string{"a", "b"}[n%2]))
+			}
+			if _, err := b.store.Append(ctx, batch); err != nil && ctx.Err() == nil {
+				appended <- err
+				return
+			}
+		}
+		appended <- nil
+	}()
+	for i := range 15 {
+		rep, err := b.store.Rebuild(b.ctx, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Differing != 0 || rep.LogProblems != 0 || len(rep.Logs) != len(polls) {
+			t.Fatalf("rebuild %d while appending: %d tallies differ, %d log problems (%+v)", i, rep.Differing, rep.LogProblems, rep.Logs)
+		}
+		var leaves int64
+		for _, c := range rep.Logs {
+			leaves += c.Size
+		}
+		if leaves != rep.LedgerEvents {
+			t.Fatalf("rebuild %d: the logs hold %d leaves, the recount %d events", i, leaves, rep.LedgerEvents)
+		}
+	}
+	stop()
+	if err := <-appended; err != nil {
+		t.Fatalf("append: %v", err)
+	}
+}

@@ -5,9 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
+	"runtime"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 	"golang.org/x/mod/sumdb/tlog"
+	"golang.org/x/sync/errgroup"
 )
 
 // LogCheck is the rebuild's verdict on one poll's log: the ledger's rows
@@ -35,37 +39,84 @@ WHERE $1::text IS NULL OR poll_id = $1 ORDER BY poll_id`
 // leaf), and each row's fingerprint is its poll's and candidate's. A head
 // still to build (rows from before the log) is reported as
 // such.
-func verifyLogs(ctx context.Context, tx pgx.Tx, pollID string) ([]LogCheck, error) {
+//
+// Polls are checked several at a time, each on a connection of the pool
+// whose transaction imports tx's snapshot (pg_export_snapshot, as pg_dump
+// shares one among its workers), so every poll is checked in the same
+// state of the ledger as the recount: as many at once as the process has
+// cores, leaving one of the pool's connections to tx.
+func (s *Store) verifyLogs(ctx context.Context, tx pgx.Tx, pollID string) ([]LogCheck, error) {
 	var p *string
 	if pollID != "" {
 		p = &pollID
-	}
-	type head struct {
-		poll          string
-		size          int64
-		root, partial []byte
 	}
 	rows, err := tx.Query(ctx, logHeadsSQL, p)
 	if err != nil {
 		return nil, err
 	}
-	heads, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (head, error) {
-		var h head
+	heads, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (logHeadRow, error) {
+		var h logHeadRow
 		return h, r.Scan(&h.poll, &h.size, &h.root, &h.partial)
 	})
 	if err != nil {
 		return nil, err
 	}
-	var out []LogCheck
-	for _, h := range heads {
-		c, err := verifyLog(ctx, tx, h.poll, h.size, h.root, h.partial)
-		if err != nil {
-			return nil, err
+	out := make([]LogCheck, len(heads))
+	workers := min(len(heads), runtime.GOMAXPROCS(0), int(s.pool.Config().MaxConns)-1)
+	if workers < 2 {
+		for i, h := range heads {
+			if out[i], err = verifyLog(ctx, tx, h.poll, h.size, h.root, h.partial); err != nil {
+				return nil, err
+			}
 		}
-		out = append(out, c)
+		return out, nil
+	}
+	var snapshot string
+	if err := tx.QueryRow(ctx, `SELECT pg_export_snapshot()`).Scan(&snapshot); err != nil {
+		return nil, fmt.Errorf("export the snapshot for the logs' workers: %w", err)
+	}
+	if !snapshotID.MatchString(snapshot) {
+		return nil, fmt.Errorf("PostgreSQL exported a snapshot named %q, not of the expected form", snapshot)
+	}
+	var next atomic.Int64
+	g, gctx := errgroup.WithContext(ctx)
+	for range workers {
+		g.Go(func() error {
+			return pgx.BeginTxFunc(gctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(wtx pgx.Tx) error {
+				if _, err := wtx.Exec(gctx, `SET TRANSACTION SNAPSHOT '`+snapshot+`'`); err != nil {
+					return fmt.Errorf("import the rebuild's snapshot: %w", err)
+				}
+				for {
+					i := int(next.Add(1)) - 1
+					if i >= len(heads) {
+						return nil
+					}
+					h := heads[i]
+					c, err := verifyLog(gctx, wtx, h.poll, h.size, h.root, h.partial)
+					if err != nil {
+						return err
+					}
+					out[i] = c
+				}
+			})
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
 	}
 	return out, nil
 }
+
+// logHeadRow is a stored head, as verifyLogs reads it.
+type logHeadRow struct {
+	poll          string
+	size          int64
+	root, partial []byte
+}
+
+// snapshotID is the form of a name pg_export_snapshot gives, which
+// verifyLogs writes into SET TRANSACTION SNAPSHOT (it takes no parameter).
+var snapshotID = regexp.MustCompile(`^[0-9A-F]+-[0-9A-F]+(-[0-9]+)?$`)
 
 // verifyLog checks one poll's log: its tree against the rows, then, when
 // the tree holds, each row's fingerprint, which the leaf does not cover.

@@ -62,7 +62,7 @@ func (s *Store) Rebuild(ctx context.Context, pollID string) (Report, error) {
 		if rep, err = recount(ctx, tx, pollID); err != nil {
 			return err
 		}
-		if rep.Logs, err = verifyLogs(ctx, tx, pollID); err != nil {
+		if rep.Logs, err = s.verifyLogs(ctx, tx, pollID); err != nil {
 			return err
 		}
 		for _, c := range rep.Logs {
