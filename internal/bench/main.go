@@ -31,8 +31,9 @@
 //     loadtest through intake and projector (E);
 //   - cluster.go: E against a private Redis Cluster of three masters (EC);
 //   - scaling.go: E with one or two intakes and projector workers, with
-//     the CPU per vote of each part (S11 to S22), and one hot poll's
-//     appends (H1, H2, H2A);
+//     the CPU per vote of each part (S11 to S22);
+//   - hotpoll.go: one hot poll's appends against a poll each (H1, H2,
+//     H2A), which the scaling measurement runs;
 //   - live.go: intake's cost of Server-Sent Events viewers under a flow
 //     of votes (SSE, next to SSE0 without them);
 //   - ledger.go: tally import (IM) and rebuild next to a plain GROUP BY

@@ -6,11 +6,10 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
+	"tally/internal/pgbin"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -131,9 +130,9 @@ func startTunedPostgres(ctx context.Context) (*pgServer, error) {
 }
 
 func newPGServer() (*pgServer, error) {
-	bin, err := postgresBinDir()
+	bin, err := pgbin.Dir()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("the tuned measurement starts a private PostgreSQL: %w; or leave it out (-only without tuned)", err)
 	}
 	ports, err := freePorts(1)
 	if err != nil {
@@ -153,7 +152,7 @@ func newPGServer() (*pgServer, error) {
 	s := &pgServer{bin: bin, dir: dir, port: ports[0]}
 	if os.Geteuid() == 0 {
 		// PostgreSQL refuses to run as root.
-		if err := chownToPostgres(dir); err != nil {
+		if err := pgbin.GiveToPostgres(dir); err != nil {
 			os.RemoveAll(dir)
 			return nil, err
 		}
@@ -273,43 +272,6 @@ func (s *pgServer) run(ctx context.Context, name string, args ...string) ([]byte
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Dir = s.dir
 	return cmd.CombinedOutput()
-}
-
-// postgresBinDir finds the directory of initdb and pg_ctl, as
-// scripts/services.sh does: the newest /usr/lib/postgresql/*/bin, or the
-// directory of initdb on PATH.
-func postgresBinDir() (string, error) {
-	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
-	sort.Slice(dirs, func(i, j int) bool {
-		vi, _ := strconv.Atoi(filepath.Base(filepath.Dir(dirs[i])))
-		vj, _ := strconv.Atoi(filepath.Base(filepath.Dir(dirs[j])))
-		return vi > vj
-	})
-	for _, d := range dirs {
-		if _, err := os.Stat(filepath.Join(d, "pg_ctl")); err == nil {
-			return d, nil
-		}
-	}
-	if p, err := exec.LookPath("initdb"); err == nil {
-		return filepath.Dir(p), nil
-	}
-	return "", errors.New("the tuned measurement starts a private PostgreSQL, but its server binaries (initdb, pg_ctl) are not installed: " +
-		"install them (sudo apt-get install -y postgresql) or leave it out (-only without tuned)")
-}
-
-// chownToPostgres gives dir to the postgres OS user.
-func chownToPostgres(dir string) error {
-	u, err := user.Lookup("postgres")
-	if err != nil {
-		return fmt.Errorf("as root, the tuned PostgreSQL runs as the OS user postgres, which does not exist: "+
-			"create it (useradd --system --no-create-home postgres) and run again: %w", err)
-	}
-	uid, _ := strconv.Atoi(u.Uid)
-	gid, _ := strconv.Atoi(u.Gid)
-	if err := os.Chown(dir, uid, gid); err != nil {
-		return fmt.Errorf("give %s to the postgres user: %w", dir, err)
-	}
-	return nil
 }
 
 // memSetting is a memory setting of b bytes: in whole GB from 2GB up,

@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"tally/internal/pgbin"
 	"tally/migrations"
 )
 
@@ -43,7 +42,7 @@ type PGServer struct {
 // are not installed.
 func StartPostgres(t testing.TB) *PGServer {
 	t.Helper()
-	bin, err := postgresBinDir()
+	bin, err := pgbin.Dir()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,36 +67,10 @@ func StartPostgres(t testing.TB) *PGServer {
 	return s
 }
 
-// postgresBinDir finds the directory of initdb and pg_ctl: the newest
-// /usr/lib/postgresql/*/bin, or the directory of initdb on PATH.
-func postgresBinDir() (string, error) {
-	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
-	sort.Slice(dirs, func(i, j int) bool {
-		vi, _ := strconv.Atoi(filepath.Base(filepath.Dir(dirs[i])))
-		vj, _ := strconv.Atoi(filepath.Base(filepath.Dir(dirs[j])))
-		return vi > vj
-	})
-	for _, d := range dirs {
-		if _, err := os.Stat(filepath.Join(d, "pg_ctl")); err == nil {
-			return d, nil
-		}
-	}
-	if p, err := exec.LookPath("initdb"); err == nil {
-		return filepath.Dir(p), nil
-	}
-	return "", fmt.Errorf("the PostgreSQL server binaries (initdb, pg_ctl) are not installed (apt-get install postgresql)")
-}
-
 // giveToPostgres lets the postgres OS user reach and own the server's
 // directory: the directories above it that the test created are made
 // traversable, and the directory itself changes owner.
 func (s *PGServer) giveToPostgres() error {
-	u, err := user.Lookup("postgres")
-	if err != nil {
-		return fmt.Errorf("a private PostgreSQL needs the postgres OS user when tests run as root: %w", err)
-	}
-	uid, _ := strconv.Atoi(u.Uid)
-	gid, _ := strconv.Atoi(u.Gid)
 	tmp := filepath.Clean(os.TempDir())
 	for d := filepath.Dir(s.dir); strings.HasPrefix(d, tmp+string(filepath.Separator)); d = filepath.Dir(d) {
 		st, err := os.Stat(d)
@@ -108,10 +81,7 @@ func (s *PGServer) giveToPostgres() error {
 			return err
 		}
 	}
-	if err := os.Chown(s.dir, uid, gid); err != nil {
-		return fmt.Errorf("give %s to the postgres user: %w", s.dir, err)
-	}
-	return nil
+	return pgbin.GiveToPostgres(s.dir)
 }
 
 // run runs one of the server binaries as the server's user.
