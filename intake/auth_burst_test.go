@@ -19,10 +19,27 @@ func TestConcurrentFirstRequestsOfAValidToken(t *testing.T) {
 	b := setup(t)
 	_, token := b.principal(t, "kiosk")
 	const n = 60
-	codes := make([]int, n)
+	tokens := make([]string, n)
+	for i := range tokens {
+		tokens[i] = token
+	}
+	codes := b.postAtOnce(t, tokens, nil)
+	for i, c := range codes {
+		if c != http.StatusAccepted {
+			t.Errorf("request %d: status %d, want 202", i, c)
+		}
+	}
+}
+
+// postAtOnce posts vote e-i with tokens[i], all at once, calls meanwhile
+// (when not nil) once they are under way, and returns the status codes in
+// order.
+func (b *bundle) postAtOnce(t *testing.T, tokens []string, meanwhile func()) []int {
+	t.Helper()
+	codes := make([]int, len(tokens))
 	var wg sync.WaitGroup
 	start := make(chan struct{})
-	for i := range n {
+	for i, token := range tokens {
 		wg.Go(func() {
 			<-start
 			req, err := http.NewRequest(http.MethodPost, b.url+"/v1/votes", bytes.NewReader(voteBody(fmt.Sprintf("e-%d", i), "p1", "a")))
@@ -42,10 +59,9 @@ func TestConcurrentFirstRequestsOfAValidToken(t *testing.T) {
 		})
 	}
 	close(start)
-	wg.Wait()
-	for i, c := range codes {
-		if c != http.StatusAccepted {
-			t.Errorf("request %d: status %d, want 202", i, c)
-		}
+	if meanwhile != nil {
+		meanwhile()
 	}
+	wg.Wait()
+	return codes
 }

@@ -1,7 +1,6 @@
 package intake_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"fmt"
@@ -12,7 +11,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"tally/intake"
@@ -43,21 +41,7 @@ type lookupBundle struct {
 func setupLookups(t *testing.T) *lookupBundle {
 	t.Helper()
 	db := testenv.Postgres(t)
-	lookups := &tokenLookups{}
-	pcfg, err := pgxpool.ParseConfig(db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pcfg.ConnConfig.Tracer = lookups
-	traced, err := pgxpool.NewWithConfig(context.Background(), pcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(traced.Close)
-	store, err := ledger.New(traced, ledger.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	store, lookups := countingStore(t, db)
 	rdb, prefix := testenv.Redis(t)
 	keys, _ := stream.NewKeys(prefix, 1)
 	cfg := intake.Config{Rate: 1000, Burst: 1000, AuthFailureRate: 0.001, AuthFailureBurst: authBurst, AuthTTL: time.Hour}
@@ -119,33 +103,10 @@ SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = 'principals'::reg
 func (b *lookupBundle) postAll(t *testing.T, tokens []string) []int {
 	t.Helper()
 	release := b.holdLookups(t)
-	codes := make([]int, len(tokens))
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for i, token := range tokens {
-		wg.Go(func() {
-			<-start
-			req, err := http.NewRequest(http.MethodPost, b.url+"/v1/votes", bytes.NewReader(voteBody(fmt.Sprintf("e-%d", i), "p1", "a")))
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			req.Header.Set("Authorization", "Bearer "+token)
-			req.Header.Set("Content-Type", "application/json")
-			resp, err := b.client.Do(req)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			resp.Body.Close()
-			codes[i] = resp.StatusCode
-		})
-	}
-	close(start)
-	b.waitForHeldLookup(t)
-	release()
-	wg.Wait()
-	return codes
+	return b.postAtOnce(t, tokens, func() {
+		b.waitForHeldLookup(t)
+		release()
+	})
 }
 
 // TestConcurrentNewTokensFromOneAddress sends the first votes of many

@@ -41,6 +41,27 @@ func (c *tokenLookups) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pg
 
 func (*tokenLookups) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
+// countingStore is a Store on db whose token lookups lookups counts.
+func countingStore(t *testing.T, db testenv.DB) (*ledger.Store, *tokenLookups) {
+	t.Helper()
+	lookups := &tokenLookups{}
+	pcfg, err := pgxpool.ParseConfig(db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pcfg.ConnConfig.Tracer = lookups
+	pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	store, err := ledger.New(pool, ledger.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return store, lookups
+}
+
 // clientFrom is an HTTP client whose connections leave from ip, a loopback
 // address other than 127.0.0.1 being another client address to intake.
 func clientFrom(t *testing.T, ip string) *http.Client {
@@ -119,22 +140,7 @@ type limited struct {
 // cache while a test relies on it.
 func limitServer(t *testing.T, cfg intake.Config) *limited {
 	t.Helper()
-	db := testenv.Postgres(t)
-	lookups := &tokenLookups{}
-	pcfg, err := pgxpool.ParseConfig(db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pcfg.ConnConfig.Tracer = lookups
-	pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	store, err := ledger.New(pool, ledger.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	store, lookups := countingStore(t, testenv.Postgres(t))
 	rdb, prefix := testenv.Redis(t)
 	keys, _ := stream.NewKeys(prefix, 1)
 	logs := &testenv.LogBuffer{}
