@@ -149,7 +149,9 @@
 //     concurrent votes' lookups.
 //   - script.go: the enqueue script, its argument layout and its reply.
 //   - batcher.go: the pipelines that carry concurrent votes' scripts to
-//     Redis, each vote answered by its deadline.
+//     Redis, each vote answered by its deadline; batcher_send.go: one
+//     pipeline's way there (a script call per shard, per master with WAIT
+//     on a cluster) and each vote's reply back.
 //   - reads.go: GET /v1/votes/{event_id}, GET /v1/polls/{poll_id}/results
 //     and its cache, /healthz and /readyz and its cache.
 //   - log_routes.go: each poll's Merkle log: GET .../checkpoint, GET
