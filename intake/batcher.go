@@ -67,6 +67,11 @@ type scriptCall struct {
 	deadline  time.Time        // answered by then
 	done      chan scriptReply // buffered; one answer
 	answered  atomic.Bool      // done has had its answer
+	// holders counts who still holds the call: its request until it has
+	// read its answer, and a batch under way (b.flying) until its leader
+	// takes it out. The last to let go puts it back in the pool, so no
+	// batch still listed as under way holds a call another vote reuses.
+	holders atomic.Int32
 }
 
 // scriptReply is Redis' answer to one scriptCall.
@@ -75,8 +80,6 @@ type scriptReply struct {
 	err      error
 	replicas int64 // acknowledged by WAIT, when asked
 	waitErr  error
-	// expiredInFlight: expire answered it while its pipeline held it.
-	expiredInFlight bool
 }
 
 func newBatcher(rdb redis.UniversalClient, cfg Config, batchSize prometheus.Histogram) *batcher {
@@ -118,6 +121,7 @@ func (b *batcher) do(ctx context.Context, c *scriptCall, deadline time.Time) scr
 	}
 	c.deadline = deadline
 	c.answered.Store(false)
+	c.holders.Store(1)
 	b.mu.Lock()
 	b.pending = append(b.pending, c)
 	if !b.watching {
@@ -133,10 +137,16 @@ func (b *batcher) do(ctx context.Context, c *scriptCall, deadline time.Time) scr
 		b.lead(context.WithoutCancel(ctx), c)
 	}
 	r := <-c.done
-	if !r.expiredInFlight { // else its pipeline still holds it
+	c.release()
+	return r
+}
+
+// release lets go of c, and puts it back in the pool if nobody else holds
+// it.
+func (c *scriptCall) release() {
+	if c.holders.Add(-1) == 0 {
 		c.recycle()
 	}
-	return r
 }
 
 func (c *scriptCall) recycle() {
@@ -185,7 +195,7 @@ func (b *batcher) expire() {
 			switch {
 			case c.answered.Load():
 			case !now.Before(c.deadline):
-				answer(c, scriptReply{err: errDeadline, expiredInFlight: true})
+				answer(c, scriptReply{err: errDeadline})
 			default:
 				soonest(c)
 			}
@@ -205,6 +215,9 @@ func (b *batcher) lead(ctx context.Context, own *scriptCall) {
 		if sent != nil {
 			i := slices.IndexFunc(b.flying, func(f []*scriptCall) bool { return &f[0] == &sent[0] })
 			b.flying = slices.Delete(b.flying, i, i+1)
+			for _, c := range sent {
+				c.release()
+			}
 			sent = nil
 		}
 		if len(b.pending) == 0 {
@@ -233,6 +246,9 @@ func (b *batcher) lead(ctx context.Context, own *scriptCall) {
 		if len(batch) == 0 {
 			b.mu.Unlock()
 			continue
+		}
+		for _, c := range batch {
+			c.holders.Add(1)
 		}
 		b.flying = append(b.flying, batch)
 		b.mu.Unlock()
