@@ -1,0 +1,37 @@
+// Package credential is the one home of the rule of who a request is. It
+// issues and verifies bearer tokens with no database and no network on
+// the request's path:
+//
+//   - tally's own tokens: JWTs (RFC 7519) signed with HMAC-SHA256 by one of
+//     the deployment's credential keys. A token names its principal
+//     ("sub"), the principal's creation time ("created", seconds since the
+//     Unix epoch, rounded down), its key ("kid" in the header), its issuer
+//     ("iss": "tally") and optionally its expiry ("exp"). Verifying one
+//     takes a few microseconds of CPU (BenchmarkVerify).
+//   - tokens of an OpenID Connect issuer the operator trusts, checked
+//     against the issuer's keys (its JWKS, found by discovery, refreshed in
+//     the background and kept while the issuer does not answer), its
+//     audience, and their expiry. Such a principal's id is PrincipalIDFor
+//     its (issuer, subject): no e-mail or name reaches the ledger.
+//
+// Why HMAC and not a signature: a credential key is held by whoever issues
+// tokens (tally principal add) and whoever verifies them (every intake),
+// and an intake can already enqueue any vote, so a key that only verifies
+// would protect nothing more, while HMAC-SHA256 verifies in about a
+// twentieth of Ed25519's time (BenchmarkVerify against
+// BenchmarkVerifyEd25519). Tally's tokens are made and read by
+// github.com/golang-jwt/jwt/v5, which verifies one in half the time and a
+// third of the allocations go-jose takes (BENCHMARKS.md); it is told the
+// one algorithm it may take, so "alg": "none" or a public key used as an
+// HMAC secret is refused. OpenID Connect tokens are verified by
+// github.com/coreos/go-oidc/v3. Key files are JSON Web Keys (RFC 7517).
+//
+// Several keys verify and one signs: a KeySet holds every key an intake
+// accepts, a Key signs. Rotation is: generate a key, give it to every
+// intake beside the old one, issue with it, reissue the old tokens, then
+// retire the old key id (tally credential key retire) and drop it.
+//
+// What a token cannot say is whether its principal or key was revoked
+// since it was issued: the caller checks the Identity against the
+// revocations it holds (intake keeps them in memory).
+package credential

@@ -1,0 +1,104 @@
+package credential
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+
+	"tally/vote"
+)
+
+// Issuer is the "iss" of tally's own tokens.
+const Issuer = "tally"
+
+// Leeway is the clock skew allowed when checking a token's times.
+const Leeway = 30 * time.Second
+
+// ErrInvalid is the error of every token refused: malformed, signed by no
+// key the verifier holds, with another algorithm, of an issuer it does not
+// trust, for another audience, expired or not yet valid. Its message says
+// which, for the log; a client is told only that the token is invalid.
+var ErrInvalid = errors.New("invalid token")
+
+// ErrUnavailable: the token names an OpenID Connect issuer whose keys
+// could not be fetched yet, so it can be neither accepted nor refused.
+var ErrUnavailable = errors.New("the issuer's keys are not available yet")
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+}
+
+// Identity is who a verified token says its bearer is.
+type Identity struct {
+	PrincipalID string
+	// CreatedAt is the principal's creation time (rounded down to the
+	// second) for tally's own tokens; zero for an OpenID Connect token.
+	CreatedAt time.Time
+	// ExpiresAt is the token's expiry; zero when it has none.
+	ExpiresAt time.Time
+	// Issuer is Issuer for tally's own tokens, else the OpenID Connect
+	// issuer's URL.
+	Issuer string
+	// KeyID names the key that signed the token.
+	KeyID string
+}
+
+// claims are the claims of tally's own tokens.
+type claims struct {
+	jwt.RegisteredClaims
+	Created int64 `json:"created"`
+}
+
+// Issue returns a token for principalID, created at createdAt, signed by
+// k. A zero expires issues a token without expiry.
+func (k Key) Issue(principalID string, createdAt, expires time.Time) (string, error) {
+	if !vote.ValidID(principalID) {
+		return "", fmt.Errorf("issue token: principal id %q is not 1-64 of [A-Za-z0-9_-]", principalID)
+	}
+	c := claims{RegisteredClaims: jwt.RegisteredClaims{Issuer: Issuer, Subject: principalID, IssuedAt: jwt.NewNumericDate(time.Now())},
+		Created: createdAt.Unix()}
+	if !expires.IsZero() {
+		c.ExpiresAt = jwt.NewNumericDate(expires)
+	}
+	t := jwt.NewWithClaims(jwt.SigningMethodHS256, c)
+	t.Header["kid"] = k.ID
+	token, err := t.SignedString(k.secret)
+	if err != nil {
+		return "", fmt.Errorf("issue token: %w", err)
+	}
+	return token, nil
+}
+
+// ownParser parses and checks tally's own tokens: only HS256 is taken,
+// whatever a token's header says, and only the issuer Issuer.
+var ownParser = jwt.NewParser(jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),
+	jwt.WithIssuer(Issuer), jwt.WithLeeway(Leeway))
+
+// verify checks a token of tally's own against the keys of s and returns
+// its identity, or an error wrapping ErrInvalid.
+func (s *KeySet) verify(token string) (Identity, error) {
+	var c claims
+	var kid string
+	_, err := ownParser.ParseWithClaims(token, &c, func(t *jwt.Token) (any, error) {
+		kid, _ = t.Header["kid"].(string)
+		if s != nil {
+			if k, ok := s.keys[kid]; ok {
+				return k.secret, nil
+			}
+		}
+		return nil, fmt.Errorf("signed by key %q, which this server does not hold", kid)
+	})
+	if err != nil {
+		return Identity{}, invalid("%v", err)
+	}
+	if !vote.ValidID(c.Subject) {
+		return Identity{}, invalid("its subject is not a principal id")
+	}
+	id := Identity{PrincipalID: c.Subject, CreatedAt: time.Unix(c.Created, 0), Issuer: Issuer, KeyID: kid}
+	if c.ExpiresAt != nil {
+		id.ExpiresAt = c.ExpiresAt.Time
+	}
+	return id, nil
+}
