@@ -89,7 +89,7 @@ func TestVerifyRefuses(t *testing.T) {
 	noneHeader := base64.RawURLEncoding.EncodeToString([]byte(`{"alg":"none","kid":"` + k.ID + `"}`))
 	algNone := noneHeader + "." + parts[1] + "."
 	// Another key id in the header, the signature unchanged.
-	otherKid := base64.RawURLEncoding.EncodeToString([]byte(`{"alg":"HS256","kid":"` + other.ID + `","typ":"JWT"}`)) + "." + parts[1] + "." + parts[2]
+	otherKid := base64.RawURLEncoding.EncodeToString([]byte(`{"alg":"HS256","kid":"`+other.ID+`","typ":"JWT"}`)) + "." + parts[1] + "." + parts[2]
 
 	cases := map[string]string{
 		"empty":            "",
