@@ -106,6 +106,7 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *ucli.App {
 			importCommand(),
 			pollCommand(),
 			principalCommand(),
+			credentialCommand(),
 			deadletterCommand(),
 			statusCommand(),
 			loadtestCommand(),

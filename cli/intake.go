@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	ucli "github.com/urfave/cli/v2"
 
+	"tally/credential"
 	"tally/intake"
 	"tally/ledger"
 )
@@ -61,7 +62,15 @@ func intakeEnqueueFlags(def intake.Config) []ucli.Flag {
 		intakeDuration("backlog-retry-after", "TALLY_INTAKE_BACKLOG_RETRY_AFTER", def.BacklogRetryAfter,
 			"Retry-After of a refusal for a full backlog"),
 		intakeDuration("idempotency-window", "TALLY_INTAKE_IDEMPOTENCY_WINDOW", def.IdempotencyWindow,
-			"how long Redis remembers a client event id"),
+			"how long Redis remembers a client event id; past it a retry is answered 202 and the ledger decides it "+
+				"(duplicate, or rejected key_reused), never counting it twice"),
+		&ucli.BoolFlag{Name: "ledger-check", EnvVars: []string{"TALLY_INTAKE_LEDGER_CHECK"},
+			Usage: "past --idempotency-window, ask the ledger whether a new vote's event id is new before enqueueing it " +
+				"(a retry then answers its status, a reused key 409, at once), at the cost of a PostgreSQL query shared " +
+				"by concurrent votes of principals older than the window"},
+		&ucli.StringSliceFlag{Name: "credential-key", EnvVars: []string{"TALLY_CREDENTIAL_KEY"},
+			Usage: "a credential key `FILE` (tally credential key generate) whose tokens intake takes; repeat it for each key " +
+				"that verifies (the old and new keys while rotating)"},
 		&ucli.IntFlag{Name: "redis-wait-replicas", EnvVars: []string{"TALLY_INTAKE_REDIS_WAIT_REPLICAS"}, Value: def.WaitReplicas,
 			Usage: "answer 202 only after WAIT confirmed the vote on `N` replicas (0: off)"},
 		intakeDuration("redis-wait-timeout", "TALLY_INTAKE_REDIS_WAIT_TIMEOUT", def.WaitTimeout,
@@ -93,8 +102,6 @@ func intakeLookupFlags(def intake.Config) []ucli.Flag {
 			"how long a poll's results and the answer of /readyz are reused (one PostgreSQL query per poll per period)"),
 		intakeDuration("catalog-refresh", "TALLY_INTAKE_CATALOG_REFRESH", def.CatalogRefresh,
 			"period of the full reload of polls, beside LISTEN tally_catalog"),
-		intakeDuration("unknown-poll-ttl", "TALLY_INTAKE_UNKNOWN_POLL_TTL", def.UnknownPollTTL,
-			"how long an unknown poll id is remembered as unknown"),
 		&ucli.IntFlag{Name: "breaker-failures", EnvVars: []string{"TALLY_INTAKE_BREAKER_FAILURES"}, Value: def.BreakerFailures,
 			Usage: "consecutive Redis failures that open the circuit breaker"},
 		intakeDuration("breaker-open-for", "TALLY_INTAKE_BREAKER_OPEN_FOR", def.BreakerOpenFor,
@@ -162,6 +169,9 @@ func runIntake(c *ucli.Context) error {
 	if (cfg.TLSCertFile == "") != (cfg.TLSKeyFile == "") {
 		return errors.New("--tls-cert and --tls-key go together: give both to serve HTTPS, or neither for plain HTTP")
 	}
+	if cfg.Credentials, err = credentials(c); err != nil {
+		return err
+	}
 	setupDaemon(log)
 	cs, err := openConns(c, ledger.Config{Logger: log}, c.Duration(flagStartupWait.Name))
 	if err != nil {
@@ -202,7 +212,7 @@ func intakeConfig(c *ucli.Context) intake.Config {
 		ReadCacheTTL:      c.Duration("read-cache-ttl"),
 		AuthCacheSize:     c.Int("auth-cache-size"),
 		CatalogRefresh:    c.Duration("catalog-refresh"),
-		UnknownPollTTL:    c.Duration("unknown-poll-ttl"),
+		LedgerCheck:       c.Bool("ledger-check"),
 		AuthFailureRate:   c.Float64("auth-failure-rate"),
 		AuthFailureBurst:  c.Int("auth-failure-burst"),
 		ReadRate:          c.Float64("read-rate"),
@@ -221,6 +231,21 @@ func intakeConfig(c *ucli.Context) intake.Config {
 		LiveHeartbeat:     c.Duration("live-heartbeat"),
 		LiveInterval:      c.Duration("live-interval"),
 	}
+}
+
+// credentials is the verifier of the tokens --credential-key's keys
+// signed; nil when none is given (only tokens issued before signed
+// credentials are taken then).
+func credentials(c *ucli.Context) (*credential.Verifier, error) {
+	files := c.StringSlice("credential-key")
+	if len(files) == 0 {
+		return nil, nil
+	}
+	keys, err := credential.ReadKeySet(files)
+	if err != nil {
+		return nil, fmt.Errorf("--credential-key: %w", err)
+	}
+	return credential.NewVerifier(keys), nil
 }
 
 // liveViewers is --max-live-viewers, or 0 (half of --max-conns) when it is

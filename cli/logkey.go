@@ -78,7 +78,7 @@ func logKeyGenerate(c *ucli.Context) error {
 	if err != nil {
 		return fmt.Errorf("--name: %w", err)
 	}
-	if err := writeSecret(c.String("out"), skey+"\n", c.Bool("force")); err != nil {
+	if err := writeSecret(c.String("out"), skey+"\n", c.Bool("force"), "a signer key"); err != nil {
 		return err
 	}
 	fmt.Fprintf(c.App.ErrWriter, "signer key written to %s (keep it secret); the verifier key:\n", c.String("out"))
@@ -86,16 +86,16 @@ func logKeyGenerate(c *ucli.Context) error {
 	return err
 }
 
-// writeSecret writes text to a file only its owner may read, refusing to
-// replace an existing file unless force.
-func writeSecret(path, text string, force bool) error {
+// writeSecret writes text, what (a signer key, say), to a file only its
+// owner may read, refusing to replace an existing file unless force.
+func writeSecret(path, text string, force bool, what string) error {
 	flags := os.O_WRONLY | os.O_CREATE | os.O_EXCL
 	if force {
 		flags = os.O_WRONLY | os.O_CREATE | os.O_TRUNC
 	}
 	f, err := os.OpenFile(path, flags, 0o600)
 	if errors.Is(err, fs.ErrExist) {
-		return fmt.Errorf("--out %s exists; a signer key is not replaced by accident (--force replaces it)", path)
+		return fmt.Errorf("--out %s exists; %s is not replaced by accident (--force replaces it)", path, what)
 	}
 	if err != nil {
 		return fmt.Errorf("--out: %w", err)

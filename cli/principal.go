@@ -7,6 +7,7 @@ import (
 
 	ucli "github.com/urfave/cli/v2"
 
+	"tally/credential"
 	"tally/ledger"
 )
 
@@ -17,10 +18,35 @@ func principalCommand() *ucli.Command {
 		Subcommands: []*ucli.Command{
 			{
 				Name:      "add",
-				Usage:     "add a principal; prints its bearer token alone on stdout, once (only its SHA-256 is kept)",
+				Usage:     "add a principal and print its bearer token alone on stdout, once; or many, --from a file, as CSV",
 				ArgsUsage: "NAME",
-				Flags:     commonFlags(),
-				Action:    principalAdd,
+				Description: "The token is signed with --credential-key and names the principal's id and creation time\n" +
+					"(and its expiry, with --expires); intake verifies it with no database. No token is stored: a\n" +
+					"token lost is replaced with tally principal reissue, a principal revoked with tally principal revoke.\n" +
+					"--from FILE (one name a line, - for standard input) adds them all in one transaction and writes\n" +
+					"name,principal_id,token as CSV, with that header line, to stdout or to --out FILE (mode 0600).",
+				Flags: commonFlags(&flagCredentialKey, &flagExpires,
+					&ucli.StringFlag{Name: "from", Usage: "add a principal for each name in `FILE`, one a line (- for standard input)"},
+					&ucli.StringFlag{Name: "out", Usage: "with --from, write the CSV to `FILE` (mode 0600, not replaced) instead of stdout"}),
+				Action: principalAdd,
+			},
+			{
+				Name:      "reissue",
+				Usage:     "print a new signed token for a principal (its token of the form before signed credentials stops working)",
+				ArgsUsage: "ID",
+				Flags:     commonFlags(&flagCredentialKey, &flagExpires),
+				Action:    principalReissue,
+			},
+			{
+				Name:  "id",
+				Usage: "print the principal id of an OpenID Connect subject, for eligibility lists",
+				Description: "The id is o- and 40 characters of SHA-256(\"tally oidc principal\\n\" || issuer || \"\\n\" || subject)\n" +
+					"in base64url: no e-mail or name reaches the ledger. --issuer is spelled as the tokens' iss claim.",
+				Flags: []ucli.Flag{
+					&ucli.StringFlag{Name: "issuer", Required: true, Usage: "the issuer `URL`, as its tokens' iss claim spells it"},
+					&ucli.StringFlag{Name: "subject", Required: true, Usage: "the subject (`SUB` claim)"},
+				},
+				Action: principalID,
 			},
 			{
 				Name:      "revoke",
@@ -39,21 +65,103 @@ func principalCommand() *ucli.Command {
 	}
 }
 
-// principalAdd is tally principal add NAME. The token goes alone to
-// standard output, so a script can capture it; the rest to standard error.
+// principalAdd is tally principal add NAME, or --from FILE. A single
+// token goes alone to standard output, so a script can capture it; the
+// rest to standard error.
 func principalAdd(c *ucli.Context) error {
-	if c.NArg() != 1 {
-		return errors.New("give the principal's NAME, e.g. tally principal add ci-bot")
+	from := c.String("from")
+	var names []string
+	switch {
+	case from == "" && c.NArg() != 1:
+		return errors.New("give the principal's NAME (tally principal add ci-bot), or --from FILE with one name a line")
+	case from != "" && c.NArg() != 0:
+		return errors.New("give either a NAME or --from FILE, not both")
+	case from == "" && c.String("out") != "":
+		return errors.New("--out goes with --from; a single token is printed on stdout")
+	case from == "":
+		names = []string{c.Args().First()}
+	}
+	key, err := signingKey(c)
+	if err != nil {
+		return err
+	}
+	expires, err := expiry(c, time.Now())
+	if err != nil {
+		return err
+	}
+	if from != "" {
+		if names, err = readNames(c, from); err != nil {
+			return err
+		}
 	}
 	return withStore(c, func(store *ledger.Store) error {
-		p, token, err := store.AddPrincipal(c.Context, c.Args().First())
+		ps, err := store.AddPrincipals(c.Context, names)
+		if err != nil {
+			return err
+		}
+		tokens := make([]string, len(ps))
+		for i, p := range ps {
+			if tokens[i], err = key.Issue(p.ID, p.CreatedAt, expires); err != nil {
+				return err
+			}
+		}
+		if from == "" {
+			fmt.Fprintln(c.App.Writer, tokens[0])
+			fmt.Fprintf(c.App.ErrWriter, "added principal %s (%s); its token is on stdout and is not shown again\n", ps[0].ID, ps[0].Name)
+			return nil
+		}
+		out, err := principalsCSV(ps, tokens)
+		if err != nil {
+			return err
+		}
+		if path := c.String("out"); path != "" {
+			if err := writeSecret(path, string(out), false, "a file of tokens"); err != nil {
+				return err
+			}
+			fmt.Fprintf(c.App.ErrWriter, "added %d principals; their tokens are in %s (mode 0600)\n", len(ps), path)
+			return nil
+		}
+		_, err = c.App.Writer.Write(out)
+		fmt.Fprintf(c.App.ErrWriter, "added %d principals; their tokens are on stdout and are not shown again\n", len(ps))
+		return err
+	})
+}
+
+// principalReissue is tally principal reissue ID.
+func principalReissue(c *ucli.Context) error {
+	if c.NArg() != 1 {
+		return errors.New("give the principal ID to reissue a token for (tally principal list shows them)")
+	}
+	key, err := signingKey(c)
+	if err != nil {
+		return err
+	}
+	expires, err := expiry(c, time.Now())
+	if err != nil {
+		return err
+	}
+	return withStore(c, func(store *ledger.Store) error {
+		p, err := store.ForgetStoredToken(c.Context, c.Args().First())
+		if errors.Is(err, ledger.ErrNotFound) {
+			return fmt.Errorf("no principal %s (tally principal list shows them)", c.Args().First())
+		}
+		if err != nil {
+			return err
+		}
+		token, err := key.Issue(p.ID, p.CreatedAt, expires)
 		if err != nil {
 			return err
 		}
 		fmt.Fprintln(c.App.Writer, token)
-		fmt.Fprintf(c.App.ErrWriter, "added principal %s (%s); its token is on stdout and is not shown again\n", p.ID, p.Name)
+		fmt.Fprintf(c.App.ErrWriter, "reissued a token for principal %s (%s); it is on stdout and is not shown again\n", p.ID, p.Name)
 		return nil
 	})
+}
+
+// principalID is tally principal id --issuer URL --subject SUB.
+func principalID(c *ucli.Context) error {
+	_, err := fmt.Fprintln(c.App.Writer, credential.PrincipalIDFor(c.String("issuer"), c.String("subject")))
+	return err
 }
 
 // principalRevoke is tally principal revoke ID.

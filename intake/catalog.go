@@ -2,9 +2,9 @@ package intake
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"tally/vote"
@@ -52,101 +52,52 @@ func (pi *pollInfo) mayVote(principalID string) bool {
 	return ok
 }
 
-// catalog is the in-process copy of polls, choices and eligibility. It is
-// reloaded whole on every change the store's WatchCatalog reports and every
-// refreshEvery; a poll it does not hold is looked up once (maxMissLookups at
-// a time) and remembered, and an unknown id is remembered as unknown for
-// unknownTTL. While PostgreSQL does not answer, it serves what it holds as
-// it is: a poll's opening and closing times are in it, so a poll that
-// closes meanwhile still closes on time; a poll it does not hold cannot be
-// looked up, and its votes get 503.
+// catalog is the in-process copy of polls, choices and eligibility: all
+// of them, loaded whole at start and again on every change the store's
+// WatchCatalog reports and every refreshEvery. A poll id it does not hold
+// is unknown: lookup answers from memory alone, with no query, so an
+// absent poll and a hidden one answer in the same time and a request for
+// any id costs PostgreSQL nothing. A poll created is known once intake
+// heard the NOTIFY of its creation and reloaded (milliseconds; within
+// refreshEvery if the notification was lost). While PostgreSQL does not
+// answer, it serves what it holds as it is: a poll's opening and closing
+// times are in it, so a poll that closes meanwhile still closes on time.
+// Until its first load every lookup answers errPostgresDown.
 type catalog struct {
 	store        *ledger.Store
 	pg           *pgState
 	log          *slog.Logger
 	refreshEvery time.Duration
-	unknownTTL   time.Duration
 	timeout      time.Duration
-	// onPrincipals runs when the principals table changed.
+	// onPrincipals runs when the principals or retired keys changed.
 	onPrincipals func()
 	// onRefresh, when set, runs after each successful reload (tests).
 	onRefresh func()
 
-	mu      sync.RWMutex
-	polls   map[string]*pollInfo
-	unknown map[string]time.Time // poll id -> forget after
+	polls atomic.Pointer[map[string]*pollInfo] // nil until the first load
 
 	kick chan struct{} // a reload is wanted
-	// misses bounds the lookups of polls the catalog does not hold that
-	// run at once, so ids that do not exist cannot flood PostgreSQL.
-	misses chan struct{}
 }
-
-// maxMissLookups bounds the concurrent lookups of polls the catalog does not
-// hold.
-const maxMissLookups = 4
-
-// maxUnknownPolls bounds the ids remembered as unknown.
-const maxUnknownPolls = 4096
 
 func newCatalog(store *ledger.Store, log *slog.Logger, cfg Config, pg *pgState, onPrincipals func()) *catalog {
 	return &catalog{
-		store: store, pg: pg, log: log, refreshEvery: cfg.CatalogRefresh, unknownTTL: cfg.UnknownPollTTL,
+		store: store, pg: pg, log: log, refreshEvery: cfg.CatalogRefresh,
 		timeout: cfg.PostgresTimeout, onPrincipals: onPrincipals,
-		polls: map[string]*pollInfo{}, unknown: map[string]time.Time{},
-		kick: make(chan struct{}, 1), misses: make(chan struct{}, maxMissLookups),
+		kick: make(chan struct{}, 1),
 	}
 }
 
-// lookup returns the poll of id, or an error wrapping ledger.ErrNotFound, or
-// another error when PostgreSQL could not tell. A lookup in PostgreSQL ends
-// by deadline too, unless it is zero.
-func (c *catalog) lookup(ctx context.Context, idBytes []byte, deadline time.Time) (*pollInfo, error) {
-	c.mu.RLock()
-	pi, ok := c.polls[string(idBytes)] // no string is made for an index
-	c.mu.RUnlock()
-	if ok {
-		return pi, nil
-	}
-	id := string(idBytes)
-	c.mu.RLock()
-	forget, isUnknown := c.unknown[id]
-	c.mu.RUnlock()
-	now := time.Now()
-	if isUnknown && now.Before(forget) {
-		return nil, ledger.ErrNotFound
-	}
-	if c.pg.skip(now) {
+// lookup returns the poll of id from memory, or ledger.ErrNotFound, or
+// errPostgresDown before the catalog was ever loaded.
+func (c *catalog) lookup(idBytes []byte) (*pollInfo, error) {
+	polls := c.polls.Load()
+	if polls == nil {
 		return nil, errPostgresDown
 	}
-	lctx, cancel := boundedContext(ctx, c.timeout, deadline)
-	defer cancel()
-	select {
-	case c.misses <- struct{}{}:
-		defer func() { <-c.misses }()
-	case <-lctx.Done():
-		return nil, lctx.Err()
+	if pi, ok := (*polls)[string(idBytes)]; ok { // no string is made for an index
+		return pi, nil
 	}
-	p, err := c.store.Poll(lctx, id)
-	c.pg.observe(ctx, err)
-	if errors.Is(err, ledger.ErrNotFound) {
-		c.mu.Lock()
-		if len(c.unknown) >= maxUnknownPolls {
-			clear(c.unknown)
-		}
-		c.unknown[id] = time.Now().Add(c.unknownTTL)
-		c.mu.Unlock()
-		return nil, err
-	}
-	if err != nil {
-		return nil, err
-	}
-	pi = newPollInfo(p)
-	c.mu.Lock()
-	c.polls[id] = pi
-	delete(c.unknown, id)
-	c.mu.Unlock()
-	return pi, nil
+	return nil, ledger.ErrNotFound
 }
 
 // reload replaces the whole catalog with what PostgreSQL holds now.
@@ -162,10 +113,7 @@ func (c *catalog) reload(ctx context.Context) error {
 	for _, p := range ps {
 		polls[p.ID] = newPollInfo(p)
 	}
-	c.mu.Lock()
-	c.polls = polls
-	clear(c.unknown)
-	c.mu.Unlock()
+	c.polls.Store(&polls)
 	if c.onRefresh != nil {
 		c.onRefresh()
 	}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"tally/credential"
 )
 
 // Config tunes a Server. The zero value of a field means its default.
@@ -110,9 +112,23 @@ type Config struct {
 	// CatalogRefresh is the period of the full catalog reload, the safety
 	// net beside LISTEN tally_catalog. Default 30s.
 	CatalogRefresh time.Duration
-	// UnknownPollTTL is how long a poll id that PostgreSQL does not know is
-	// remembered as unknown. Default 1s.
-	UnknownPollTTL time.Duration
+
+	// Credentials verifies the bearer tokens that verify themselves
+	// (package credential): tally's own, signed with a credential key, and
+	// an OpenID Connect issuer's. A token of the form issued before them
+	// ("tly_...") is looked up in PostgreSQL as before. Nil: only those are
+	// taken.
+	Credentials *credential.Verifier
+
+	// LedgerCheck, when true, asks the ledger whether the event id of a
+	// new vote is new when Redis no longer holds the principal's records
+	// (past IdempotencyWindow, or lost with Redis' data), so that such a
+	// retry answers 202 with its status and a reused key 409 at once. It
+	// costs a share of a PostgreSQL query per vote of every principal
+	// older than the window. Off by default: such a vote is enqueued and
+	// the ledger decides it (duplicate, or rejected key_reused), never
+	// counting it twice.
+	LedgerCheck bool
 
 	// BreakerFailures is the number of consecutive Redis failures that opens
 	// the circuit breaker. Default 5.
@@ -204,7 +220,6 @@ func (c Config) withDefaults() Config {
 	}
 	c = c.withLimitDefaults()
 	setDur(&c.CatalogRefresh, 30*time.Second)
-	setDur(&c.UnknownPollTTL, time.Second)
 	if c.BreakerFailures == 0 {
 		c.BreakerFailures = 5
 	}
@@ -323,7 +338,7 @@ func (c Config) durationAndTLSErrors() []error {
 		{"PostgresTimeout", c.PostgresTimeout}, {"AuthTTL", c.AuthTTL},
 		{"AuthNegativeTTL", c.AuthNegativeTTL}, {"AuthStaleMax", c.AuthStaleMax},
 		{"ReadCacheTTL", c.ReadCacheTTL}, {"CatalogRefresh", c.CatalogRefresh},
-		{"UnknownPollTTL", c.UnknownPollTTL}, {"BreakerOpenFor", c.BreakerOpenFor},
+		{"BreakerOpenFor", c.BreakerOpenFor},
 		{"ReadHeaderTimeout", c.ReadHeaderTimeout}, {"ReadTimeout", c.ReadTimeout},
 		{"WriteTimeout", c.WriteTimeout}, {"IdleTimeout", c.IdleTimeout},
 		{"ShutdownTimeout", c.ShutdownTimeout},

@@ -14,9 +14,10 @@ import (
 )
 
 // This file owns the enqueue step of a vote: it runs the vote's script
-// through the circuit breaker and the batcher, asks the ledger when the
-// script could not tell whether the event id is new (ledger_check.go), and
-// turns the reply (and WAIT's count) into an outcome.
+// through the circuit breaker and the batcher, with Config.LedgerCheck asks
+// the ledger when the script could not tell whether the event id is new
+// (ledger_check.go), and turns the reply (and WAIT's count) into an
+// outcome.
 
 // outcome is what enqueue did with one vote; it is also a metric label.
 type outcome string
@@ -54,17 +55,28 @@ type enqueueResult struct {
 
 // enqueue runs the script for the vote of v with clientEventID for choice c
 // of poll, through the breaker and the batcher, and answers its outcome.
-// When the script cannot tell whether the event id is new (the principal
-// may have events whose records expired or were lost), the ledger is
-// asked: an event it holds answers as a replay (with the ledger's status)
-// or a conflict, and only a new one runs the script again, told to skip
-// that check. A principal older than the idempotency window is certain to
-// need the ledger (its records may have expired, whatever the shard's
-// epoch), so its votes ask the ledger first and run the script once. An
-// error means Redis could not be asked (outBreakerOpen) or did not answer
-// (outRedisError); the vote may or may not have been enqueued, and a retry
-// with the same event id is safe.
+// The script answers a replay or a conflict of an event id whose record
+// Redis holds; an id it holds no record of is enqueued, and the ledger
+// decides it: an identical event already there is a duplicate, another
+// payload is rejected key_reused, and neither is counted again. So a new
+// vote costs Redis one share of a round trip and PostgreSQL nothing.
+//
+// With Config.LedgerCheck, when the script cannot tell whether the event
+// id is new (the principal may have events whose records expired or were
+// lost), the ledger is asked: an event it holds answers as a replay (with
+// the ledger's status) or a conflict, and only a new one runs the script
+// again, told to skip that check. A principal older than the idempotency
+// window is certain to need the ledger (its records may have expired,
+// whatever the shard's epoch), so its votes ask the ledger first and run
+// the script once.
+//
+// An error means Redis could not be asked (outBreakerOpen) or did not
+// answer (outRedisError); the vote may or may not have been enqueued, and
+// a retry with the same event id is safe.
 func (s *Server) enqueue(ctx context.Context, v *voter, clientEventID string, poll *pollInfo, c *choice, receivedAt, deadline time.Time) (enqueueResult, error) {
+	if !s.cfg.LedgerCheck {
+		return s.runScript(ctx, s.script.call(v, clientEventID, poll, c, receivedAt, false), deadline)
+	}
 	if !s.olderThanWindow(v, receivedAt) {
 		res, err := s.runScript(ctx, s.script.call(v, clientEventID, poll, c, receivedAt, true), deadline)
 		if err != nil || res.outcome != outUnsure {

@@ -165,7 +165,7 @@ func querySize(q url.Values, name string) (int64, error) {
 // checkpoint covers the leaf, and for a principal that may no longer see
 // the poll (the checkpoint would tell it how many votes the poll holds).
 func (s *Server) receipt(ctx context.Context, p *voter, rec ledger.EventRecord) (*audit.Receipt, error) {
-	pi, err := s.catalog.lookup(ctx, []byte(rec.PollID), time.Time{})
+	pi, err := s.catalog.lookup([]byte(rec.PollID))
 	switch {
 	case errors.Is(err, ledger.ErrNotFound):
 		return nil, nil
@@ -213,7 +213,7 @@ func (s *Server) receipt(ctx context.Context, p *voter, rec ledger.EventRecord) 
 // unknown-poll 404 (or 503 when the catalog could not tell) and returns
 // false.
 func (s *Server) visiblePoll(w http.ResponseWriter, r *http.Request, p *voter, id string) bool {
-	pi, err := s.catalog.lookup(r.Context(), []byte(id), time.Time{})
+	pi, err := s.catalog.lookup([]byte(id))
 	switch {
 	case errors.Is(err, ledger.ErrNotFound) || err == nil && !pi.mayVote(p.ID):
 		writeUnknownPoll(w, id)

@@ -34,6 +34,11 @@ type metrics struct {
 	readLimited       prometheus.Counter
 	limitEvictions    *prometheus.CounterVec // limit
 
+	// credentialVec counts the signed credentials checked, by result;
+	// credentials are its children by result.
+	credentialVec *prometheus.CounterVec
+	credentials   map[string]prometheus.Counter
+
 	// ledgerCheckVec counts the ledger checks of new event ids the
 	// enqueue script could not rule out (ledger_check.go), by outcome;
 	// ledgerChecks are its children by outcome.
@@ -130,6 +135,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "New event ids looked up in the ledger because the principal may have events whose idempotency records expired or were lost, " +
 				"by outcome: new (enqueued), replay (202 with the ledger's status), conflict (409), error (the ledger did not answer: the vote is enqueued and the ledger decides it, or, when the request ran out of time, answered 503 not-queued).",
 		}, []string{"outcome"}),
+		credentialVec: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "tally", Subsystem: "intake", Name: "credentials_total",
+			Help: "Bearer credentials checked in memory (no database involved), by result: valid, invalid (a bad signature, key, issuer, audience or time: 401), " +
+				"revoked (the principal revoked or the key retired, in the revocations intake holds: 401), unavailable (the revocations or the issuer's keys not loaded yet: 503). " +
+				"Tokens of the form issued before signed credentials count here only when revoked.",
+		}, []string{"result"}),
 		breakerState: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "tally", Subsystem: "intake", Name: "redis_breaker_state",
 			Help: "State of the Redis circuit breaker: 0 closed, 1 half-open, 2 open.",
@@ -138,7 +149,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m.authLimited, m.readLimited, m.limitEvictions = newLimitMetrics()
 	m.makeChildren()
 	var errs []error
-	for _, c := range append([]prometheus.Collector{m.requests, m.duration, m.enqueue, m.batchSize, m.rateLimited, m.replays, m.backlogRefusals, m.breakerState, m.ledgerCheckVec,
+	for _, c := range append([]prometheus.Collector{m.requests, m.duration, m.enqueue, m.batchSize, m.rateLimited, m.replays, m.backlogRefusals, m.breakerState, m.ledgerCheckVec, m.credentialVec,
 		m.authLimited, m.readLimited, m.limitEvictions}, m.newDegradedMetrics()...) {
 		if err := reg.Register(c); err != nil {
 			errs = append(errs, err)
@@ -156,6 +167,10 @@ func (m *metrics) makeChildren() {
 	m.routes = map[string]*routeStats{}
 	for _, route := range []string{routeVotes, routeVote, routeResults, routeCheckpoint, routeConsistency, routeHealth, routeReady, routeMetrics, routeOpenAPI, routeOther} {
 		m.routes[route] = &routeStats{route: route, requests: m.requests, duration: &lazyObserver{vec: m.duration, label: route}}
+	}
+	m.credentials = map[string]prometheus.Counter{}
+	for _, r := range credentialResults {
+		m.credentials[r] = m.credentialVec.WithLabelValues(r)
 	}
 	m.ledgerChecks = map[string]prometheus.Counter{}
 	for _, o := range checkOutcomes {

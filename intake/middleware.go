@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"tally/ledger"
 )
 
 // This file owns what every request goes through before and after its
@@ -211,6 +213,19 @@ func (s *Server) principalBy(w http.ResponseWriter, r *http.Request, deadline ti
 	if !ok {
 		return nil, false
 	}
+	if !strings.HasPrefix(token, ledger.LegacyTokenPrefix) {
+		return s.signedPrincipal(w, r, token)
+	}
+	v, ok := s.storedPrincipal(w, r, token, deadline)
+	if ok && s.refusedRevoked(w, v.ID, "", false) {
+		return nil, false
+	}
+	return v, ok
+}
+
+// storedPrincipal authenticates token, one of the form issued before
+// signed credentials, by its stored hash, as principalBy says.
+func (s *Server) storedPrincipal(w http.ResponseWriter, r *http.Request, token string, deadline time.Time) (*voter, bool) {
 	if v := s.auth.known(token, time.Now()); v != nil {
 		return v, true
 	}

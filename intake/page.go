@@ -174,7 +174,7 @@ func (s *Server) viewablePoll(w http.ResponseWriter, r *http.Request, id string)
 			return nil, false
 		}
 	}
-	pi, err := s.catalog.lookup(r.Context(), []byte(id), time.Time{})
+	pi, err := s.catalog.lookup([]byte(id))
 	switch {
 	case errors.Is(err, ledger.ErrNotFound):
 		writeUnknownPoll(w, id)

@@ -74,7 +74,7 @@ func unknownPoll(pollID []byte) refusal {
 // unknown poll, or one p may not vote on), 503 or 422. It answers nothing
 // itself: a refused vote may still be a known event (answerRefusal).
 func (s *Server) admit(r *http.Request, p *voter, v voteBody, receivedAt, deadline time.Time) (*pollInfo, *choice, refusal) {
-	poll, err := s.catalog.lookup(r.Context(), v.pollID, deadline)
+	poll, err := s.catalog.lookup(v.pollID)
 	switch {
 	case errors.Is(err, ledger.ErrNotFound):
 		return nil, nil, unknownPoll(v.pollID)

@@ -144,7 +144,7 @@ func (s *Server) visibleReason(ctx context.Context, p *voter, rec ledger.EventRe
 	if rec.Reason == ledger.ReasonKeyReused || rec.Reason == ledger.ReasonUnknownPoll {
 		return rec.Reason, nil
 	}
-	pi, err := s.catalog.lookup(ctx, []byte(rec.PollID), time.Time{})
+	pi, err := s.catalog.lookup([]byte(rec.PollID))
 	switch {
 	case errors.Is(err, ledger.ErrNotFound):
 		return ledger.ReasonUnknownPoll, nil
@@ -220,7 +220,7 @@ func (s *Server) handleResults(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	pi, err := s.catalog.lookup(r.Context(), []byte(id), time.Time{})
+	pi, err := s.catalog.lookup([]byte(id))
 	if err == nil && !pi.mayVote(p.ID) {
 		err = ledger.ErrNotFound // not to be told apart from an unknown poll
 	}
@@ -248,7 +248,7 @@ func (s *Server) publicResults(w http.ResponseWriter, r *http.Request) bool {
 	if !vote.ValidID(id) {
 		return false
 	}
-	pi, err := s.catalog.lookup(r.Context(), []byte(id), time.Time{})
+	pi, err := s.catalog.lookup([]byte(id))
 	if err != nil || !pi.poll.PublicResults {
 		return false
 	}

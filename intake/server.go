@@ -35,6 +35,7 @@ type Server struct {
 	batcher  *batcher
 	checks   *ledgerChecks // the ledger checks of new event ids the script could not rule out
 	auth     *authCache
+	revoked  *revocations // the revoked principals and retired keys, in memory
 	limits   *limits
 	// authFlight makes concurrent requests with one uncached token share
 	// one attempt and one lookup (principalBy).
@@ -97,7 +98,11 @@ func New(cfg Config, store *ledger.Store, rdb redis.UniversalClient, keys stream
 	s.results = newResultsCache()
 	s.ready = &readyCache{}
 	s.limits = newLimits(cfg, m)
-	s.catalog = newCatalog(store, s.log, cfg, s.pg, s.auth.expireAll)
+	s.revoked = newRevocations(store, s.log, cfg, s.pg)
+	s.catalog = newCatalog(store, s.log, cfg, s.pg, func() {
+		s.auth.expireAll()
+		s.revoked.requestReload()
+	})
 	s.handler = s.routes()
 	return s, nil
 }
@@ -154,6 +159,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	var bg sync.WaitGroup
 	bg.Go(func() { s.markEpochs(bgCtx) })
 	bg.Go(func() { s.catalog.run(bgCtx) })
+	bg.Go(func() { s.revoked.run(bgCtx) })
 	defer func() {
 		stopBackground()
 		bg.Wait()

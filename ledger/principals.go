@@ -20,28 +20,151 @@ type Principal struct {
 	RevokedAt *time.Time
 }
 
+// LegacyTokenPrefix starts every token issued before signed credentials;
+// such a token is looked up by its hash (Authenticate).
+const LegacyTokenPrefix = "tly_"
+
 // TokenHash is the SHA-256 of a bearer token, the only form stored.
 func TokenHash(token string) [32]byte { return sha256.Sum256([]byte(token)) }
 
-// AddPrincipal creates a principal named name with a fresh random bearer
-// token, and returns both. The token is not stored and cannot be shown
-// again.
-func (s *Store) AddPrincipal(ctx context.Context, name string) (Principal, string, error) {
-	if name == "" || len(name) > 200 {
-		return Principal{}, "", fmt.Errorf("add principal: %w: the name must be 1-200 characters", ErrInvalid)
+// MaxPrincipalsPerAdd bounds the names one AddPrincipals takes.
+const MaxPrincipalsPerAdd = 100_000
+
+// maxNameLen bounds a principal's name, in bytes.
+const maxNameLen = 200
+
+// AddPrincipals creates one principal for each of names, in one statement,
+// and returns them in the order of names. They have no stored token: the
+// caller issues each a signed credential (package credential) naming its
+// id and creation time. Names need not be unique; ids are random.
+func (s *Store) AddPrincipals(ctx context.Context, names []string) ([]Principal, error) {
+	if len(names) == 0 || len(names) > MaxPrincipalsPerAdd {
+		return nil, fmt.Errorf("add principals: %w: give 1-%d names, not %d", ErrInvalid, MaxPrincipalsPerAdd, len(names))
 	}
+	ids := make([]string, len(names))
+	for i, name := range names {
+		if name == "" || len(name) > maxNameLen {
+			return nil, fmt.Errorf("add principals: %w: name %d (%.40q) must be 1-%d bytes", ErrInvalid, i+1, name, maxNameLen)
+		}
+		id, err := newPrincipalID()
+		if err != nil {
+			return nil, fmt.Errorf("add principals: %w", err)
+		}
+		ids[i] = id
+	}
+	var createdAt time.Time
+	err := s.pool.QueryRow(ctx, `
+WITH added AS (INSERT INTO principals (id, name) SELECT * FROM unnest($1::text[], $2::text[]) RETURNING created_at)
+SELECT created_at FROM added LIMIT 1`, ids, names).Scan(&createdAt)
+	if err != nil {
+		return nil, interpretError("add principals", err)
+	}
+	ps := make([]Principal, len(names))
+	for i := range names {
+		ps[i] = Principal{ID: ids[i], Name: names[i], CreatedAt: createdAt}
+	}
+	return ps, nil
+}
+
+// newPrincipalID is a fresh random principal id: "p-" and 24 hex digits.
+func newPrincipalID() (string, error) {
 	var raw [12]byte
-	var secret [32]byte
 	if _, err := rand.Read(raw[:]); err != nil {
-		return Principal{}, "", fmt.Errorf("add principal: %w", err)
+		return "", err
 	}
+	return "p-" + hex.EncodeToString(raw[:]), nil
+}
+
+// Principal returns the principal of id, revoked or not.
+func (s *Store) Principal(ctx context.Context, id string) (Principal, error) {
+	var p Principal
+	err := s.pool.QueryRow(ctx, `SELECT id, name, created_at, revoked_at FROM principals WHERE id = $1`, id).
+		Scan(&p.ID, &p.Name, &p.CreatedAt, &p.RevokedAt)
+	return p, interpretError("principal "+id, err)
+}
+
+// ForgetStoredToken drops the stored token of principal id, if it has
+// one: the token issued before signed credentials stops working, and only
+// signed credentials name the principal from then on (tally principal
+// reissue). It returns the principal; a revoked one is ErrInvalid.
+func (s *Store) ForgetStoredToken(ctx context.Context, id string) (Principal, error) {
+	var p Principal
+	err := s.pool.QueryRow(ctx, `
+UPDATE principals SET token_sha256 = NULL WHERE id = $1 RETURNING id, name, created_at, revoked_at`, id).
+		Scan(&p.ID, &p.Name, &p.CreatedAt, &p.RevokedAt)
+	if err != nil {
+		return Principal{}, interpretError("reissue principal "+id, err)
+	}
+	if p.RevokedAt != nil {
+		return Principal{}, fmt.Errorf("reissue principal %s: %w: it was revoked at %s", id, ErrInvalid, p.RevokedAt.UTC().Format(time.RFC3339))
+	}
+	return p, nil
+}
+
+// Revocations is what no credential may name any longer: the revoked
+// principals and the retired credential keys.
+type Revocations struct {
+	Principals map[string]struct{}
+	Keys       map[string]struct{}
+}
+
+// Revocations reads every revoked principal and retired key, in one
+// snapshot.
+func (s *Store) Revocations(ctx context.Context) (Revocations, error) {
+	r := Revocations{Principals: map[string]struct{}{}, Keys: map[string]struct{}{}}
+	rows, err := s.pool.Query(ctx, `
+SELECT false, id FROM principals WHERE revoked_at IS NOT NULL
+UNION ALL
+SELECT true, key_id FROM credential_key_retirements`)
+	if err != nil {
+		return Revocations{}, interpretError("read revocations", err)
+	}
+	var isKey bool
+	var id string
+	_, err = pgx.ForEachRow(rows, []any{&isKey, &id}, func() error {
+		if isKey {
+			r.Keys[id] = struct{}{}
+		} else {
+			r.Principals[id] = struct{}{}
+		}
+		return nil
+	})
+	if err != nil {
+		return Revocations{}, interpretError("read revocations", err)
+	}
+	return r, nil
+}
+
+// RetireCredentialKey retires the credential key id: every intake refuses
+// the tokens it signed, as soon as it hears of it. Retiring a key twice
+// changes nothing.
+func (s *Store) RetireCredentialKey(ctx context.Context, id string) error {
+	_, err := s.pool.Exec(ctx, `INSERT INTO credential_key_retirements (key_id) VALUES ($1) ON CONFLICT DO NOTHING`, id)
+	return interpretError("retire credential key "+id, err)
+}
+
+// AddPrincipal creates a principal named name with a fresh random bearer
+// token of the form issued before signed credentials ("tly_" and 43
+// characters), whose SHA-256 is stored and looked up (Authenticate). It is
+// kept for deployments moving to signed credentials and for the tests of
+// that path; tally principal add issues signed credentials. The token is
+// not stored and cannot be shown again.
+func (s *Store) AddPrincipal(ctx context.Context, name string) (Principal, string, error) {
+	if name == "" || len(name) > maxNameLen {
+		return Principal{}, "", fmt.Errorf("add principal: %w: the name must be 1-%d bytes", ErrInvalid, maxNameLen)
+	}
+	var secret [32]byte
 	if _, err := rand.Read(secret[:]); err != nil {
 		return Principal{}, "", fmt.Errorf("add principal: %w", err)
 	}
-	p := Principal{ID: "p-" + hex.EncodeToString(raw[:]), Name: name}
-	token := "tly_" + base64.RawURLEncoding.EncodeToString(secret[:])
+	id, err := newPrincipalID()
+	if err != nil {
+		return Principal{}, "", fmt.Errorf("add principal: %w", err)
+	}
+	p := Principal{ID: id, Name: name}
+	token := LegacyTokenPrefix + base64.RawURLEncoding.EncodeToString(secret[:])
 	h := TokenHash(token)
-	err := s.pool.QueryRow(ctx, `
+	err = s.pool.QueryRow(ctx, `
 INSERT INTO principals (id, name, token_sha256) VALUES ($1, $2, $3) RETURNING created_at`,
 		p.ID, p.Name, h[:]).Scan(&p.CreatedAt)
 	if err != nil {

@@ -16,7 +16,7 @@ const listenCatalogSQL = `LISTEN tally_catalog`
 // CatalogChange says what changed in the catalog.
 type CatalogChange struct {
 	Polls      bool // polls, their choices or their eligibility lists
-	Principals bool // principals (added, revoked)
+	Principals bool // principals (added, revoked) or retired credential keys
 }
 
 // WatchCatalog holds one connection that listens for catalog changes and
@@ -77,7 +77,7 @@ func (s *Store) watchOnce(ctx context.Context, fn func(CatalogChange)) (listened
 		if err != nil {
 			return true, err
 		}
-		if n.Payload == "principals" {
+		if n.Payload == "principals" || n.Payload == "credential_key_retirements" {
 			fn(CatalogChange{Principals: true})
 		} else {
 			fn(CatalogChange{Polls: true})

@@ -1,0 +1,103 @@
+package intake
+
+import (
+	"context"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"tally/ledger"
+)
+
+// This file owns what intake refuses whatever a token says: the revoked
+// principals and the retired credential keys, held whole in memory.
+
+// revocations holds every revoked principal and retired credential key,
+// loaded at start and again on every change the catalog's watcher reports
+// (the NOTIFY of a revocation, and every reconnection of the listener,
+// since notifications may have been missed meanwhile) and every
+// refreshEvery. A reload that fails is tried again every retryEvery until
+// one succeeds. Every request is checked against it, in every state: while
+// PostgreSQL does not answer, the revocations read last still hold.
+type revocations struct {
+	store        *ledger.Store
+	pg           *pgState
+	log          *slog.Logger
+	refreshEvery time.Duration
+	retryEvery   time.Duration
+	timeout      time.Duration
+
+	cur  atomic.Pointer[ledger.Revocations] // nil until the first load
+	kick chan struct{}
+}
+
+func newRevocations(store *ledger.Store, log *slog.Logger, cfg Config, pg *pgState) *revocations {
+	return &revocations{
+		store: store, pg: pg, log: log, refreshEvery: cfg.CatalogRefresh, retryEvery: time.Second,
+		timeout: cfg.PostgresTimeout, kick: make(chan struct{}, 1),
+	}
+}
+
+// refuses reports whether a credential of principalID signed by keyID
+// ("" for a token without a key) must be refused. loaded is false until
+// the first load; nothing can be told then.
+func (r *revocations) refuses(principalID, keyID string) (refused, loaded bool) {
+	cur := r.cur.Load()
+	if cur == nil {
+		return false, false
+	}
+	if _, ok := cur.Principals[principalID]; ok {
+		return true, true
+	}
+	if keyID != "" {
+		if _, ok := cur.Keys[keyID]; ok {
+			return true, true
+		}
+	}
+	return false, true
+}
+
+// requestReload asks run for a reload without waiting for it.
+func (r *revocations) requestReload() {
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+}
+
+// run reloads at start, when asked and every refreshEvery, until ctx is
+// done.
+func (r *revocations) run(ctx context.Context) {
+	t := time.NewTicker(r.refreshEvery)
+	defer t.Stop()
+	for {
+		wait := (<-chan time.Time)(nil)
+		if err := r.reload(ctx); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			r.log.LogAttrs(ctx, slog.LevelWarn, "revocations reload failed; refusing by the ones read before, and trying again",
+				slog.String("error", err.Error()), slog.Duration("retry_in", r.retryEvery))
+			wait = time.After(r.retryEvery)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-r.kick:
+		case <-wait:
+		}
+	}
+}
+
+func (r *revocations) reload(ctx context.Context) error {
+	lctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	rev, err := r.store.Revocations(lctx)
+	r.pg.observe(ctx, err)
+	if err != nil {
+		return err
+	}
+	r.cur.Store(&rev)
+	return nil
+}
