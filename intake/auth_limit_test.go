@@ -51,7 +51,7 @@ func setupLookups(t *testing.T) *lookupBundle {
 	}
 	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(ts.Close)
-	b := &bundle{store: store, rdb: rdb, keys: keys, url: ts.URL, client: ts.Client(), cfg: cfg, m: srv.Metrics()}
+	b := &bundle{store: store, rdb: rdb, keys: keys, url: ts.URL, client: ts.Client(), cfg: cfg, m: srv.Metrics(), srv: srv, handlerOnly: true}
 	b.who, b.token = b.principal(t, "voter")
 	b.poll(t, ledger.Poll{ID: "p1", Title: "Lunch", Choices: []string{"a", "b"}})
 	return &lookupBundle{bundle: b, db: db, lookups: lookups}

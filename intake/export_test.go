@@ -1,6 +1,10 @@
 package intake
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"context"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // Metrics are a Server's metrics, for the tests of package intake_test to
 // read with prometheus/testutil.
@@ -14,6 +18,7 @@ type Metrics struct {
 	BacklogRefusals prometheus.Counter
 	BreakerState    prometheus.Gauge
 	LedgerChecks    *prometheus.CounterVec // outcome
+	Credentials     *prometheus.CounterVec // result
 
 	PostgresReachable prometheus.Gauge
 	Degraded          *prometheus.CounterVec // answer
@@ -28,7 +33,28 @@ func (s *Server) Metrics() Metrics {
 	return Metrics{
 		Requests: m.requests, RequestDuration: m.duration, EnqueueDuration: m.enqueue, BatchSize: m.batchSize,
 		RateLimited: m.rateLimited, Replays: m.replays, BacklogRefusals: m.backlogRefusals, BreakerState: m.breakerState,
-		LedgerChecks:      m.ledgerCheckVec,
+		LedgerChecks: m.ledgerCheckVec, Credentials: m.credentialVec,
 		PostgresReachable: m.postgresReachable, Degraded: m.degraded, ResultsQueries: m.resultsReads,
 	}
+}
+
+// CatalogHolds reports whether the catalog in memory holds poll id.
+func (s *Server) CatalogHolds(id string) bool {
+	_, err := s.catalog.lookup([]byte(id))
+	return err == nil
+}
+
+// Revoked reports whether the revocations in memory refuse principal id.
+func (s *Server) Revoked(id string) bool {
+	refused, _ := s.revoked.refuses(id, "")
+	return refused
+}
+
+// Reload loads the catalog and the revocations as Serve does, for a
+// handler that is not served.
+func (s *Server) Reload(ctx context.Context) error {
+	if err := s.catalog.reload(ctx); err != nil {
+		return err
+	}
+	return s.revoked.reload(ctx)
 }

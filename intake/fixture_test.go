@@ -20,6 +20,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/redis/go-redis/v9"
 
+	"tally/credential"
 	"tally/intake"
 	"tally/internal/apitest"
 	"tally/internal/testenv"
@@ -53,6 +54,11 @@ type bundle struct {
 	who    ledger.Principal
 	cfg    intake.Config
 	m      intake.Metrics
+	srv    *intake.Server
+	key    credential.Key // signs the tokens of signed()
+	// handlerOnly: srv is not served, so nothing reloads its catalog but
+	// the fixture (waitCatalog).
+	handlerOnly bool
 }
 
 type option func(*intake.Config)
@@ -70,15 +76,29 @@ func setupOn(t testing.TB, db testenv.DB, rdb redis.UniversalClient, prefix stri
 	if err != nil {
 		t.Fatal(err)
 	}
+	return setupStore(t, store, rdb, prefix, testLogger(), opts...)
+}
+
+// setupStore is setupOn with a store and a logger of the test's own.
+func setupStore(t testing.TB, store *ledger.Store, rdb redis.UniversalClient, prefix string, log *slog.Logger, opts ...option) *bundle {
+	t.Helper()
 	keys, err := stream.NewKeys(prefix, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := intake.Config{Rate: 1000, Burst: 1000}
+	key, err := credential.GenerateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	keySet, err := credential.NewKeySet(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := intake.Config{Rate: 1000, Burst: 1000, Credentials: credential.NewVerifier(keySet)}
 	for _, o := range opts {
 		o(&cfg)
 	}
-	srv, err := intake.New(cfg, store, rdb, keys, testLogger(), prometheus.NewRegistry())
+	srv, err := intake.New(cfg, store, rdb, keys, log, prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +118,7 @@ func setupOn(t testing.TB, db testenv.DB, rdb redis.UniversalClient, prefix stri
 		}
 	})
 	b := &bundle{store: store, rdb: rdb, keys: keys, url: "http://" + ln.Addr().String(),
-		client: &http.Client{Transport: tr, Timeout: 10 * time.Second}, cfg: cfg, m: srv.Metrics()}
+		client: &http.Client{Transport: tr, Timeout: 10 * time.Second}, cfg: cfg, m: srv.Metrics(), srv: srv, key: key}
 	b.who, b.token = b.principal(t, "voter")
 	b.poll(t, ledger.Poll{ID: "p1", Title: "Lunch", Choices: []string{"a", "b"}})
 	return b
@@ -120,10 +140,45 @@ func (b *bundle) principal(t testing.TB, name string) (ledger.Principal, string)
 	return p, token
 }
 
+// signed adds a principal named name and issues it a token signed with
+// the bundle's key, expiring at expires (zero: never).
+func (b *bundle) signed(t testing.TB, name string, expires time.Time) (ledger.Principal, string) {
+	t.Helper()
+	ps, err := b.store.AddPrincipals(context.Background(), []string{name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	token, err := b.key.Issue(ps[0].ID, ps[0].CreatedAt, expires)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ps[0], token
+}
+
+// poll creates p and waits until the served intake's catalog holds it: a
+// poll is known to intake once it heard of its creation.
 func (b *bundle) poll(t testing.TB, p ledger.Poll) {
 	t.Helper()
 	if err := b.store.CreatePoll(context.Background(), p); err != nil {
 		t.Fatal(err)
+	}
+	b.waitCatalog(t, p.ID)
+}
+
+// waitCatalog waits until the served intake's catalog holds poll id.
+func (b *bundle) waitCatalog(t testing.TB, id string) {
+	t.Helper()
+	if b.handlerOnly {
+		if err := b.srv.Reload(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !b.srv.CatalogHolds(id) {
+		if time.Now().After(deadline) {
+			t.Fatalf("intake's catalog did not hold poll %s 10s after its creation", id)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 

@@ -377,7 +377,7 @@ func TestLiveShutdown(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx, ln) }()
-	b := &bundle{store: store, url: "http://" + ln.Addr().String()}
+	b := &bundle{store: store, url: "http://" + ln.Addr().String(), srv: srv}
 	publicPoll(t, b)
 	ls := openLive(t, b, "pub", "")
 	if _, ok := ls.nextResults(t, 5*time.Second); !ok {

@@ -48,6 +48,10 @@ func TestWatchCatalog(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitChange(t, changes, ledger.CatalogChange{Principals: true})
+	if err := b.store.RetireCredentialKey(b.ctx, "k-0123456789abcdef"); err != nil {
+		t.Fatal(err)
+	}
+	waitChange(t, changes, ledger.CatalogChange{Principals: true})
 
 	const losses = 3
 	for range losses {

@@ -22,6 +22,13 @@ mkdir -p "$logs"
 echo "== building tally"
 go build -o tally .
 ./tally migrate up >/dev/null
+# The credential key: made once, kept with the run's files. It signs the
+# principals' tokens (tally principal add) and intake verifies them with
+# it, with no database; both read TALLY_CREDENTIAL_KEY.
+export TALLY_CREDENTIAL_KEY="$logs/credential.key"
+if [[ ! -f "$TALLY_CREDENTIAL_KEY" ]]; then
+	./tally credential key generate --out "$TALLY_CREDENTIAL_KEY" >/dev/null 2>&1
+fi
 
 # The daemons run as a login granted tally_daemon (migration 00006), which
 # may add rows but not change or delete them, nor switch the triggers off

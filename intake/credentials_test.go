@@ -1,0 +1,279 @@
+package intake_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"tally/credential"
+	"tally/intake"
+	"tally/internal/testenv"
+	"tally/ledger"
+)
+
+// This file tests signed credentials at intake: a token that verifies
+// itself votes with no query, every bad one is refused 401 without a
+// trace, and the revocations held in memory refuse a revoked principal or
+// a retired key at once, a PostgreSQL outage included.
+
+// queryCounter counts every query a pool runs.
+type queryCounter struct{ n atomic.Int64 }
+
+func (q *queryCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	q.n.Add(1)
+	return ctx
+}
+
+func (*queryCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// TestSignedBurstCostsNoQuery: principals intake never saw vote with
+// signed tokens, and unknown poll ids are answered 404, without a single
+// query to PostgreSQL.
+func TestSignedBurstCostsNoQuery(t *testing.T) {
+	t.Parallel()
+	db := testenv.Postgres(t)
+	rdb, prefix := testenv.Redis(t)
+	var queries queryCounter
+	pcfg, err := pgxpool.ParseConfig(db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pcfg.ConnConfig.Tracer = &queries
+	pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	store, err := ledger.New(pool, ledger.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := setupStore(t, store, rdb, prefix, testLogger())
+	const voters = 50
+	tokens := make([]string, voters)
+	for i := range tokens {
+		_, tokens[i] = b.signed(t, "burst", time.Time{})
+	}
+	// Principals older than the idempotency window: before, each vote
+	// cost a ledger lookup.
+	old, oldToken := b.signed(t, "old", time.Time{})
+	oldToken, err = b.key.Issue(old.ID, time.Now().Add(-48*time.Hour), time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens = append(tokens, oldToken)
+	time.Sleep(100 * time.Millisecond) // the NOTIFYs of the additions are heard
+	before := queries.n.Load()
+	var wg sync.WaitGroup
+	codes := make([]int, len(tokens))
+	for i, tok := range tokens {
+		wg.Go(func() { codes[i] = b.vote(t, tok, "e1", "p1", "a").code })
+	}
+	wg.Wait()
+	for i, c := range codes {
+		if c != http.StatusAccepted {
+			t.Fatalf("vote %d: %d, want 202", i, c)
+		}
+	}
+	for _, id := range []string{"nope", "p", "p1-", "P1"} {
+		wantProblemType(t, b.vote(t, tokens[0], "u-"+id, id, "a"), http.StatusNotFound, "unknown-poll")
+	}
+	if n := queries.n.Load() - before; n != 0 {
+		t.Fatalf("%d votes with new signed tokens and 4 unknown polls ran %d queries, want 0", len(tokens), n)
+	}
+	if n := b.xlen(t); n != int64(len(tokens)) {
+		t.Fatalf("the stream holds %d entries, want %d", n, len(tokens))
+	}
+}
+
+// TestSignedCredentialRefused: every kind of bad token gets 401 with the
+// invalid_token challenge, enqueues nothing, and appears in no log line.
+func TestSignedCredentialRefused(t *testing.T) {
+	t.Parallel()
+	db := testenv.Postgres(t)
+	rdb, prefix := testenv.Redis(t)
+	store, err := ledger.New(db.Pool, ledger.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs syncBuffer
+	b := setupStore(t, store, rdb, prefix, slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	p, good := b.signed(t, "voter", time.Time{})
+	other, err := credential.GenerateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	byOther, _ := other.Issue(p.ID, p.CreatedAt, time.Time{})
+	expired, _ := b.key.Issue(p.ID, p.CreatedAt, time.Now().Add(-time.Hour))
+	parts := strings.Split(good, ".")
+	payload, _ := base64.RawURLEncoding.DecodeString(parts[1])
+	tampered := parts[0] + "." + base64.RawURLEncoding.EncodeToString(bytes.Replace(payload, []byte(p.ID), []byte("p-mallory"), 1)) + "." + parts[2]
+	notYet := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.RegisteredClaims{Issuer: credential.Issuer, Subject: p.ID,
+		NotBefore: jwt.NewNumericDate(time.Now().Add(time.Hour))})
+	notYet.Header["kid"] = b.key.ID
+	keyJSON, _ := b.key.MarshalJSON()
+	notYetToken := signWithKeyFile(t, notYet, keyJSON)
+	none := base64.RawURLEncoding.EncodeToString([]byte(`{"alg":"none","typ":"JWT","kid":"`+b.key.ID+`"}`)) + "." + parts[1] + "."
+
+	bad := map[string]string{
+		"tampered": tampered, "truncated": good[:len(good)-10], "another key": byOther,
+		"expired": expired, "not yet valid": notYetToken, "alg none": none, "garbage": "eyJhbGciOi.x.y",
+	}
+	for name, tok := range bad {
+		r := b.vote(t, tok, "e1", "p1", "a")
+		if r.code != http.StatusUnauthorized || r.header.Get("WWW-Authenticate") != `Bearer error="invalid_token"` {
+			t.Errorf("%s: %d %q %s, want 401 with the invalid_token challenge", name, r.code, r.header.Get("WWW-Authenticate"), r.raw)
+		}
+		if strings.Contains(logs.String(), tok) {
+			t.Errorf("%s: the token is in the log", name)
+		}
+	}
+	if n := b.xlen(t); n != 0 {
+		t.Fatalf("bad tokens enqueued %d entries", n)
+	}
+	if got := count(b.m.Credentials.WithLabelValues("invalid")); got != len(bad) {
+		t.Fatalf("credentials_total{result=invalid} %d, want %d", got, len(bad))
+	}
+	wantAccepted(t, b.vote(t, good, "e1", "p1", "a"), "e1", ledger.StatusPending)
+	if strings.Contains(logs.String(), good) {
+		t.Fatal("the good token is in the log")
+	}
+}
+
+// signWithKeyFile signs tok with the secret of the JSON Web Key keyJSON.
+func signWithKeyFile(t *testing.T, tok *jwt.Token, keyJSON []byte) string {
+	t.Helper()
+	var jwk struct{ K string }
+	if err := json.Unmarshal(keyJSON, &jwk); err != nil {
+		t.Fatal(err)
+	}
+	secret, err := base64.RawURLEncoding.DecodeString(jwk.K)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := tok.SignedString(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// TestRevokedCredentialRefused: a revoked principal's signed token and a
+// retired key's tokens are refused within a second, by the NOTIFY of the
+// change.
+func TestRevokedCredentialRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	p, token := b.signed(t, "voter", time.Time{})
+	_, other := b.signed(t, "other", time.Time{})
+	wantAccepted(t, b.vote(t, token, "e1", "p1", "a"), "e1", ledger.StatusPending)
+	if err := b.store.RevokePrincipal(ctx, p.ID); err != nil {
+		t.Fatal(err)
+	}
+	within(t, time.Second, "the revoked principal's token refused", func() bool {
+		return b.vote(t, token, "e2", "p1", "a").code == http.StatusUnauthorized
+	})
+	wantAccepted(t, b.vote(t, other, "o1", "p1", "b"), "o1", ledger.StatusPending)
+	if err := b.store.RetireCredentialKey(ctx, b.key.ID); err != nil {
+		t.Fatal(err)
+	}
+	within(t, time.Second, "a token of the retired key refused", func() bool {
+		return b.vote(t, other, "o2", "p1", "b").code == http.StatusUnauthorized
+	})
+	if got := count(b.m.Credentials.WithLabelValues("revoked")); got < 2 {
+		t.Fatalf("credentials_total{result=revoked} %d, want 2 at least", got)
+	}
+}
+
+// within waits up to d for ok, failing with what it waited for.
+func within(t *testing.T, d time.Duration, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %s: %s", d, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestPostgresDownCredentials stops a private PostgreSQL under a running
+// intake and projector: a signed principal intake never saw votes and is
+// counted once PostgreSQL is back; a revoked one, signed or of the stored
+// kind, is refused, however long before the outage it was revoked, even
+// when intake had cached its token (before the revocations were held in
+// memory, such a principal voted and was counted).
+func TestPostgresDownCredentials(t *testing.T) {
+	t.Parallel()
+	pg := testenv.StartPostgres(t)
+	db := pg.Migrated("tally")
+	rdb, prefix := testenv.Redis(t)
+	b := setupOn(t, db, rdb, prefix, func(c *intake.Config) {
+		c.AuthTTL, c.AuthStaleMax = time.Hour, time.Hour
+		c.PostgresTimeout = time.Second
+	})
+	runProjector(t, b)
+	ctx := context.Background()
+	_, newToken := b.signed(t, "newcomer", time.Time{})
+	revokedSigned, revokedToken := b.signed(t, "revoked-signed", time.Time{})
+	stored, storedToken := b.principal(t, "stored")                                      // a token of the kind issued before signed credentials
+	wantAccepted(t, b.vote(t, storedToken, "s1", "p1", "a"), "s1", ledger.StatusPending) // cached by intake
+	wantAccepted(t, b.vote(t, revokedToken, "r1", "p1", "a"), "r1", ledger.StatusPending)
+	for _, id := range []string{stored.ID, revokedSigned.ID} {
+		if err := b.store.RevokePrincipal(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		within(t, 2*time.Second, "intake holds the revocation of "+id, func() bool { return b.srv.Revoked(id) })
+	}
+	pg.Stop()
+
+	wantAccepted(t, b.vote(t, newToken, "n1", "p1", "b"), "n1", ledger.StatusPending)
+	for name, tok := range map[string]string{"stored": storedToken, "signed": revokedToken} {
+		if r := b.vote(t, tok, "x-"+name, "p1", "b"); r.code != http.StatusUnauthorized {
+			t.Fatalf("the revoked %s principal voted during the outage: %d %s, want 401", name, r.code, r.raw)
+		}
+	}
+
+	pg.Start()
+	within(t, 20*time.Second, "the newcomer's vote recorded once PostgreSQL is back", func() bool {
+		return b.status(t, newToken, "n1").str("status") == "recorded"
+	})
+	res, err := b.store.Results(ctx, "p1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Total != 3 {
+		t.Fatalf("p1 counts %d votes, want 3 (s1, r1, n1): %+v", res.Total, res)
+	}
+}
+
+// syncBuffer is a log sink safe for concurrent writers.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.buf.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.buf.String()
+}

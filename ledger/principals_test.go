@@ -1,0 +1,110 @@
+package ledger_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"tally/ledger"
+)
+
+// TestAddPrincipals: many principals in one call, each with a distinct id,
+// no stored token, and the creation time the database gave them; a bad
+// name refuses the whole call and adds none.
+func TestAddPrincipals(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	names := make([]string, 2000)
+	for i := range names {
+		names[i] = "voter " + strings.Repeat("x", i%5)
+	}
+	ps, err := b.store.AddPrincipals(b.ctx, names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for i, p := range ps {
+		if p.Name != names[i] || seen[p.ID] || !strings.HasPrefix(p.ID, "p-") || p.CreatedAt.IsZero() {
+			t.Fatalf("principal %d: %+v", i, p)
+		}
+		seen[p.ID] = true
+	}
+	var stored, tokens int
+	if err := b.db.Pool.QueryRow(b.ctx, `SELECT count(*), count(token_sha256) FROM principals`).Scan(&stored, &tokens); err != nil {
+		t.Fatal(err)
+	}
+	if stored != len(names) || tokens != 0 {
+		t.Fatalf("%d principals stored with %d tokens, want %d with none", stored, tokens, len(names))
+	}
+	got, err := b.store.Principal(b.ctx, ps[7].ID)
+	if err != nil || !got.CreatedAt.Equal(ps[7].CreatedAt) {
+		t.Fatalf("Principal: %+v, %v; want the creation time AddPrincipals gave, %s", got, err, ps[7].CreatedAt)
+	}
+	for _, bad := range [][]string{nil, {"ok", ""}, {strings.Repeat("n", 201)}} {
+		if _, err := b.store.AddPrincipals(b.ctx, bad); !errors.Is(err, ledger.ErrInvalid) {
+			t.Errorf("AddPrincipals(%d names): %v, want ErrInvalid", len(bad), err)
+		}
+	}
+	if err := b.db.Pool.QueryRow(b.ctx, `SELECT count(*) FROM principals`).Scan(&stored); err != nil || stored != len(names) {
+		t.Fatalf("%d principals after refused calls, want %d", stored, len(names))
+	}
+}
+
+// TestRevocations: revoked principals and retired keys are read back, and
+// only those; retiring a key twice changes nothing.
+func TestRevocations(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ps, err := b.store.AddPrincipals(b.ctx, []string{"a", "b", "c"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.store.RevokePrincipal(b.ctx, ps[1].ID); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := b.store.RetireCredentialKey(b.ctx, "k-0011223344556677"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err := b.store.Revocations(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := r.Principals[ps[1].ID]; !ok || len(r.Principals) != 1 {
+		t.Fatalf("revoked principals %v, want only %s", r.Principals, ps[1].ID)
+	}
+	if _, ok := r.Keys["k-0011223344556677"]; !ok || len(r.Keys) != 1 {
+		t.Fatalf("retired keys %v", r.Keys)
+	}
+}
+
+// TestForgetStoredToken: after a reissue the token of the stored kind no
+// longer authenticates; a revoked principal is not reissued.
+func TestForgetStoredToken(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	p, token, err := b.store.AddPrincipal(b.ctx, "old")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.store.Authenticate(b.ctx, token); err != nil {
+		t.Fatal(err)
+	}
+	got, err := b.store.ForgetStoredToken(b.ctx, p.ID)
+	if err != nil || got.ID != p.ID || !got.CreatedAt.Equal(p.CreatedAt) {
+		t.Fatalf("ForgetStoredToken: %+v, %v", got, err)
+	}
+	if _, err := b.store.Authenticate(b.ctx, token); !errors.Is(err, ledger.ErrNotFound) {
+		t.Fatalf("the old token after a reissue: %v, want ErrNotFound", err)
+	}
+	if err := b.store.RevokePrincipal(b.ctx, p.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.store.ForgetStoredToken(b.ctx, p.ID); !errors.Is(err, ledger.ErrInvalid) {
+		t.Fatalf("reissuing a revoked principal: %v, want ErrInvalid", err)
+	}
+	if _, err := b.store.ForgetStoredToken(b.ctx, "p-nobody"); !errors.Is(err, ledger.ErrNotFound) {
+		t.Fatalf("reissuing nobody: %v, want ErrNotFound", err)
+	}
+}
