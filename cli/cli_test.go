@@ -41,8 +41,8 @@ func TestAdminCommands(t *testing.T) {
 	db := testenv.Postgres(t)
 	url := db.URL
 
-	r := tally(t, url, "principal", "add", "alice")
-	if r.code != 0 || !regexp.MustCompile(`^tly_[A-Za-z0-9_-]{43}\n$`).MatchString(r.stdout) {
+	r := tally(t, url, "principal", "add", "alice", "--credential-key", credentialKeyFile(t))
+	if r.code != 0 || !regexp.MustCompile(`^eyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\n$`).MatchString(r.stdout) {
 		t.Fatalf("principal add: code %d stdout %q stderr %q; want the token alone on stdout", r.code, r.stdout, r.stderr)
 	}
 	if r := tally(t, url, "poll", "create", "lunch", "--title", "Lunch?", "--choice", "pizza", "--choice", "sushi"); r.code != 0 {

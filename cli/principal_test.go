@@ -1,12 +1,21 @@
 package cli
 
 import (
+	"context"
+	"encoding/csv"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
+	"tally/credential"
 	"tally/internal/testenv"
+	"tally/ledger"
 )
 
 // tally principal list shows what add and revoke did, in both formats;
@@ -14,7 +23,7 @@ import (
 func TestPrincipalCommands(t *testing.T) {
 	t.Parallel()
 	db := testenv.Postgres(t)
-	r := tally(t, db.URL, "principal", "add", "ci-bot")
+	r := tally(t, db.URL, "principal", "add", "ci-bot", "--credential-key", credentialKeyFile(t))
 	if r.code != 0 || !strings.Contains(r.stderr, "added principal ") {
 		t.Fatalf("principal add: %+v", r)
 	}
@@ -46,5 +55,117 @@ func TestPrincipalCommands(t *testing.T) {
 	}
 	if r := tally(t, db.URL, "principal", "add"); r.code != 2 || !strings.Contains(r.stderr, "give the principal's NAME") {
 		t.Fatalf("principal add without a name: %+v", r)
+	}
+	if r := tally(t, db.URL, "principal", "add", "no-key"); r.code != 2 || !strings.Contains(r.stderr, "tally credential key generate") {
+		t.Fatalf("principal add without a credential key: %+v; want it to say how to make one", r)
+	}
+}
+
+// credentialKeyFile is a new credential key's file, made by tally
+// credential key generate.
+func credentialKeyFile(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "credential.key")
+	r := offline(t, "", "credential", "key", "generate", "--out", path)
+	if r.code != 0 || !regexp.MustCompile(`^k-[0-9a-f]{16}\n$`).MatchString(r.stdout) {
+		t.Fatalf("credential key generate: %+v; want the key id alone on stdout", r)
+	}
+	if st, err := os.Stat(path); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("the key file: %v %v, want mode 0600", st, err)
+	}
+	return path
+}
+
+// TestPrincipalAddFrom: principals added from a file, written as CSV to a
+// file of mode 0600, each token verifying to its principal with the key;
+// with --expires, tokens that expire; reissue gives a token to a principal
+// of the stored kind and ends its stored token.
+func TestPrincipalAddFrom(t *testing.T) {
+	t.Parallel()
+	db := testenv.Postgres(t)
+	keyFile := credentialKeyFile(t)
+	key, err := credential.ReadKeyFile(keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, _ := credential.NewKeySet(key)
+	v := credential.NewVerifier(set)
+	dir := t.TempDir()
+	names := filepath.Join(dir, "names.txt")
+	const n = 500
+	var list strings.Builder
+	for i := range n {
+		fmt.Fprintf(&list, "voter, number %d\n", i) // a comma, quoted in the CSV
+		if i%100 == 0 {
+			list.WriteString("\n")
+		}
+	}
+	if err := os.WriteFile(names, []byte(list.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "tokens.csv")
+	r := tally(t, db.URL, "principal", "add", "--from", names, "--out", out, "--expires", "720h", "--credential-key", keyFile)
+	if r.code != 0 || r.stdout != "" || !strings.Contains(r.stderr, fmt.Sprintf("added %d principals", n)) {
+		t.Fatalf("principal add --from: %+v", r)
+	}
+	if st, err := os.Stat(out); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("the CSV file: %v %v, want mode 0600", st, err)
+	}
+	f, err := os.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	rows, err := csv.NewReader(f).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != n+1 || strings.Join(rows[0], ",") != "name,principal_id,token" {
+		t.Fatalf("%d rows, header %v; want %d and name,principal_id,token", len(rows), rows[0], n+1)
+	}
+	ids := map[string]bool{}
+	for i, row := range rows[1:] {
+		id, err := v.Verify(context.Background(), row[2])
+		if err != nil || id.PrincipalID != row[1] || row[0] != fmt.Sprintf("voter, number %d", i) || ids[row[1]] {
+			t.Fatalf("row %d %v: %+v %v", i+1, row, id, err)
+		}
+		if d := time.Until(id.ExpiresAt); d < 719*time.Hour || d > 721*time.Hour {
+			t.Fatalf("row %d expires in %s, want 720h", i+1, d)
+		}
+		ids[row[1]] = true
+	}
+	if r := tally(t, db.URL, "principal", "add", "--from", names, "--out", out, "--credential-key", keyFile); r.code != 2 || !strings.Contains(r.stderr, "exists") {
+		t.Fatalf("a second add to the same --out: %+v; want a refusal to replace it", r)
+	}
+	for _, bad := range []string{"-1h", "yesterday", "2001-01-01T00:00:00Z"} {
+		if r := tally(t, db.URL, "principal", "add", "x", "--expires", bad, "--credential-key", keyFile); r.code != 2 || !strings.Contains(r.stderr, "--expires") {
+			t.Fatalf("--expires %s: %+v", bad, r)
+		}
+	}
+
+	// Reissue: a principal with a stored token gets a signed one, and the
+	// stored one stops working.
+	store, err := ledger.New(db.Pool, ledger.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, old, err := store.AddPrincipal(context.Background(), "old")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r = tally(t, db.URL, "principal", "reissue", p.ID, "--credential-key", keyFile)
+	if r.code != 0 {
+		t.Fatalf("principal reissue: %+v", r)
+	}
+	if id, err := v.Verify(context.Background(), strings.TrimSpace(r.stdout)); err != nil || id.PrincipalID != p.ID || !id.ExpiresAt.IsZero() {
+		t.Fatalf("the reissued token: %+v %v", id, err)
+	}
+	if _, err := store.Authenticate(context.Background(), old); !errors.Is(err, ledger.ErrNotFound) {
+		t.Fatalf("the stored token after reissue: %v, want ErrNotFound", err)
+	}
+
+	r = offline(t, "", "principal", "id", "--issuer", "https://id.example.org", "--subject", "alice")
+	if r.code != 0 || r.stdout != credential.PrincipalIDFor("https://id.example.org", "alice")+"\n" {
+		t.Fatalf("principal id: %+v", r)
 	}
 }

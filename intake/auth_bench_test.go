@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"tally/credential"
 	"tally/intake"
 	"tally/internal/testenv"
 	"tally/ledger"
@@ -21,22 +22,25 @@ import (
 )
 
 // BenchmarkHandlerToken measures the vote handler alone, one vote at a
-// time, with a token intake has cached (cached) and with the token of a
-// principal it has not seen yet on every vote (new), which costs a token
-// lookup in PostgreSQL. Besides the time per vote it reports this
+// time, with a stored-kind token intake has cached (cached), with the
+// stored-kind token of a principal it has not seen yet on every vote
+// (new), which costs a token lookup in PostgreSQL, and with a signed
+// token of a principal it has not seen yet on every vote (signed), which
+// costs none. Besides the time per vote it reports this
 // process's CPU time per vote (cpu-µs/op), nearly all of it the
 // handler's.
 func BenchmarkHandlerToken(b *testing.B) {
 	for _, tc := range []struct {
-		name string
-		new  bool
-	}{{"cached", false}, {"new", true}} {
+		name        string
+		new, signed bool
+	}{{"cached", false, false}, {"new", true, false}, {"signed", true, true}} {
 		b.Run(tc.name, func(b *testing.B) {
 			db := testenv.Postgres(b)
 			rdb, prefix := testenv.Redis(b)
 			store, _ := ledger.New(db.Pool, ledger.Config{})
 			keys, _ := stream.NewKeys(prefix, 1)
-			srv, err := intake.New(intake.Config{Rate: 1e6, Burst: 1_000_000}, store, rdb, keys, testLogger(), prometheus.NewRegistry())
+			key, verifier := credentialKey(b)
+			srv, err := intake.New(intake.Config{Rate: 1e6, Burst: 1_000_000, Credentials: verifier}, store, rdb, keys, testLogger(), prometheus.NewRegistry())
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -44,11 +48,19 @@ func BenchmarkHandlerToken(b *testing.B) {
 			if err := store.CreatePoll(b.Context(), ledger.Poll{ID: "p1", Title: "t", Choices: []string{"a"}}); err != nil {
 				b.Fatal(err)
 			}
+			if err := srv.Reload(b.Context()); err != nil {
+				b.Fatal(err)
+			}
 			n := 1
 			if tc.new {
 				n = b.N
 			}
-			tokens := addPrincipals(b, store, n)
+			var tokens []string
+			if tc.signed {
+				tokens = signPrincipals(b, store, key, n)
+			} else {
+				tokens = addPrincipals(b, store, n)
+			}
 			h := srv.Handler()
 			b.ReportAllocs()
 			cpu0 := cpuTime(b)
@@ -125,6 +137,41 @@ func BenchmarkPostVoteTokenPaced(b *testing.B) {
 
 // addPrincipals creates n principals, eight at a time, and returns their
 // tokens.
+// credentialKey is a new credential key and the verifier of its tokens.
+func credentialKey(tb testing.TB) (credential.Key, *credential.Verifier) {
+	tb.Helper()
+	key, err := credential.GenerateKey()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	set, err := credential.NewKeySet(key)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return key, credential.NewVerifier(set)
+}
+
+// signPrincipals adds n principals and returns a token signed by key for
+// each.
+func signPrincipals(tb testing.TB, store *ledger.Store, key credential.Key, n int) []string {
+	tb.Helper()
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("voter %d", i)
+	}
+	ps, err := store.AddPrincipals(tb.Context(), names)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tokens := make([]string, n)
+	for i, p := range ps {
+		if tokens[i], err = key.Issue(p.ID, p.CreatedAt, time.Time{}); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return tokens
+}
+
 func addPrincipals(tb testing.TB, store *ledger.Store, n int) []string {
 	tb.Helper()
 	tokens := make([]string, n)

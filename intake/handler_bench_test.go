@@ -27,8 +27,9 @@ func BenchmarkHandler(b *testing.B) {
 	benchHandler(b, 0)
 }
 
-// BenchmarkHandlerLedgerCheck is BenchmarkHandler for a principal older
-// than the idempotency window: every new vote is looked up in the ledger
+// BenchmarkHandlerLedgerCheck is BenchmarkHandler with
+// Config.LedgerCheck, for a principal older than the idempotency window:
+// every new vote is looked up in the ledger
 // and its script runs twice. One vote at a time, so no lookup shares its
 // query: the worst case.
 func BenchmarkHandlerLedgerCheck(b *testing.B) {
@@ -42,7 +43,7 @@ func benchHandler(b *testing.B, age time.Duration) {
 	rdb, prefix := testenv.Redis(b)
 	store, _ := ledger.New(db.Pool, ledger.Config{})
 	keys, _ := stream.NewKeys(prefix, 1)
-	srv, err := intake.New(intake.Config{Rate: 1e6, Burst: 1_000_000}, store, rdb, keys, testLogger(), prometheus.NewRegistry())
+	srv, err := intake.New(intake.Config{Rate: 1e6, Burst: 1_000_000, LedgerCheck: age > 0}, store, rdb, keys, testLogger(), prometheus.NewRegistry())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -53,6 +54,9 @@ func benchHandler(b *testing.B, age time.Duration) {
 		b.Fatal(err)
 	}
 	if err := store.CreatePoll(ctx, ledger.Poll{ID: "p1", Title: "t", Choices: []string{"a"}}); err != nil {
+		b.Fatal(err)
+	}
+	if err := srv.Reload(ctx); err != nil {
 		b.Fatal(err)
 	}
 	h := srv.Handler()
