@@ -127,10 +127,10 @@ func TestConcurrentNewTokensFromOneAddress(t *testing.T) {
 		}
 	}
 	for i := range authBurst {
-		r := b.vote(t, "bad-"+rand.Text(), fmt.Sprintf("x-%d", i), "p1", "a")
+		r := b.vote(t, "tly_bad-"+rand.Text(), fmt.Sprintf("x-%d", i), "p1", "a")
 		wantProblemType(t, r, http.StatusUnauthorized, "unauthorized")
 	}
-	wantProblemType(t, b.vote(t, "bad-"+rand.Text(), "x", "p1", "a"), http.StatusTooManyRequests, "auth-rate-limited")
+	wantProblemType(t, b.vote(t, "tly_bad-"+rand.Text(), "x", "p1", "a"), http.StatusTooManyRequests, "auth-rate-limited")
 }
 
 // TestConcurrentBadTokensFromOneAddress floods intake with bad tokens
@@ -143,7 +143,7 @@ func TestConcurrentBadTokensFromOneAddress(t *testing.T) {
 	wantProblemType(t, b.do(t, http.MethodGet, "/v1/votes/nope", b.token, "", nil), http.StatusNotFound, "not-found") // cached
 	tokens := make([]string, 40)
 	for i := range tokens {
-		tokens[i] = "bad-" + rand.Text()
+		tokens[i] = "tly_bad-" + rand.Text()
 	}
 	before := b.lookups.n.Load()
 	counts := map[int]int{}

@@ -48,6 +48,13 @@ func (s *Server) signedPrincipal(w http.ResponseWriter, r *http.Request, token s
 		return nil, false
 	case err != nil:
 		s.metrics.credentials[credInvalid].Inc()
+		if wait := s.limits.refused(r.RemoteAddr); wait > 0 {
+			s.metrics.authLimited.Inc()
+			writeProblem(w, http.StatusTooManyRequests, probAuthRateLimited,
+				"too many requests from your address carried a bearer token that is invalid or revoked: "+
+					"retry after the Retry-After delay, with a valid token", wait)
+			return nil, false
+		}
 		s.log.LogAttrs(r.Context(), slog.LevelDebug, "credential refused", slog.String("reason", err.Error()))
 		unauthorized(w, challengeInvalidToken,
 			"the bearer token is invalid or expired: ask an operator for a valid token")

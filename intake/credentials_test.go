@@ -62,20 +62,37 @@ func TestSignedBurstCostsNoQuery(t *testing.T) {
 	}
 	b := setupStore(t, store, rdb, prefix, testLogger())
 	const voters = 50
-	tokens := make([]string, voters)
-	for i := range tokens {
-		_, tokens[i] = b.signed(t, "burst", time.Time{})
+	names := make([]string, voters)
+	for i := range names {
+		names[i] = "burst"
 	}
-	// Principals older than the idempotency window: before, each vote
-	// cost a ledger lookup.
-	old, oldToken := b.signed(t, "old", time.Time{})
-	oldToken, err = b.key.Issue(old.ID, time.Now().Add(-48*time.Hour), time.Time{})
+	ps, err := store.AddPrincipals(context.Background(), names)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tokens = append(tokens, oldToken)
-	time.Sleep(100 * time.Millisecond) // the NOTIFYs of the additions are heard
+	tokens := make([]string, voters)
+	for i, p := range ps {
+		created := p.CreatedAt
+		if i%2 == 0 {
+			// Older than the idempotency window: before, each of their
+			// votes cost a ledger lookup.
+			created = created.Add(-48 * time.Hour)
+		}
+		if tokens[i], err = b.key.Issue(p.ID, created, time.Time{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The NOTIFY of the addition makes intake read the revocations again:
+	// wait for it to be done.
 	before := queries.n.Load()
+	for quiet := 0; quiet < 3; {
+		time.Sleep(100 * time.Millisecond)
+		if n := queries.n.Load(); n == before {
+			quiet++
+		} else {
+			before, quiet = n, 0
+		}
+	}
 	var wg sync.WaitGroup
 	codes := make([]int, len(tokens))
 	for i, tok := range tokens {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"tally/intake"
 	"tally/internal/testenv"
 	"tally/ledger"
 )
@@ -112,7 +113,9 @@ func TestKnownEventAfterPollClosed(t *testing.T) {
 	b.forget(t, "e1")
 	wantAccepted(t, b.vote(t, b.token, "e1", "p1", "a"), "e1", ledger.StatusRecorded)
 	wantKeyReused(t, b.vote(t, b.token, "e1", "p1", "b"))
-	wantKeyReused(t, b.vote(t, b.token, "e1", "nope", "a"))
+	// A poll that does not exist is answered from memory, with no query:
+	// 404, though the ledger knows the key.
+	wantProblemType(t, b.vote(t, b.token, "e1", "nope", "a"), http.StatusNotFound, "unknown-poll")
 
 	// An event nobody knows gets the refusal.
 	r := b.vote(t, b.token, "e2", "p1", "a")
@@ -126,7 +129,9 @@ func TestKnownEventAfterPollClosed(t *testing.T) {
 }
 
 // TestKnownEventAfterCatalogChange: a known event answers as such after its
-// choice was removed and after the principal left the poll's eligibility.
+// choice was removed and after the principal left the poll's eligibility
+// (for the latter, while Redis holds its record: past it, the poll is one
+// the principal may not see, answered 404 from memory as an absent one).
 func TestKnownEventAfterCatalogChange(t *testing.T) {
 	t.Parallel()
 	db := testenv.Postgres(t)
@@ -155,10 +160,10 @@ func TestKnownEventAfterCatalogChange(t *testing.T) {
 	enqueued := b.waitRefused(t, "the catalog sees p2 restricted", "p2", "x", http.StatusNotFound)
 	wantAccepted(t, b.vote(t, b.token, "e2", "p2", "x"), "e2", ledger.StatusRecorded)
 	wantKeyReused(t, b.vote(t, b.token, "e2", "p2", "y"))
-	// Past the Redis window, from the ledger.
+	// Past the Redis window a poll the principal may not see answers as
+	// an absent one does, from memory, with no query: 404.
 	b.forget(t, "e2")
-	wantAccepted(t, b.vote(t, b.token, "e2", "p2", "x"), "e2", ledger.StatusRecorded)
-	wantKeyReused(t, b.vote(t, b.token, "e2", "p2", "y"))
+	wantProblemType(t, b.vote(t, b.token, "e2", "p2", "x"), http.StatusNotFound, "unknown-poll")
 	if n := b.xlen(t); n != enqueued {
 		t.Fatalf("stream holds %d entries, want %d", n, enqueued)
 	}
@@ -275,7 +280,48 @@ func (b *bundle) wantLedgerChecks(t *testing.T, newIDs, replays, conflicts, errs
 	}
 }
 
-// TestExpiredRecordLedgerDecides: the record of an event of a principal
+// withLedgerCheck turns Config.LedgerCheck on.
+func withLedgerCheck(c *intake.Config) { c.LedgerCheck = true }
+
+// TestPastWindowLedgerSettles: without Config.LedgerCheck, the vote of a
+// principal older than the idempotency window costs no ledger lookup: a
+// retry whose record expired and a key reused with another payload are
+// both answered 202 and enqueued, and the ledger settles them: the retry
+// is a duplicate and the reuse is rejected key_reused, neither counted.
+func TestPastWindowLedgerSettles(t *testing.T) {
+	t.Parallel()
+	db := testenv.Postgres(t)
+	rdb, prefix := testenv.Redis(t)
+	b := setupOn(t, db, rdb, prefix)
+	runProjector(t, b)
+	age(t, db, b.who.ID, 48*time.Hour)
+	if out := b.record(t, "e1", "p1", "a", time.Now()); out.Status != ledger.StatusRecorded {
+		t.Fatalf("ledger: %v", out)
+	}
+	wantAccepted(t, b.vote(t, b.token, "e1", "p1", "a"), "e1", ledger.StatusPending)
+	b.forget(t, "e1") // the retry's record expires too
+	wantAccepted(t, b.vote(t, b.token, "e1", "p1", "b"), "e1", ledger.StatusPending)
+	b.wantLedgerChecks(t, 0, 0, 0, 0)
+	ctx := context.Background()
+	within(t, 10*time.Second, "both entries applied", func() bool { return b.xlen(t) == 0 })
+	res, err := b.store.Results(ctx, "p1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Total != 1 || len(res.Results) == 0 || res.Results[0] != (ledger.CandidateVotes{CandidateID: "a", Votes: 1}) {
+		t.Fatalf("p1 counts %+v, want the one original vote for a", res)
+	}
+	var rejected string
+	if err := db.Pool.QueryRow(ctx, `SELECT reason FROM poll_event_rejections WHERE principal_id = $1 AND client_event_id = 'e1'`,
+		b.who.ID).Scan(&rejected); err != nil || rejected != "key_reused" {
+		t.Fatalf("the reused key's rejection: %q %v, want key_reused", rejected, err)
+	}
+	if r := b.status(t, b.token, "e1"); r.code != http.StatusOK || r.str("status") != "recorded" || r.str("candidate_id") != "a" {
+		t.Fatalf("status of e1: %d %s, want the original's outcome, recorded for a", r.code, r.raw)
+	}
+}
+
+// TestExpiredRecordLedgerDecides: with Config.LedgerCheck, the record of an event of a principal
 // older than the idempotency window has expired; intake asks the ledger:
 // the same payload answers 202 with the ledger's status and enqueues
 // nothing, another payload answers 409, and a new event id is enqueued.
@@ -283,7 +329,7 @@ func TestExpiredRecordLedgerDecides(t *testing.T) {
 	t.Parallel()
 	db := testenv.Postgres(t)
 	rdb, prefix := testenv.Redis(t)
-	b := setupOn(t, db, rdb, prefix)
+	b := setupOn(t, db, rdb, prefix, withLedgerCheck)
 	b.poll(t, ledger.Poll{ID: "p2", Title: "Dinner", Choices: []string{"x"}})
 	age(t, db, b.who.ID, 48*time.Hour)
 	// e1 is in the ledger and Redis has no record of it, as once its
@@ -321,7 +367,7 @@ func TestExpiredRecordLedgerDecides(t *testing.T) {
 // vote is checked, and enqueued.
 func TestYoungPrincipalNotChecked(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	b := setup(t, withLedgerCheck)
 	b.poll(t, ledger.Poll{ID: "p2", Title: "Dinner", Choices: []string{"x"}})
 	// This vote sets the epoch, unless intake did when it started.
 	wantAccepted(t, b.vote(t, b.token, "e0", "p1", "a"), "e0", ledger.StatusPending)
@@ -357,7 +403,7 @@ func TestLedgerCheckLedgerDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	rdb, prefix := testenv.Redis(t)
-	b := setupOn(t, testenv.DB{Name: db.Name, URL: db.URL, Pool: pool}, rdb, prefix)
+	b := setupOn(t, testenv.DB{Name: db.Name, URL: db.URL, Pool: pool}, rdb, prefix, withLedgerCheck)
 	age(t, db, b.who.ID, 48*time.Hour)
 	wantAccepted(t, b.vote(t, b.token, "e1", "p1", "a"), "e1", ledger.StatusPending)
 	b.wantLedgerChecks(t, 1, 0, 0, 0)

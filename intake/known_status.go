@@ -63,7 +63,12 @@ func (s *Server) replayStatus(r *http.Request, p *voter, v voteBody, res enqueue
 // its event is known: when the idempotency record in Redis, or else the
 // ledger, holds the event id with the same poll and candidate, it answers
 // 202 as a replay does (with the status the ledger knows); with another
-// payload, 409. Only when neither knows the event id does ref stand. When
+// payload, 409. Only when neither knows the event id does ref stand. A
+// 404 (a poll that does not exist, or one p may not see) asks Redis only,
+// never the ledger: an absent poll and a hidden one then cost the same
+// and no query, so neither timing nor a flood of made-up ids reaches
+// PostgreSQL; a retry of a vote on a poll p may no longer see answers 404
+// once its record expired. When
 // they could not tell (Redis or PostgreSQL did not answer), it answers
 // 503: the event may be known, and a retry with the same event id is safe.
 func (s *Server) answerRefusal(w http.ResponseWriter, r *http.Request, p *voter, v voteBody, ref refusal, deadline time.Time) {
@@ -74,7 +79,7 @@ func (s *Server) answerRefusal(w http.ResponseWriter, r *http.Request, p *voter,
 		what = "the queue (Redis)"
 	case known && res.outcome == outReplay:
 		res = s.replayStatus(r, p, v, res, deadline)
-	case !known:
+	case !known && ref.status != http.StatusNotFound:
 		rec, lerr := s.ledgerEvent(r.Context(), p, v.eventID, deadline)
 		switch {
 		case lerr == nil && samePayload(rec, v):

@@ -346,7 +346,7 @@ func TestEnqueueModel(t *testing.T) {
 		}
 		forget := func() { dropKeys(rt, rdb, keys) }
 		defer forget()
-		s, err := New(Config{Rate: 1e6, Burst: 1_000_000, IdempotencyWindow: time.Hour}, store, rdb, keys, nil, nil)
+		s, err := New(Config{Rate: 1e6, Burst: 1_000_000, IdempotencyWindow: time.Hour, LedgerCheck: true}, store, rdb, keys, nil, nil)
 		if err != nil {
 			rt.Fatal(err)
 		}

@@ -96,6 +96,27 @@ func (l *limits) startLookup(ctx context.Context, remoteAddr string, deadline ti
 	}
 }
 
+// refused charges the allowance of the address of remoteAddr one failed
+// authentication of a token checked without PostgreSQL (a signed
+// credential). When the allowance is already spent it charges nothing and
+// returns how long until it has room again: the request then gets 429, as
+// a flood of tokens to look up does, so one address cannot make intake
+// log and answer refusals at will.
+func (l *limits) refused(remoteAddr string) time.Duration {
+	if l.failures == nil {
+		return 0
+	}
+	key := l.failures.addrKey(remoteAddr)
+	now := time.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if room, wait := l.failures.room(key, now); room == 0 {
+		return wait
+	}
+	l.failures.spend(key, now)
+	return 0
+}
+
 // admit counts a lookup of key under way when the allowance has room for
 // one more failure than are under way (ok). Otherwise it returns how long
 // until the allowance has room when it has none, or else the channel

@@ -98,7 +98,7 @@ func TestAuthFailureLimit(t *testing.T) {
 	before := lookups.n.Load()
 	const flood = 40
 	for i := range flood {
-		r := get(here, "bad-"+rand.Text())
+		r := get(here, "tly_bad-"+rand.Text())
 		if i < burst {
 			wantProblemType(t, r, http.StatusUnauthorized, "unauthorized")
 			continue
@@ -114,7 +114,7 @@ func TestAuthFailureLimit(t *testing.T) {
 
 	wantProblemType(t, get(here, cached), http.StatusNotFound, "not-found")
 	wantProblemType(t, get(here, uncached), http.StatusTooManyRequests, "auth-rate-limited")
-	wantProblemType(t, get(there, "bad-"+rand.Text()), http.StatusUnauthorized, "unauthorized")
+	wantProblemType(t, get(there, "tly_bad-"+rand.Text()), http.StatusUnauthorized, "unauthorized")
 	wantProblemType(t, get(there, elsewhere), http.StatusNotFound, "not-found")
 	if got, want := count(ls.srv.LimitMetrics().AuthLimited), flood-burst+1; got != want {
 		t.Fatalf("auth_rate_limited_total %d, want %d", got, want)
@@ -185,7 +185,8 @@ func TestReadLimit(t *testing.T) {
 	if err := store.CreatePoll(ctx, ledger.Poll{ID: "p1", Title: "Lunch", Choices: []string{"a", "b"}}); err != nil {
 		t.Fatal(err)
 	}
-	b := &bundle{url: ls.url, client: clientFrom(t, "127.0.0.1")}
+	b := &bundle{url: ls.url, client: clientFrom(t, "127.0.0.1"), srv: ls.srv, handlerOnly: true}
+	b.waitCatalog(t, "p1")
 	for range burst {
 		wantProblemType(t, b.do(t, http.MethodGet, "/v1/votes/nope", token, "", nil), http.StatusNotFound, "not-found")
 	}

@@ -118,6 +118,19 @@ func newProbe(t *testing.T, c *cluster) *probe {
 			t.Fatal(err)
 		}
 	}
+	// Intake knows a poll once it heard the NOTIFY of its creation.
+	deadline := time.Now().Add(10 * time.Second)
+	for i := 0; i < probePolls; {
+		a, err := p.do(ctx, http.MethodGet, "/v1/polls/"+probePoll(i)+"/results", p.tokens[0], "")
+		switch {
+		case err == nil && a.code != http.StatusNotFound:
+			i++
+		case time.Now().After(deadline):
+			t.Fatalf("intake did not know poll %s 10s after its creation: %v %+v", probePoll(i), err, a)
+		default:
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
 	return p
 }
 

@@ -37,6 +37,7 @@ func TestReceiptEndToEnd(t *testing.T) {
 	base := c.intakeURLs()[0]
 	voter := newVoter(t, c, base)
 	others := newVoter(t, c, base)
+	voter.waitPoll("lunch")
 
 	voter.vote("mine", "sushi")
 	status := voter.waitReceipt("mine")
@@ -125,6 +126,23 @@ func newVoter(t *testing.T, c *cluster, base string) *voter {
 		t.Fatal(err)
 	}
 	return &voter{t: t, c: c, base: base, token: token, client: &http.Client{Timeout: 5 * time.Second}}
+}
+
+// waitPoll waits until intake knows poll id (it answers its results, not
+// 404): intake knows a poll once it heard the NOTIFY of its creation.
+func (v *voter) waitPoll(id string) {
+	v.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		code, _ := v.do(http.MethodGet, "/v1/polls/"+id+"/results", nil)
+		if code != http.StatusNotFound {
+			return
+		}
+		if time.Now().After(deadline) {
+			v.t.Fatalf("intake did not know poll %s 10s after its creation", id)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // as is a fresh principal voting through the same intake.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,10 +26,46 @@ func (s *Session) Setup(ctx context.Context) error {
 	if err := s.ensureRound(ctx, 0); err != nil {
 		return fmt.Errorf("loadtest setup: %w", err)
 	}
+	if err := s.waitPollKnown(ctx, s.pollID(0)); err != nil {
+		return fmt.Errorf("loadtest setup: %w", err)
+	}
 	if err := s.readDeadLettersBefore(ctx); err != nil {
 		return fmt.Errorf("loadtest setup: %w", err)
 	}
 	s.log.LogAttrs(ctx, slog.LevelDebug, "loadtest set up", slog.Int("principals", len(s.principals)))
+	return nil
+}
+
+// waitPollKnown waits until every target's intake holds poll id in its
+// catalog (it answers its results, not 404): intake knows a poll once it
+// heard the NOTIFY of its creation. It waits at most 30 seconds; a target
+// that does not answer (it may be down on purpose, in a fault test) is not
+// waited for.
+func (s *Session) waitPollKnown(ctx context.Context, id string) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for _, target := range s.cfg.Targets {
+		for {
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, target+"/v1/polls/"+id+"/results", nil)
+			if err != nil {
+				return err
+			}
+			req.Header.Set("Authorization", "Bearer "+s.principals[0].token)
+			resp, err := s.client.Do(req)
+			if err != nil {
+				break
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusNotFound {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("intake at %s did not know poll %s within 30s of its creation: is it on the same database?", target, id)
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
 	return nil
 }
 
