@@ -43,6 +43,10 @@ type OIDCConfig struct {
 	// RetryMin is the wait after a failed fetch; it doubles with each
 	// failure in a row, up to Refresh, with jitter. Default 1 s.
 	RetryMin time.Duration
+	// CacheSize is how many verified tokens are remembered, by hash, until
+	// they expire, so that a token presented again is not checked again
+	// (while its key is still held). Default 16384; negative: none.
+	CacheSize int
 }
 
 // fetchTimeout bounds one fetch: the discovery document and the keys.
@@ -63,6 +67,9 @@ func (c OIDCConfig) withDefaults() OIDCConfig {
 	}
 	if c.RetryMin == 0 {
 		c.RetryMin = time.Second
+	}
+	if c.CacheSize == 0 {
+		c.CacheSize = 1 << 14
 	}
 	return c
 }
@@ -148,7 +155,7 @@ func NewOIDCIssuer(cfg OIDCConfig) (*OIDCIssuer, error) {
 			SupportedSigningAlgs: signingAlgs,
 			Now:                  func() time.Time { return time.Now().Add(-Leeway) },
 		}),
-		cache: newTokenCache(tokenCacheEntries),
+		cache: newTokenCache(cfg.CacheSize),
 	}, nil
 }
 

@@ -5,14 +5,12 @@ import (
 	"time"
 )
 
-// tokenCacheEntries bounds the tokens an issuer remembers as verified.
-const tokenCacheEntries = 1 << 14
-
 // tokenCache remembers the identity of OpenID Connect tokens that
 // verified, by SHA-256 of the token, until they expire: a token verified
 // again costs a hash instead of an RSA or ECDSA check. The caller checks
 // that the key that verified it is still held. When full, it drops the
-// expired entries, and all of them if none has expired.
+// expired entries, and all of them if none has expired. A cache of size
+// zero or less remembers nothing.
 type tokenCache struct {
 	max int
 	mu  sync.RWMutex
@@ -39,6 +37,9 @@ func (c *tokenCache) get(sum [32]byte, now time.Time) (Identity, bool) {
 }
 
 func (c *tokenCache) put(sum [32]byte, id Identity, until time.Time) {
+	if c.max <= 0 {
+		return
+	}
 	now := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
