@@ -217,13 +217,13 @@ func (o *OIDCIssuer) Run(ctx context.Context) error {
 	}
 }
 
-// backoff is the wait after the n-th failure in a row: min doubled n-1
-// times, at most max, less up to half of it at random so that intakes
+// backoff is the wait after the n-th failure in a row: first doubled n-1
+// times, at most most, less up to half of it at random so that intakes
 // started together do not ask together.
-func backoff(min, max time.Duration, n int) time.Duration {
-	d := max
-	if n < 32 && min<<(n-1) < max && min<<(n-1) > 0 {
-		d = min << (n - 1)
+func backoff(first, most time.Duration, n int) time.Duration {
+	d := most
+	if n < 32 && first<<(n-1) > 0 && first<<(n-1) < most {
+		d = first << (n - 1)
 	}
 	return d - rand.N(d/2+1)
 }

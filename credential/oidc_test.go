@@ -62,9 +62,11 @@ func TestOIDCTokenVerifies(t *testing.T) {
 func TestOIDCRefuses(t *testing.T) {
 	t.Parallel()
 	p, other := startOP(t), startOP(t)
-	v := credential.NewVerifier(nil, runIssuer(t, credential.OIDCConfig{Issuer: p.issuer}))
+	forSID1 := runIssuer(t, credential.OIDCConfig{Issuer: p.issuer})
+	v := credential.NewVerifier(nil, forSID1)
 	// The same issuer, trusted for another audience.
-	vTally := credential.NewVerifier(nil, runIssuer(t, credential.OIDCConfig{Issuer: p.issuer, Audience: "tally"}))
+	forTally := runIssuer(t, credential.OIDCConfig{Issuer: p.issuer, Audience: "tally"})
+	vTally := credential.NewVerifier(nil, forTally)
 
 	good := p.token()
 	eventually(t, 5*time.Second, "the provider's token verifies", verifies(v, good))
@@ -142,6 +144,9 @@ func TestOIDCRefuses(t *testing.T) {
 	}
 	if _, err := v.Verify(context.Background(), good); err != nil {
 		t.Errorf("the good token after the refusals: %v", err)
+	}
+	if _, err := credential.NewVerifier(nil, forTally, forSID1).Verify(context.Background(), good); err != nil {
+		t.Errorf("an issuer trusted for two audiences, the token's second: %v", err)
 	}
 }
 
