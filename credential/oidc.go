@@ -127,7 +127,8 @@ var signingAlgs = []string{
 // keys its Run fetched last. It owns those keys: it fetches them (never on
 // a request's path), keeps the last set fetched while the issuer does not
 // answer, and fetches early, at a bounded rate, when a token names a key
-// id the set lacks.
+// id the set lacks. A token that verified is remembered by its hash
+// (CacheSize) until it expires, and taken again while its key is held.
 type OIDCIssuer struct {
 	cfg      OIDCConfig
 	keys     *remoteKeys
