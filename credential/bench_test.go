@@ -9,6 +9,8 @@ import (
 
 	"github.com/go-jose/go-jose/v4"
 	"github.com/go-jose/go-jose/v4/jwt"
+
+	"tally/credential"
 )
 
 // BenchmarkVerify is the CPU a vote's token costs intake: one token of
@@ -56,5 +58,31 @@ func BenchmarkVerifyEd25519(b *testing.B) {
 		if err := c.Validate(jwt.Expected{Issuer: "tally", Time: time.Now()}); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkVerifyOIDC is the CPU an OpenID Connect voter's token costs
+// intake: an RS256 access token of a real provider (zitadel/oidc's op on a
+// loopback port), its keys fetched. "uncached" checks the signature and
+// claims each time (CacheSize -1); "cached" is the same token again, found
+// by its hash.
+func BenchmarkVerifyOIDC(b *testing.B) {
+	p := startOP(b)
+	for _, bc := range []struct {
+		name      string
+		cacheSize int
+	}{{"uncached", -1}, {"cached", 0}} {
+		b.Run(bc.name, func(b *testing.B) {
+			v := credential.NewVerifier(nil, runIssuer(b, credential.OIDCConfig{Issuer: p.issuer, CacheSize: bc.cacheSize}))
+			tok := p.token()
+			eventually(b, 5*time.Second, "the provider's token verifies", verifies(v, tok))
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := v.Verify(ctx, tok); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

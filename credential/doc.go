@@ -14,6 +14,20 @@
 //     audience, and their expiry. Such a principal's id is PrincipalIDFor
 //     its (issuer, subject): no e-mail or name reaches the ledger.
 //
+// A Verifier chooses the keys by the token's "iss", read before anything is
+// verified: "tally" is checked against the KeySet, the URL of a configured
+// OIDCIssuer against that issuer's keys, and any other issuer is refused.
+// The unverified "iss" only chooses; the keys it chose check it again.
+//
+// An OIDCIssuer fetches its keys in Run, never on a request's path. Until
+// the first fetch succeeds its tokens get ErrUnavailable (a 503, not a
+// 401); after that the last key set fetched is kept, whatever the issuer
+// does, until a later fetch succeeds. A token signed by a key id the set
+// does not hold is refused at once, and asks Run for an early fetch, at
+// most one per OIDCConfig.MinRefresh however many such tokens come, so
+// that the next token of a rotated key verifies and a flood of made-up key
+// ids cannot make intake hammer the issuer.
+//
 // Why HMAC and not a signature: a credential key is held by whoever issues
 // tokens (tally principal add) and whoever verifies them (every intake),
 // and an intake can already enqueue any vote, so a key that only verifies

@@ -1,0 +1,208 @@
+package credential
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/rsa"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"sync/atomic"
+
+	"github.com/go-jose/go-jose/v4"
+)
+
+// maxDocumentBytes bounds a discovery document or a JWKS read.
+const maxDocumentBytes = 1 << 20
+
+// discover reads the issuer's discovery document (OpenID Connect Discovery
+// 1.0, section 4) and returns its jwks_uri. The document must name the
+// configured issuer exactly, as section 4.3 asks.
+func (o *OIDCIssuer) discover(ctx context.Context) (string, error) {
+	var doc struct {
+		Issuer  string `json:"issuer"`
+		JWKSURI string `json:"jwks_uri"`
+	}
+	if err := o.getJSON(ctx, strings.TrimSuffix(o.cfg.Issuer, "/")+"/.well-known/openid-configuration", &doc); err != nil {
+		return "", fmt.Errorf("discovery: %w", err)
+	}
+	if doc.Issuer != o.cfg.Issuer {
+		return "", fmt.Errorf("discovery: the issuer calls itself %q, not %q: configure the issuer URL as it spells it", doc.Issuer, o.cfg.Issuer)
+	}
+	if err := checkFetchURL(doc.JWKSURI); err != nil {
+		return "", fmt.Errorf("discovery: jwks_uri %q: %w", doc.JWKSURI, err)
+	}
+	return doc.JWKSURI, nil
+}
+
+// fetchKeys reads the JWKS at url and returns the signing keys in it. Keys
+// it cannot use (another use, a symmetric or private key, a type go-jose
+// does not know) are left out; a set with no key left is an error, so that
+// the keys held stay as they were.
+func (o *OIDCIssuer) fetchKeys(ctx context.Context, url string) (*keySet, error) {
+	var doc struct {
+		Keys []json.RawMessage `json:"keys"`
+	}
+	if err := o.getJSON(ctx, url, &doc); err != nil {
+		return nil, fmt.Errorf("keys: %w", err)
+	}
+	set := &keySet{byID: make(map[string][]jose.JSONWebKey)}
+	for _, raw := range doc.Keys {
+		var k jose.JSONWebKey
+		if err := k.UnmarshalJSON(raw); err != nil || !usableKey(k) {
+			continue
+		}
+		set.byID[k.KeyID] = append(set.byID[k.KeyID], k)
+		set.all = append(set.all, k)
+	}
+	if len(set.all) == 0 {
+		return nil, fmt.Errorf("keys: %s holds no public signing key", url)
+	}
+	return set, nil
+}
+
+// usableKey: a public key of a type signingAlgs can verify with, for
+// signing.
+func usableKey(k jose.JSONWebKey) bool {
+	if k.Use != "" && k.Use != "sig" {
+		return false
+	}
+	switch k.Key.(type) {
+	case *rsa.PublicKey, *ecdsa.PublicKey, ed25519.PublicKey:
+		return true
+	}
+	return false
+}
+
+func (o *OIDCIssuer) getJSON(ctx context.Context, url string, v any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := o.cfg.HTTPClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxDocumentBytes+1))
+	if err != nil {
+		return fmt.Errorf("GET %s: %w", url, err)
+	}
+	if len(body) > maxDocumentBytes {
+		return fmt.Errorf("GET %s: more than %d bytes", url, maxDocumentBytes)
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return fmt.Errorf("GET %s: %w", url, err)
+	}
+	return nil
+}
+
+// keySet is the keys one fetch of an issuer's JWKS gave.
+type keySet struct {
+	byID map[string][]jose.JSONWebKey // by kid; keys without one under ""
+	all  []jose.JSONWebKey
+}
+
+// holds says whether the set has a key with this id.
+func (s *keySet) holds(kid string) bool {
+	return len(s.byID[kid]) > 0
+}
+
+func (s *keySet) ids() []string {
+	ids := make([]string, 0, len(s.byID))
+	for id := range s.byID {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// remoteKeys is go-oidc's KeySet for one issuer: the keys fetched last,
+// read with no lock and no I/O.
+type remoteKeys struct {
+	cur atomic.Pointer[keySet]
+	// early holds a wish for an early fetch (a token named a key id the
+	// set lacks) until Run takes it.
+	early chan struct{}
+}
+
+// store makes set the keys in use and returns its key ids if they differ
+// from the last set's (or it is the first).
+func (r *remoteKeys) store(set *keySet) (changed []string) {
+	old := r.cur.Swap(set)
+	ids := set.ids()
+	if old == nil || !slices.Equal(ids, old.ids()) {
+		return ids
+	}
+	return nil
+}
+
+// askEarly asks Run for an early fetch, without waiting.
+func (r *remoteKeys) askEarly() {
+	select {
+	case r.early <- struct{}{}:
+	default:
+	}
+}
+
+// keyIDKey is the context key under which verify passes a *string that
+// VerifySignature sets to the id of the key that verified the token.
+type keyIDKey struct{}
+
+var errNoKeys = errors.New("the issuer's keys were not fetched yet")
+
+// VerifySignature implements oidc.KeySet: it checks the token's signature
+// against the keys held, never fetching any. A key id the set lacks is
+// refused at once and asks Run for an early fetch.
+func (r *remoteKeys) VerifySignature(ctx context.Context, token string) ([]byte, error) {
+	set := r.cur.Load()
+	if set == nil {
+		r.askEarly()
+		return nil, errNoKeys
+	}
+	jws, err := jose.ParseSignedCompact(token, algorithms)
+	if err != nil {
+		return nil, err
+	}
+	if len(jws.Signatures) != 1 {
+		return nil, errors.New("not one signature")
+	}
+	h := jws.Signatures[0].Header
+	candidates := set.all
+	if h.KeyID != "" {
+		candidates = set.byID[h.KeyID]
+		if len(candidates) == 0 {
+			r.askEarly()
+			return nil, fmt.Errorf("signed by key %q, which is not in the issuer's keys", h.KeyID)
+		}
+	}
+	for _, k := range candidates {
+		if k.Algorithm != "" && k.Algorithm != h.Algorithm {
+			continue
+		}
+		if payload, err := jws.Verify(k.Key); err == nil {
+			if p, ok := ctx.Value(keyIDKey{}).(*string); ok {
+				*p = k.KeyID
+			}
+			return payload, nil
+		}
+	}
+	return nil, fmt.Errorf("the signature does not verify with the issuer's key %q", h.KeyID)
+}
+
+var algorithms = func() []jose.SignatureAlgorithm {
+	a := make([]jose.SignatureAlgorithm, len(signingAlgs))
+	for i, s := range signingAlgs {
+		a[i] = jose.SignatureAlgorithm(s)
+	}
+	return a
+}()

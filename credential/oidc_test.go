@@ -1,0 +1,377 @@
+package credential_test
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"tally/credential"
+)
+
+// TestOIDCTokenVerifies: a token the provider issued verifies, to the
+// principal PrincipalIDFor(iss, sub), beside tally's own tokens, and again
+// (from the cache) to the same identity.
+func TestOIDCTokenVerifies(t *testing.T) {
+	t.Parallel()
+	p := startOP(t)
+	own := newKey(t)
+	set, _ := credential.NewKeySet(own)
+	v := credential.NewVerifier(set, runIssuer(t, credential.OIDCConfig{Issuer: p.issuer}))
+
+	tok := p.token()
+	eventually(t, 5*time.Second, "the provider's token verifies", verifies(v, tok))
+	id, err := v.Verify(context.Background(), tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := parts(t, tok).Claims
+	sub, _ := c["sub"].(string)
+	exp, _ := c["exp"].(float64)
+	if c["iss"] != p.issuer || sub == "" {
+		t.Fatalf("the provider's token says iss %v, sub %v", c["iss"], c["sub"])
+	}
+	want := credential.Identity{PrincipalID: credential.PrincipalIDFor(p.issuer, sub), Issuer: p.issuer,
+		KeyID: p.signingKey().id, ExpiresAt: time.Unix(int64(exp), 0)}
+	if id != want {
+		t.Fatalf("identity %+v, want %+v", id, want)
+	}
+	if again, err := v.Verify(context.Background(), tok); err != nil || again != want {
+		t.Fatalf("verified again: %+v, %v", again, err)
+	}
+
+	ownTok, err := own.Issue("p-alice", time.Now(), time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, err := v.Verify(context.Background(), ownTok); err != nil || id.PrincipalID != "p-alice" {
+		t.Fatalf("tally's own token beside an issuer: %+v, %v", id, err)
+	}
+}
+
+// TestOIDCRefuses: each way a token of an issuer can be wrong gets
+// ErrInvalid, while the provider's good token verifies.
+func TestOIDCRefuses(t *testing.T) {
+	t.Parallel()
+	p, other := startOP(t), startOP(t)
+	forSID1 := runIssuer(t, credential.OIDCConfig{Issuer: p.issuer})
+	v := credential.NewVerifier(nil, forSID1)
+	// The same issuer, trusted for another audience.
+	forTally := runIssuer(t, credential.OIDCConfig{Issuer: p.issuer, Audience: "tally"})
+	vTally := credential.NewVerifier(nil, forTally)
+
+	good := p.token()
+	eventually(t, 5*time.Second, "the provider's token verifies", verifies(v, good))
+	eventually(t, 5*time.Second, "the verifier for audience tally has keys", func() error {
+		_, err := vTally.Verify(context.Background(), good)
+		if errors.Is(err, credential.ErrUnavailable) {
+			return err
+		}
+		return nil
+	})
+
+	gp := parts(t, good)
+	opKey := p.signingKey()
+	claims := func(change func(map[string]any)) map[string]any {
+		c := map[string]any{}
+		for k, v := range gp.Claims {
+			c[k] = v
+		}
+		change(c)
+		return c
+	}
+	header := func(h string) string { return base64.RawURLEncoding.EncodeToString([]byte(h)) }
+	der, err := x509.MarshalPKIXPublicKey(&opKey.key.PublicKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hsHeader := header(`{"alg":"HS256","kid":"` + opKey.id + `"}`)
+	mac := hmac.New(sha256.New, der)
+	mac.Write([]byte(hsHeader + "." + gp.rawClaims))
+	publicKeyAsSecret := hsHeader + "." + gp.rawClaims + "." + base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
+
+	cases := []struct {
+		name  string
+		v     *credential.Verifier
+		token string
+	}{
+		{"expired", v, p.token(scopeExpired)},
+		{"wrong audience", vTally, good},
+		{"another issuer's token", v, other.token()},
+		{"alg none", v, header(`{"alg":"none","kid":"`+opKey.id+`"}`) + "." + gp.rawClaims + "."},
+		{"alg none, no signature part", v, header(`{"alg":"none"}`) + "." + gp.rawClaims},
+		{"public key as HMAC secret", v, publicKeyAsSecret},
+		{"another key, same kid", v, sign(t, rsaKeys()[2], opKey.id, gp.Claims)},
+		{"another key, unknown kid", v, sign(t, rsaKeys()[2], "key-unknown", gp.Claims)},
+		{"another key, no kid", v, sign(t, rsaKeys()[2], "", gp.Claims)},
+		{"claims changed", v, gp.rawHeader + "." + base64.RawURLEncoding.EncodeToString([]byte(
+			strings.Replace(mustJSON(t, gp.Claims), `"sub":"`, `"sub":"x`, 1))) + "." + gp.rawSig},
+		{"truncated signature", v, good[:len(good)-4]},
+		// Signed by the provider's own key, with claims it would not give.
+		{"iss of another issuer", v, sign(t, opKey.key, opKey.id, claims(func(c map[string]any) { c["iss"] = other.issuer }))},
+		{"no exp", v, sign(t, opKey.key, opKey.id, claims(func(c map[string]any) { delete(c, "exp") }))},
+		{"exp past the leeway", v, sign(t, opKey.key, opKey.id, claims(func(c map[string]any) {
+			c["exp"] = time.Now().Add(-credential.Leeway - 5*time.Second).Unix()
+		}))},
+		{"not yet valid", v, sign(t, opKey.key, opKey.id, claims(func(c map[string]any) { c["nbf"] = time.Now().Add(time.Hour).Unix() }))},
+		{"no sub", v, sign(t, opKey.key, opKey.id, claims(func(c map[string]any) { delete(c, "sub") }))},
+		{"aud not a string", v, sign(t, opKey.key, opKey.id, claims(func(c map[string]any) { c["aud"] = 7 }))},
+		{"iss not a string", v, sign(t, opKey.key, opKey.id, claims(func(c map[string]any) { c["iss"] = []string{p.issuer} }))},
+		{"too long", v, sign(t, opKey.key, opKey.id, claims(func(c map[string]any) { c["pad"] = strings.Repeat("x", 16<<10) }))},
+	}
+	for _, c := range cases {
+		if id, err := c.v.Verify(context.Background(), c.token); !errors.Is(err, credential.ErrInvalid) {
+			t.Errorf("%s: Verify = %+v, %v; want ErrInvalid", c.name, id, err)
+		}
+	}
+
+	// The provider's key signs claims that pass: the refusals above are
+	// for what changed, not for the signing.
+	within := sign(t, opKey.key, opKey.id, claims(func(c map[string]any) { c["exp"] = time.Now().Add(-credential.Leeway / 2).Unix() }))
+	if _, err := v.Verify(context.Background(), within); err != nil {
+		t.Errorf("a token expired within the leeway: %v", err)
+	}
+	if _, err := v.Verify(context.Background(), sign(t, opKey.key, opKey.id, gp.Claims)); err != nil {
+		t.Errorf("the good claims signed again by the provider's key: %v", err)
+	}
+	if _, err := v.Verify(context.Background(), good); err != nil {
+		t.Errorf("the good token after the refusals: %v", err)
+	}
+	if _, err := credential.NewVerifier(nil, forTally, forSID1).Verify(context.Background(), good); err != nil {
+		t.Errorf("an issuer trusted for two audiences, the token's second: %v", err)
+	}
+}
+
+// TestOIDCIssuerDown: while the provider answers nothing, the keys fetched
+// last stay in use; when it comes back with a rotated key, the new key is
+// fetched, its tokens verify, and the old key, gone from its keys, no
+// longer verifies (not even a token verified before, from the cache).
+func TestOIDCIssuerDown(t *testing.T) {
+	t.Parallel()
+	p := startOP(t)
+	logs := &logRecords{}
+	v := credential.NewVerifier(nil, runIssuer(t, credential.OIDCConfig{Issuer: p.issuer, Logger: logs.logger(),
+		Refresh: 100 * time.Millisecond, MinRefresh: 100 * time.Millisecond, RetryMin: 20 * time.Millisecond}))
+	before, unseen := p.token(), p.token()
+	eventually(t, 5*time.Second, "a token verifies", verifies(v, before))
+
+	p.stop()
+	eventually(t, 5*time.Second, "two fetches fail while the provider is stopped", func() error {
+		if n := logs.count("the keys fetched last stay in use"); n < 2 {
+			return fmt.Errorf("%d failures logged", n)
+		}
+		return nil
+	})
+	if _, err := v.Verify(context.Background(), unseen); err != nil {
+		t.Fatalf("a token of the cached key, never seen, while the provider is stopped: %v", err)
+	}
+
+	p.rotate(rsaKeys()[1], false)
+	p.start()
+	rotated := p.token()
+	eventually(t, 5*time.Second, "a token of the rotated key verifies once the provider is back", verifies(v, rotated))
+	for name, tok := range map[string]string{"verified before": before, "never verified": unseen} {
+		if _, err := v.Verify(context.Background(), tok); !errors.Is(err, credential.ErrInvalid) {
+			t.Errorf("a token of the key the provider dropped, %s: %v; want ErrInvalid", name, err)
+		}
+	}
+}
+
+// TestOIDCUnknownKidFetchesEarly: a token of a key id the keys lack is
+// refused at once, without waiting for the provider (its keys endpoint
+// hangs), and asks for an early fetch; a flood of such tokens makes at
+// most one fetch per MinRefresh.
+func TestOIDCUnknownKidFetchesEarly(t *testing.T) {
+	t.Parallel()
+	p := startOP(t)
+	const minRefresh = 150 * time.Millisecond
+	// No background refresh in this test's time: only early fetches.
+	v := credential.NewVerifier(nil, runIssuer(t, credential.OIDCConfig{Issuer: p.issuer, Refresh: time.Hour, MinRefresh: minRefresh}))
+	eventually(t, 5*time.Second, "a token verifies", verifies(v, p.token()))
+	// Let an early fetch asked for before the first one succeeded pass.
+	time.Sleep(2 * minRefresh)
+	fetched := p.jwksFetches.Load()
+
+	gate := make(chan struct{})
+	p.jwksGate.Store(&gate)
+	p.rotate(rsaKeys()[1], true)
+	rotated := p.token()
+	start := time.Now()
+	if _, err := v.Verify(context.Background(), rotated); !errors.Is(err, credential.ErrInvalid) {
+		t.Fatalf("a token of a key not fetched yet: %v; want ErrInvalid", err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("Verify of an unknown kid took %v: it waited on the provider", d)
+	}
+	eventually(t, 5*time.Second, "the unknown kid asks for a fetch", func() error {
+		if p.jwksFetches.Load() == fetched {
+			return errors.New("no second fetch of the keys")
+		}
+		return nil
+	})
+	p.jwksGate.Store(nil)
+	close(gate)
+	eventually(t, 5*time.Second, "the rotated key's token verifies after the early fetch", verifies(v, rotated))
+
+	// A flood of made-up key ids.
+	claims := parts(t, rotated).Claims
+	forged := make([]string, 20)
+	for i := range forged {
+		forged[i] = sign(t, rsaKeys()[2], fmt.Sprintf("made-up-%d", i), claims)
+	}
+	fetchesBefore := p.jwksFetches.Load()
+	const flood = 600 * time.Millisecond
+	start = time.Now()
+	for n := 0; time.Since(start) < flood; n++ {
+		if _, err := v.Verify(context.Background(), forged[n%len(forged)]); !errors.Is(err, credential.ErrInvalid) {
+			t.Fatalf("a made-up kid: %v", err)
+		}
+	}
+	// Let the last early fetch asked for happen before counting.
+	time.Sleep(2 * minRefresh)
+	fetches := p.jwksFetches.Load() - fetchesBefore
+	if max := int64((flood+2*minRefresh)/minRefresh) + 1; fetches < 2 || fetches > max {
+		t.Fatalf("%v of made-up kids made %d fetches of the keys; want 2 to %d (one per %v)", flood, fetches, max, minRefresh)
+	}
+}
+
+// TestOIDCBackgroundRefresh: a rotated key is fetched by the refresh
+// every Refresh, with no early fetch (MinRefresh is long).
+func TestOIDCBackgroundRefresh(t *testing.T) {
+	t.Parallel()
+	p := startOP(t)
+	v := credential.NewVerifier(nil, runIssuer(t, credential.OIDCConfig{Issuer: p.issuer, Refresh: 100 * time.Millisecond, MinRefresh: time.Hour}))
+	eventually(t, 5*time.Second, "a token verifies", verifies(v, p.token()))
+	p.rotate(rsaKeys()[1], false)
+	eventually(t, 5*time.Second, "the rotated key's token verifies after a refresh", verifies(v, p.token()))
+}
+
+// TestOIDCUnavailable: while the issuer's keys were never fetched, its
+// tokens get ErrUnavailable; once the provider answers, they verify.
+func TestOIDCUnavailable(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	p := newOP(t, addr)
+	logs := &logRecords{}
+	v := credential.NewVerifier(nil, runIssuer(t, credential.OIDCConfig{Issuer: p.issuer, Logger: logs.logger()}))
+	tok := sign(t, rsaKeys()[0], p.signingKey().id, map[string]any{"iss": p.issuer, "sub": "alice", "aud": opClient,
+		"exp": time.Now().Add(time.Hour).Unix()})
+	eventually(t, 5*time.Second, "a fetch fails", func() error {
+		if logs.count("answered unavailable") == 0 {
+			return errors.New("no failure logged")
+		}
+		return nil
+	})
+	if _, err := v.Verify(context.Background(), tok); !errors.Is(err, credential.ErrUnavailable) || errors.Is(err, credential.ErrInvalid) {
+		t.Fatalf("a token of an issuer never reached: %v; want ErrUnavailable", err)
+	}
+	p.start()
+	eventually(t, 5*time.Second, "the token verifies once the provider answers", verifies(v, tok))
+}
+
+// TestOIDCDiscoveryNamesAnotherIssuer: a provider whose discovery document
+// names another issuer than the one configured gives no keys.
+func TestOIDCDiscoveryNamesAnotherIssuer(t *testing.T) {
+	t.Parallel()
+	p := startOP(t)
+	logs := &logRecords{}
+	localhost := strings.Replace(p.issuer, "127.0.0.1", "localhost", 1)
+	v := credential.NewVerifier(nil, runIssuer(t, credential.OIDCConfig{Issuer: localhost, Logger: logs.logger()}))
+	eventually(t, 5*time.Second, "the fetch is refused", func() error {
+		if logs.count("calls itself") == 0 {
+			return errors.New("no refusal logged")
+		}
+		return nil
+	})
+	tok := sign(t, rsaKeys()[0], p.signingKey().id, map[string]any{"iss": localhost, "sub": "alice", "aud": opClient,
+		"exp": time.Now().Add(time.Hour).Unix()})
+	if _, err := v.Verify(context.Background(), tok); !errors.Is(err, credential.ErrUnavailable) {
+		t.Fatalf("%v; want ErrUnavailable", err)
+	}
+}
+
+func TestOIDCConfig(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		cfg credential.OIDCConfig
+		ok  bool
+	}{
+		{credential.OIDCConfig{Issuer: "https://id.example.org", Audience: "tally"}, true},
+		{credential.OIDCConfig{Issuer: "https://id.example.org/realms/x/", Audience: "tally"}, true},
+		{credential.OIDCConfig{Issuer: "http://127.0.0.1:8080", Audience: "tally"}, true},
+		{credential.OIDCConfig{Issuer: "http://[::1]:8080", Audience: "tally"}, true},
+		{credential.OIDCConfig{Issuer: "http://localhost", Audience: "tally"}, true},
+		{credential.OIDCConfig{Issuer: "http://id.example.org", Audience: "tally"}, false},
+		{credential.OIDCConfig{Issuer: "http://127.0.0.1.example.org", Audience: "tally"}, false},
+		{credential.OIDCConfig{Issuer: "ftp://id.example.org", Audience: "tally"}, false},
+		{credential.OIDCConfig{Issuer: "id.example.org", Audience: "tally"}, false},
+		{credential.OIDCConfig{Issuer: "https://id.example.org?x=1", Audience: "tally"}, false},
+		{credential.OIDCConfig{Issuer: "https://id.example.org#x", Audience: "tally"}, false},
+		{credential.OIDCConfig{Issuer: "https://u@id.example.org", Audience: "tally"}, false},
+		{credential.OIDCConfig{Issuer: "", Audience: "tally"}, false},
+		{credential.OIDCConfig{Issuer: "https://id.example.org"}, false},
+		{credential.OIDCConfig{Issuer: "https://id.example.org", Audience: "tally", Refresh: -1}, false},
+		{credential.OIDCConfig{Issuer: "https://id.example.org", Audience: "tally", MinRefresh: -1}, false},
+		{credential.OIDCConfig{Issuer: "https://id.example.org", Audience: "tally", RetryMin: -1}, false},
+	} {
+		_, err := credential.NewOIDCIssuer(c.cfg)
+		if (err == nil) != c.ok {
+			t.Errorf("NewOIDCIssuer(%+v) = %v; want ok %v", c.cfg, err, c.ok)
+		}
+	}
+}
+
+// TestOIDCRunOnce: of two Runs at once, one returns an error at once and
+// the other runs until its context ends; then Run may run again.
+func TestOIDCRunOnce(t *testing.T) {
+	t.Parallel()
+	o, err := credential.NewOIDCIssuer(credential.OIDCConfig{Issuer: "http://127.0.0.1:1", Audience: "tally", RetryMin: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 2)
+		go func() { done <- o.Run(ctx) }()
+		go func() { done <- o.Run(ctx) }()
+		select {
+		case err := <-done:
+			if err == nil {
+				t.Fatal("both Runs ran")
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("neither of two Runs returned within 5 s")
+		}
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("the Run that ran: %v", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("Run did not return within 5 s of its context's end")
+		}
+	}
+}
+
+func mustJSON(t testing.TB, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
