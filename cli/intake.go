@@ -68,6 +68,12 @@ func intakeEnqueueFlags(def intake.Config) []ucli.Flag {
 			Usage: "past --idempotency-window, ask the ledger whether a new vote's event id is new before enqueueing it " +
 				"(a retry then answers its status, a reused key 409, at once), at the cost of a PostgreSQL query shared " +
 				"by concurrent votes of principals older than the window"},
+		&ucli.StringSliceFlag{Name: "oidc-issuer", EnvVars: []string{"TALLY_INTAKE_OIDC_ISSUER"},
+			Usage: "trust the tokens of the OpenID Connect issuer `URL` (as its tokens' iss spells it); repeat for several, " +
+				"each with its --oidc-audience in the same order. Its keys are found by discovery, refreshed in the background " +
+				"and kept while it does not answer; a subject's principal id is tally principal id --issuer URL --subject SUB"},
+		&ucli.StringSliceFlag{Name: "oidc-audience", EnvVars: []string{"TALLY_INTAKE_OIDC_AUDIENCE"},
+			Usage: "the audience (`AUD`) the tokens of the --oidc-issuer in the same position must name"},
 		&ucli.StringSliceFlag{Name: "credential-key", EnvVars: []string{"TALLY_CREDENTIAL_KEY"},
 			Usage: "a credential key `FILE` (tally credential key generate) whose tokens intake takes; repeat it for each key " +
 				"that verifies (the old and new keys while rotating)"},
@@ -169,10 +175,21 @@ func runIntake(c *ucli.Context) error {
 	if (cfg.TLSCertFile == "") != (cfg.TLSKeyFile == "") {
 		return errors.New("--tls-cert and --tls-key go together: give both to serve HTTPS, or neither for plain HTTP")
 	}
-	if cfg.Credentials, err = credentials(c); err != nil {
+	issuers, err := oidcIssuers(c, log)
+	if err != nil {
+		return err
+	}
+	if cfg.Credentials, err = credentials(c, issuers); err != nil {
 		return err
 	}
 	setupDaemon(log)
+	for _, iss := range issuers {
+		go func() {
+			if err := iss.Run(c.Context); err != nil {
+				log.Error("OpenID Connect issuer stopped", slog.String("error", err.Error()))
+			}
+		}()
+	}
 	cs, err := openConns(c, ledger.Config{Logger: log}, c.Duration(flagStartupWait.Name))
 	if err != nil {
 		return err
@@ -234,18 +251,36 @@ func intakeConfig(c *ucli.Context) intake.Config {
 }
 
 // credentials is the verifier of the tokens --credential-key's keys
-// signed; nil when none is given (only tokens issued before signed
-// credentials are taken then).
-func credentials(c *ucli.Context) (*credential.Verifier, error) {
+// signed and of issuers'; nil when there are none (only tokens issued
+// before signed credentials are taken then).
+func credentials(c *ucli.Context, issuers []*credential.OIDCIssuer) (*credential.Verifier, error) {
 	files := c.StringSlice("credential-key")
-	if len(files) == 0 {
+	if len(files) == 0 && len(issuers) == 0 {
 		return nil, nil
 	}
 	keys, err := credential.ReadKeySet(files)
 	if err != nil {
 		return nil, fmt.Errorf("--credential-key: %w", err)
 	}
-	return credential.NewVerifier(keys), nil
+	return credential.NewVerifier(keys, issuers...), nil
+}
+
+// oidcIssuers are the issuers --oidc-issuer and --oidc-audience name, in
+// pairs; they fetch nothing until they run.
+func oidcIssuers(c *ucli.Context, log *slog.Logger) ([]*credential.OIDCIssuer, error) {
+	urls, auds := c.StringSlice("oidc-issuer"), c.StringSlice("oidc-audience")
+	if len(urls) != len(auds) {
+		return nil, fmt.Errorf("%d --oidc-issuer and %d --oidc-audience: give one audience for each issuer, in the same order", len(urls), len(auds))
+	}
+	issuers := make([]*credential.OIDCIssuer, len(urls))
+	for i, u := range urls {
+		iss, err := credential.NewOIDCIssuer(credential.OIDCConfig{Issuer: u, Audience: auds[i], Logger: log})
+		if err != nil {
+			return nil, fmt.Errorf("--oidc-issuer %s: %w", u, err)
+		}
+		issuers[i] = iss
+	}
+	return issuers, nil
 }
 
 // liveViewers is --max-live-viewers, or 0 (half of --max-conns) when it is

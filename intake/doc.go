@@ -43,11 +43,10 @@
 //     time, without any added delay), and the votes of one shard in a
 //     pipeline share one call of the script, which decides each in turn
 //     and answers each its own reply. Every key the script touches carries
-//     the shard's hash tag, so it also runs on Redis Cluster. The vote of a
+//     the shard's hash tag, so it also runs on Redis Cluster. A new vote
+//     costs PostgreSQL nothing (with Config.LedgerCheck, the vote of a
 //     principal older than the idempotency window costs a share of a
-//     ledger query before its script; one created before Redis last lost
-//     its data, a script that answers unsure, the query and a second run
-//     (see below).
+//     ledger query; see below).
 //   - Idempotency keys (the client's event_id) are scoped to the principal.
 //     The same key with the same payload answers 202 again with the same
 //     event_id and enqueues nothing; the same key with another payload
@@ -55,12 +54,15 @@
 //     before the rate limit, since it enqueues nothing; only what is enqueued
 //     consumes the rate. Idempotency comes before admission: a vote the
 //     catalog would refuse (poll closed, choice or eligibility changed) is
-//     first looked up, in its Redis record and else in the ledger, so a
-//     known identical event answers 202 and a known key with another
-//     payload 409 whatever changed since. A replayed 202 states the status
-//     the ledger knows (pending while it is not there yet). Records expire
-//     after Config.IdempotencyWindow. Past it the ledger answers: the
-//     script treats an absent record as proof that an event id is new
+//     first looked up, in its Redis record and else in the ledger (a 404,
+//     in its Redis record only), so a known identical event answers 202
+//     and a known key with another payload 409 whatever changed since. A
+//     replayed 202 states the status the ledger knows (pending while it is
+//     not there yet). Records expire after Config.IdempotencyWindow. Past
+//     it a retry, or a key reused with another payload, is enqueued as a
+//     new vote and the ledger settles it: a duplicate, or rejected
+//     key_reused, never counted twice. With Config.LedgerCheck the ledger
+//     answers first instead: the script treats an absent record as proof that an event id is new
 //     only for a principal created since max(now - window, the shard's
 //     epoch, the time since which its Redis holds records); for any other
 //     it answers unsure (intake asks the ledger before the script for a
@@ -72,21 +74,29 @@
 //     decides it (an identical event is a duplicate, another payload is
 //     rejected key_reused): no vote ever has a second effect.
 //   - The identity comes from the bearer token only, never from the body.
-//     Tokens are cached by their SHA-256 (never in clear, never logged) for
-//     Config.AuthTTL, so while PostgreSQL answers a revocation takes effect
-//     within that time; a change to the principals table expires the cache
+//     A signed credential (package credential: tally's own token, or an
+//     OpenID Connect issuer's) is verified in memory, with no query; the
+//     revoked principals and retired keys are held in memory (loaded at
+//     start, kept current by NOTIFY, a reload on every reconnection of the
+//     listener and every Config.CatalogRefresh) and checked on every
+//     request in every state, a PostgreSQL outage included. A token of the
+//     stored kind issued before signed credentials ("tly_...") is looked
+//     up by its SHA-256 (never kept in clear, never logged) and cached for
+//     Config.AuthTTL; a change to the principals table expires the cache
 //     at once.
-//   - Polls, choices and eligibility are served from an in-process catalog,
-//     refreshed on every NOTIFY on channel tally_catalog and every
-//     Config.CatalogRefresh, so a vote costs no PostgreSQL round trip in the
-//     steady state. The ledger stays the arbiter: an event that raced a
-//     catalog change is rejected there with a reason.
+//   - Polls, choices and eligibility are held whole in an in-process
+//     catalog, loaded at start and reloaded on every NOTIFY on channel
+//     tally_catalog and every Config.CatalogRefresh. A poll id it does not
+//     hold is answered 404 from memory, with no query, as a hidden poll
+//     is, so a vote costs no PostgreSQL round trip. The ledger stays the
+//     arbiter: an event that raced a catalog change is rejected there with
+//     a reason.
 //   - While Redis fails, a circuit breaker opens and POST answers 503 with
 //     Retry-After at once instead of piling up goroutines; /readyz says so.
 //   - While PostgreSQL does not answer, intake degrades where that is safe:
-//     a principal it verified within Config.AuthStaleMax keeps voting on
-//     the polls the catalog holds (a token it has not verified gets 503,
-//     never 202), results answer the last figures read marked stale, a
+//     every valid signed credential, and a stored-kind token it verified
+//     within Config.AuthStaleMax, keeps voting on the polls the catalog
+//     holds (a stored-kind token it has not verified gets 503, never 202), results answer the last figures read marked stale, a
 //     vote accepted since answers pending, and /readyz reads 200 degraded.
 //     None of it outlives the outage: a principal past its TTL is looked
 //     up again as soon as PostgreSQL answers.
@@ -130,8 +140,11 @@
 //     a failed request.
 //   - limits.go: the limits kept in memory, of failed authentications per
 //     client address and of reads per principal.
-//   - auth.go: the token cache and the voter, a principal with its enqueue
-//     arguments made once.
+//   - credentials.go: the signed credentials, verified in memory, and the
+//     refusal of a revoked principal or retired key; revocations.go: the
+//     revocations held in memory and how they stay current.
+//   - auth.go: the cache of stored-kind tokens and the voter, a principal
+//     with its enqueue arguments made once.
 //   - catalog.go: the in-process catalog of polls, choices and
 //     eligibility, and how it stays fresh.
 //   - read_vote.go: the first step of a vote: content type, size, body.
@@ -144,8 +157,8 @@
 //     form and says what is wrong.
 //   - enqueue.go: the enqueue step, through the circuit breaker and the
 //     batcher, and its outcomes.
-//   - ledger_check.go: the ledger lookup of a new event id the script
-//     could not rule out, and the collector that shares one query among
+//   - ledger_check.go: with Config.LedgerCheck, the ledger lookup of a new
+//     event id the script could not rule out, and the collector that shares one query among
 //     concurrent votes' lookups.
 //   - script.go: the enqueue script, its argument layout and its reply.
 //   - batcher.go: the pipelines that carry concurrent votes' scripts to

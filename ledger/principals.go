@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -173,9 +174,21 @@ INSERT INTO principals (id, name, token_sha256) VALUES ($1, $2, $3) RETURNING cr
 	return p, token, nil
 }
 
-// RevokePrincipal revokes a principal's token. Its ledger rows stay.
+// OIDCPrincipalPrefix starts the id of a principal of an OpenID Connect
+// issuer (credential.PrincipalIDFor); such a principal has no row until it
+// is revoked.
+const OIDCPrincipalPrefix = "o-"
+
+// RevokePrincipal revokes a principal: every token naming it is refused.
+// Its ledger rows stay. A principal of an OpenID Connect issuer, which has
+// no row, gets one, revoked.
 func (s *Store) RevokePrincipal(ctx context.Context, id string) error {
-	tag, err := s.pool.Exec(ctx, `UPDATE principals SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1`, id)
+	sql := `UPDATE principals SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1`
+	if strings.HasPrefix(id, OIDCPrincipalPrefix) {
+		sql = `INSERT INTO principals (id, name, revoked_at) VALUES ($1, 'OpenID Connect subject', now())
+ON CONFLICT (id) DO UPDATE SET revoked_at = coalesce(principals.revoked_at, now())`
+	}
+	tag, err := s.pool.Exec(ctx, sql, id)
 	if err != nil {
 		return interpretError("revoke principal "+id, err)
 	}

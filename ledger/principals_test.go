@@ -77,6 +77,20 @@ func TestRevocations(t *testing.T) {
 	if _, ok := r.Keys["k-0011223344556677"]; !ok || len(r.Keys) != 1 {
 		t.Fatalf("retired keys %v", r.Keys)
 	}
+	// An OpenID Connect subject has no row until it is revoked; any other
+	// unknown id is an error.
+	if err := b.store.RevokePrincipal(b.ctx, "o-subject"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.store.RevokePrincipal(b.ctx, "p-nobody"); !errors.Is(err, ledger.ErrNotFound) {
+		t.Fatalf("revoking nobody: %v, want ErrNotFound", err)
+	}
+	if r, err = b.store.Revocations(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := r.Principals["o-subject"]; !ok || len(r.Principals) != 2 {
+		t.Fatalf("revoked principals %v, want the OpenID Connect subject too", r.Principals)
+	}
 }
 
 // TestForgetStoredToken: after a reissue the token of the stored kind no
