@@ -294,3 +294,28 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.buf.String()
 }
+
+// TestReissueEndsStoredToken: once a principal's stored-kind token is
+// reissued as a signed one, the old token is refused within seconds,
+// although intake cached it for an hour: the NOTIFY of the change expires
+// the token cache (a cache that kept serving it would let a token the
+// operator replaced vote on).
+func TestReissueEndsStoredToken(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *intake.Config) { c.AuthTTL = time.Hour })
+	p, old := b.principal(t, "old")
+	wantAccepted(t, b.vote(t, old, "e1", "p1", "a"), "e1", ledger.StatusPending)
+	if _, err := b.store.ForgetStoredToken(context.Background(), p.ID); err != nil {
+		t.Fatal(err)
+	}
+	within(t, 5*time.Second, "the stored token refused after its reissue", func() bool {
+		return b.vote(t, old, "e2", "p1", "a").code == http.StatusUnauthorized
+	})
+	token, err := b.key.Issue(p.ID, p.CreatedAt, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := b.vote(t, token, "e1", "p1", "a"); r.code != http.StatusAccepted {
+		t.Fatalf("the reissued token's retry: %d %s, want 202", r.code, r.raw)
+	}
+}
