@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -300,6 +301,11 @@ func TestAuthStaleMaxAtTTL(t *testing.T) {
 	w := serve(t, srv, req)
 	if w.Code != http.StatusServiceUnavailable || problemTypeOf(w.Body.Bytes()) != "urn:tally:problem:unavailable" {
 		t.Fatalf("a principal past its TTL with AuthStaleMax = AuthTTL: %d %s, want 503 unavailable", w.Code, w.Body)
+	}
+	// Refused as a token, not served and then failed by the ledger (both
+	// answer 503 unavailable).
+	if !strings.Contains(w.Body.String(), "the token could not be checked") {
+		t.Fatalf("a principal past its TTL with AuthStaleMax = AuthTTL was served: %s, want its token refused", w.Body)
 	}
 }
 
