@@ -7,7 +7,6 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -412,11 +411,4 @@ func (l *logRecords) count(s string) int {
 		}
 	}
 	return n
-}
-
-func isInvalid(err error) error {
-	if errors.Is(err, credential.ErrInvalid) {
-		return nil
-	}
-	return fmt.Errorf("want ErrInvalid, got %v", err)
 }
