@@ -56,7 +56,11 @@ func startDaemons(t *testing.T) daemons {
 		return strings.TrimSpace(string(out))
 	}
 	tally("poll", "create", "lunch", "--title", "Lunch on Friday?", "--choice", "pizza", "--choice", "sushi")
-	token := tally("principal", "add", "alice")
+	keyFile := filepath.Join(dir, "credential.key")
+	if out, err := exec.CommandContext(ctx, bin, "credential", "key", "generate", "--out", keyFile).CombinedOutput(); err != nil {
+		t.Fatalf("tally credential key generate: %v\n%s", err, out)
+	}
+	token := tally("principal", "add", "alice", "--credential-key", keyFile)
 
 	intakeAddr, projectorAddr := freeAddr(t), freeAddr(t)
 	projector := &chaos.Process{
@@ -67,7 +71,7 @@ func startDaemons(t *testing.T) daemons {
 	}
 	intake := &chaos.Process{
 		Name: "intake", Path: bin, LogPath: filepath.Join(dir, "intake.log"),
-		Args:   append([]string{"intake", "--listen", intakeAddr}, common...),
+		Args:   append([]string{"intake", "--listen", intakeAddr, "--credential-key", keyFile}, common...),
 		Health: "http://" + intakeAddr + "/healthz",
 	}
 	for _, p := range []*chaos.Process{projector, intake} {

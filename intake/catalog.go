@@ -100,6 +100,9 @@ func (c *catalog) lookup(idBytes []byte) (*pollInfo, error) {
 	return nil, ledger.ErrNotFound
 }
 
+// loaded reports whether the catalog was loaded once.
+func (c *catalog) loaded() bool { return c.polls.Load() != nil }
+
 // reload replaces the whole catalog with what PostgreSQL holds now.
 func (c *catalog) reload(ctx context.Context) error {
 	lctx, cancel := context.WithTimeout(ctx, c.timeout)

@@ -186,8 +186,9 @@ func TestPostgresDownDegraded(t *testing.T) {
 		wantProblemType(t, b.results(t, stranger, "p1"), http.StatusServiceUnavailable, "unavailable")
 	})
 	t.Run("polls", func(t *testing.T) {
-		// A poll the catalog does not hold cannot be looked up: 503, not 404.
-		wantProblemType(t, b.vote(t, b.token, "n1", "not-held", "a"), http.StatusServiceUnavailable, "not-queued")
+		// The catalog holds every poll: one it does not hold is unknown,
+		// answered from memory.
+		wantProblemType(t, b.vote(t, b.token, "n1", "not-held", "a"), http.StatusNotFound, "unknown-poll")
 		// A poll that closed meanwhile is closed: not accepted (503, since
 		// the ledger cannot say whether the event id is known), and
 		// nothing is queued.

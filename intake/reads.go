@@ -355,12 +355,13 @@ const (
 	checkBreakerOpen = "breaker_open" // intake's Redis breaker is not closed
 	checkBacklogFull = "backlog_full" // a shard's stream holds Config.MaxBacklog entries
 	checkUnknown     = "unknown"      // could not be read: Redis did not answer
+	checkLoading     = "loading"      // the catalog or the revocations were never loaded
 )
 
 // readiness is the answer of /readyz.
 type readiness struct {
 	Status string            `json:"status"` // ready, degraded or not ready
-	Checks map[string]string `json:"checks"` // postgres, redis, backlog: a check status each
+	Checks map[string]string `json:"checks"` // postgres, redis, backlog, catalog: a check status each
 	Down   []string          `json:"down,omitempty"`
 	code   int               // 200, or 503 for not ready
 }
@@ -383,10 +384,13 @@ type readyCache struct {
 //   - backlog: ok, backlog_full (a shard's stream holds Config.MaxBacklog
 //     entries, so votes on it are answered 503 backlog-full), or unknown
 //     while Redis does not answer.
+//   - catalog: ok, or loading until intake read the polls and the
+//     revocations once (it started while PostgreSQL did not answer).
 //
 // 503 "not ready" (with Retry-After) means take this instance out of
-// rotation: Redis does not answer it, or its breaker is open, so it can
-// accept no vote, and another instance may well serve. 200 "degraded"
+// rotation: Redis does not answer it, or its breaker is open, or it never
+// loaded its catalog, so it can accept no vote, and another instance may
+// well serve. 200 "degraded"
 // means keep it in rotation and alert: PostgreSQL does not answer, or a
 // backlog is full. Without PostgreSQL an intake still accepts the votes
 // of the principals it knows on the polls it holds and answers stale
@@ -450,7 +454,10 @@ func (s *Server) checkReady(ctx context.Context) *readiness {
 	wg.Wait()
 
 	rd := &readiness{Status: "ready", code: http.StatusOK,
-		Checks: map[string]string{"postgres": checkOK, "redis": checkOK, "backlog": backlog}}
+		Checks: map[string]string{"postgres": checkOK, "redis": checkOK, "backlog": backlog, "catalog": checkOK}}
+	if !s.catalog.loaded() || !s.revoked.loaded() {
+		rd.Checks["catalog"] = checkLoading
+	}
 	if pgErr != nil {
 		rd.Checks["postgres"] = checkUnreachable
 		s.log.LogAttrs(ctx, slog.LevelWarn, "readiness check failed",
@@ -473,7 +480,7 @@ func (s *Server) checkReady(ctx context.Context) *readiness {
 	}
 	slices.Sort(rd.Down)
 	switch {
-	case rd.Checks["redis"] != checkOK:
+	case rd.Checks["redis"] != checkOK || rd.Checks["catalog"] != checkOK:
 		rd.Status, rd.code = "not ready", http.StatusServiceUnavailable
 	case len(rd.Down) > 0:
 		rd.Status = "degraded"

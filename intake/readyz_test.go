@@ -76,6 +76,8 @@ func newReadyServer(t *testing.T, store *ledger.Store, rdb redis.UniversalClient
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Not served: load what Serve would at start, where PostgreSQL answers.
+	_ = srv.Reload(context.Background())
 	return srv, keys, logs
 }
 
@@ -220,18 +222,19 @@ func closedPostgres(t *testing.T) *ledger.Store {
 	return store
 }
 
-// TestReadyzPostgresDown: PostgreSQL down and Redis up reads 200
-// "degraded" with postgres unreachable: the intake still accepts the
-// votes of the principals it knows, and every intake shares the one
-// PostgreSQL, so it stays in rotation.
+// TestReadyzPostgresDown: an intake that started while PostgreSQL was
+// down never loaded its catalog and revocations, so it can accept no
+// vote: 503 "not ready", catalog loading, postgres unreachable. (One that
+// loaded them and then lost PostgreSQL reads 200 "degraded":
+// TestPostgresDownDegraded.)
 func TestReadyzPostgresDown(t *testing.T) {
 	t.Parallel()
 	rdb, _ := testenv.Redis(t)
 	srv, _, logs := newReadyServer(t, closedPostgres(t), rdb, 1)
 	r := readyz(t, srv.Handler())
-	if r.code != http.StatusOK || r.status != "degraded" ||
+	if r.code != http.StatusServiceUnavailable || r.status != "not ready" || r.checks["catalog"] != "loading" ||
 		r.checks["postgres"] != "unreachable" || r.checks["redis"] != "ok" || r.checks["backlog"] != "ok" {
-		t.Fatalf("/readyz with PostgreSQL down: %d %s, want 200 degraded", r.code, r.raw)
+		t.Fatalf("/readyz with PostgreSQL down since the start: %d %s, want 503 not ready, catalog loading", r.code, r.raw)
 	}
 	if !strings.Contains(logs.String(), "check=postgres") {
 		t.Fatalf("the log does not name the failed check: %s", logs)

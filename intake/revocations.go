@@ -57,6 +57,9 @@ func (r *revocations) refuses(principalID, keyID string) (refused, loaded bool) 
 	return false, true
 }
 
+// loaded reports whether the revocations were loaded once.
+func (r *revocations) loaded() bool { return r.cur.Load() != nil }
+
 // requestReload asks run for a reload without waiting for it.
 func (r *revocations) requestReload() {
 	select {

@@ -155,6 +155,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}
 
+	s.loadAtStart(ctx)
 	bgCtx, stopBackground := context.WithCancel(ctx)
 	var bg sync.WaitGroup
 	bg.Go(func() { s.markEpochs(bgCtx) })
@@ -175,6 +176,20 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	case <-ctx.Done():
 	}
 	return s.drain(ctx, srv, serveErr)
+}
+
+// loadAtStart loads the catalog and the revocations before intake takes
+// its first request, so that a vote right after the start is not answered
+// 503 for want of them. When PostgreSQL does not answer, intake serves all
+// the same (/readyz says "not ready": catalog loading) and the background
+// reloads keep trying.
+func (s *Server) loadAtStart(ctx context.Context) {
+	for what, load := range map[string]func(context.Context) error{"catalog": s.catalog.reload, "revocations": s.revoked.reload} {
+		if err := load(ctx); err != nil {
+			s.log.LogAttrs(ctx, slog.LevelWarn, "could not load the "+what+" at start; intake is not ready until it does",
+				slog.String("error", err.Error()))
+		}
+	}
 }
 
 // serve serves srv on ln, over TLS when srv has a TLS config (ServeTLS
