@@ -26,9 +26,6 @@ func (s *Session) Setup(ctx context.Context) error {
 	if err := s.ensureRound(ctx, 0); err != nil {
 		return fmt.Errorf("loadtest setup: %w", err)
 	}
-	if err := s.waitPollKnown(ctx, s.pollID(0)); err != nil {
-		return fmt.Errorf("loadtest setup: %w", err)
-	}
 	if err := s.readDeadLettersBefore(ctx); err != nil {
 		return fmt.Errorf("loadtest setup: %w", err)
 	}
@@ -36,27 +33,31 @@ func (s *Session) Setup(ctx context.Context) error {
 	return nil
 }
 
-// waitPollKnown waits until every target's intake holds poll id in its
-// catalog (it answers its results, not 404): intake knows a poll once it
-// heard the NOTIFY of its creation. It waits at most 30 seconds; a target
-// that does not answer (it may be down on purpose, in a fault test) is not
-// waited for.
-func (s *Session) waitPollKnown(ctx context.Context, id string) error {
+// waitPollKnown waits until every target's intake holds poll r in its
+// catalog (it answers its results: 200): intake knows a poll once it heard
+// the NOTIFY of its creation, milliseconds after it. It reads as one of
+// the principals (a different one each round, so that no principal's
+// reads run out), waits at most 30 seconds, and does not wait for a target
+// that does not answer or answers anything but 200, 404 and 429 (it may be
+// down on purpose, in a fault test).
+func (s *Session) waitPollKnown(ctx context.Context, r int) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
+	id := s.pollID(r)
+	token := s.principals[r%len(s.principals)].token
 	for _, target := range s.cfg.Targets {
 		for {
 			req, err := http.NewRequestWithContext(ctx, http.MethodGet, target+"/v1/polls/"+id+"/results", nil)
 			if err != nil {
 				return err
 			}
-			req.Header.Set("Authorization", "Bearer "+s.principals[0].token)
+			req.Header.Set("Authorization", "Bearer "+token)
 			resp, err := s.client.Do(req)
 			if err != nil {
 				break
 			}
 			resp.Body.Close()
-			if resp.StatusCode != http.StatusNotFound {
+			if resp.StatusCode != http.StatusNotFound && resp.StatusCode != http.StatusTooManyRequests {
 				break
 			}
 			select {
@@ -145,7 +146,10 @@ func (s *Session) ensureRound(ctx context.Context, r int) error {
 		rd = &round{done: make(chan struct{})}
 		s.rounds[r] = rd
 		go func() {
-			rd.err = s.createPoll(context.WithoutCancel(ctx), r)
+			cctx := context.WithoutCancel(ctx)
+			if rd.err = s.createPoll(cctx, r); rd.err == nil {
+				rd.err = s.waitPollKnown(cctx, r)
+			}
 			close(rd.done)
 		}()
 	}
