@@ -9,6 +9,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -366,4 +368,55 @@ func mustJSON(t testing.TB, v any) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestVerifierRun: a Verifier's Run keeps the keys of each of its issuers
+// (one given twice is one), IssuersWithoutKeys names an issuer until
+// its keys were fetched, a second Run at once fails, and Run returns
+// when its context ends.
+func TestVerifierRun(t *testing.T) {
+	t.Parallel()
+	p := oidctest.Stopped(t)
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{}}
+	t.Cleanup(client.CloseIdleConnections)
+	o, err := credential.NewOIDCIssuer(credential.OIDCConfig{Issuer: p.URL(), Audience: oidctest.ClientID,
+		HTTPClient: client, RetryMin: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := credential.NewVerifier(nil, o, o)
+	if got := v.Issuers(); !slices.Equal(got, []string{p.URL()}) {
+		t.Fatalf("Issuers: %q, want [%s]", got, p.URL())
+	}
+	if got := v.IssuersWithoutKeys(); !slices.Equal(got, []string{p.URL()}) {
+		t.Fatalf("IssuersWithoutKeys before Run: %q, want [%s]", got, p.URL())
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 2)
+	go func() { done <- v.Run(ctx) }()
+	go func() { done <- v.Run(ctx) }()
+
+	p.Start()
+	eventually(t, 5*time.Second, "the provider's token verifies once it answers", verifies(v, p.Token()))
+	if got := v.IssuersWithoutKeys(); len(got) != 0 {
+		t.Fatalf("IssuersWithoutKeys once the keys were fetched: %q, want none", got)
+	}
+	cancel()
+	var failed int
+	for range 2 {
+		select {
+		case err := <-done:
+			if err != nil {
+				failed++
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("Run did not return within 5 s of its context's end")
+		}
+	}
+	if failed != 1 {
+		t.Fatalf("of two Runs at once, %d returned an error, want 1 (the issuer runs once)", failed)
+	}
+	if err := credential.NewVerifier(nil).Run(context.Background()); err != nil {
+		t.Fatalf("Run of a Verifier with no issuer: %v", err)
+	}
 }
