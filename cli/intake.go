@@ -183,13 +183,6 @@ func runIntake(c *ucli.Context) error {
 		return err
 	}
 	setupDaemon(log)
-	for _, iss := range issuers {
-		go func() {
-			if err := iss.Run(c.Context); err != nil {
-				log.Error("OpenID Connect issuer stopped", slog.String("error", err.Error()))
-			}
-		}()
-	}
 	cs, err := openConns(c, ledger.Config{Logger: log}, c.Duration(flagStartupWait.Name))
 	if err != nil {
 		return err

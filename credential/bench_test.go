@@ -11,6 +11,7 @@ import (
 	"github.com/go-jose/go-jose/v4/jwt"
 
 	"tally/credential"
+	"tally/internal/oidctest"
 )
 
 // BenchmarkVerify is the CPU a vote's token costs intake: one token of
@@ -67,14 +68,14 @@ func BenchmarkVerifyEd25519(b *testing.B) {
 // claims each time (CacheSize -1); "cached" is the same token again, found
 // by its hash.
 func BenchmarkVerifyOIDC(b *testing.B) {
-	p := startOP(b)
+	p := oidctest.Start(b)
 	for _, bc := range []struct {
 		name      string
 		cacheSize int
 	}{{"uncached", -1}, {"cached", 0}} {
 		b.Run(bc.name, func(b *testing.B) {
-			v := credential.NewVerifier(nil, runIssuer(b, credential.OIDCConfig{Issuer: p.issuer, CacheSize: bc.cacheSize}))
-			tok := p.token()
+			v := credential.NewVerifier(nil, runIssuer(b, credential.OIDCConfig{Issuer: p.URL(), CacheSize: bc.cacheSize}))
+			tok := p.Token()
 			eventually(b, 5*time.Second, "the provider's token verifies", verifies(v, tok))
 			ctx := context.Background()
 			b.ReportAllocs()

@@ -9,12 +9,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
+	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"tally/credential"
+	"tally/internal/oidctest"
 )
 
 // TestOIDCTokenVerifies: a token the provider issued verifies, to the
@@ -22,12 +24,12 @@ import (
 // (from the cache) to the same identity.
 func TestOIDCTokenVerifies(t *testing.T) {
 	t.Parallel()
-	p := startOP(t)
+	p := oidctest.Start(t)
 	own := newKey(t)
 	set, _ := credential.NewKeySet(own)
-	v := credential.NewVerifier(set, runIssuer(t, credential.OIDCConfig{Issuer: p.issuer}))
+	v := credential.NewVerifier(set, runIssuer(t, credential.OIDCConfig{Issuer: p.URL()}))
 
-	tok := p.token()
+	tok := p.Token()
 	eventually(t, 5*time.Second, "the provider's token verifies", verifies(v, tok))
 	id, err := v.Verify(context.Background(), tok)
 	if err != nil {
@@ -36,11 +38,11 @@ func TestOIDCTokenVerifies(t *testing.T) {
 	c := parts(t, tok).Claims
 	sub, _ := c["sub"].(string)
 	exp, _ := c["exp"].(float64)
-	if c["iss"] != p.issuer || sub == "" {
+	if c["iss"] != p.URL() || sub == "" {
 		t.Fatalf("the provider's token says iss %v, sub %v", c["iss"], c["sub"])
 	}
-	want := credential.Identity{PrincipalID: credential.PrincipalIDFor(p.issuer, sub), Issuer: p.issuer,
-		KeyID: p.signingKey().id, ExpiresAt: time.Unix(int64(exp), 0)}
+	want := credential.Identity{PrincipalID: credential.PrincipalIDFor(p.URL(), sub), Issuer: p.URL(),
+		KeyID: p.SigningKey().ID, ExpiresAt: time.Unix(int64(exp), 0)}
 	if id != want {
 		t.Fatalf("identity %+v, want %+v", id, want)
 	}
@@ -61,14 +63,14 @@ func TestOIDCTokenVerifies(t *testing.T) {
 // ErrInvalid, while the provider's good token verifies.
 func TestOIDCRefuses(t *testing.T) {
 	t.Parallel()
-	p, other := startOP(t), startOP(t)
-	forSID1 := runIssuer(t, credential.OIDCConfig{Issuer: p.issuer})
+	p, other := oidctest.Start(t), oidctest.Start(t)
+	forSID1 := runIssuer(t, credential.OIDCConfig{Issuer: p.URL()})
 	v := credential.NewVerifier(nil, forSID1)
 	// The same issuer, trusted for another audience.
-	forTally := runIssuer(t, credential.OIDCConfig{Issuer: p.issuer, Audience: "tally"})
+	forTally := runIssuer(t, credential.OIDCConfig{Issuer: p.URL(), Audience: "tally"})
 	vTally := credential.NewVerifier(nil, forTally)
 
-	good := p.token()
+	good := p.Token()
 	eventually(t, 5*time.Second, "the provider's token verifies", verifies(v, good))
 	eventually(t, 5*time.Second, "the verifier for audience tally has keys", func() error {
 		_, err := vTally.Verify(context.Background(), good)
@@ -79,7 +81,7 @@ func TestOIDCRefuses(t *testing.T) {
 	})
 
 	gp := parts(t, good)
-	opKey := p.signingKey()
+	opKey := p.SigningKey()
 	claims := func(change func(map[string]any)) map[string]any {
 		c := map[string]any{}
 		for k, v := range gp.Claims {
@@ -89,11 +91,11 @@ func TestOIDCRefuses(t *testing.T) {
 		return c
 	}
 	header := func(h string) string { return base64.RawURLEncoding.EncodeToString([]byte(h)) }
-	der, err := x509.MarshalPKIXPublicKey(&opKey.key.PublicKey)
+	der, err := x509.MarshalPKIXPublicKey(&opKey.Private.PublicKey)
 	if err != nil {
 		t.Fatal(err)
 	}
-	hsHeader := header(`{"alg":"HS256","kid":"` + opKey.id + `"}`)
+	hsHeader := header(`{"alg":"HS256","kid":"` + opKey.ID + `"}`)
 	mac := hmac.New(sha256.New, der)
 	mac.Write([]byte(hsHeader + "." + gp.rawClaims))
 	publicKeyAsSecret := hsHeader + "." + gp.rawClaims + "." + base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
@@ -103,29 +105,29 @@ func TestOIDCRefuses(t *testing.T) {
 		v     *credential.Verifier
 		token string
 	}{
-		{"expired", v, p.token(scopeExpired)},
+		{"expired", v, p.Token(oidctest.ScopeExpired)},
 		{"wrong audience", vTally, good},
-		{"another issuer's token", v, other.token()},
-		{"alg none", v, header(`{"alg":"none","kid":"`+opKey.id+`"}`) + "." + gp.rawClaims + "."},
+		{"another issuer's token", v, other.Token()},
+		{"alg none", v, header(`{"alg":"none","kid":"`+opKey.ID+`"}`) + "." + gp.rawClaims + "."},
 		{"alg none, no signature part", v, header(`{"alg":"none"}`) + "." + gp.rawClaims},
 		{"public key as HMAC secret", v, publicKeyAsSecret},
-		{"another key, same kid", v, sign(t, rsaKeys()[2], opKey.id, gp.Claims)},
-		{"another key, unknown kid", v, sign(t, rsaKeys()[2], "key-unknown", gp.Claims)},
-		{"another key, no kid", v, sign(t, rsaKeys()[2], "", gp.Claims)},
+		{"another key, same kid", v, oidctest.Sign(t, oidctest.Keys()[2], opKey.ID, gp.Claims)},
+		{"another key, unknown kid", v, oidctest.Sign(t, oidctest.Keys()[2], "key-unknown", gp.Claims)},
+		{"another key, no kid", v, oidctest.Sign(t, oidctest.Keys()[2], "", gp.Claims)},
 		{"claims changed", v, gp.rawHeader + "." + base64.RawURLEncoding.EncodeToString([]byte(
 			strings.Replace(mustJSON(t, gp.Claims), `"sub":"`, `"sub":"x`, 1))) + "." + gp.rawSig},
 		{"truncated signature", v, good[:len(good)-4]},
 		// Signed by the provider's own key, with claims it would not give.
-		{"iss of another issuer", v, sign(t, opKey.key, opKey.id, claims(func(c map[string]any) { c["iss"] = other.issuer }))},
-		{"no exp", v, sign(t, opKey.key, opKey.id, claims(func(c map[string]any) { delete(c, "exp") }))},
-		{"exp past the leeway", v, sign(t, opKey.key, opKey.id, claims(func(c map[string]any) {
+		{"iss of another issuer", v, oidctest.Sign(t, opKey.Private, opKey.ID, claims(func(c map[string]any) { c["iss"] = other.URL() }))},
+		{"no exp", v, oidctest.Sign(t, opKey.Private, opKey.ID, claims(func(c map[string]any) { delete(c, "exp") }))},
+		{"exp past the leeway", v, oidctest.Sign(t, opKey.Private, opKey.ID, claims(func(c map[string]any) {
 			c["exp"] = time.Now().Add(-credential.Leeway - 5*time.Second).Unix()
 		}))},
-		{"not yet valid", v, sign(t, opKey.key, opKey.id, claims(func(c map[string]any) { c["nbf"] = time.Now().Add(time.Hour).Unix() }))},
-		{"no sub", v, sign(t, opKey.key, opKey.id, claims(func(c map[string]any) { delete(c, "sub") }))},
-		{"aud not a string", v, sign(t, opKey.key, opKey.id, claims(func(c map[string]any) { c["aud"] = 7 }))},
-		{"iss not a string", v, sign(t, opKey.key, opKey.id, claims(func(c map[string]any) { c["iss"] = []string{p.issuer} }))},
-		{"too long", v, sign(t, opKey.key, opKey.id, claims(func(c map[string]any) { c["pad"] = strings.Repeat("x", 16<<10) }))},
+		{"not yet valid", v, oidctest.Sign(t, opKey.Private, opKey.ID, claims(func(c map[string]any) { c["nbf"] = time.Now().Add(time.Hour).Unix() }))},
+		{"no sub", v, oidctest.Sign(t, opKey.Private, opKey.ID, claims(func(c map[string]any) { delete(c, "sub") }))},
+		{"aud not a string", v, oidctest.Sign(t, opKey.Private, opKey.ID, claims(func(c map[string]any) { c["aud"] = 7 }))},
+		{"iss not a string", v, oidctest.Sign(t, opKey.Private, opKey.ID, claims(func(c map[string]any) { c["iss"] = []string{p.URL()} }))},
+		{"too long", v, oidctest.Sign(t, opKey.Private, opKey.ID, claims(func(c map[string]any) { c["pad"] = strings.Repeat("x", 16<<10) }))},
 	}
 	for _, c := range cases {
 		if id, err := c.v.Verify(context.Background(), c.token); !errors.Is(err, credential.ErrInvalid) {
@@ -135,11 +137,11 @@ func TestOIDCRefuses(t *testing.T) {
 
 	// The provider's key signs claims that pass: the refusals above are
 	// for what changed, not for the signing.
-	within := sign(t, opKey.key, opKey.id, claims(func(c map[string]any) { c["exp"] = time.Now().Add(-credential.Leeway / 2).Unix() }))
+	within := oidctest.Sign(t, opKey.Private, opKey.ID, claims(func(c map[string]any) { c["exp"] = time.Now().Add(-credential.Leeway / 2).Unix() }))
 	if _, err := v.Verify(context.Background(), within); err != nil {
 		t.Errorf("a token expired within the leeway: %v", err)
 	}
-	if _, err := v.Verify(context.Background(), sign(t, opKey.key, opKey.id, gp.Claims)); err != nil {
+	if _, err := v.Verify(context.Background(), oidctest.Sign(t, opKey.Private, opKey.ID, gp.Claims)); err != nil {
 		t.Errorf("the good claims signed again by the provider's key: %v", err)
 	}
 	if _, err := v.Verify(context.Background(), good); err != nil {
@@ -156,14 +158,14 @@ func TestOIDCRefuses(t *testing.T) {
 // longer verifies (not even a token verified before, from the cache).
 func TestOIDCIssuerDown(t *testing.T) {
 	t.Parallel()
-	p := startOP(t)
+	p := oidctest.Start(t)
 	logs := &logRecords{}
-	v := credential.NewVerifier(nil, runIssuer(t, credential.OIDCConfig{Issuer: p.issuer, Logger: logs.logger(),
+	v := credential.NewVerifier(nil, runIssuer(t, credential.OIDCConfig{Issuer: p.URL(), Logger: logs.logger(),
 		Refresh: 100 * time.Millisecond, MinRefresh: 100 * time.Millisecond, RetryMin: 20 * time.Millisecond}))
-	before, unseen := p.token(), p.token()
+	before, unseen := p.Token(), p.Token()
 	eventually(t, 5*time.Second, "a token verifies", verifies(v, before))
 
-	p.stop()
+	p.Stop()
 	eventually(t, 5*time.Second, "two fetches fail while the provider is stopped", func() error {
 		if n := logs.count("the keys fetched last stay in use"); n < 2 {
 			return fmt.Errorf("%d failures logged", n)
@@ -174,9 +176,9 @@ func TestOIDCIssuerDown(t *testing.T) {
 		t.Fatalf("a token of the cached key, never seen, while the provider is stopped: %v", err)
 	}
 
-	p.rotate(rsaKeys()[1], false)
-	p.start()
-	rotated := p.token()
+	p.Rotate(oidctest.Keys()[1], false)
+	p.Start()
+	rotated := p.Token()
 	eventually(t, 5*time.Second, "a token of the rotated key verifies once the provider is back", verifies(v, rotated))
 	for name, tok := range map[string]string{"verified before": before, "never verified": unseen} {
 		if _, err := v.Verify(context.Background(), tok); !errors.Is(err, credential.ErrInvalid) {
@@ -191,19 +193,18 @@ func TestOIDCIssuerDown(t *testing.T) {
 // most one fetch per MinRefresh.
 func TestOIDCUnknownKidFetchesEarly(t *testing.T) {
 	t.Parallel()
-	p := startOP(t)
+	p := oidctest.Start(t)
 	const minRefresh = 150 * time.Millisecond
 	// No background refresh in this test's time: only early fetches.
-	v := credential.NewVerifier(nil, runIssuer(t, credential.OIDCConfig{Issuer: p.issuer, Refresh: time.Hour, MinRefresh: minRefresh}))
-	eventually(t, 5*time.Second, "a token verifies", verifies(v, p.token()))
+	v := credential.NewVerifier(nil, runIssuer(t, credential.OIDCConfig{Issuer: p.URL(), Refresh: time.Hour, MinRefresh: minRefresh}))
+	eventually(t, 5*time.Second, "a token verifies", verifies(v, p.Token()))
 	// Let an early fetch asked for before the first one succeeded pass.
 	time.Sleep(2 * minRefresh)
-	fetched := p.jwksFetches.Load()
+	fetched := p.KeyFetches()
 
-	gate := make(chan struct{})
-	p.jwksGate.Store(&gate)
-	p.rotate(rsaKeys()[1], true)
-	rotated := p.token()
+	release := p.HoldKeys()
+	p.Rotate(oidctest.Keys()[1], true)
+	rotated := p.Token()
 	start := time.Now()
 	if _, err := v.Verify(context.Background(), rotated); !errors.Is(err, credential.ErrInvalid) {
 		t.Fatalf("a token of a key not fetched yet: %v; want ErrInvalid", err)
@@ -212,22 +213,21 @@ func TestOIDCUnknownKidFetchesEarly(t *testing.T) {
 		t.Fatalf("Verify of an unknown kid took %v: it waited on the provider", d)
 	}
 	eventually(t, 5*time.Second, "the unknown kid asks for a fetch", func() error {
-		if p.jwksFetches.Load() == fetched {
+		if p.KeyFetches() == fetched {
 			return errors.New("no second fetch of the keys")
 		}
 		return nil
 	})
-	p.jwksGate.Store(nil)
-	close(gate)
+	release()
 	eventually(t, 5*time.Second, "the rotated key's token verifies after the early fetch", verifies(v, rotated))
 
 	// A flood of made-up key ids.
 	claims := parts(t, rotated).Claims
 	forged := make([]string, 20)
 	for i := range forged {
-		forged[i] = sign(t, rsaKeys()[2], fmt.Sprintf("made-up-%d", i), claims)
+		forged[i] = oidctest.Sign(t, oidctest.Keys()[2], fmt.Sprintf("made-up-%d", i), claims)
 	}
-	fetchesBefore := p.jwksFetches.Load()
+	fetchesBefore := p.KeyFetches()
 	const flood = 600 * time.Millisecond
 	start = time.Now()
 	for n := 0; time.Since(start) < flood; n++ {
@@ -237,7 +237,7 @@ func TestOIDCUnknownKidFetchesEarly(t *testing.T) {
 	}
 	// Let the last early fetch asked for happen before counting.
 	time.Sleep(2 * minRefresh)
-	fetches := p.jwksFetches.Load() - fetchesBefore
+	fetches := p.KeyFetches() - fetchesBefore
 	if max := int64((flood+2*minRefresh)/minRefresh) + 1; fetches < 2 || fetches > max {
 		t.Fatalf("%v of made-up kids made %d fetches of the keys; want 2 to %d (one per %v)", flood, fetches, max, minRefresh)
 	}
@@ -247,27 +247,21 @@ func TestOIDCUnknownKidFetchesEarly(t *testing.T) {
 // every Refresh, with no early fetch (MinRefresh is long).
 func TestOIDCBackgroundRefresh(t *testing.T) {
 	t.Parallel()
-	p := startOP(t)
-	v := credential.NewVerifier(nil, runIssuer(t, credential.OIDCConfig{Issuer: p.issuer, Refresh: 100 * time.Millisecond, MinRefresh: time.Hour}))
-	eventually(t, 5*time.Second, "a token verifies", verifies(v, p.token()))
-	p.rotate(rsaKeys()[1], false)
-	eventually(t, 5*time.Second, "the rotated key's token verifies after a refresh", verifies(v, p.token()))
+	p := oidctest.Start(t)
+	v := credential.NewVerifier(nil, runIssuer(t, credential.OIDCConfig{Issuer: p.URL(), Refresh: 100 * time.Millisecond, MinRefresh: time.Hour}))
+	eventually(t, 5*time.Second, "a token verifies", verifies(v, p.Token()))
+	p.Rotate(oidctest.Keys()[1], false)
+	eventually(t, 5*time.Second, "the rotated key's token verifies after a refresh", verifies(v, p.Token()))
 }
 
 // TestOIDCUnavailable: while the issuer's keys were never fetched, its
 // tokens get ErrUnavailable; once the provider answers, they verify.
 func TestOIDCUnavailable(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	p := newOP(t, addr)
+	p := oidctest.Stopped(t)
 	logs := &logRecords{}
-	v := credential.NewVerifier(nil, runIssuer(t, credential.OIDCConfig{Issuer: p.issuer, Logger: logs.logger()}))
-	tok := sign(t, rsaKeys()[0], p.signingKey().id, map[string]any{"iss": p.issuer, "sub": "alice", "aud": opClient,
+	v := credential.NewVerifier(nil, runIssuer(t, credential.OIDCConfig{Issuer: p.URL(), Logger: logs.logger()}))
+	tok := oidctest.Sign(t, oidctest.Keys()[0], p.SigningKey().ID, map[string]any{"iss": p.URL(), "sub": "alice", "aud": oidctest.ClientID,
 		"exp": time.Now().Add(time.Hour).Unix()})
 	eventually(t, 5*time.Second, "a fetch fails", func() error {
 		if logs.count("answered unavailable") == 0 {
@@ -278,7 +272,7 @@ func TestOIDCUnavailable(t *testing.T) {
 	if _, err := v.Verify(context.Background(), tok); !errors.Is(err, credential.ErrUnavailable) || errors.Is(err, credential.ErrInvalid) {
 		t.Fatalf("a token of an issuer never reached: %v; want ErrUnavailable", err)
 	}
-	p.start()
+	p.Start()
 	eventually(t, 5*time.Second, "the token verifies once the provider answers", verifies(v, tok))
 }
 
@@ -286,9 +280,9 @@ func TestOIDCUnavailable(t *testing.T) {
 // names another issuer than the one configured gives no keys.
 func TestOIDCDiscoveryNamesAnotherIssuer(t *testing.T) {
 	t.Parallel()
-	p := startOP(t)
+	p := oidctest.Start(t)
 	logs := &logRecords{}
-	localhost := strings.Replace(p.issuer, "127.0.0.1", "localhost", 1)
+	localhost := strings.Replace(p.URL(), "127.0.0.1", "localhost", 1)
 	v := credential.NewVerifier(nil, runIssuer(t, credential.OIDCConfig{Issuer: localhost, Logger: logs.logger()}))
 	eventually(t, 5*time.Second, "the fetch is refused", func() error {
 		if logs.count("calls itself") == 0 {
@@ -296,7 +290,7 @@ func TestOIDCDiscoveryNamesAnotherIssuer(t *testing.T) {
 		}
 		return nil
 	})
-	tok := sign(t, rsaKeys()[0], p.signingKey().id, map[string]any{"iss": localhost, "sub": "alice", "aud": opClient,
+	tok := oidctest.Sign(t, oidctest.Keys()[0], p.SigningKey().ID, map[string]any{"iss": localhost, "sub": "alice", "aud": oidctest.ClientID,
 		"exp": time.Now().Add(time.Hour).Unix()})
 	if _, err := v.Verify(context.Background(), tok); !errors.Is(err, credential.ErrUnavailable) {
 		t.Fatalf("%v; want ErrUnavailable", err)
@@ -374,4 +368,55 @@ func mustJSON(t testing.TB, v any) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestVerifierRun: a Verifier's Run keeps the keys of each of its issuers
+// (one given twice is one), IssuersWithoutKeys names an issuer until
+// its keys were fetched, a second Run at once fails, and Run returns
+// when its context ends.
+func TestVerifierRun(t *testing.T) {
+	t.Parallel()
+	p := oidctest.Stopped(t)
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{}}
+	t.Cleanup(client.CloseIdleConnections)
+	o, err := credential.NewOIDCIssuer(credential.OIDCConfig{Issuer: p.URL(), Audience: oidctest.ClientID,
+		HTTPClient: client, RetryMin: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := credential.NewVerifier(nil, o, o)
+	if got := v.Issuers(); !slices.Equal(got, []string{p.URL()}) {
+		t.Fatalf("Issuers: %q, want [%s]", got, p.URL())
+	}
+	if got := v.IssuersWithoutKeys(); !slices.Equal(got, []string{p.URL()}) {
+		t.Fatalf("IssuersWithoutKeys before Run: %q, want [%s]", got, p.URL())
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 2)
+	go func() { done <- v.Run(ctx) }()
+	go func() { done <- v.Run(ctx) }()
+
+	p.Start()
+	eventually(t, 5*time.Second, "the provider's token verifies once it answers", verifies(v, p.Token()))
+	if got := v.IssuersWithoutKeys(); len(got) != 0 {
+		t.Fatalf("IssuersWithoutKeys once the keys were fetched: %q, want none", got)
+	}
+	cancel()
+	var failed int
+	for range 2 {
+		select {
+		case err := <-done:
+			if err != nil {
+				failed++
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("Run did not return within 5 s of its context's end")
+		}
+	}
+	if failed != 1 {
+		t.Fatalf("of two Runs at once, %d returned an error, want 1 (the issuer runs once)", failed)
+	}
+	if err := credential.NewVerifier(nil).Run(context.Background()); err != nil {
+		t.Fatalf("Run of a Verifier with no issuer: %v", err)
+	}
 }

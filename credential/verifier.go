@@ -4,16 +4,20 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
+	"slices"
 	"strings"
+	"sync"
 )
 
 // Verifier verifies the bearer tokens a server accepts: tally's own,
 // against its KeySet, and those of the OpenID Connect issuers it trusts,
-// against each issuer's keys. It needs no database and does no I/O: an
-// issuer's keys are fetched by that issuer's Run.
+// against each issuer's keys. Verify needs no database and does no I/O:
+// the issuers' keys are fetched by Run (or by each issuer's own Run).
 type Verifier struct {
 	own     *KeySet
 	issuers map[string][]*OIDCIssuer // by Issuer URL
+	list    []*OIDCIssuer            // each issuer once, in the order given
 }
 
 // NewVerifier verifies tally's own tokens against own (nil or empty: none
@@ -22,9 +26,53 @@ type Verifier struct {
 func NewVerifier(own *KeySet, issuers ...*OIDCIssuer) *Verifier {
 	v := &Verifier{own: own, issuers: make(map[string][]*OIDCIssuer, len(issuers))}
 	for _, o := range issuers {
+		if slices.Contains(v.list, o) {
+			continue
+		}
+		v.list = append(v.list, o)
 		v.issuers[o.cfg.Issuer] = append(v.issuers[o.cfg.Issuer], o)
 	}
 	return v
+}
+
+// Run keeps the keys of every issuer of v until ctx is cancelled: it runs
+// each issuer's Run (OIDCIssuer.Run) and returns once all have returned,
+// nil when ctx was cancelled. It returns at once, nil, when v trusts no
+// issuer, and the error of an issuer whose Run was already running, once
+// ctx is cancelled (the others run meanwhile).
+func (v *Verifier) Run(ctx context.Context) error {
+	errs := make([]error, len(v.list))
+	var wg sync.WaitGroup
+	for i, o := range v.list {
+		wg.Go(func() { errs[i] = o.Run(ctx) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// Issuers are the URLs of the OpenID Connect issuers v trusts, each once,
+// in the order given to NewVerifier.
+func (v *Verifier) Issuers() []string {
+	var urls []string
+	for _, o := range v.list {
+		if !slices.Contains(urls, o.cfg.Issuer) {
+			urls = append(urls, o.cfg.Issuer)
+		}
+	}
+	return urls
+}
+
+// IssuersWithoutKeys are the URLs of the issuers of v whose keys were
+// never fetched, in the order given to NewVerifier: their tokens get
+// ErrUnavailable. None once every issuer's Run fetched its keys once.
+func (v *Verifier) IssuersWithoutKeys() []string {
+	var urls []string
+	for _, o := range v.list {
+		if o.keys.cur.Load() == nil && !slices.Contains(urls, o.cfg.Issuer) {
+			urls = append(urls, o.cfg.Issuer)
+		}
+	}
+	return urls
 }
 
 // Verify checks token and returns its identity; an error

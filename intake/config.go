@@ -117,7 +117,8 @@ type Config struct {
 	// (package credential): tally's own, signed with a credential key, and
 	// an OpenID Connect issuer's. A token of the form issued before them
 	// ("tly_...") is looked up in PostgreSQL as before. Nil: only those are
-	// taken.
+	// taken. Serve runs its Run (the issuers' keys) beside its other
+	// background work: nothing else should run it, or its issuers' Run.
 	Credentials *credential.Verifier
 
 	// LedgerCheck, when true, asks the ledger whether the event id of a

@@ -15,7 +15,7 @@
 //	GET  /v1/polls/{poll_id}/live     the results as Server-Sent Events
 //	GET  /polls/{poll_id}             the live results page (HTML)
 //	GET  /healthz                     the process is up
-//	GET  /readyz                      a status per check: postgres, redis, backlog
+//	GET  /readyz                      a status per check: postgres, redis, backlog (oidc)
 //	GET  /metrics                     Prometheus metrics
 //	GET  /openapi.json                the OpenAPI 3.1 document of these routes
 //

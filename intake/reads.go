@@ -356,12 +356,13 @@ const (
 	checkBacklogFull = "backlog_full" // a shard's stream holds Config.MaxBacklog entries
 	checkUnknown     = "unknown"      // could not be read: Redis did not answer
 	checkLoading     = "loading"      // the catalog or the revocations were never loaded
+	checkNoKeys      = "no_keys"      // an OpenID Connect issuer's keys were never fetched
 )
 
 // readiness is the answer of /readyz.
 type readiness struct {
 	Status string            `json:"status"` // ready, degraded or not ready
-	Checks map[string]string `json:"checks"` // postgres, redis, backlog, catalog: a check status each
+	Checks map[string]string `json:"checks"` // postgres, redis, backlog, catalog (and oidc): a check status each
 	Down   []string          `json:"down,omitempty"`
 	code   int               // 200, or 503 for not ready
 }
@@ -386,13 +387,16 @@ type readyCache struct {
 //     while Redis does not answer.
 //   - catalog: ok, or loading until intake read the polls and the
 //     revocations once (it started while PostgreSQL did not answer).
+//   - oidc, when intake trusts an OpenID Connect issuer: ok, or no_keys
+//     while an issuer's keys were never fetched (its tokens get 503
+//     unavailable; tally's own tokens are not concerned).
 //
 // 503 "not ready" (with Retry-After) means take this instance out of
 // rotation: Redis does not answer it, or its breaker is open, or it never
 // loaded its catalog, so it can accept no vote, and another instance may
-// well serve. 200 "degraded"
-// means keep it in rotation and alert: PostgreSQL does not answer, or a
-// backlog is full. Without PostgreSQL an intake still accepts the votes
+// well serve. 200 "degraded" means keep it in rotation and alert:
+// PostgreSQL does not answer, a backlog is full, or an issuer's keys were
+// never fetched. Without PostgreSQL an intake still accepts the votes
 // of the principals it knows on the polls it holds and answers stale
 // results, and every intake shares the one PostgreSQL (and the streams):
 // taking them all out of rotation would turn those answers, and the 503s
@@ -473,6 +477,7 @@ func (s *Server) checkReady(ctx context.Context) *readiness {
 	case s.breaker.State() != gobreaker.StateClosed:
 		rd.Checks["redis"] = checkBreakerOpen
 	}
+	s.checkIssuers(ctx, rd)
 	for name, st := range rd.Checks {
 		if st != checkOK {
 			rd.Down = append(rd.Down, name)
@@ -486,6 +491,22 @@ func (s *Server) checkReady(ctx context.Context) *readiness {
 		rd.Status = "degraded"
 	}
 	return rd
+}
+
+// checkIssuers adds the oidc check to rd when intake trusts an OpenID
+// Connect issuer: no_keys while an issuer's keys were never fetched. It
+// reads memory only: the keys are fetched by Serve's background work.
+func (s *Server) checkIssuers(ctx context.Context, rd *readiness) {
+	v := s.cfg.Credentials
+	if v == nil || len(v.Issuers()) == 0 {
+		return
+	}
+	rd.Checks["oidc"] = checkOK
+	if missing := v.IssuersWithoutKeys(); len(missing) > 0 {
+		rd.Checks["oidc"] = checkNoKeys
+		s.log.LogAttrs(ctx, slog.LevelWarn, "readiness check failed", slog.String("check", "oidc"),
+			slog.String("error", "no keys fetched yet from "+strings.Join(missing, ", ")))
+	}
 }
 
 // readyRedis pings Redis and reads the length of every shard's stream (XLEN

@@ -161,6 +161,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	bg.Go(func() { s.markEpochs(bgCtx) })
 	bg.Go(func() { s.catalog.run(bgCtx) })
 	bg.Go(func() { s.revoked.run(bgCtx) })
+	if s.cfg.Credentials != nil {
+		bg.Go(func() { s.runCredentials(bgCtx) })
+	}
 	defer func() {
 		stopBackground()
 		bg.Wait()
@@ -189,6 +192,15 @@ func (s *Server) loadAtStart(ctx context.Context) {
 			s.log.LogAttrs(ctx, slog.LevelWarn, "could not load the "+what+" at start; intake is not ready until it does",
 				slog.String("error", err.Error()))
 		}
+	}
+}
+
+// runCredentials keeps the keys of the OpenID Connect issuers intake
+// trusts until ctx ends. Its only error is a Verifier whose issuers run
+// already (another Server's Config holds it): they keep its keys then.
+func (s *Server) runCredentials(ctx context.Context) {
+	if err := s.cfg.Credentials.Run(ctx); err != nil {
+		s.log.LogAttrs(ctx, slog.LevelError, "OpenID Connect issuers not run by this intake", slog.String("error", err.Error()))
 	}
 }
 
