@@ -139,6 +139,9 @@ func TestOpenCheckpointRefusals(t *testing.T) {
 		{"forged key", sign(t, k.forger, origin, 7, root), audit.ErrSignature, "not signed by key tally.example.org+41a1df5e"},
 		{"changed size", bytes.Replace(good, []byte("\n7\n"), []byte("\n8\n"), 1), audit.ErrSignature, "does not match"},
 		{"other poll", sign(t, k.signer, audit.Origin(testLogName, "dinner"), 7, root), audit.ErrOrigin, "dinner"},
+		// Poll ids that are prefixes of each other, both ways round.
+		{"poll lunch-2", sign(t, k.signer, audit.Origin(testLogName, "lunch-2"), 7, root), audit.ErrOrigin, `"tally.example.org/polls/lunch-2", not`},
+		{"poll lunc", sign(t, k.signer, audit.Origin(testLogName, "lunc"), 7, root), audit.ErrOrigin, `"tally.example.org/polls/lunc", not`},
 		{"other log", sign(t, k.rotated, audit.Origin("tally.example.org-2027", "lunch"), 7, root), audit.ErrSignature, "not signed"},
 		{"extension line", resign(origin + "\n7\n" + rootB64 + "\nextra\n"), audit.ErrMalformed, "extension"},
 		{"short root", resign(origin + "\n7\nAAAA\n"), audit.ErrMalformed, "root hash has 3 bytes"},

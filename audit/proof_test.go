@@ -152,6 +152,44 @@ func TestConsistencyRefusesMutations(t *testing.T) {
 	})
 }
 
+// Consistency from the empty tree, the boundary the property test above
+// leaves out: the proof the tree gives (empty) verifies against any newer
+// tree; a proof of one or more hashes (drawn, or hashes of the tree) is
+// refused, as is an older size below 0.
+func TestConsistencyFromEmptyTree(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		newSize := rapid.Int64Range(0, maxTree).Draw(t, "new")
+		var newRoot tlog.Hash
+		if newSize > 0 {
+			newRoot = root(t, newSize)
+		}
+		proof, err := propertyTree.ConsistencyProof(0, newSize)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := audit.CheckConsistency("p", 0, tlog.Hash{}, newSize, newRoot, proof); err != nil {
+			t.Fatalf("the empty tree's proof against size %d refused: %v", newSize, err)
+		}
+		n := rapid.IntRange(1, 12).Draw(t, "hashes")
+		extra := make(tlog.TreeProof, n)
+		for i := range extra {
+			if newSize > 0 && rapid.Bool().Draw(t, "tree hash") {
+				extra[i], _ = propertyTree.LeafHash(rapid.Int64Range(0, newSize-1).Draw(t, "leaf"))
+			} else {
+				copy(extra[i][:], rapid.SliceOfN(rapid.Byte(), tlog.HashSize, tlog.HashSize).Draw(t, "extra"))
+			}
+		}
+		err = audit.CheckConsistency("p", 0, tlog.Hash{}, newSize, newRoot, extra)
+		if !errors.Is(err, audit.ErrProof) || !strings.Contains(err.Error(), "from the empty tree must be empty") {
+			t.Fatalf("a proof of %d hashes from size 0 to %d: error %v, want ErrProof saying it must be empty", n, newSize, err)
+		}
+		err = audit.CheckConsistency("p", -1, tlog.Hash{}, newSize, newRoot, proof)
+		if !errors.Is(err, audit.ErrProof) {
+			t.Fatalf("from size -1 to %d: error %v, want ErrProof", newSize, err)
+		}
+	})
+}
+
 // receiptFixture is a valid receipt of leaf index in a tree of size,
 // against a checkpoint signed with the test key.
 func receiptFixture(t failer, k keys, size, index int64) audit.Receipt {
