@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"tally/internal/testenv"
 	"tally/ledger"
 )
 
@@ -52,6 +53,10 @@ func TestConcurrentAppends(t *testing.T) {
 	recorded := map[[2]string][]ledger.LedgerRow{} // (principal, key) -> each time told recorded
 	var wg sync.WaitGroup
 	errs := make(chan error, workers)
+	// Each Append waits at most appendWait, so a bug that blocks appends (a
+	// pool exhausted, a lock never released) fails the test naming the
+	// batch, and stops the appenders.
+	const appendWait, allWait = 30 * time.Second, 2 * time.Minute
 	for w := 0; w < workers; w++ {
 		wg.Add(1)
 		go func(w int) {
@@ -79,7 +84,9 @@ func TestConcurrentAppends(t *testing.T) {
 				var outs []ledger.Outcome
 				var err error
 				for attempt := 0; attempt < 10; attempt++ {
-					outs, err = b.store.Append(context.Background(), batch)
+					ctx, cancel := context.WithTimeout(t.Context(), appendWait)
+					outs, err = b.store.Append(ctx, batch)
+					cancel()
 					if err == nil || !ledger.IsRetryable(err) {
 						break
 					}
@@ -87,7 +94,11 @@ func TestConcurrentAppends(t *testing.T) {
 						deadlocks.Add(1)
 					}
 				}
-				if err != nil {
+				switch {
+				case errors.Is(err, context.DeadlineExceeded):
+					errs <- fmt.Errorf("worker %d batch %d: Append did not return within %s: %w", w, i, appendWait, err)
+					return
+				case err != nil:
 					errs <- fmt.Errorf("worker %d batch %d: %w", w, i, err)
 					return
 				}
@@ -104,7 +115,7 @@ func TestConcurrentAppends(t *testing.T) {
 			}
 		}(w)
 	}
-	wg.Wait()
+	testenv.WaitGroup(t, &wg, allWait, fmt.Sprintf("%d appenders of %d batches each", workers, batches))
 	t.Logf("%d deadlocks reported after Append's own retries, retried by the appenders", deadlocks.Load())
 	close(errs)
 	for err := range errs {
