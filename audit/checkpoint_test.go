@@ -162,6 +162,33 @@ func TestOpenCheckpointRefusals(t *testing.T) {
 	}
 }
 
+// SignCheckpoint signs only an origin of one line of printable text (a
+// control character anywhere, the first one included, is refused) and a
+// size of 0 or more.
+func TestSignCheckpointRefusals(t *testing.T) {
+	k := testKeys(t)
+	for _, tc := range []struct {
+		origin string
+		size   int64
+		says   string
+	}{
+		{"", 1, "one line"},
+		{"\nlunch", 1, "one line"},
+		{"\tlunch", 1, "one line"},
+		{"lunch\n", 1, "one line"},
+		{"lu\x00nch", 1, "one line"},
+		{"lunch\xff", 1, "one line"},
+		{"lunch", -1, "negative"},
+	} {
+		if _, err := audit.SignCheckpoint(k.signer, tc.origin, tc.size, tlog.Hash{}); err == nil || !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("origin %q size %d: error %v, want one saying %q", tc.origin, tc.size, err, tc.says)
+		}
+	}
+	if _, err := audit.SignCheckpoint(k.signer, "lunch", 0, tlog.Hash{}); err != nil {
+		t.Errorf("a checkpoint of the empty tree: %v", err)
+	}
+}
+
 // A checkpoint cosigned by a witness still opens with the log's key alone.
 func TestOpenCheckpointCosigned(t *testing.T) {
 	k := testKeys(t)

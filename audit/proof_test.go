@@ -101,6 +101,14 @@ func TestInclusionRefusesMutations(t *testing.T) {
 				refuse("index "+itoa(int(other)), audit.CheckInclusion("p", other, leaf, size, r, proof))
 			}
 		}
+		// An index outside the tree is refused for that, before the proof
+		// is looked at.
+		for _, other := range []int64{-1, size} {
+			err := audit.CheckInclusion("p", other, leaf, size, r, proof)
+			if want := "leaf index " + itoa(int(other)) + " is not in a tree of size " + itoa(int(size)); err == nil || !strings.Contains(err.Error(), want) {
+				t.Fatalf("index %d of a tree of size %d: error %v, want one saying %q", other, size, err, want)
+			}
+		}
 		for other := int64(0); other <= maxTree; other++ {
 			if other != size {
 				var otherRoot tlog.Hash
