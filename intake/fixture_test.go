@@ -93,7 +93,7 @@ func setupOn(t testing.TB, db testenv.DB, rdb redis.UniversalClient, prefix stri
 	t.Cleanup(func() {
 		tr.CloseIdleConnections()
 		cancel()
-		if err := <-done; err != nil {
+		if err := testenv.Receive(t, done, 15*time.Second, "Serve to return once its context ended"); err != nil {
 			t.Errorf("Serve: %v", err)
 		}
 	})

@@ -247,7 +247,7 @@ func TestRebuildFindsAndRepairsDrift(t *testing.T) {
 		repaired = append(repaired, changed...)
 		time.Sleep(10 * time.Millisecond)
 	}
-	wg.Wait()
+	testenv.WaitGroup(t, &wg, time.Minute, "the appenders running beside Repair")
 	if len(repaired) != 1 || repaired[0].PollID != "p" || repaired[0].CandidateID != "b" || repaired[0].Projection-repaired[0].Ledger != 7 {
 		t.Errorf("repairs %+v, want exactly the one drifted row, 7 too high", repaired)
 	}
@@ -304,7 +304,7 @@ func TestRebuildWhileAppending(t *testing.T) {
 		}
 	}
 	stop()
-	if err := <-appended; err != nil {
+	if err := testenv.Receive(t, appended, time.Minute, "the appender to stop"); err != nil {
 		t.Fatalf("append: %v", err)
 	}
 }
