@@ -341,6 +341,35 @@ func TestReceiptRefusesCheckpointBytes(t *testing.T) {
 	}
 }
 
+// ParseConsistencyProof reads what the consistency endpoint answers and
+// refuses sizes that cannot be a proof's: from below 0, or past to.
+func TestParseConsistencyProof(t *testing.T) {
+	for _, in := range []string{
+		`{"poll_id":"p","from":0,"to":0,"proof":[]}`,
+		`{"poll_id":"p","from":3,"to":3,"proof":[],"from_root":"ignored"}`,
+		`{"poll_id":"p","from":1,"to":2,"proof":["` + tlog.Hash{1}.String() + `"]}`,
+	} {
+		if _, err := audit.ParseConsistencyProof([]byte(in)); err != nil {
+			t.Errorf("%s: %v", in, err)
+		}
+	}
+	p, err := audit.ParseConsistencyProof([]byte(`{"poll_id":"p","from":1,"to":2,"proof":["` + tlog.Hash{1}.String() + `"]}`))
+	if err != nil || p.PollID != "p" || p.From != 1 || p.To != 2 || len(p.Proof) != 1 || p.Proof[0] != (tlog.Hash{1}) {
+		t.Errorf("read back %+v, %v", p, err)
+	}
+	for _, tc := range []struct{ in, says string }{
+		{`{"poll_id":"p","from":-1,"to":2}`, "from -1 to 2"},
+		{`{"poll_id":"p","from":3,"to":2}`, "from 3 to 2"},
+		{`{"poll_id":"p","from":1,"to":-1}`, "from 1 to -1"},
+		{`{"poll_id":"p","from":"1","to":2}`, "consistency proof"},
+		{`{"poll_id":"p","from":1,"to":2,"proof":["AA"]}`, "consistency proof"},
+	} {
+		if _, err := audit.ParseConsistencyProof([]byte(tc.in)); !errors.Is(err, audit.ErrMalformed) || !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("%s: error %v, want ErrMalformed saying %q", tc.in, err, tc.says)
+		}
+	}
+}
+
 func TestParseReceiptRefusals(t *testing.T) {
 	k := testKeys(t)
 	good, err := json.Marshal(receiptFixture(t, k, 5, 2))
