@@ -13,12 +13,18 @@ FUZZ_TARGETS := ./intake:FuzzParseVote:60000x ./cli:FuzzParseImportLine:50000x .
 # staticcheck at a pinned version, fetched through the module proxy by go run:
 # lint never depends on what happens to be installed.
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+# gremlins, pinned the same way, for make mutate.
+GREMLINS := github.com/go-gremlins/gremlins/cmd/gremlins@v0.6.0
+# package:efficacy: make mutate mutates each package (its tests must be fast
+# and need no server) and fails when fewer than efficacy percent of the
+# mutants its tests cover are killed. MUTATE_PKGS=audit:90 runs one.
+MUTATE_PKGS ?= audit:90 vote:90 stream:80
 # $(call quietly,WHAT,COMMAND): run COMMAND with its output kept aside; show
 # the output only when COMMAND fails, so a passing run stays short.
 quietly = out="$$(mktemp)"; if $(2) >"$$out" 2>&1; then rm -f "$$out"; else \
 	rc=$$?; cat "$$out"; rm -f "$$out"; echo "$(1) failed (exit $$rc); its output is above" >&2; exit $$rc; fi
 
-.PHONY: help build run test test-race fuzz bench bench-short chaos lint services services-stop clean
+.PHONY: help build run test test-race fuzz mutate bench bench-short chaos lint services services-stop clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -43,6 +49,17 @@ fuzz: ## run each fuzz target briefly (FUZZTIME=5m: that long each)
 		IFS=: read -r pkg target count <<< "$$t"; budget="$${FUZZTIME:-$$count}"; \
 		echo "fuzz $$target ($$pkg) for $$budget"; \
 		$(GO) test -run '^$$' -fuzz "^$$target$$" -fuzztime "$$budget" "$$pkg" || exit 1; \
+	done
+
+# GOFLAGS=-count=1: gremlins times the package's tests once (uncached) and
+# gives each mutant's run 10 times that, which also covers compiling the
+# mutated package.
+mutate: ## mutation testing (gremlins, pinned) of audit, vote and stream: each one's efficacy, the mutants that lived; about 10 minutes, not part of test
+	@for t in $(MUTATE_PKGS); do \
+		IFS=: read -r pkg efficacy <<< "$$t"; \
+		echo "mutate ./$$pkg (efficacy at least $$efficacy%)"; \
+		GOFLAGS=-count=1 $(GO) run $(GREMLINS) unleash --timeout-coefficient 10 \
+			--threshold-efficacy "$$efficacy" --output-statuses lt "./$$pkg" || exit 1; \
 	done
 
 bench: ## every throughput, latency and memory figure next to its baseline (about 11 minutes on 2 quiet cores); writes BENCHMARKS.md

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -103,7 +105,7 @@ func TestGenerateKey(t *testing.T) {
 	if _, err := audit.OpenCheckpoint(sign(t, s, origin, 0, tlog.Hash{}), v, origin); err != nil {
 		t.Fatalf("a checkpoint signed by a new key does not open with its verifier key: %v", err)
 	}
-	for _, name := range []string{"", "a b", "a+b", "tab\t"} {
+	for _, name := range []string{"", "a b", "a+b", "tab\t", " lead", "\x01lead", "é\u200b"} {
 		if _, _, err := audit.GenerateKey(name); err == nil {
 			t.Errorf("GenerateKey(%q) made a key", name)
 		}
@@ -139,6 +141,9 @@ func TestOpenCheckpointRefusals(t *testing.T) {
 		{"forged key", sign(t, k.forger, origin, 7, root), audit.ErrSignature, "not signed by key tally.example.org+41a1df5e"},
 		{"changed size", bytes.Replace(good, []byte("\n7\n"), []byte("\n8\n"), 1), audit.ErrSignature, "does not match"},
 		{"other poll", sign(t, k.signer, audit.Origin(testLogName, "dinner"), 7, root), audit.ErrOrigin, "dinner"},
+		// Poll ids that are prefixes of each other, both ways round.
+		{"poll lunch-2", sign(t, k.signer, audit.Origin(testLogName, "lunch-2"), 7, root), audit.ErrOrigin, `"tally.example.org/polls/lunch-2", not`},
+		{"poll lunc", sign(t, k.signer, audit.Origin(testLogName, "lunc"), 7, root), audit.ErrOrigin, `"tally.example.org/polls/lunc", not`},
 		{"other log", sign(t, k.rotated, audit.Origin("tally.example.org-2027", "lunch"), 7, root), audit.ErrSignature, "not signed"},
 		{"extension line", resign(origin + "\n7\n" + rootB64 + "\nextra\n"), audit.ErrMalformed, "extension"},
 		{"short root", resign(origin + "\n7\nAAAA\n"), audit.ErrMalformed, "root hash has 3 bytes"},
@@ -156,6 +161,37 @@ func TestOpenCheckpointRefusals(t *testing.T) {
 	}
 	if _, err := audit.OpenCheckpoint(good, k.verifier, origin); err != nil {
 		t.Fatalf("the good checkpoint: %v", err)
+	}
+	// The largest size there is opens: it is below, not at, the limit.
+	if cp, err := audit.OpenCheckpoint(sign(t, k.signer, origin, math.MaxInt64, root), k.verifier, origin); err != nil || cp.Size != math.MaxInt64 {
+		t.Fatalf("a checkpoint of size MaxInt64: %+v, %v", cp, err)
+	}
+}
+
+// SignCheckpoint signs only an origin of one line of printable text (a
+// control character anywhere, the first one included, is refused) and a
+// size of 0 or more.
+func TestSignCheckpointRefusals(t *testing.T) {
+	k := testKeys(t)
+	for _, tc := range []struct {
+		origin string
+		size   int64
+		says   string
+	}{
+		{"", 1, "one line"},
+		{"\nlunch", 1, "one line"},
+		{"\tlunch", 1, "one line"},
+		{"lunch\n", 1, "one line"},
+		{"lu\x00nch", 1, "one line"},
+		{"lunch\xff", 1, "one line"},
+		{"lunch", -1, "negative"},
+	} {
+		if _, err := audit.SignCheckpoint(k.signer, tc.origin, tc.size, tlog.Hash{}); err == nil || !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("origin %q size %d: error %v, want one saying %q", tc.origin, tc.size, err, tc.says)
+		}
+	}
+	if _, err := audit.SignCheckpoint(k.signer, "lunch", 0, tlog.Hash{}); err != nil {
+		t.Errorf("a checkpoint of the empty tree: %v", err)
 	}
 }
 
@@ -179,14 +215,16 @@ func TestOpenCheckpointCosigned(t *testing.T) {
 
 func TestReadCheckpoints(t *testing.T) {
 	var buf bytes.Buffer
-	want := audit.StoredCheckpoint{PollID: "lunch", Size: 2, Checkpoint: "text\n\n— sig\n"}
-	if err := audit.WriteCheckpoint(&buf, want); err != nil {
-		t.Fatal(err)
+	want := []audit.StoredCheckpoint{{PollID: "lunch", Size: 2, Checkpoint: "text\n\n— sig\n"}, {PollID: "lunch", Size: 0, Checkpoint: "empty"}}
+	for _, c := range want {
+		if err := audit.WriteCheckpoint(&buf, c); err != nil {
+			t.Fatal(err)
+		}
+		buf.WriteString("\n")
 	}
-	buf.WriteString("\n")
 	got, err := audit.ReadCheckpoints(&buf)
-	if err != nil || len(got) != 1 || got[0] != want {
-		t.Fatalf("read back %+v, %v", got, err)
+	if err != nil || !slices.Equal(got, want) {
+		t.Fatalf("read back %+v, %v; want %+v", got, err, want)
 	}
 	for _, tc := range []struct{ in, says string }{
 		{`{"poll_id":"a b","size":1,"checkpoint":"x"}`, "line 1: poll_id"},
@@ -194,6 +232,7 @@ func TestReadCheckpoints(t *testing.T) {
 		{`{"poll_id":"p","size":1}`, "checkpoint is missing"},
 		{`{"poll_id":"p","size":"1","checkpoint":"x"}`, "line 1"},
 		{`not json`, "line 1"},
+		{"\n\n" + `{"poll_id":"p","size":1,"checkpoint":"` + strings.Repeat("x", 1<<20) + `"}`, "line 3 is longer than"},
 	} {
 		if _, err := audit.ReadCheckpoints(strings.NewReader(tc.in)); err == nil || !strings.Contains(err.Error(), tc.says) {
 			t.Errorf("%s: error %v, want one saying %q", tc.in, err, tc.says)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"tally/audit"
+	"tally/vote"
 )
 
 // The example of docs/audit.md: an independent verifier can check its
@@ -68,17 +69,34 @@ func TestLeafRefusals(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		b    []byte
+		says string
 	}{
-		{"empty", nil},
-		{"version 2", append([]byte{2}, good[1:]...)},
-		{"cut", good[:len(good)-1]},
-		{"trailing", append(append([]byte{}, good...), 0)},
-		{"length past end", []byte{1, 60, 'a'}},
-		{"zero-length id", append([]byte{1, 0}, good[7:]...)},
+		{"empty", nil, "leaf: empty"},
+		{"version 2", append([]byte{2}, good[1:]...), "version 2 is not known"},
+		{"cut", good[:len(good)-1], "received_at takes 8 bytes, 7 are left"},
+		{"no time", good[:len(good)-8], "received_at takes 8 bytes, 0 are left"}, // the last id ends the bytes
+		{"last id cut", good[:len(good)-9], "client_event_id is cut short"},
+		{"trailing", append(append([]byte{}, good...), 0), "received_at takes 8 bytes, 9 are left"},
+		{"length past end", []byte{1, 60, 'a'}, "poll_id is cut short"},
+		{"zero-length id", append([]byte{1, 0}, good[7:]...), `poll_id "" is invalid`},
 	} {
-		if _, err := audit.DecodeLeaf(tc.b); err == nil {
-			t.Errorf("%s: decoded without error", tc.name)
+		if _, err := audit.DecodeLeaf(tc.b); err == nil || !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("%s: error %v, want one saying %q", tc.name, err, tc.says)
 		}
+	}
+}
+
+// LeafHash, which rebuild and the offline audit run for every row,
+// allocates nothing, even for ids of the longest length.
+func TestLeafHashAllocatesNothing(t *testing.T) {
+	long := strings.Repeat("x", vote.MaxIDLen)
+	l := audit.Leaf{PollID: long, CandidateID: long, PrincipalID: long, ClientEventID: long, ReceivedAt: exampleLeaf.ReceivedAt}
+	if n := testing.AllocsPerRun(100, func() {
+		if _, err := audit.LeafHash(l); err != nil {
+			t.Fatal(err)
+		}
+	}); n != 0 {
+		t.Errorf("LeafHash of a leaf of %d-character ids: %v allocations, want 0", vote.MaxIDLen, n)
 	}
 }
 

@@ -101,6 +101,14 @@ func TestInclusionRefusesMutations(t *testing.T) {
 				refuse("index "+itoa(int(other)), audit.CheckInclusion("p", other, leaf, size, r, proof))
 			}
 		}
+		// An index outside the tree is refused for that, before the proof
+		// is looked at.
+		for _, other := range []int64{-1, size} {
+			err := audit.CheckInclusion("p", other, leaf, size, r, proof)
+			if want := "leaf index " + itoa(int(other)) + " is not in a tree of size " + itoa(int(size)); err == nil || !strings.Contains(err.Error(), want) {
+				t.Fatalf("index %d of a tree of size %d: error %v, want one saying %q", other, size, err, want)
+			}
+		}
 		for other := int64(0); other <= maxTree; other++ {
 			if other != size {
 				var otherRoot tlog.Hash
@@ -148,6 +156,44 @@ func TestConsistencyRefusesMutations(t *testing.T) {
 			if other != newSize && other >= oldSize {
 				refuse("new size "+itoa(int(other)), audit.CheckConsistency("p", oldSize, oldRoot, other, root(t, other), proof))
 			}
+		}
+	})
+}
+
+// Consistency from the empty tree, the boundary the property test above
+// leaves out: the proof the tree gives (empty) verifies against any newer
+// tree; a proof of one or more hashes (drawn, or hashes of the tree) is
+// refused, as is an older size below 0.
+func TestConsistencyFromEmptyTree(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		newSize := rapid.Int64Range(0, maxTree).Draw(t, "new")
+		var newRoot tlog.Hash
+		if newSize > 0 {
+			newRoot = root(t, newSize)
+		}
+		proof, err := propertyTree.ConsistencyProof(0, newSize)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := audit.CheckConsistency("p", 0, tlog.Hash{}, newSize, newRoot, proof); err != nil {
+			t.Fatalf("the empty tree's proof against size %d refused: %v", newSize, err)
+		}
+		n := rapid.IntRange(1, 12).Draw(t, "hashes")
+		extra := make(tlog.TreeProof, n)
+		for i := range extra {
+			if newSize > 0 && rapid.Bool().Draw(t, "tree hash") {
+				extra[i], _ = propertyTree.LeafHash(rapid.Int64Range(0, newSize-1).Draw(t, "leaf"))
+			} else {
+				copy(extra[i][:], rapid.SliceOfN(rapid.Byte(), tlog.HashSize, tlog.HashSize).Draw(t, "extra"))
+			}
+		}
+		err = audit.CheckConsistency("p", 0, tlog.Hash{}, newSize, newRoot, extra)
+		if !errors.Is(err, audit.ErrProof) || !strings.Contains(err.Error(), "from the empty tree must be empty") {
+			t.Fatalf("a proof of %d hashes from size 0 to %d: error %v, want ErrProof saying it must be empty", n, newSize, err)
+		}
+		err = audit.CheckConsistency("p", -1, tlog.Hash{}, newSize, newRoot, proof)
+		if !errors.Is(err, audit.ErrProof) {
+			t.Fatalf("from size -1 to %d: error %v, want ErrProof", newSize, err)
 		}
 	})
 }
@@ -291,6 +337,35 @@ func TestReceiptRefusesCheckpointBytes(t *testing.T) {
 					t.Fatalf("size %d: checkpoint byte %d ^ %#x accepted:\n%s", tc.size, i, mask, cp)
 				}
 			}
+		}
+	}
+}
+
+// ParseConsistencyProof reads what the consistency endpoint answers and
+// refuses sizes that cannot be a proof's: from below 0, or past to.
+func TestParseConsistencyProof(t *testing.T) {
+	for _, in := range []string{
+		`{"poll_id":"p","from":0,"to":0,"proof":[]}`,
+		`{"poll_id":"p","from":3,"to":3,"proof":[],"from_root":"ignored"}`,
+		`{"poll_id":"p","from":1,"to":2,"proof":["` + tlog.Hash{1}.String() + `"]}`,
+	} {
+		if _, err := audit.ParseConsistencyProof([]byte(in)); err != nil {
+			t.Errorf("%s: %v", in, err)
+		}
+	}
+	p, err := audit.ParseConsistencyProof([]byte(`{"poll_id":"p","from":1,"to":2,"proof":["` + tlog.Hash{1}.String() + `"]}`))
+	if err != nil || p.PollID != "p" || p.From != 1 || p.To != 2 || len(p.Proof) != 1 || p.Proof[0] != (tlog.Hash{1}) {
+		t.Errorf("read back %+v, %v", p, err)
+	}
+	for _, tc := range []struct{ in, says string }{
+		{`{"poll_id":"p","from":-1,"to":2}`, "from -1 to 2"},
+		{`{"poll_id":"p","from":3,"to":2}`, "from 3 to 2"},
+		{`{"poll_id":"p","from":1,"to":-1}`, "from 1 to -1"},
+		{`{"poll_id":"p","from":"1","to":2}`, "consistency proof"},
+		{`{"poll_id":"p","from":1,"to":2,"proof":["AA"]}`, "consistency proof"},
+	} {
+		if _, err := audit.ParseConsistencyProof([]byte(tc.in)); !errors.Is(err, audit.ErrMalformed) || !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("%s: error %v, want ErrMalformed saying %q", tc.in, err, tc.says)
 		}
 	}
 }

@@ -2,6 +2,8 @@ package audit_test
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -83,12 +85,77 @@ func TestTreeAgreesWithTlog(t *testing.T) {
 	if _, err := tr.Root(n + 1); err == nil {
 		t.Error("root past the tree's size answered")
 	}
-	if _, err := tr.InclusionProof(n, n); err == nil {
-		t.Error("inclusion proof of a leaf past the size answered")
+	if _, err := tr.InclusionProof(n, n); err == nil || !strings.Contains(err.Error(), "leaf index 70 is not in a tree of size 70") {
+		t.Errorf("inclusion proof of the leaf at the size: error %v, want one saying it is not in the tree", err)
+	}
+	if _, err := tr.LeafHash(n); err == nil {
+		t.Error("the hash of the leaf at the size answered")
+	}
+	stored := tlog.StoredHashCount(n)
+	if _, err := tr.ReadHashes([]int64{stored - 1}); err != nil {
+		t.Errorf("the last stored hash: %v", err)
+	}
+	if _, err := tr.ReadHashes([]int64{stored}); err == nil {
+		t.Error("a stored hash past the last answered")
 	}
 	if _, err := tr.ConsistencyProof(5, 4); err == nil {
 		t.Error("consistency proof from a larger size answered")
 	}
+}
+
+// A tree whose stored hashes fill more than one of its blocks agrees with
+// tlog's own, kept in a map: its root, and the proofs of leaves on either
+// side of the blocks' boundary.
+func TestTreeAcrossBlocks(t *testing.T) {
+	const n = 40_000 // about 80,000 stored hashes, past the first block of 65,536
+	var tr audit.Tree
+	store := mapHashes{}
+	for i := range int64(n) {
+		data := []byte(strconv.FormatInt(i, 10))
+		if err := tr.Append(tlog.RecordHash(data)); err != nil {
+			t.Fatal(err)
+		}
+		hs, err := tlog.StoredHashes(i, data, store)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j, h := range hs {
+			store[tlog.StoredHashIndex(0, i)+int64(j)] = h
+		}
+	}
+	want, err := tlog.TreeHash(n, store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := tr.Root(n)
+	if err != nil || root != want {
+		t.Fatalf("root of %d leaves: %v, %v; tlog's is %v", n, root, err, want)
+	}
+	for _, i := range []int64{0, 32_767, 32_768, 32_769, n - 1} {
+		leaf, _ := tr.LeafHash(i)
+		p, err := tr.InclusionProof(i, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := audit.CheckInclusion("p", i, leaf, n, want, p); err != nil {
+			t.Errorf("leaf %d: %v", i, err)
+		}
+	}
+}
+
+// mapHashes is a tlog.HashReader over stored hashes kept in a map.
+type mapHashes map[int64]tlog.Hash
+
+func (m mapHashes) ReadHashes(indexes []int64) ([]tlog.Hash, error) {
+	out := make([]tlog.Hash, len(indexes))
+	for i, x := range indexes {
+		h, ok := m[x]
+		if !ok {
+			return nil, fmt.Errorf("no stored hash %d", x)
+		}
+		out[i] = h
+	}
+	return out, nil
 }
 
 // The empty tree's root is SHA-256 of nothing (RFC 6962 2.1).

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -195,7 +196,8 @@ func TestVerifyExportTamperOneCheckpoint(t *testing.T) {
 	rows := slices.Clone(f.rows)
 	rows[pollRowIndex(rows, "p", 7)].CandidateID = "c9"
 	rep := f.verify(t, rows, cps, nil)
-	if len(rep.Discrepancies) != 1 || *rep.Discrepancies[0].Leaves != (audit.LeafRange{First: 0, Last: 14}) {
+	if len(rep.Discrepancies) != 1 || *rep.Discrepancies[0].Leaves != (audit.LeafRange{First: 0, Last: 14}) ||
+		!strings.Contains(rep.Discrepancies[0].Detail, "a leaf from 0 to 14 was changed") {
 		t.Fatalf("discrepancies %v, want one placing the change in leaves 0-14", rep.Discrepancies)
 	}
 }
@@ -240,12 +242,13 @@ func TestVerifyExportBadCheckpoints(t *testing.T) {
 		cp     audit.StoredCheckpoint
 		field  string
 		detail string
+		leaves *audit.LeafRange // the leaves missing from the export
 	}{
-		{"forged", forged, "checkpoint", "not signed by key tally.example.org+41a1df5e"},
-		{"other poll", otherPoll, "checkpoint", "not \"tally.example.org/polls/p\""},
-		{"size line", sizeLine, "size", "says size 6"},
-		{"larger than the export", more, "", "the export holds 20"},
-		{"poll not exported", absent, "", "the export holds 0"},
+		{"forged", forged, "checkpoint", "not signed by key tally.example.org+41a1df5e", nil},
+		{"other poll", otherPoll, "checkpoint", "not \"tally.example.org/polls/p\"", nil},
+		{"size line", sizeLine, "size", "says size 6", nil},
+		{"larger than the export", more, "", "the export holds 20", &audit.LeafRange{First: 20, Last: 21}},
+		{"poll not exported", absent, "", "the export holds 0", &audit.LeafRange{First: 0, Last: 2}},
 	} {
 		rep := f.verify(t, f.rows, []audit.StoredCheckpoint{tc.cp}, nil)
 		if len(rep.Discrepancies) != 1 {
@@ -255,6 +258,9 @@ func TestVerifyExportBadCheckpoints(t *testing.T) {
 		d := rep.Discrepancies[0]
 		if d.Field != tc.field || !strings.Contains(d.Detail, tc.detail) || d.CheckpointLine != 1 {
 			t.Errorf("%s: %v, want field %q saying %q on checkpoint line 1", tc.name, d, tc.field, tc.detail)
+		}
+		if (d.Leaves == nil) != (tc.leaves == nil) || d.Leaves != nil && *d.Leaves != *tc.leaves {
+			t.Errorf("%s: leaves %v, want %v", tc.name, d.Leaves, tc.leaves)
 		}
 	}
 }
@@ -306,26 +312,30 @@ func TestVerifyExportRowChecks(t *testing.T) {
 
 func TestVerifyExportResults(t *testing.T) {
 	f := setupAudit(t)
-	size := int64(12)
+	size, all := int64(12), int64(20)
 	good := []audit.PublishedResults{
 		{PollID: "p", Total: 20, Results: []audit.Tally{{"c0", 5}, {"c1", 5}, {"c2", 5}, {"c3", 5}, {"unvoted", 0}}},
 		{PollID: "q", Total: 0, Results: []audit.Tally{{"c0", 0}}, TreeSize: new(int64)},
 		{PollID: "p", Total: 12, Results: []audit.Tally{{"c0", 3}, {"c1", 3}, {"c2", 3}, {"c3", 3}}, TreeSize: &size},
+		{PollID: "p", Total: 20, Results: []audit.Tally{{"c0", 5}, {"c1", 5}, {"c2", 5}, {"c3", 5}}, TreeSize: &all}, // the whole export
 	}
-	if rep := f.verify(t, f.rows, nil, good); !rep.OK() || rep.Polls[0].ResultsCompared != 2 {
+	if rep := f.verify(t, f.rows, nil, good); !rep.OK() || rep.Polls[0].ResultsCompared != 3 {
 		t.Fatalf("published results equal to the recount: %v", rep.Discrepancies)
 	}
 	bad := []audit.PublishedResults{
 		{PollID: "p", Total: 20, Results: []audit.Tally{{"c0", 6}, {"c1", 4}, {"c2", 5}, {"c3", 5}}},
 		{PollID: "q", Total: 9, Results: []audit.Tally{{"c0", 3}, {"c1", 2}, {"c2", 2}}},
 		{PollID: "p", Total: 0, Results: nil, TreeSize: &[]int64{21}[0]},
+		{PollID: "r", Total: 3, Results: []audit.Tally{{"c0", 3}}}, // a poll the export does not hold
 	}
 	rep := f.verify(t, f.rows, nil, bad)
 	var got []string
+	object := regexp.MustCompile(`^results object \d+`)
 	for _, d := range rep.Discrepancies {
-		got = append(got, d.PollID+" "+d.Field)
+		got = append(got, d.PollID+" "+d.Field+" "+object.FindString(d.Detail))
 	}
-	want := []string{"p votes", "p votes", "q votes", "q results", "q total", "p tree_size"}
+	want := []string{"p votes results object 1", "p votes results object 1", "q votes results object 2", "q results results object 2",
+		"q total results object 2", "p tree_size results object 3", "r votes results object 4", "r total results object 4"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("discrepancies %v, want fields %q", rep.Discrepancies, want)
 	}
@@ -343,6 +353,29 @@ func TestReadResults(t *testing.T) {
 	for _, in := range []string{`{"poll_id":"a b"}`, `{"poll_id":"p","total":"2"}`, `{`} {
 		if _, err := audit.ReadResults(strings.NewReader(in)); err == nil || !strings.Contains(err.Error(), "results object 1") {
 			t.Errorf("%s: error %v, want one naming object 1", in, err)
+		}
+		second := `{"poll_id":"p","results":[],"total":0}` + "\n" + in
+		if _, err := audit.ReadResults(strings.NewReader(second)); err == nil || !strings.Contains(err.Error(), "results object 2") {
+			t.Errorf("%s after a good object: error %v, want one naming object 2", in, err)
+		}
+	}
+}
+
+// A discrepancy reads as the poll, then what it names (a leaf or leaves,
+// a field, an export line, a checkpoint line), then what did not hold.
+func TestDiscrepancyString(t *testing.T) {
+	for _, tc := range []struct {
+		d    audit.Discrepancy
+		want string
+	}{
+		{audit.Discrepancy{PollID: "p", Detail: "d"}, "poll p: d"},
+		{audit.Discrepancy{PollID: "p", Leaves: &audit.LeafRange{First: 0, Last: 0}, Detail: "d"}, "poll p, leaf 0: d"},
+		{audit.Discrepancy{PollID: "p", Leaves: &audit.LeafRange{First: 2, Last: 9}, CheckpointLine: 1, Detail: "d"}, "poll p, leaves 2-9, checkpoint line 1: d"},
+		{audit.Discrepancy{PollID: "p", Leaves: &audit.LeafRange{First: 3, Last: 3}, Field: "seq", ExportLine: 1, Detail: "d"}, "poll p, leaf 3, field seq, export line 1: d"},
+		{audit.Discrepancy{PollID: "q", Field: "total", Detail: "d"}, "poll q, field total: d"},
+	} {
+		if got := tc.d.String(); got != tc.want {
+			t.Errorf("%+v reads %q, want %q", tc.d, got, tc.want)
 		}
 	}
 }

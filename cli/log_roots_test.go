@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -71,5 +72,45 @@ func TestExportImportKeepsLogRoots(t *testing.T) {
 	}
 	if len(want) != 3 || strings.Contains(want[0], " 0 ") {
 		t.Fatalf("heads %v: want three polls with rows", want)
+	}
+}
+
+// A head whose root alone was rewritten (as a superuser, triggers off),
+// with the rows, leaves and tiles untouched, fails tally rebuild: exit 1
+// and the poll named with the two roots.
+func TestRebuildFindsARewrittenRoot(t *testing.T) {
+	t.Parallel()
+	db := testenv.Postgres(t)
+	if r := tally(t, db.URL, "poll", "create", "lunch", "--title", "Lunch?", "--choice", "pizza", "--choice", "sushi"); r.code != 0 {
+		t.Fatalf("poll create: %+v", r)
+	}
+	var b strings.Builder
+	for i := range 20 {
+		fmt.Fprintf(&b, `{"event_id":"e%d","poll_id":"lunch","candidate_id":"pizza","principal_id":"u%d"}`+"\n", i, i)
+	}
+	in := filepath.Join(t.TempDir(), "in.jsonl")
+	if err := os.WriteFile(in, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := tally(t, db.URL, "import", in); r.code != 0 {
+		t.Fatalf("import: %+v", r)
+	}
+	if r := tally(t, db.URL, "rebuild"); r.code != 0 || !strings.Contains(r.stdout, "OK: every poll's log verifies") {
+		t.Fatalf("rebuild before the change: %+v", r)
+	}
+	err := pgx.BeginFunc(t.Context(), db.Pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(t.Context(), `SET LOCAL session_replication_role = replica`); err != nil {
+			return err
+		}
+		_, err := tx.Exec(t.Context(), `UPDATE poll_log_heads SET root = sha256('other') WHERE poll_id = 'lunch'`)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("rewrite the root: %v", err)
+	}
+	r := tally(t, db.URL, "rebuild")
+	if r.code != 1 || !strings.Contains(r.stdout, "LOG MISMATCH: 1 of 1 polls' logs") ||
+		!regexp.MustCompile(`lunch\s+-1\s+20\s+20\s+the rows hash to root`).MatchString(r.stdout) {
+		t.Fatalf("rebuild after the root was rewritten: want exit 1 and poll lunch's roots named, got %+v", r)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -139,6 +140,33 @@ func TestLogProveAndConsistency(t *testing.T) {
 		// A flag that does not parse gets its usage on standard output too.
 		if r := tally(t, db.URL, c.args...); r.code != c.code || r.stderr == "" || c.code == ExitCheck && r.stdout != "" {
 			t.Errorf("%s: %+v, want exit %d with the reason on stderr", name, r, c.code)
+		}
+	}
+
+	// A signed checkpoint that disagrees with the log (the log was changed
+	// after it was signed; the table takes an INSERT): no receipt against it.
+	vote(1)
+	h, err := store.Head(ctx, "lunch")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrong := h.Root
+	wrong[0] ^= 1
+	note, err := audit.SignCheckpoint(signer, audit.Origin("tally.test", "lunch"), h.Size, wrong)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO poll_log_checkpoints (poll_id, size, root, checkpoint) VALUES ('lunch', $1, $2, $3)`,
+		h.Size, wrong[:], string(note)); err != nil {
+		t.Fatal(err)
+	}
+	for _, size := range []string{"", "6"} {
+		args := prove
+		if size != "" {
+			args = append(slices.Clone(prove), "--size", size)
+		}
+		if r := tally(t, db.URL, args...); r.code != ExitCheck || r.stdout != "" || !strings.Contains(r.stderr, "the log changed after it was signed") {
+			t.Errorf("log prove %v against a checkpoint that disagrees with the log: %+v, want exit 1 saying the log changed", args[len(prove):], r)
 		}
 	}
 }

@@ -120,7 +120,7 @@ func runDeployment(t *testing.T, redisArgs, intakeArgs []string) {
 		next <- i
 	}
 	close(next)
-	wg.Wait()
+	testenv.WaitGroup(t, &wg, 2*time.Minute, "the voters' requests")
 	close(errs)
 	for e := range errs {
 		t.Error(e)

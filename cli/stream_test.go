@@ -123,7 +123,7 @@ func (f streamFixture) runProjector(args []string, done func() bool) string {
 	for !done() {
 		if time.Now().After(deadline) {
 			stop()
-			<-exited
+			testenv.Receive(f.t, exited, 15*time.Second, "the projector to stop once its context ended")
 			f.t.Fatalf("the projector did not drain the stream; its log:\n%s", errOut.String())
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -267,7 +267,7 @@ func TestDaemonWaitsForRedisAtStart(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	stop()
-	if code := <-done; code != 0 {
+	if code := testenv.Receive(t, done, 15*time.Second, "intake to stop once its context ended"); code != 0 {
 		t.Fatalf("intake exited %d", code)
 	}
 }

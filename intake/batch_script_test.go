@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"pgregory.net/rapid"
 
+	"tally/internal/testenv"
 	"tally/ledger"
 )
 
@@ -45,7 +46,7 @@ func (f *batcherFixture) sendOrdered(t *testing.T, votes []scriptVote) []scriptR
 		f.waitPending(t, i+1)
 	}
 	f.release()
-	wg.Wait()
+	testenv.WaitGroup(t, &wg, 15*time.Second, "the script's answers to the votes held in one pipeline")
 	return reps
 }
 

@@ -114,7 +114,7 @@ func (f *batcherFixture) sendHeldReplies(t *testing.T, votes []ballot) []scriptR
 	f.waitPending(t, len(votes))
 	f.release()
 	for range votes {
-		<-done
+		testenv.Receive(t, done, 15*time.Second, "the script's answers to the votes held in one pipeline")
 	}
 	return reps
 }

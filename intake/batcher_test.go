@@ -191,27 +191,30 @@ func (f *batcherFixture) wantIdle(t *testing.T) {
 func (f *batcherFixture) sendHeld(t *testing.T, votes []ballot) ([]outcome, []error) {
 	t.Helper()
 	f.occupy(t)
-	done := make(chan struct{})
-	var outs []outcome
-	var errs []error
-	go func() { outs, errs = f.sendAll(votes); close(done) }()
+	outs, errs, wg := f.goSend(votes)
 	f.waitPending(t, len(votes))
 	f.release()
-	<-done
+	testenv.WaitGroup(t, wg, 15*time.Second, "the answers to votes sent while the pipeline was held")
 	return outs, errs
 }
 
 // sendAll sends every vote from a goroutine of its own and returns each
 // vote's outcome and error.
-func (f *batcherFixture) sendAll(votes []ballot) ([]outcome, []error) {
-	outs := make([]outcome, len(votes))
-	errs := make([]error, len(votes))
-	var wg sync.WaitGroup
+func (f *batcherFixture) sendAll(t *testing.T, votes []ballot) ([]outcome, []error) {
+	t.Helper()
+	outs, errs, wg := f.goSend(votes)
+	testenv.WaitGroup(t, wg, 15*time.Second, "the answers to the votes sent")
+	return outs, errs
+}
+
+// goSend starts sending every vote from a goroutine of its own; each
+// vote's outcome and error are set once wg is done.
+func (f *batcherFixture) goSend(votes []ballot) (outs []outcome, errs []error, wg *sync.WaitGroup) {
+	outs, errs, wg = make([]outcome, len(votes)), make([]error, len(votes)), &sync.WaitGroup{}
 	for i, v := range votes {
 		wg.Go(func() { outs[i], errs[i] = f.send(v) })
 	}
-	wg.Wait()
-	return outs, errs
+	return outs, errs, wg
 }
 
 // TestBatcherConcurrentVotes sends votes of every outcome from many
@@ -250,7 +253,7 @@ func TestBatcherConcurrentVotes(t *testing.T) {
 	for i := range burst + 3 {
 		votes = append(votes, ballot{"busy", "b" + strconv.Itoa(i), "a"})
 	}
-	outs, errs := f.sendAll(votes)
+	outs, errs := f.sendAll(t, votes)
 
 	accepted := map[string]bool{}
 	for _, s := range seeds {
@@ -355,7 +358,7 @@ func TestBatcherOnePipelineAnswers(t *testing.T) {
 		f.waitPending(t, i+1) // keeps the order in the pipeline
 	}
 	f.release()
-	wg.Wait()
+	testenv.WaitGroup(t, &wg, 15*time.Second, "the answers to the three votes")
 	for i, want := range []outcome{outAccepted, outReplay, outConflict} {
 		if errs[i] != nil || outs[i] != want {
 			t.Errorf("vote %v: %s, %v; want %s", votes[i], outs[i], errs[i], want)
@@ -421,7 +424,7 @@ func TestBatcherDeadlineInFlight(t *testing.T) {
 	const wait = 200 * time.Millisecond
 	start := time.Now()
 	votes := []ballot{{"v", "e1", "a"}, {"w", "e2", "a"}}
-	_, errs := f.sendAllBy(votes, start.Add(wait))
+	_, errs := f.sendAllBy(t, votes, start.Add(wait))
 	took := time.Since(start)
 	for i, err := range errs {
 		if err == nil {
@@ -434,8 +437,10 @@ func TestBatcherDeadlineInFlight(t *testing.T) {
 	f.wantIdle(t)
 }
 
-// sendAllBy is sendAll with one deadline for all.
-func (f *batcherFixture) sendAllBy(votes []ballot, deadline time.Time) ([]outcome, []error) {
+// sendAllBy is sendAll with one deadline for all; their answers are
+// waited for until 10s past it.
+func (f *batcherFixture) sendAllBy(t *testing.T, votes []ballot, deadline time.Time) ([]outcome, []error) {
+	t.Helper()
 	outs := make([]outcome, len(votes))
 	errs := make([]error, len(votes))
 	var wg sync.WaitGroup
@@ -445,7 +450,7 @@ func (f *batcherFixture) sendAllBy(votes []ballot, deadline time.Time) ([]outcom
 			outs[i], errs[i] = res.outcome, err
 		})
 	}
-	wg.Wait()
+	testenv.WaitGroup(t, &wg, time.Until(deadline)+10*time.Second, "the answers to votes sent with a deadline")
 	return outs, errs
 }
 
@@ -467,7 +472,7 @@ func TestBatcherRedisDown(t *testing.T) {
 		votes = append(votes, ballot{"v" + strconv.Itoa(i), "e" + strconv.Itoa(i), "a"})
 	}
 	start := time.Now()
-	_, errs := f.sendAllBy(votes, start.Add(10*time.Second))
+	_, errs := f.sendAllBy(t, votes, start.Add(10*time.Second))
 	for i, err := range errs {
 		if err == nil || errors.Is(err, errDeadline) {
 			t.Fatalf("vote %v with Redis down: %v, want its connection's error", votes[i], err)
@@ -527,7 +532,10 @@ func hungRedis(t testing.TB) *redis.Client {
 		t.Fatal(err)
 	}
 	var conns sync.WaitGroup
-	t.Cleanup(func() { ln.Close(); conns.Wait() })
+	t.Cleanup(func() {
+		ln.Close()
+		testenv.WaitGroup(t, &conns, 10*time.Second, "the hung Redis' connections to close")
+	})
 	go func() {
 		for {
 			c, err := ln.Accept()

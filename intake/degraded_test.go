@@ -49,7 +49,7 @@ func runProjector(t *testing.T, b *bundle) {
 	go func() { done <- p.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
-		if err := <-done; err != nil {
+		if err := testenv.Receive(t, done, 15*time.Second, "the projector to stop once its context ended"); err != nil {
 			t.Errorf("projector: %v", err)
 		}
 	})
@@ -344,7 +344,7 @@ func TestResultsReadOncePerTTL(t *testing.T) {
 			})
 		}
 	}
-	wg.Wait()
+	testenv.WaitGroup(t, &wg, 30*time.Second, "the answers to the results requests")
 	close(codes)
 	for c := range codes {
 		if c != http.StatusOK {

@@ -113,7 +113,7 @@ func setupStore(t testing.TB, store *ledger.Store, rdb redis.UniversalClient, pr
 	t.Cleanup(func() {
 		tr.CloseIdleConnections()
 		cancel()
-		if err := <-done; err != nil {
+		if err := testenv.Receive(t, done, 15*time.Second, "Serve to return once its context ended"); err != nil {
 			t.Errorf("Serve: %v", err)
 		}
 	})

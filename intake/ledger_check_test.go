@@ -198,7 +198,7 @@ func TestLedgerChecksShareQueries(t *testing.T) {
 	for range checkQueries {
 		go l.lead(ctx, nil)
 	}
-	wg.Wait()
+	testenv.WaitGroup(t, &wg, 15*time.Second, "the pending lookups' answers")
 	if got := queries.Load() - before; got != 1 {
 		t.Fatalf("%d lookups took %d queries, want 1", n, got)
 	}
@@ -250,7 +250,7 @@ func TestLedgerChecksFail(t *testing.T) {
 			}
 		})
 	}
-	wg.Wait()
+	testenv.WaitGroup(t, &wg, 15*time.Second, "the answers of lookups on a closed pool")
 	wantChecksIdle(t, l)
 }
 

@@ -158,7 +158,7 @@ func limitServer(t *testing.T, cfg intake.Config) *limited {
 	go func() { done <- hs.Serve(ln) }()
 	t.Cleanup(func() {
 		hs.Close()
-		if err := <-done; !errors.Is(err, http.ErrServerClosed) {
+		if err := testenv.Receive(t, done, 15*time.Second, "Serve to return once the server closed"); !errors.Is(err, http.ErrServerClosed) {
 			t.Errorf("serve: %v", err)
 		}
 	})

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"tally/internal/testenv"
 )
 
 // This file tests the live hub alone, with a fake store: a burst of
@@ -76,7 +78,7 @@ func TestLiveHubCoalesces(t *testing.T) {
 	if got := next(t, v1); got != "p 1" {
 		t.Fatalf("first frame %q, want p 1", got)
 	}
-	notify := <-f.notify
+	notify := testenv.Receive(t, f.notify, 5*time.Second, "the hub to listen for notifications")
 	v2, err := h.subscribe(ctx, "p")
 	if err != nil {
 		t.Fatal(err)
@@ -121,7 +123,7 @@ func TestLiveHubRereadsAfterBusyRead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	notify := <-f.notify
+	notify := testenv.Receive(t, f.notify, 5*time.Second, "the hub to listen for notifications")
 	time.Sleep(50 * time.Millisecond) // the first read is under way
 	notify("p")
 	if got := next(t, v); got != "p 1" {
@@ -148,7 +150,7 @@ func TestLiveHubSlowViewer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	notify := <-f.notify
+	notify := testenv.Receive(t, f.notify, 5*time.Second, "the hub to listen for notifications")
 	next(t, fast)
 	const updates = 50
 	for i := range updates {
@@ -219,7 +221,7 @@ func TestLiveHubListensWhileWatched(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		<-f.notify
+		testenv.Receive(t, f.notify, 5*time.Second, "the hub to listen again for a new viewer")
 		if n := f.listeners.Load(); n != 1 {
 			t.Fatalf("round %d: %d listeners with a viewer, want 1", round, n)
 		}

@@ -80,13 +80,22 @@ func openLive(t *testing.T, b *bundle, poll, token string) *liveStream {
 	checkLiveAnswer(t, resp, nil)
 	ls := &liveStream{resp: resp, events: make(chan sse, 100), lines: make(chan string, 1000), done: make(chan struct{})}
 	go ls.read()
-	t.Cleanup(func() { resp.Body.Close(); <-ls.done })
+	t.Cleanup(func() {
+		resp.Body.Close()
+		select {
+		case <-ls.done:
+		case <-time.After(10 * time.Second):
+			t.Errorf("the stream of poll %s still reads 10s after its body was closed", poll)
+		}
+	})
 	return ls
 }
 
 func getLive(t *testing.T, b *bundle, poll, token string) *http.Response {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, b.url+"/v1/polls/"+poll+"/live", nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.url+"/v1/polls/"+poll+"/live", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,8 +103,13 @@ func getLive(t *testing.T, b *bundle, poll, token string) *http.Response {
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	// A client of its own: the bundle's has a timeout, which a stream outlives.
+	// A client of its own: the bundle's has a timeout, which a stream
+	// outlives. The answer's header is still waited for at most 10s.
+	timer := time.AfterFunc(10*time.Second, cancel)
 	resp, err := (&http.Client{}).Do(req)
+	if !timer.Stop() {
+		t.Fatalf("GET /v1/polls/%s/live: no answer within 10s (%v)", poll, err)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -333,6 +347,11 @@ func TestLiveViewersBound(t *testing.T) {
 	first := openLive(t, b, "pub", "")
 	openLive(t, b, "pub", "")
 	resp := getLive(t, b, "pub", "")
+	if resp.StatusCode == http.StatusOK {
+		// Its body would not end: read none of it.
+		resp.Body.Close()
+		t.Fatal("a third stream was opened (200) with MaxLiveViewers 2 streams open")
+	}
 	raw, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	checkLiveAnswer(t, resp, raw)
@@ -343,7 +362,7 @@ func TestLiveViewersBound(t *testing.T) {
 		t.Fatalf("Retry-After %q, want 10", ra)
 	}
 	first.resp.Body.Close()
-	<-first.done
+	testenv.Receive(t, first.done, 10*time.Second, "the first stream to end once its body was closed")
 	eventually(t, "a place freed for a third stream", func() bool {
 		resp := getLive(t, b, "pub", "")
 		defer resp.Body.Close()

@@ -14,8 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/mod/sumdb/note"
+
 	"tally/audit"
 	"tally/intake"
+	"tally/internal/testenv"
 	"tally/ledger"
 )
 
@@ -28,6 +31,7 @@ const testLogName = "tally.test"
 
 // logKeys signs checkpoints of the bundle's polls as the projector would.
 type logKeys struct {
+	signer note.Signer
 	sign   func(t *testing.T, poll string) string // signs and stores the poll's head; returns the note
 	verify func(t *testing.T, note string, poll string) audit.Checkpoint
 }
@@ -47,6 +51,7 @@ func newLogKeys(t *testing.T, b *bundle) (logKeys, string) {
 		t.Fatal(err)
 	}
 	return logKeys{
+		signer: signer,
 		sign: func(t *testing.T, poll string) string {
 			t.Helper()
 			ctx := context.Background()
@@ -217,6 +222,83 @@ func consistencyOf(t *testing.T, b *bundle, q string) audit.ConsistencyProof {
 		t.Fatalf("consistency %s: %s", q, res.raw)
 	}
 	return p
+}
+
+// The leaves on either side of a checkpoint's size: the last one it
+// covers has a receipt; the first one past it (leaf index = size) and the
+// next are recorded, with no receipt yet.
+func TestReceiptOnlyUnderTheCheckpoint(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	keys, _ := newLogKeys(t, b)
+	appendVotes(t, b, "x1")
+	if _, err := b.store.Append(ctx, []ledger.Event{
+		{PrincipalID: b.who.ID, ClientEventID: "mine", PollID: "p1", CandidateID: "a", ReceivedAt: time.Now()},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	cp := keys.verify(t, keys.sign(t, "p1"), "p1")
+	if cp.Size != 2 {
+		t.Fatalf("checkpoint of size %d, want 2", cp.Size)
+	}
+	r, err := audit.ParseReceipt(receiptOf(t, b.do(t, http.MethodGet, "/v1/votes/mine", b.token, "", nil)))
+	if err != nil || r.LeafIndex != 1 || r.TreeSize != 2 {
+		t.Fatalf("receipt of the checkpoint's last leaf: %+v, %v; want leaf 1 of 2", r, err)
+	}
+	for _, leaf := range []int64{2, 3} {
+		p, token := b.principal(t, "later")
+		if _, err := b.store.Append(ctx, []ledger.Event{
+			{PrincipalID: p.ID, ClientEventID: "later", PollID: "p1", CandidateID: "b", ReceivedAt: time.Now()},
+		}); err != nil {
+			t.Fatal(err)
+		}
+		st := b.do(t, http.MethodGet, "/v1/votes/later", token, "", nil)
+		if st.code != http.StatusOK || st.str("status") != "recorded" || st.body["receipt"] != nil {
+			t.Errorf("leaf %d, past the checkpoint of size 2: %d %s, want 200 recorded with no receipt", leaf, st.code, st.raw)
+		}
+	}
+}
+
+// A stored checkpoint whose root is not the log's at its size (the log was
+// changed after it was signed, or the row was inserted by hand): no
+// receipt is served against it.
+func TestNoReceiptAgainstADisagreeingCheckpoint(t *testing.T) {
+	t.Parallel()
+	db := testenv.Postgres(t)
+	rdb, prefix := testenv.Redis(t)
+	b := setupOn(t, db, rdb, prefix)
+	ctx := context.Background()
+	keys, _ := newLogKeys(t, b)
+	appendVotes(t, b, "x1", "x2")
+	if _, err := b.store.Append(ctx, []ledger.Event{
+		{PrincipalID: b.who.ID, ClientEventID: "mine", PollID: "p1", CandidateID: "a", ReceivedAt: time.Now()},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	keys.sign(t, "p1")
+	receiptOf(t, b.do(t, http.MethodGet, "/v1/votes/mine", b.token, "", nil)) // served while they agree
+
+	appendVotes(t, b, "y1")
+	h, err := b.store.Head(ctx, "p1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrong := h.Root
+	wrong[0] ^= 1
+	note, err := audit.SignCheckpoint(keys.signer, audit.Origin(testLogName, "p1"), h.Size, wrong)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO poll_log_checkpoints (poll_id, size, root, checkpoint) VALUES ('p1', $1, $2, $3)`,
+		h.Size, wrong[:], string(note)); err != nil {
+		t.Fatal(err)
+	}
+	st := b.do(t, http.MethodGet, "/v1/votes/mine", b.token, "", nil)
+	if st.body["receipt"] != nil {
+		t.Fatalf("a receipt against a checkpoint that disagrees with the log: %d %s", st.code, st.raw)
+	}
+	wantProblemType(t, st, http.StatusServiceUnavailable, "unavailable")
 }
 
 func TestConsistencyRefusesBadSizes(t *testing.T) {

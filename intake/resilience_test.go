@@ -47,7 +47,7 @@ func TestRedisHung(t *testing.T) {
 			took[i] = time.Since(start)
 		})
 	}
-	wg.Wait()
+	testenv.WaitGroup(t, &wg, 30*time.Second, "the answers to votes sent while Redis hung")
 	for i, r := range replies {
 		wantProblem(t, r, http.StatusServiceUnavailable)
 		if r.header.Get("Retry-After") == "" {
@@ -184,7 +184,7 @@ func TestShutdownDrains(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	pw.Write([]byte(`"poll_id":"nope","candidate_id":"a"}`))
 	pw.Close()
-	if code := <-got; code != http.StatusNotFound {
+	if code := testenv.Receive(t, got, 15*time.Second, "the answer to the request in flight at shutdown"); code != http.StatusNotFound {
 		t.Fatalf("request in flight at shutdown answered %d, want 404 (unknown poll)", code)
 	}
 	select {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"tally/intake"
+	"tally/internal/testenv"
 	"tally/ledger"
 	"tally/stream"
 )
@@ -125,7 +126,7 @@ func TestIdempotency(t *testing.T) {
 	for i := range n {
 		wg.Go(func() { replies[i] = b.vote(t, b.token, "same", "p1", "a") })
 	}
-	wg.Wait()
+	testenv.WaitGroup(t, &wg, 30*time.Second, "the answers to 20 votes with one key")
 	for i, r := range replies {
 		if r.code != http.StatusAccepted || r.str("event_id") != "same" {
 			t.Fatalf("request %d: %d %s", i, r.code, r.raw)

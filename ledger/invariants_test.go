@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"tally/internal/testenv"
 	"tally/ledger"
 )
 
@@ -52,6 +53,10 @@ func TestConcurrentAppends(t *testing.T) {
 	recorded := map[[2]string][]ledger.LedgerRow{} // (principal, key) -> each time told recorded
 	var wg sync.WaitGroup
 	errs := make(chan error, workers)
+	// Each Append waits at most appendWait, so a bug that blocks appends (a
+	// pool exhausted, a lock never released) fails the test naming the
+	// batch, and stops the appenders.
+	const appendWait, allWait = 30 * time.Second, 2 * time.Minute
 	for w := 0; w < workers; w++ {
 		wg.Add(1)
 		go func(w int) {
@@ -79,7 +84,9 @@ func TestConcurrentAppends(t *testing.T) {
 				var outs []ledger.Outcome
 				var err error
 				for attempt := 0; attempt < 10; attempt++ {
-					outs, err = b.store.Append(context.Background(), batch)
+					ctx, cancel := context.WithTimeout(t.Context(), appendWait)
+					outs, err = b.store.Append(ctx, batch)
+					cancel()
 					if err == nil || !ledger.IsRetryable(err) {
 						break
 					}
@@ -87,7 +94,11 @@ func TestConcurrentAppends(t *testing.T) {
 						deadlocks.Add(1)
 					}
 				}
-				if err != nil {
+				switch {
+				case errors.Is(err, context.DeadlineExceeded):
+					errs <- fmt.Errorf("worker %d batch %d: Append did not return within %s: %w", w, i, appendWait, err)
+					return
+				case err != nil:
 					errs <- fmt.Errorf("worker %d batch %d: %w", w, i, err)
 					return
 				}
@@ -104,7 +115,7 @@ func TestConcurrentAppends(t *testing.T) {
 			}
 		}(w)
 	}
-	wg.Wait()
+	testenv.WaitGroup(t, &wg, allWait, fmt.Sprintf("%d appenders of %d batches each", workers, batches))
 	t.Logf("%d deadlocks reported after Append's own retries, retried by the appenders", deadlocks.Load())
 	close(errs)
 	for err := range errs {
@@ -236,7 +247,7 @@ func TestRebuildFindsAndRepairsDrift(t *testing.T) {
 		repaired = append(repaired, changed...)
 		time.Sleep(10 * time.Millisecond)
 	}
-	wg.Wait()
+	testenv.WaitGroup(t, &wg, time.Minute, "the appenders running beside Repair")
 	if len(repaired) != 1 || repaired[0].PollID != "p" || repaired[0].CandidateID != "b" || repaired[0].Projection-repaired[0].Ledger != 7 {
 		t.Errorf("repairs %+v, want exactly the one drifted row, 7 too high", repaired)
 	}
@@ -293,7 +304,7 @@ func TestRebuildWhileAppending(t *testing.T) {
 		}
 	}
 	stop()
-	if err := <-appended; err != nil {
+	if err := testenv.Receive(t, appended, time.Minute, "the appender to stop"); err != nil {
 		t.Fatalf("append: %v", err)
 	}
 }

@@ -172,6 +172,9 @@ func TestRebuildFindsATamperedLedger(t *testing.T) {
 			VALUES ('p', 'a', 'mallory', 'k', '\x00', now())`, 600, "in no leaf"},
 		{"swapped rows", `UPDATE poll_log_leaves SET seqs = seqs[1:5] || seqs[7] || seqs[6] || seqs[8:] WHERE poll_id = 'p' AND first_leaf = 0`, 5, "does not hash"},
 		{"changed time", `UPDATE poll_events SET received_at = received_at + interval '1 microsecond' WHERE seq = ` + leafSeq("p", 513), 513, "does not hash"},
+		// Only the head's root, with the rows, leaves and tiles untouched:
+		// no leaf is to blame (-1).
+		{"changed root", `UPDATE poll_log_heads SET root = sha256('other') WHERE poll_id = 'p'`, -1, "the rows hash to root"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

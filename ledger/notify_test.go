@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"tally/internal/testenv"
 	"tally/ledger"
 )
 
@@ -26,7 +27,7 @@ func TestWatchResults(t *testing.T) {
 	heard := make(chan string, 100)
 	var wg sync.WaitGroup
 	wg.Go(func() { b.store.WatchResults(ctx, func(p string) { heard <- p }) })
-	defer wg.Wait()
+	defer testenv.WaitGroup(t, &wg, 10*time.Second, "WatchResults to return once its context ended")
 	defer cancel()
 
 	wantHeard(t, heard, "") // listening
@@ -64,13 +65,7 @@ WHERE datname = current_database() AND query = 'LISTEN tally_results'`).Scan(&ki
 	wantHeard(t, heard, "p1")
 
 	cancel()
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		t.Fatal("WatchResults did not return 5s after its context ended")
-	}
+	testenv.WaitGroup(t, &wg, 5*time.Second, "WatchResults to return once its context ended")
 	select {
 	case p := <-heard:
 		t.Fatalf("heard %q more than was appended", p)

@@ -37,7 +37,7 @@ func TestWatchCatalog(t *testing.T) {
 			}
 		})
 	})
-	defer wg.Wait()
+	defer testenv.WaitGroup(t, &wg, 10*time.Second, "WatchCatalog to return once its context ended")
 	defer cancel()
 
 	everything := ledger.CatalogChange{Polls: true, Principals: true}
@@ -78,13 +78,7 @@ WHERE datname = current_database() AND query = 'LISTEN tally_catalog'`).Scan(&ki
 	waitChange(t, changes, ledger.CatalogChange{Polls: true})
 
 	cancel()
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		t.Fatal("WatchCatalog did not return 5s after its context ended")
-	}
+	testenv.WaitGroup(t, &wg, 5*time.Second, "WatchCatalog to return once its context ended")
 }
 
 // waitChange reads changes until want arrives; others (a poll's choices

@@ -3,6 +3,7 @@ package projector_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,8 +21,9 @@ import (
 // (one XREADGROUP each: a read cannot span hash slots), claims the
 // entries a dead consumer left pending on every shard, acknowledges
 // batches that hold entries of several shards (one MULTI per stream),
-// and replays dead letters of two shards at once. finish then checks
-// that every vote is in the ledger once.
+// and replays dead letters of two shards at once. Every batch is
+// acknowledged the first time (no ack failure logged, no duplicate
+// counted), and finish then checks that every vote is in the ledger once.
 func TestProjectorCluster(t *testing.T) {
 	t.Parallel()
 	cluster := testenv.StartRedisCluster(t, 3, 0)
@@ -64,8 +66,19 @@ func TestProjectorCluster(t *testing.T) {
 	})
 	cfg := fast("p1")
 	cfg.Workers = 1 // a broken entry shares its batch with entries that commit, so it is at fault
+	// Long enough that no batch still being applied (bisected around a
+	// broken entry, on a loaded machine) is claimed back and applied twice:
+	// a duplicate below then means an acknowledgement failed.
+	cfg.MinIdle = 2 * time.Second
 	r := b.start(app, cfg)
 	b.waitDrained(30 * time.Second)
+	ackFailed := func() {
+		t.Helper()
+		if logs := r.logs.String(); strings.Contains(logs, "acknowledge a committed batch failed") {
+			t.Fatalf("an acknowledgement failed (the batch held entries of several shards):\n%s", logs)
+		}
+	}
+	ackFailed()
 	if got := r.metric("tally_projector_claimed_total"); got < float64(gone) {
 		t.Errorf("claimed %v entries, want the %d a dead consumer left pending on every shard", got, gone)
 	}
@@ -94,6 +107,16 @@ func TestProjectorCluster(t *testing.T) {
 	if n := b.ledgerRows(); n != int64(len(es)) {
 		t.Errorf("ledger holds %d rows, want %d", n, len(es))
 	}
+	// Each batch was acknowledged the first time: no ack failed, and no
+	// entry came back to be applied again (a duplicate), though batches
+	// held entries of several shards on several masters.
+	if got := r.metric("tally_projector_events_total", "outcome", "recorded"); got != float64(len(es)) {
+		t.Errorf("%v events counted recorded, want %d", got, len(es))
+	}
+	if got := r.metric("tally_projector_events_total", "outcome", "duplicate"); got != 0 {
+		t.Errorf("%v events counted duplicate, want 0: a committed batch was not acknowledged the first time", got)
+	}
+	ackFailed()
 }
 
 // readShardAs delivers up to n new entries of shard to consumer without

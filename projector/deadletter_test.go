@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"tally/internal/testenv"
 	"tally/ledger"
 	"tally/projector"
 	"tally/stream"
@@ -139,7 +140,7 @@ func TestStopFinishesBatchInFlight(t *testing.T) {
 	})
 	b.enqueue(votes("u", 25, "lunch", "pizza", "sushi")...)
 	r := b.start(slow, fast("p1"))
-	<-entered
+	testenv.Receive(t, entered, 10*time.Second, "the first batch to reach the applier")
 	r.stop()
 	if got := b.ledgerRows(); got != 25 {
 		t.Errorf("%d ledger rows, want the whole batch in flight: 25", got)

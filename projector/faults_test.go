@@ -93,6 +93,8 @@ func TestCommitAnswerLost(t *testing.T) {
 	fail := transient(t)
 	var lost atomic.Int64
 	inDoubt, release := make(chan struct{}), make(chan struct{})
+	releaseOnce := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(releaseOnce) // the applier is not left waiting when the test stops early
 	app := applierFunc(func(ctx context.Context, events []ledger.Event) ([]ledger.Outcome, error) {
 		outcomes, err := b.store.Append(ctx, events)
 		if err == nil && lost.Add(1) == 1 {
@@ -117,7 +119,7 @@ func TestCommitAnswerLost(t *testing.T) {
 	if got := b.pending(""); got != 30 {
 		t.Errorf("I4: %d entries pending before the outcome is known, want 30", got)
 	}
-	close(release)
+	releaseOnce()
 	b.waitDrained(20 * time.Second)
 	if got := sum(b.tallies("lunch")); got != 30 {
 		t.Errorf("I2: total votes %d after the retry, want 30", got)

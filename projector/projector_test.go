@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"os"
@@ -191,6 +192,7 @@ type running struct {
 	t    testing.TB
 	p    *projector.Projector
 	reg  *prometheus.Registry
+	logs *testenv.LogBuffer // what it logged (warnings and errors), also in the test's output
 	stop func()
 }
 
@@ -199,7 +201,8 @@ type running struct {
 func (b *bundle) start(app projector.Applier, cfg projector.Config) *running {
 	b.t.Helper()
 	reg := prometheus.NewRegistry()
-	log := slog.New(slog.NewTextHandler(b.t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	logs := &testenv.LogBuffer{}
+	log := slog.New(slog.NewTextHandler(io.MultiWriter(b.t.Output(), logs), &slog.HandlerOptions{Level: slog.LevelWarn}))
 	p, err := projector.New(app, b.rdb, b.keys, cfg, log, reg)
 	if err != nil {
 		b.t.Fatal(err)
@@ -208,7 +211,7 @@ func (b *bundle) start(app projector.Applier, cfg projector.Config) *running {
 	done := make(chan error, 1)
 	go func() { done <- p.Run(ctx) }()
 	var once sync.Once
-	r := &running{t: b.t, p: p, reg: reg}
+	r := &running{t: b.t, p: p, reg: reg, logs: logs}
 	r.stop = func() {
 		once.Do(func() {
 			cancel()

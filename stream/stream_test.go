@@ -2,6 +2,7 @@ package stream_test
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -43,6 +44,12 @@ func TestDecodeRefuses(t *testing.T) {
 		"bad poll":       func(m map[string]any) { m[stream.FieldPoll] = "a b" },
 		"not a string":   func(m map[string]any) { m[stream.FieldCandidate] = 7 },
 		"short fp":       func(m map[string]any) { m[stream.FieldFingerprint] = "abcd" },
+		"long fp":        func(m map[string]any) { m[stream.FieldFingerprint] = strings.Repeat("ab", 32) + "0" },
+		"upper-case fp":  func(m map[string]any) { m[stream.FieldFingerprint] = strings.Repeat("AB", 32) },
+		"fp of g":        func(m map[string]any) { m[stream.FieldFingerprint] = strings.Repeat("0g", 32) },
+		"fp of /":        func(m map[string]any) { m[stream.FieldFingerprint] = strings.Repeat("0/", 32) },
+		"fp of :":        func(m map[string]any) { m[stream.FieldFingerprint] = strings.Repeat("0:", 32) },
+		"fp of `":        func(m map[string]any) { m[stream.FieldFingerprint] = strings.Repeat("0`", 32) },
 		"bad time":       func(m map[string]any) { m[stream.FieldReceivedAt] = "soon" },
 		"zero time":      func(m map[string]any) { m[stream.FieldReceivedAt] = "0" },
 	} {
@@ -53,6 +60,50 @@ func TestDecodeRefuses(t *testing.T) {
 				t.Fatalf("Decode = %v, want ErrUndecodable", err)
 			}
 		})
+	}
+}
+
+// A fingerprint of the boundary digits of each range (0 and 9, a and f)
+// decodes.
+func TestDecodeFingerprintDigits(t *testing.T) {
+	e := entry()
+	e.Fingerprint = strings.Repeat("09af", 16)
+	if got, err := stream.Decode(toMap(e.Values())); err != nil || got != e {
+		t.Fatalf("Decode of fingerprint %s: %+v, %v", e.Fingerprint, got, err)
+	}
+}
+
+// NewKeys: 0 shards is 1, 1 to 1024 are taken, others refused; an empty
+// prefix is DefaultPrefix. ShardOf spreads principals over every shard
+// and routes each to one in range.
+func TestNewKeysShards(t *testing.T) {
+	for _, tc := range []struct{ in, want int }{{0, 1}, {1, 1}, {2, 2}, {1024, 1024}} {
+		k, err := stream.NewKeys("", tc.in)
+		if err != nil || k.Shards() != tc.want || k.Prefix() != stream.DefaultPrefix {
+			t.Errorf("NewKeys(\"\", %d): %d shards, prefix %q, %v; want %d shards of %q", tc.in, k.Shards(), k.Prefix(), err, tc.want, stream.DefaultPrefix)
+		}
+	}
+	for _, n := range []int{-1, 1025} {
+		if _, err := stream.NewKeys("tally", n); err == nil || !strings.Contains(err.Error(), "between 1 and 1024") {
+			t.Errorf("NewKeys with %d shards: %v, want an error naming the range", n, err)
+		}
+	}
+	for _, shards := range []int{1, 2, 3, 8} {
+		k, err := stream.NewKeys("tally", shards)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := map[int]int{}
+		for i := range 1000 {
+			sh := k.ShardOf("p-" + strconv.Itoa(i))
+			if sh < 0 || sh >= shards {
+				t.Fatalf("%d shards: principal p-%d routed to shard %d", shards, i, sh)
+			}
+			seen[sh]++
+		}
+		if len(seen) != shards {
+			t.Errorf("%d shards: 1000 principals routed to %d of them: %v", shards, len(seen), seen)
+		}
 	}
 }
 

@@ -19,6 +19,24 @@ func TestValidID(t *testing.T) {
 	}
 }
 
+// Every byte value alone, and the ends of each range of allowed
+// characters ('a' and 'z', 'A' and 'Z', '0' and '9') with their outside
+// neighbours, as ValidID and IDChars see them.
+func TestIDCharsEachByte(t *testing.T) {
+	for c := range 256 {
+		s := string([]byte{byte(c)})
+		want := rule.MatchString(s)
+		if ValidID(s) != want || IDChars(s) != want || IDChars([]byte(s)) != want {
+			t.Errorf("byte %#x (%q): ValidID %v, IDChars %v, want %v", c, s, ValidID(s), IDChars(s), want)
+		}
+	}
+	for _, s := range []string{"az", "AZ", "09", "a-z_A-Z0-9"} {
+		if !ValidID(s) {
+			t.Errorf("ValidID(%q) = false", s)
+		}
+	}
+}
+
 func TestFingerprint(t *testing.T) {
 	want := sha256.Sum256([]byte("lunch\x00pizza"))
 	if Fingerprint("lunch", "pizza") != want {

@@ -100,7 +100,7 @@ func setup(t *testing.T, withProjector bool) *pipeline {
 	}
 	t.Cleanup(func() {
 		cancel()
-		wg.Wait()
+		testenv.WaitGroup(t, &wg, 20*time.Second, "intake and the projector to stop once their context ended")
 	})
 	return &pipeline{db: db, store: store, queue: loadtest.RedisQueue(rdb, keys), rdb: rdb, keys: keys, url: "http://" + ln.Addr().String(),
 		client: checkedClient(t)}
