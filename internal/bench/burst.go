@@ -45,13 +45,16 @@ import (
 // before intake and the projector start and after they stopped and their
 // backends are gone, and the commits of a start and stop without votes
 // (measured once per variant) are subtracted. The projector's batches are
-// its tally_projector_batch_size count; each is two commits (the append's
-// transaction, then its notification, ledger.Store.Append).
+// its tally_projector_batch_size count. Each batch commits the append's
+// transaction and then its notification (ledger.Store.Append), and every
+// backend of the database that LISTENs, on whatever channel, reads each
+// notification in a transaction of its own: intake's listener of
+// tally_catalog commits once a batch, though intake queries nothing.
 
 // burstConcurrency is the requests under way at once.
 const burstConcurrency = 64
 
-// burstCommitsPerBatch are the commits of one projector batch that
+// burstCommitsPerBatch are the projector's commits of one batch that
 // records votes: the append's transaction and its notification.
 const burstCommitsPerBatch = 2
 
@@ -144,8 +147,9 @@ type burstRun struct {
 	counted  time.Duration // to the last vote in poll_results
 	lat      []time.Duration
 	// commits: xact_commit of the database from before the servers
-	// started to after they stopped; batches: the projector's.
-	commits, batches int64
+	// started to after they stopped; batches: the projector's;
+	// listeners: the backends LISTENing in the database meanwhile.
+	commits, batches, listeners int64
 }
 
 func (r burstRun) accepted() float64 { return float64(r.n) / r.answered.Seconds() }
@@ -178,10 +182,15 @@ func (s burstSide) rounds(f func(burstRun) float64) string {
 	return strings.Join(parts, ", ")
 }
 
-// beyond are the commits of r beyond the projector's batches and the
-// servers' start and stop.
+// perBatch are the commits each projector batch of r causes: its own and
+// one per listening backend, which reads its notification.
+func (r burstRun) perBatch() int64 { return burstCommitsPerBatch + r.listeners }
+
+// beyond are the commits of r beyond the projector's batches (and the
+// listeners' reading of their notifications) and the servers' start and
+// stop.
 func (s burstSide) beyond(r burstRun) int64 {
-	return r.commits - s.startup - burstCommitsPerBatch*r.batches
+	return r.commits - s.startup - r.perBatch()*r.batches
 }
 
 // perVote are the commits of r per vote, its servers' start and stop
@@ -229,7 +238,7 @@ func measureBurst(ctx context.Context, e *env, sz sizes, t *table) error {
 			value: s.median(burstRun.countedRate), unit: "votes/s", extra: "rounds " + s.rounds(burstRun.countedRate) + " votes/s",
 			load: load, command: cmd})
 		if v.id == "B" {
-			t.add(fig{id: "BX", what: "B's PostgreSQL commits per vote beyond the projector's batches (xact_commit of its database, less two a batch and the commits of intake's and the projector's start and stop without votes)",
+			t.add(fig{id: "BX", what: "B's PostgreSQL commits per vote beyond the projector's batches (xact_commit of its database, less the commits of intake's and the projector's start and stop without votes and those of the batches: the append, its notification, and each listening backend's read of the notification)",
 				value: s.median(func(r burstRun) float64 { return float64(s.beyond(r)) / float64(r.n) }), unit: "commits per vote",
 				extra: commitsNote(s), load: load, command: "pg_stat_database.xact_commit before intake and the projector started and after they stopped; tally_projector_batch_size_count"})
 		}
@@ -259,7 +268,8 @@ func beyondNote(s burstSide) string {
 func commitsNote(s burstSide) string {
 	var parts []string
 	for _, r := range s.runs {
-		parts = append(parts, fmt.Sprintf("%d commits for %s votes: %d batches × %d, %d beyond", r.commits-s.startup, thousands(float64(r.n)), r.batches, burstCommitsPerBatch, s.beyond(r)))
+		parts = append(parts, fmt.Sprintf("%d commits for %s votes: %d batches × %d (%d listener(s)), %d beyond",
+			r.commits-s.startup, thousands(float64(r.n)), r.batches, r.perBatch(), r.listeners, s.beyond(r)))
 	}
 	return strings.Join(parts, "; ") + fmt.Sprintf(" (start and stop without votes: %d commits, left out)", s.startup)
 }
@@ -419,6 +429,9 @@ func (e *env) burstIntake(ctx context.Context, v burstVariant, url string, keys 
 	defer p.stop()
 	b0, err := projectorBatches(ctx, burstMetricsAddr)
 	if err != nil {
+		return r, err
+	}
+	if r.listeners, err = e.listeners(ctx, db); err != nil {
 		return r, err
 	}
 	start, err := sendBurst(ctx, burstIntakeAddr, tokens, poll, http.StatusAccepted, sz.burstFor, &r)

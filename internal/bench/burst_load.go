@@ -200,6 +200,19 @@ func (e *env) commitsQuiet(ctx context.Context, db string) (int64, error) {
 	return n, err
 }
 
+// listeners is the count of backends connected to database db whose last
+// statement was a LISTEN: they wait for notifications.
+func (e *env) listeners(ctx context.Context, db string) (int64, error) {
+	conn, err := pgx.Connect(ctx, e.adminURL)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close(ctx)
+	var n int64
+	err = conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND state = 'idle' AND query ILIKE 'LISTEN %'`, db).Scan(&n)
+	return n, err
+}
+
 // checkpoint has PostgreSQL write its dirty buffers now, not during the
 // next burst; a server that refuses is left as it is (see settle).
 func (e *env) checkpoint(ctx context.Context) {

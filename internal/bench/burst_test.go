@@ -29,12 +29,13 @@ tally_projector_batch_size_count_other 5
 }
 
 // TestBurstSideCommits: the commits of a round are what the servers'
-// start and stop and the projector's batches leave.
+// start and stop and the projector's batches (with a commit of each
+// listener for each) leave.
 func TestBurstSideCommits(t *testing.T) {
 	s := burstSide{startup: 15, runs: []burstRun{
-		{n: 20_000, commits: 15 + 2*25 + 7, batches: 25, answered: 2 * time.Second, counted: 4 * time.Second},
+		{n: 20_000, commits: 15 + 3*25 + 7, batches: 25, listeners: 1, answered: 2 * time.Second, counted: 4 * time.Second},
 		{n: 20_000, commits: 15 + 2*20, batches: 20, answered: time.Second, counted: 2 * time.Second},
-		{n: 20_000, commits: 15 + 2*30 + 3, batches: 30, answered: 4 * time.Second, counted: 5 * time.Second},
+		{n: 20_000, commits: 15 + 3*30 + 3, batches: 30, listeners: 1, answered: 4 * time.Second, counted: 5 * time.Second},
 	}}
 	if got := s.beyond(s.runs[0]); got != 7 {
 		t.Errorf("beyond = %d, want 7", got)
