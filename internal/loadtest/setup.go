@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -97,7 +99,7 @@ func retryTransient[T any](ctx context.Context, fn func(context.Context) (T, err
 }
 
 // ensureRound makes sure poll r exists, creating it (and only it) when
-// it does not yet, and waits for it.
+// it does not yet, and waits for it and for every target to know it.
 func (s *Session) ensureRound(ctx context.Context, r int) error {
 	s.roundsMu.Lock()
 	for len(s.rounds) <= r {
@@ -108,7 +110,10 @@ func (s *Session) ensureRound(ctx context.Context, r int) error {
 		rd = &round{done: make(chan struct{})}
 		s.rounds[r] = rd
 		go func() {
-			rd.err = s.createPoll(context.WithoutCancel(ctx), r)
+			cctx := context.WithoutCancel(ctx)
+			if rd.err = s.createPoll(cctx, r); rd.err == nil {
+				rd.err = s.waitKnown(cctx, s.pollID(r))
+			}
 			close(rd.done)
 		}()
 	}
@@ -183,4 +188,59 @@ func (s *Session) roundsCreated() int {
 		n++
 	}
 	return n
+}
+
+// knownWithin bounds the wait for every target to know a new poll.
+const knownWithin = 15 * time.Second
+
+// waitKnown waits until every target answers GET
+// /v1/polls/{poll_id}/results for poll: intake holds the catalog in
+// memory and learns of a new poll by its NOTIFY, so a vote sent at once
+// could be answered 404 unknown-poll. It asks every 25ms, for at most
+// knownWithin, as the first principal.
+func (s *Session) waitKnown(ctx context.Context, poll string) error {
+	if len(s.principals) == 0 {
+		return nil
+	}
+	token := s.principals[0].token
+	for _, target := range s.cfg.Targets {
+		status := 0
+		err := retry.Do(ctx, retry.WithMaxDuration(knownWithin, retry.NewConstant(25*time.Millisecond)), func(ctx context.Context) error {
+			status = s.resultsStatus(ctx, target, poll, token)
+			if status != http.StatusOK {
+				return retry.RetryableError(errNotKnown)
+			}
+			return nil
+		})
+		if errors.Is(err, errNotKnown) {
+			return fmt.Errorf("intake at %s did not know poll %s %s after its creation (its results answered %d): "+
+				"is it connected to the database the loadtest writes to?", target, poll, knownWithin, status)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// errNotKnown marks a poll a target does not know yet.
+var errNotKnown = errors.New("poll not known yet")
+
+// resultsStatus is the status of GET /v1/polls/{poll}/results at target,
+// 0 when it got no answer.
+func (s *Session) resultsStatus(ctx context.Context, target, poll, token string) int {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target+"/v1/polls/"+poll+"/results", nil)
+	if err != nil {
+		return 0
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxAnswer))
+	return resp.StatusCode
 }
