@@ -360,7 +360,7 @@ func burstPrincipals(ctx context.Context, url, poll string, n int, age time.Dura
 }
 
 // burstServers starts intake (the variant's) and a projector with its
-// metrics on burstMetricsAddr, and waits until intake takes a vote on
+// metrics on burstMetricsAddr, and waits until both answer and intake takes a vote on
 // poll: a probe vote for an unknown choice is answered 422 once intake
 // holds the poll and the revocations, and is not enqueued.
 func (e *env) burstServers(ctx context.Context, v burstVariant, url string, keys stream.Keys, poll, probe string) (*pipeline, error) {
@@ -368,6 +368,10 @@ func (e *env) burstServers(ctx context.Context, v burstVariant, url string, keys
 	sh := shape{addrs: []string{burstIntakeAddr}, projector: []string{"--metrics-listen", burstMetricsAddr}}
 	p, err := e.startShape(ctx, sh, common, slices.Concat(v.flags, v.issuer.intakeFlags())...)
 	if err != nil {
+		return nil, err
+	}
+	if err := waitHealthy(ctx, p.projector, burstMetricsAddr); err != nil {
+		p.stop()
 		return nil, err
 	}
 	client := &http.Client{Timeout: 5 * time.Second}
