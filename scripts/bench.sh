@@ -53,10 +53,11 @@ trap 'rm -rf "$work"' EXIT
 go build -o "$work/tally" .
 go build -tags tally_nolog -o "$work/tally-nolog" .
 go build -o "$work/bare" ./intake/internal/bareserver
+go build -o "$work/sync" ./intake/internal/syncserver
 go build -o "$work/bench" ./internal/bench
 
 echo "bench: load before the run: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
-"$work/bench" -tally "$work/tally" -tally-nolog "$work/tally-nolog" -bare "$work/bare" -wrk "$wrk_bin" \
+"$work/bench" -tally "$work/tally" -tally-nolog "$work/tally-nolog" -bare "$work/bare" -sync "$work/sync" -wrk "$wrk_bin" \
 	-admin-url "$TALLY_ADMIN_DATABASE_URL" -redis-url "$TALLY_REDIS_URL" -log "$work/children.log" \
 	"${short[@]}" "${out[@]}" "${args[@]}" || {
 	rc=$?

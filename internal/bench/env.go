@@ -29,6 +29,7 @@ type env struct {
 	tally    string // the tally binary
 	noLog    string // the tally binary built with -tags tally_nolog ("": not measured)
 	bare     string // the bare 202 server binary
+	syncSrv  string // the synchronous design's server binary (intake/internal/syncserver)
 	wrk      string // the wrk binary ("" when missing)
 	lua      string // wrk's vote script
 	run      string // unique per run
@@ -40,7 +41,7 @@ type env struct {
 	prefixes []string
 }
 
-func newEnv(ctx context.Context, adminURL, redisURL, tally, noLog, bare, wrk string) (*env, error) {
+func newEnv(ctx context.Context, adminURL, redisURL, tally, noLog, bare, syncSrv, wrk string) (*env, error) {
 	opt, err := redis.ParseURL(redisURL)
 	if err != nil {
 		return nil, fmt.Errorf("redis url: %w", err)
@@ -54,7 +55,7 @@ func newEnv(ctx context.Context, adminURL, redisURL, tally, noLog, bare, wrk str
 		return nil, err
 	}
 	return &env{
-		adminURL: adminURL, redisURL: redisURL, tally: tally, noLog: noLog, bare: bare, wrk: wrk,
+		adminURL: adminURL, redisURL: redisURL, tally: tally, noLog: noLog, bare: bare, syncSrv: syncSrv, wrk: wrk,
 		run: "b" + strings.ToLower(rand.Text()[:8]), rdb: rdb, tmp: tmp,
 	}, nil
 }
@@ -63,7 +64,7 @@ func newEnv(ctx context.Context, adminURL, redisURL, tally, noLog, bare, wrk str
 // the same Redis, binaries and run name. Its release drops what was
 // created through it; e's close does not.
 func (e *env) onServer(adminURL string) *env {
-	return &env{adminURL: adminURL, redisURL: e.redisURL, tally: e.tally, noLog: e.noLog, bare: e.bare, wrk: e.wrk,
+	return &env{adminURL: adminURL, redisURL: e.redisURL, tally: e.tally, noLog: e.noLog, bare: e.bare, syncSrv: e.syncSrv, wrk: e.wrk,
 		lua: e.lua, run: e.run, rdb: e.rdb, tmp: e.tmp}
 }
 

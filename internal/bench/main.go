@@ -13,7 +13,7 @@
 //	scripts/bench.sh --short    # small sizes, a check that it all runs
 //
 // -only runs some measurements: projector, batch1, naive, copy, floor,
-// tuned, intake, e2e, cluster, scaling, import, rebuild, log, live.
+// tuned, intake, burst, e2e, cluster, scaling, import, rebuild, log, live.
 //
 // Files:
 //
@@ -21,7 +21,7 @@
 //     itself: each measurement in turn, then the table;
 //   - measurements.go: the list of measurements and the rows each adds
 //     (ids, wording, units): what the table prints;
-//   - projector.go: the projector draining a preloaded stream (P, P1, B);
+//   - projector.go: the projector draining a preloaded stream (P, P1, B1);
 //   - baselines.go: what a user would otherwise build: per-vote UPDATEs
 //     (A) and raw COPY (C1, C2);
 //   - floor.go: the schema's floor, a bare unnest INSERT (U);
@@ -29,6 +29,10 @@
 //     production configuration (PT, C1T, C2T, UT, BLT);
 //   - intake.go: intake and the bare handler under wrk (I, IB), and the
 //     loadtest through intake and projector (E);
+//   - burst.go: the burst, distinct voters each voting once with a signed
+//     credential intake never saw, through intake and the projector, next
+//     to the bare handler and the synchronous design under the same burst
+//     (B, BC, BX, B-LC, BB, BS);
 //   - cluster.go: E against a private Redis Cluster of three masters (EC);
 //   - scaling.go: E with one or two intakes and projector workers, with
 //     the CPU per vote of each part (S11 to S22);
@@ -92,6 +96,12 @@ type sizes struct {
 	scalingRounds int
 	hotEvents     int
 	hotFor        time.Duration
+	// burstVoters, burstRounds and burstFor: B's principals in each
+	// round (each votes once), the rounds of each target, alternating,
+	// and the bound on one target's burst and on its counting.
+	burstVoters int
+	burstRounds int
+	burstFor    time.Duration
 }
 
 var full = sizes{
@@ -107,6 +117,7 @@ var full = sizes{
 	clusterReplicas: 1,
 	liveViewers:     1_000, liveRate: 500, liveFor: 5 * time.Second, liveRounds: 2,
 	scalingFor: 8 * time.Second, scalingRounds: 2, hotEvents: 300_000, hotFor: 10 * time.Second,
+	burstVoters: 20_000, burstRounds: 3, burstFor: 90 * time.Second,
 }
 
 var short = sizes{
@@ -122,12 +133,14 @@ var short = sizes{
 	clusterReplicas: 0,
 	liveViewers:     100, liveRate: 200, liveFor: 2 * time.Second, liveRounds: 1,
 	scalingFor: 2 * time.Second, scalingRounds: 1, hotEvents: 20_000, hotFor: 2 * time.Second,
+	burstVoters: 300, burstRounds: 1, burstFor: 20 * time.Second,
 }
 
 // options are the command's flags.
 type options struct {
 	adminURL, redisURL string
 	tally, bare, wrk   string
+	syncSrv            string
 	noLog              string
 	lua                string
 	out                string
@@ -144,10 +157,11 @@ func parseFlags() options {
 	flag.StringVar(&o.tally, "tally", "./tally", "the tally binary")
 	flag.StringVar(&o.noLog, "tally-nolog", "", "the tally binary built with -tags tally_nolog, for the log's cost (PN, IMN, BN); empty skips those rows")
 	flag.StringVar(&o.bare, "bare", "", "the bare 202 server binary (intake/internal/bareserver)")
+	flag.StringVar(&o.syncSrv, "sync", "", "the synchronous design's server binary (intake/internal/syncserver), for the burst")
 	flag.StringVar(&o.wrk, "wrk", "wrk", "the wrk binary; empty skips the intake measurement")
 	flag.StringVar(&o.lua, "lua", "intake/testdata/bench/post_vote.lua", "wrk's vote script")
 	flag.StringVar(&o.out, "out", "", "markdown `FILE` to write the table into (between its bench markers)")
-	only := flag.String("only", "", "comma-separated measurements to run (default all): projector, naive, batch1, copy, floor, tuned, intake, e2e, cluster, scaling, import, rebuild, log, live")
+	only := flag.String("only", "", "comma-separated measurements to run (default all): projector, naive, batch1, copy, floor, tuned, intake, burst, e2e, cluster, scaling, import, rebuild, log, live")
 	flag.BoolVar(&o.short, "short", false, "small sizes: a check that every measurement runs")
 	flag.DurationVar(&o.timeout, "timeout", 30*time.Minute, "bound on the whole run")
 	flag.StringVar(&o.logPath, "log", "", "`FILE` for the output of the child processes (default stderr)")
@@ -180,7 +194,7 @@ func main() {
 	ctx, cancelT := context.WithTimeout(ctx, o.timeout)
 	defer cancelT()
 
-	e, err := newEnv(ctx, o.adminURL, o.redisURL, o.tally, o.noLog, o.bare, o.wrk)
+	e, err := newEnv(ctx, o.adminURL, o.redisURL, o.tally, o.noLog, o.bare, o.syncSrv, o.wrk)
 	if err != nil {
 		fail(err)
 	}

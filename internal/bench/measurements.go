@@ -24,6 +24,7 @@ var measurements = []measurement{
 	{"floor", measureFloor},
 	{"tuned", measureTuned},
 	{"intake", measureIntake},
+	{"burst", measureBurst},
 	{"e2e", measureEndToEnd},
 	{"cluster", measureCluster},
 	{"scaling", measureScaling},
@@ -94,14 +95,14 @@ func measureNaive(ctx context.Context, e *env, sz sizes, t *table) error {
 	return nil
 }
 
-// measureBatch1: B, the projector applying one event per transaction.
+// measureBatch1: B1, the projector applying one event per transaction.
 func measureBatch1(ctx context.Context, e *env, sz sizes, t *table) error {
 	load := loadAvg()
 	r, err := e.drainProjector(ctx, e.tally, "b1", sz.batch1, sz.batch1Limit, "--batch-size", "1")
 	if err != nil {
 		return err
 	}
-	t.add(fig{id: "B", what: fmt.Sprintf("(b) projector at batch 1, one event per transaction (%s events applied from a %s-event stream, at most %s)",
+	t.add(fig{id: "B1", what: fmt.Sprintf("(b) projector at batch 1, one event per transaction (%s events applied from a %s-event stream, at most %s)",
 		count(r.events), count(sz.batch1), sz.batch1Limit),
 		value: r.rate(), unit: "events/s", load: load, command: r.command, extra: r.cpu()})
 	return nil

@@ -33,7 +33,7 @@ type ratio struct {
 var ratios = []ratio{
 	{of: "P", to: "A", target: "≥ 20×", atLeast: 20},
 	{of: "P", to: "P1", target: "(the second worker's gain)"},
-	{of: "P", to: "B", target: "(batching's gain)"},
+	{of: "P", to: "B1", target: "(batching's gain)"},
 	{of: "P", to: "C1", target: "(one writer)", asPercent: true},
 	{of: "P", to: "U", target: "≥ 80% (the rules, the projection and the log cost at most a fifth of the row)", atLeast: 0.8, asPercent: true},
 	{of: "P", to: "C2", target: "≥ 60% of the ceiling (the better of C1, C2)", atLeast: 0.6, asPercent: true, ceiling: true},
@@ -47,6 +47,12 @@ var ratios = []ratio{
 	{of: "IM", to: "IMN", target: "≥ 85% (the log costs at most 15%)", atLeast: 0.85, asPercent: true},
 	{of: "IM", to: "C2", target: "≥ 60% of the ceiling (the better of C1, C2)", atLeast: 0.6, asPercent: true, ceiling: true},
 	{of: "I", to: "IB", target: "≥ 50%", atLeast: 0.5, asPercent: true},
+	{of: "B", to: "BB", target: "≥ 50% (the burst accepted at half the bare handler's rate at least)", atLeast: 0.5, asPercent: true},
+	{of: "BC", to: "BS", target: "≥ 8× (the burst counted, against the synchronous design)", atLeast: 8},
+	{of: "BX", limit: 0.01, target: "≤ 1 commit per 100 votes beyond the projector's batches (intake asks PostgreSQL nothing per vote)", atMost: 1, asPercent: true},
+	{of: "B-LC", to: "B", target: "(the burst with --ledger-check against without it)", asPercent: true},
+	{of: "B-LCC", to: "BC", target: "(the same, counted)", asPercent: true},
+	{of: "B-OIDC", to: "BB", target: "≥ 40% (the burst with OpenID Connect tokens)", atLeast: 0.4, asPercent: true},
 	{of: "E", to: "I", target: "(intake under wrk, another client)", asPercent: true},
 	{of: "EC", to: "E", target: "(a Redis Cluster of three masters against one Redis)", asPercent: true},
 	{of: "S22", to: "S11", target: "(two intakes and two workers against one of each)"},
@@ -99,6 +105,8 @@ func (f fig) String() string {
 		v = fmt.Sprintf("%.0f MB", f.value)
 	case f.unit == "µs":
 		v = fmt.Sprintf("%.1f µs", f.value)
+	case f.unit == "commits per vote":
+		v = fmt.Sprintf("%.4f %s", f.value, f.unit)
 	default:
 		v = fmt.Sprintf("%s %s", thousands(f.value), f.unit)
 	}

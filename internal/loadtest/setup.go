@@ -135,7 +135,7 @@ func retryTransient[T any](ctx context.Context, fn func(context.Context) (T, err
 }
 
 // ensureRound makes sure poll r exists, creating it (and only it) when
-// it does not yet, and waits for it.
+// it does not yet, and waits for it and for every target to know it.
 func (s *Session) ensureRound(ctx context.Context, r int) error {
 	s.roundsMu.Lock()
 	for len(s.rounds) <= r {

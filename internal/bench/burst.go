@@ -1,0 +1,570 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/sethvargo/go-retry"
+
+	"tally/credential"
+	"tally/ledger"
+	"tally/stream"
+)
+
+// This file owns the burst: sizes.burstVoters principals, created before
+// intake started, each vote once into one poll with a credential intake
+// has never seen, burstConcurrency requests at a time, through tally
+// intake with the projector running. Side by side, in alternating rounds,
+// the same requests go to the bare 202 handler (intake/internal/bareserver)
+// and to the seed's synchronous design (intake/internal/syncserver: the
+// token looked up in PostgreSQL, the vote inserted and counted in one
+// transaction per request). Each round of each intake variant gets a fresh
+// intake and projector, fresh principals and a poll of its own.
+//
+// Rows: B (accepted/s), BC (counted/s: from the first request until the
+// last vote is in poll_results), BX (PostgreSQL commits per vote beyond
+// the projector's batches), B-LC and B-LCC (the same burst with intake's
+// --ledger-check, its principals two days old), BB (the bare handler), BS
+// (the synchronous design, which counts as it answers).
+//
+// PostgreSQL's commits are xact_commit of the variant's database in
+// pg_stat_database. A backend publishes its counts lazily (PostgreSQL 15:
+// at most once a second while busy, ten seconds after it went idle) but
+// always when it exits, and pg_stat_force_next_flush only flushes the
+// backend that calls it. So the counts are read, from the admin database,
+// before intake and the projector start and after they stopped and their
+// backends are gone, and the commits of a start and stop without votes
+// (measured once per variant) are subtracted. The projector's batches are
+// its tally_projector_batch_size count. Each batch commits the append's
+// transaction and then its notification (ledger.Store.Append), and every
+// backend of the database that LISTENs, on whatever channel, reads each
+// notification in a transaction of its own: intake's listener of
+// tally_catalog commits once a batch, though intake queries nothing.
+
+// burstConcurrency is the requests under way at once.
+const burstConcurrency = 64
+
+// burstCommitsPerBatch are the projector's commits of one batch that
+// records votes: the append's transaction and its notification.
+const burstCommitsPerBatch = 2
+
+// burstVariant is one way intake takes the burst; B-OIDC is a variant
+// whose issuer runs a local OpenID Connect issuer and signs RS256 tokens.
+type burstVariant struct {
+	id   string // the row of accepted/s; id+"C" counted/s ("B": BC)
+	db   string // the name of its database and Redis prefix
+	what string // the row's wording, after "the burst"
+	// age is how old the principals are when the burst starts: their
+	// tokens' creation time and their rows' are set back by it.
+	age    time.Duration
+	issuer burstIssuer
+	flags  []string // intake's flags beyond intakeFlags and the issuer's
+}
+
+// burstIssuer issues the burst's credentials.
+type burstIssuer interface {
+	// issue returns a token for each principal, naming createdAt as its
+	// creation time.
+	issue(ps []ledger.Principal, createdAt time.Time) ([]string, error)
+	// intakeFlags make intake take the tokens issue returns.
+	intakeFlags() []string
+	// describe names the tokens in the rows.
+	describe() string
+}
+
+// ownKeyIssuer signs tally's own tokens (HS256) with a credential key
+// written to a file intake reads.
+type ownKeyIssuer struct {
+	key  credential.Key
+	file string
+}
+
+func newOwnKeyIssuer(dir string) (*ownKeyIssuer, error) {
+	k, err := credential.GenerateKey()
+	if err != nil {
+		return nil, err
+	}
+	data, err := k.MarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	file := filepath.Join(dir, "burst-credential-key.json")
+	if err := os.WriteFile(file, data, 0o600); err != nil {
+		return nil, err
+	}
+	return &ownKeyIssuer{key: k, file: file}, nil
+}
+
+func (o *ownKeyIssuer) issue(ps []ledger.Principal, createdAt time.Time) ([]string, error) {
+	tokens := make([]string, len(ps))
+	for i, p := range ps {
+		tok, err := o.key.Issue(p.ID, createdAt, time.Time{})
+		if err != nil {
+			return nil, err
+		}
+		tokens[i] = tok
+	}
+	return tokens, nil
+}
+
+func (o *ownKeyIssuer) intakeFlags() []string { return []string{"--credential-key", o.file} }
+
+func (o *ownKeyIssuer) describe() string { return "a signed credential (tally's own, HS256)" }
+
+// burstVariants are the intake variants of a run, in the order their
+// rounds run.
+func burstVariants(own burstIssuer) []burstVariant {
+	return []burstVariant{
+		{id: "B", db: "burst", issuer: own,
+			what: "principals created before intake started"},
+		{id: "B-LC", db: "burstlc", issuer: own, age: 48 * time.Hour, flags: []string{"--ledger-check"},
+			what: "with intake's --ledger-check, principals created two days before (past the idempotency window): each new event id looked up in the ledger"},
+	}
+}
+
+// Addresses of the burst's servers.
+const (
+	burstIntakeAddr  = "127.0.0.1:18195"
+	burstMetricsAddr = "127.0.0.1:18196" // the projector's /metrics
+	burstBareAddr    = "127.0.0.1:18197"
+	burstSyncAddr    = "127.0.0.1:18198"
+)
+
+// burstRun is one burst against one target.
+type burstRun struct {
+	n        int
+	answered time.Duration // from the first request to the last answer
+	counted  time.Duration // to the last vote in poll_results
+	lat      []time.Duration
+	// commits: xact_commit of the database from before the servers
+	// started to after they stopped; batches: the projector's;
+	// listeners: the backends LISTENing in the database meanwhile.
+	commits, batches, listeners int64
+}
+
+func (r burstRun) accepted() float64 { return float64(r.n) / r.answered.Seconds() }
+func (r burstRun) countedRate() float64 {
+	return float64(r.n) / r.counted.Seconds()
+}
+
+// burstSide is every round of one target, and the commits of its servers'
+// start and stop without votes.
+type burstSide struct {
+	runs    []burstRun
+	startup int64
+}
+
+// median is the median of f over the rounds (the lower middle one).
+func (s burstSide) median(f func(burstRun) float64) float64 {
+	vs := make([]float64, len(s.runs))
+	for i, r := range s.runs {
+		vs[i] = f(r)
+	}
+	slices.Sort(vs)
+	return vs[(len(vs)-1)/2]
+}
+
+func (s burstSide) rounds(f func(burstRun) float64) string {
+	var parts []string
+	for _, r := range s.runs {
+		parts = append(parts, thousands(f(r)))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// perBatch are the commits each projector batch of r causes: its own and
+// one per listening backend, which reads its notification.
+func (r burstRun) perBatch() int64 { return burstCommitsPerBatch + r.listeners }
+
+// beyond are the commits of r beyond the projector's batches (and the
+// listeners' reading of their notifications) and the servers' start and
+// stop.
+func (s burstSide) beyond(r burstRun) int64 {
+	return r.commits - s.startup - r.perBatch()*r.batches
+}
+
+// perVote are the commits of r per vote, its servers' start and stop
+// left out.
+func (s burstSide) perVote(r burstRun) float64 {
+	return float64(r.commits-s.startup) / float64(r.n)
+}
+
+func p50(r burstRun) float64 { return float64(quantile(r.lat, 0.5)) }
+func p99(r burstRun) float64 { return float64(quantile(r.lat, 0.99)) }
+
+// measureBurst: B, BC, BX, B-LC, B-LCC, BB and BS.
+func measureBurst(ctx context.Context, e *env, sz sizes, t *table) error {
+	if e.bare == "" || e.syncSrv == "" {
+		return errors.New("the burst needs -bare and -sync (the servers of intake/internal/bareserver and intake/internal/syncserver; scripts/bench.sh builds them)")
+	}
+	load := loadAvg()
+	own, err := newOwnKeyIssuer(e.tmp)
+	if err != nil {
+		return err
+	}
+	variants := burstVariants(own)
+	res, bare, syncd, err := e.burst(ctx, variants, sz)
+	if err != nil {
+		return err
+	}
+	n := sz.burstVoters
+	note := fmt.Sprintf("median of %d alternating round(s)", sz.burstRounds)
+	if sz.burstRounds == 1 {
+		note = "one round"
+	}
+	for i, v := range variants {
+		s := res[i]
+		perVote := s.median(s.perVote)
+		cmd := fmt.Sprintf("bench -only burst  (%d requests at a time from the bench, Go net/http; tally intake %s and tally projector, started after the principals were created)",
+			burstConcurrency, strings.Join(slices.Concat(intakeFlags, v.flags, []string{"--credential-key", "FILE"}), " "))
+		t.add(fig{id: v.id, what: fmt.Sprintf("the burst: %s principals each voting once into one poll with %s intake never saw, %s; %d requests at a time, the projector running (%s)",
+			thousands(float64(n)), v.issuer.describe(), v.what, burstConcurrency, note),
+			value: s.median(burstRun.accepted), unit: "votes/s accepted",
+			extra: fmt.Sprintf("p50 %s, p99 %s of the 202; counted %s votes/s; PostgreSQL commits per vote %.4f (%s beyond the projector's batches); rounds %s votes/s",
+				ms(time.Duration(s.median(p50))), ms(time.Duration(s.median(p99))), thousands(s.median(burstRun.countedRate)), perVote,
+				beyondNote(s), s.rounds(burstRun.accepted)),
+			load: load, command: cmd})
+		t.add(fig{id: v.id + "C", what: "counted: " + v.id + "'s votes from the first request until the last one is in poll_results (the projector's stream empty)",
+			value: s.median(burstRun.countedRate), unit: "votes/s", extra: "rounds " + s.rounds(burstRun.countedRate) + " votes/s",
+			load: load, command: cmd})
+		if v.id == "B" {
+			t.add(fig{id: "BX", what: "B's PostgreSQL commits per vote beyond the projector's batches (xact_commit of its database, less the commits of intake's and the projector's start and stop without votes and those of the batches: the append, its notification, and each listening backend's read of the notification)",
+				value: s.median(func(r burstRun) float64 { return float64(s.beyond(r)) / float64(r.n) }), unit: "commits per vote",
+				extra: commitsNote(s), load: load, command: "pg_stat_database.xact_commit before intake and the projector started and after they stopped; tally_projector_batch_size_count"})
+		}
+	}
+	t.add(fig{id: "BB", what: "the bare net/http handler answering 202 to the same burst (" + note + ")",
+		value: bare.median(burstRun.accepted), unit: "req/s",
+		extra: fmt.Sprintf("p50 %s, p99 %s; rounds %s req/s", ms(time.Duration(bare.median(p50))), ms(time.Duration(bare.median(p99))), bare.rounds(burstRun.accepted)),
+		load:  load, command: "bench -only burst  (go run ./intake/internal/bareserver)"})
+	t.add(fig{id: "BS", what: "the synchronous design under the same burst: a net/http handler that looks the token up (SHA-256 in principals), then inserts the vote (ON CONFLICT DO NOTHING) and upserts the tally in one transaction, and answers once it committed (" + note + ")",
+		value: syncd.median(burstRun.countedRate), unit: "votes/s counted",
+		extra: fmt.Sprintf("p50 %s, p99 %s; PostgreSQL commits per vote %.2f; rounds %s votes/s", ms(time.Duration(syncd.median(p50))), ms(time.Duration(syncd.median(p99))),
+			syncd.median(syncd.perVote), syncd.rounds(burstRun.countedRate)),
+		load: load, command: "bench -only burst  (go run ./intake/internal/syncserver -max-conns 16)"})
+	return nil
+}
+
+// beyondNote is the commits beyond the projector's batches of each round.
+func beyondNote(s burstSide) string {
+	var parts []string
+	for _, r := range s.runs {
+		parts = append(parts, strconv.FormatInt(s.beyond(r), 10))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// commitsNote details the commits of each round.
+func commitsNote(s burstSide) string {
+	var parts []string
+	for _, r := range s.runs {
+		parts = append(parts, fmt.Sprintf("%d commits for %s votes: %d batches × %d (%d listener(s)), %d beyond",
+			r.commits-s.startup, thousands(float64(r.n)), r.batches, r.perBatch(), r.listeners, s.beyond(r)))
+	}
+	return strings.Join(parts, "; ") + fmt.Sprintf(" (start and stop without votes: %d commits, left out)", s.startup)
+}
+
+// burst runs the rounds: each intake variant, the bare handler and the
+// synchronous design in turn, every round with fresh principals.
+func (e *env) burst(ctx context.Context, variants []burstVariant, sz sizes) (res []burstSide, bare, syncd burstSide, err error) {
+	urls := make([]string, len(variants))
+	keys := make([]stream.Keys, len(variants))
+	res = make([]burstSide, len(variants))
+	for i, v := range variants {
+		var pool *pgxpool.Pool
+		if urls[i], pool, err = e.database(ctx, v.db); err != nil {
+			return
+		}
+		pool.Close()
+		keys[i] = e.prefix(v.db)
+		if res[i].startup, err = e.burstStartup(ctx, v, urls[i], keys[i]); err != nil {
+			return
+		}
+	}
+	syncURL, pool, err := e.database(ctx, "burstsync")
+	if err != nil {
+		return
+	}
+	pool.Close()
+	for round := range sz.burstRounds {
+		for i, v := range variants {
+			var r burstRun
+			if r, err = e.burstIntake(ctx, v, urls[i], keys[i], round, sz); err != nil {
+				return res, bare, syncd, fmt.Errorf("%s, round %d: %w", v.id, round+1, err)
+			}
+			res[i].runs = append(res[i].runs, r)
+		}
+		var r burstRun
+		if r, err = e.burstBare(ctx, sz); err != nil {
+			return res, bare, syncd, fmt.Errorf("the bare handler, round %d: %w", round+1, err)
+		}
+		bare.runs = append(bare.runs, r)
+		if r, err = e.burstSync(ctx, syncURL, round, sz); err != nil {
+			return res, bare, syncd, fmt.Errorf("the synchronous design, round %d: %w", round+1, err)
+		}
+		syncd.runs = append(syncd.runs, r)
+	}
+	return res, bare, syncd, nil
+}
+
+// burstPrincipals creates poll and n principals on the database at url,
+// setting their creation age back, and returns their tokens and the
+// token of one more principal, a probe; the pool it used is closed when
+// it returns.
+func burstPrincipals(ctx context.Context, url, poll string, n int, age time.Duration, iss burstIssuer) (tokens []string, probe string, err error) {
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return nil, "", err
+	}
+	defer pool.Close()
+	store, err := ledger.New(pool, ledger.Config{})
+	if err != nil {
+		return nil, "", err
+	}
+	if err := store.CreatePoll(ctx, ledger.Poll{ID: poll, Title: "bench burst", OpensAt: time.Unix(0, 0), Choices: benchChoices}); err != nil {
+		return nil, "", err
+	}
+	names := make([]string, n+1)
+	for i := range names {
+		names[i] = poll + " voter " + itoa(i)
+	}
+	ps, err := store.AddPrincipals(ctx, names)
+	if err != nil {
+		return nil, "", err
+	}
+	created := ps[0].CreatedAt.Add(-age)
+	if age > 0 {
+		ids := make([]string, len(ps))
+		for i, p := range ps {
+			ids[i] = p.ID
+		}
+		if _, err := pool.Exec(ctx, `UPDATE principals SET created_at = $1 WHERE id = ANY($2)`, created, ids); err != nil {
+			return nil, "", err
+		}
+	}
+	tokens, err = iss.issue(ps, created)
+	if err != nil {
+		return nil, "", err
+	}
+	return tokens[:n], tokens[n], nil
+}
+
+// burstServers starts intake (the variant's) and a projector with its
+// metrics on burstMetricsAddr, and waits until both answer and intake takes a vote on
+// poll: a probe vote for an unknown choice is answered 422 once intake
+// holds the poll and the revocations, and is not enqueued.
+func (e *env) burstServers(ctx context.Context, v burstVariant, url string, keys stream.Keys, poll, probe string) (*pipeline, error) {
+	common := []string{"--database-url", url, "--log-format", "text", "--redis-url", e.redisURL, "--stream-prefix", keys.Prefix()}
+	sh := shape{addrs: []string{burstIntakeAddr}, projector: []string{"--metrics-listen", burstMetricsAddr}}
+	p, err := e.startShape(ctx, sh, common, slices.Concat(v.flags, v.issuer.intakeFlags())...)
+	if err != nil {
+		return nil, err
+	}
+	if err := waitHealthy(ctx, p.projector, burstMetricsAddr); err != nil {
+		p.stop()
+		return nil, err
+	}
+	client := &http.Client{Timeout: 5 * time.Second}
+	defer client.CloseIdleConnections()
+	err = retry.Do(ctx, retry.WithMaxDuration(15*time.Second, retry.NewConstant(100*time.Millisecond)), func(ctx context.Context) error {
+		code, err := postBurstVote(ctx, client, burstIntakeAddr, []byte(`{"event_id":"probe","poll_id":"`+poll+`","candidate_id":"none"}`), "Bearer "+probe)
+		if err == nil && code != http.StatusUnprocessableEntity {
+			err = fmt.Errorf("the probe vote got %d, not 422", code)
+		}
+		return retry.RetryableError(err)
+	})
+	if err != nil {
+		p.stop()
+		return nil, fmt.Errorf("intake did not take votes on poll %s within 15s: %w", poll, err)
+	}
+	return p, nil
+}
+
+// burstStartup is the commits of the variant's intake and projector
+// starting, taking a probe vote and stopping, without votes.
+func (e *env) burstStartup(ctx context.Context, v burstVariant, url string, keys stream.Keys) (int64, error) {
+	db := e.dbName(v.db)
+	_, probe, err := burstPrincipals(ctx, url, "burst-idle", 0, v.age, v.issuer)
+	if err != nil {
+		return 0, err
+	}
+	c0, err := e.commitsQuiet(ctx, db)
+	if err != nil {
+		return 0, err
+	}
+	p, err := e.burstServers(ctx, v, url, keys, "burst-idle", probe)
+	if err != nil {
+		return 0, err
+	}
+	p.stop()
+	c1, err := e.commitsQuiet(ctx, db)
+	return c1 - c0, err
+}
+
+// burstIntake runs one round of the variant v.
+func (e *env) burstIntake(ctx context.Context, v burstVariant, url string, keys stream.Keys, round int, sz sizes) (burstRun, error) {
+	n := sz.burstVoters
+	r := burstRun{n: n}
+	db := e.dbName(v.db)
+	poll := "burst-" + itoa(round)
+	tokens, probe, err := burstPrincipals(ctx, url, poll, n, v.age, v.issuer)
+	if err != nil {
+		return r, err
+	}
+	e.checkpoint(ctx)
+	c0, err := e.commitsQuiet(ctx, db)
+	if err != nil {
+		return r, err
+	}
+	p, err := e.burstServers(ctx, v, url, keys, poll, probe)
+	if err != nil {
+		return r, err
+	}
+	defer p.stop()
+	b0, err := projectorBatches(ctx, burstMetricsAddr)
+	if err != nil {
+		return r, err
+	}
+	if r.listeners, err = e.listeners(ctx, db); err != nil {
+		return r, err
+	}
+	start, err := sendBurst(ctx, burstIntakeAddr, tokens, poll, http.StatusAccepted, sz.burstFor, &r)
+	if err != nil {
+		return r, err
+	}
+	if err := e.waitStreamEmpty(ctx, keys, start, sz.burstFor, &r); err != nil {
+		return r, err
+	}
+	b1, err := projectorBatches(ctx, burstMetricsAddr)
+	if err != nil {
+		return r, err
+	}
+	r.batches = b1 - b0
+	p.stop()
+	c1, err := e.commitsQuiet(ctx, db)
+	if err != nil {
+		return r, err
+	}
+	r.commits = c1 - c0
+	if dead, err := e.rdb.XLen(ctx, keys.DeadLetter(0)).Result(); err != nil || dead > 0 {
+		return r, fmt.Errorf("the dead-letter stream holds %d entries (%v)", dead, err)
+	}
+	return r, checkCounted(ctx, url, poll, n)
+}
+
+// burstBare runs one round against the bare handler.
+func (e *env) burstBare(ctx context.Context, sz sizes) (burstRun, error) {
+	n := sz.burstVoters
+	r := burstRun{n: n}
+	tokens := make([]string, n)
+	for i := range tokens {
+		tokens[i] = "bare-" + itoa(i)
+	}
+	p, err := start(ctx, logFile, e.bare, "-listen", burstBareAddr)
+	if err != nil {
+		return r, err
+	}
+	defer p.stop()
+	if err := waitHealthy(ctx, p, burstBareAddr); err != nil {
+		return r, err
+	}
+	_, err = sendBurst(ctx, burstBareAddr, tokens, "burst-bare", http.StatusAccepted, sz.burstFor, &r)
+	r.counted = r.answered
+	return r, err
+}
+
+// burstSync runs one round against the synchronous design: its
+// principals hold token hashes, as the seed's did.
+func (e *env) burstSync(ctx context.Context, url string, round int, sz sizes) (burstRun, error) {
+	n := sz.burstVoters
+	r := burstRun{n: n}
+	db := e.dbName("burstsync")
+	poll := "burst-" + itoa(round)
+	tokens, err := syncPrincipals(ctx, url, poll, n)
+	if err != nil {
+		return r, err
+	}
+	e.checkpoint(ctx)
+	c0, err := e.commitsQuiet(ctx, db)
+	if err != nil {
+		return r, err
+	}
+	p, err := start(ctx, logFile, e.syncSrv, "-listen", burstSyncAddr, "-database-url", url, "-max-conns", "16")
+	if err != nil {
+		return r, err
+	}
+	defer p.stop()
+	if err := waitHealthy(ctx, p, burstSyncAddr); err != nil {
+		return r, err
+	}
+	if _, err := sendBurst(ctx, burstSyncAddr, tokens, poll, http.StatusOK, sz.burstFor, &r); err != nil {
+		return r, err
+	}
+	r.counted = r.answered // each vote committed before its answer
+	if err := p.stop(); err != nil {
+		return r, fmt.Errorf("syncserver: %w", err)
+	}
+	c1, err := e.commitsQuiet(ctx, db)
+	if err != nil {
+		return r, err
+	}
+	r.commits = c1 - c0
+	return r, checkCounted(ctx, url, poll, n)
+}
+
+// syncPrincipals creates poll and n principals with random tokens whose
+// SHA-256 is stored, in one statement, and returns the tokens.
+func syncPrincipals(ctx context.Context, url, poll string, n int) ([]string, error) {
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	defer pool.Close()
+	store, err := ledger.New(pool, ledger.Config{})
+	if err != nil {
+		return nil, err
+	}
+	if err := store.CreatePoll(ctx, ledger.Poll{ID: poll, Title: "bench burst", OpensAt: time.Unix(0, 0), Choices: benchChoices}); err != nil {
+		return nil, err
+	}
+	tokens := make([]string, n)
+	ids, names, hashes := make([]string, n), make([]string, n), make([][]byte, n)
+	for i := range tokens {
+		tokens[i] = ledger.LegacyTokenPrefix + rand.Text()
+		h := ledger.TokenHash(tokens[i])
+		ids[i], names[i], hashes[i] = poll+"-v"+itoa(i), poll+" voter "+itoa(i), h[:]
+	}
+	_, err = pool.Exec(ctx, `INSERT INTO principals (id, name, token_sha256) SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[])`, ids, names, hashes)
+	return tokens, err
+}
+
+// checkCounted fails unless poll's results count n votes.
+func checkCounted(ctx context.Context, url, poll string, n int) error {
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	store, err := ledger.New(pool, ledger.Config{})
+	if err != nil {
+		return err
+	}
+	res, err := store.Results(ctx, poll)
+	if err != nil {
+		return err
+	}
+	if res.Total != int64(n) {
+		return fmt.Errorf("poll %s counts %d votes, want %d", poll, res.Total, n)
+	}
+	return nil
+}
