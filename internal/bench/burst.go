@@ -34,7 +34,8 @@ import (
 // Rows: B (accepted/s), BC (counted/s: from the first request until the
 // last vote is in poll_results), BX (PostgreSQL commits per vote beyond
 // the projector's batches), B-LC and B-LCC (the same burst with intake's
-// --ledger-check, its principals two days old), BB (the bare handler), BS
+// --ledger-check, its principals two days old), B-OIDC and B-OIDCC (the
+// same burst with RS256 tokens of a local OpenID Connect issuer), BB (the bare handler), BS
 // (the synchronous design, which counts as it answers).
 //
 // PostgreSQL's commits are xact_commit of the variant's database in
@@ -59,7 +60,8 @@ const burstConcurrency = 64
 const burstCommitsPerBatch = 2
 
 // burstVariant is one way intake takes the burst; B-OIDC is a variant
-// whose issuer runs a local OpenID Connect issuer and signs RS256 tokens.
+// whose issuer runs a local OpenID Connect issuer and signs RS256 tokens
+// (burst_oidc.go).
 type burstVariant struct {
 	id   string // the row of accepted/s; id+"C" counted/s ("B": BC)
 	db   string // the name of its database and Redis prefix
@@ -76,10 +78,18 @@ type burstIssuer interface {
 	// issue returns a token for each principal, naming createdAt as its
 	// creation time.
 	issue(ps []ledger.Principal, createdAt time.Time) ([]string, error)
-	// intakeFlags make intake take the tokens issue returns.
+	// intakeFlags make intake take the tokens issue returns; shownFlags
+	// are how the rows' commands spell them.
 	intakeFlags() []string
+	shownFlags() []string
 	// describe names the tokens in the rows.
 	describe() string
+	// rows says whether the principals are rows of principals; when not,
+	// issue gets principals with only their names (the subjects).
+	rows() bool
+	// readyCheck is the check of intake's /readyz that must be "ok"
+	// before a burst ("" for none).
+	readyCheck() string
 }
 
 // ownKeyIssuer signs tally's own tokens (HS256) with a credential key
@@ -119,16 +129,24 @@ func (o *ownKeyIssuer) issue(ps []ledger.Principal, createdAt time.Time) ([]stri
 
 func (o *ownKeyIssuer) intakeFlags() []string { return []string{"--credential-key", o.file} }
 
+func (o *ownKeyIssuer) shownFlags() []string { return []string{"--credential-key", "FILE"} }
+
+func (o *ownKeyIssuer) rows() bool { return true }
+
+func (o *ownKeyIssuer) readyCheck() string { return "" }
+
 func (o *ownKeyIssuer) describe() string { return "a signed credential (tally's own, HS256)" }
 
 // burstVariants are the intake variants of a run, in the order their
-// rounds run.
-func burstVariants(own burstIssuer) []burstVariant {
+// rounds run: own signs tally's tokens, oidc is B-OIDC's issuer.
+func burstVariants(own, oidc burstIssuer) []burstVariant {
 	return []burstVariant{
 		{id: "B", db: "burst", issuer: own,
 			what: "principals created before intake started"},
 		{id: "B-LC", db: "burstlc", issuer: own, age: 48 * time.Hour, flags: []string{"--ledger-check"},
 			what: "with intake's --ledger-check, principals created two days before (past the idempotency window): each new event id looked up in the ledger"},
+		{id: "B-OIDC", db: "burstoidc", issuer: oidc,
+			what: "each a subject of its own (principal id derived from iss and sub, no row in principals), intake having fetched the issuer's keys before the burst"},
 	}
 }
 
@@ -202,7 +220,7 @@ func (s burstSide) perVote(r burstRun) float64 {
 func p50(r burstRun) float64 { return float64(quantile(r.lat, 0.5)) }
 func p99(r burstRun) float64 { return float64(quantile(r.lat, 0.99)) }
 
-// measureBurst: B, BC, BX, B-LC, B-LCC, BB and BS.
+// measureBurst: B, BC, BX, B-LC, B-LCC, B-OIDC, B-OIDCC, BB and BS.
 func measureBurst(ctx context.Context, e *env, sz sizes, t *table) error {
 	if e.bare == "" || e.syncSrv == "" {
 		return errors.New("the burst needs -bare and -sync (the servers of intake/internal/bareserver and intake/internal/syncserver; scripts/bench.sh builds them)")
@@ -212,7 +230,12 @@ func measureBurst(ctx context.Context, e *env, sz sizes, t *table) error {
 	if err != nil {
 		return err
 	}
-	variants := burstVariants(own)
+	oidc, err := newOIDCIssuer()
+	if err != nil {
+		return err
+	}
+	defer oidc.close()
+	variants := burstVariants(own, oidc)
 	res, bare, syncd, err := e.burst(ctx, variants, sz)
 	if err != nil {
 		return err
@@ -226,7 +249,7 @@ func measureBurst(ctx context.Context, e *env, sz sizes, t *table) error {
 		s := res[i]
 		perVote := s.median(s.perVote)
 		cmd := fmt.Sprintf("bench -only burst  (%d requests at a time from the bench, Go net/http; tally intake %s and tally projector, started after the principals were created)",
-			burstConcurrency, strings.Join(slices.Concat(intakeFlags, v.flags, []string{"--credential-key", "FILE"}), " "))
+			burstConcurrency, strings.Join(slices.Concat(intakeFlags, v.flags, v.issuer.shownFlags()), " "))
 		t.add(fig{id: v.id, what: fmt.Sprintf("the burst: %s principals each voting once into one poll with %s intake never saw, %s; %d requests at a time, the projector running (%s)",
 			thousands(float64(n)), v.issuer.describe(), v.what, burstConcurrency, note),
 			value: s.median(burstRun.accepted), unit: "votes/s accepted",
@@ -338,6 +361,16 @@ func burstPrincipals(ctx context.Context, url, poll string, n int, age time.Dura
 	for i := range names {
 		names[i] = poll + " voter " + itoa(i)
 	}
+	if !iss.rows() {
+		ps := make([]ledger.Principal, len(names))
+		for i, name := range names {
+			ps[i] = ledger.Principal{Name: name}
+		}
+		if tokens, err = iss.issue(ps, time.Now()); err != nil {
+			return nil, "", err
+		}
+		return tokens[:n], tokens[n], nil
+	}
 	ps, err := store.AddPrincipals(ctx, names)
 	if err != nil {
 		return nil, "", err
@@ -360,7 +393,8 @@ func burstPrincipals(ctx context.Context, url, poll string, n int, age time.Dura
 }
 
 // burstServers starts intake (the variant's) and a projector with its
-// metrics on burstMetricsAddr, and waits until both answer and intake takes a vote on
+// metrics on burstMetricsAddr, and waits until both answer, the check of
+// intake's /readyz its issuer names is ok, and intake takes a vote on
 // poll: a probe vote for an unknown choice is answered 422 once intake
 // holds the poll and the revocations, and is not enqueued.
 func (e *env) burstServers(ctx context.Context, v burstVariant, url string, keys stream.Keys, poll, probe string) (*pipeline, error) {
@@ -373,6 +407,12 @@ func (e *env) burstServers(ctx context.Context, v burstVariant, url string, keys
 	if err := waitHealthy(ctx, p.projector, burstMetricsAddr); err != nil {
 		p.stop()
 		return nil, err
+	}
+	if check := v.issuer.readyCheck(); check != "" {
+		if err := waitReadyCheck(ctx, burstIntakeAddr, check); err != nil {
+			p.stop()
+			return nil, err
+		}
 	}
 	client := &http.Client{Timeout: 5 * time.Second}
 	defer client.CloseIdleConnections()

@@ -32,7 +32,7 @@
 //   - burst.go: the burst, distinct voters each voting once with a signed
 //     credential intake never saw, through intake and the projector, next
 //     to the bare handler and the synchronous design under the same burst
-//     (B, BC, BX, B-LC, BB, BS);
+//     (B, BC, BX, B-LC, B-OIDC, BB, BS);
 //   - cluster.go: E against a private Redis Cluster of three masters (EC);
 //   - scaling.go: E with one or two intakes and projector workers, with
 //     the CPU per vote of each part (S11 to S22);
