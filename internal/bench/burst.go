@@ -2,21 +2,16 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/sethvargo/go-retry"
 
-	"tally/credential"
 	"tally/ledger"
 	"tally/stream"
 )
@@ -73,70 +68,6 @@ type burstVariant struct {
 	flags  []string // intake's flags beyond intakeFlags and the issuer's
 }
 
-// burstIssuer issues the burst's credentials.
-type burstIssuer interface {
-	// issue returns a token for each principal, naming createdAt as its
-	// creation time.
-	issue(ps []ledger.Principal, createdAt time.Time) ([]string, error)
-	// intakeFlags make intake take the tokens issue returns; shownFlags
-	// are how the rows' commands spell them.
-	intakeFlags() []string
-	shownFlags() []string
-	// describe names the tokens in the rows.
-	describe() string
-	// rows says whether the principals are rows of principals; when not,
-	// issue gets principals with only their names (the subjects).
-	rows() bool
-	// readyCheck is the check of intake's /readyz that must be "ok"
-	// before a burst ("" for none).
-	readyCheck() string
-}
-
-// ownKeyIssuer signs tally's own tokens (HS256) with a credential key
-// written to a file intake reads.
-type ownKeyIssuer struct {
-	key  credential.Key
-	file string
-}
-
-func newOwnKeyIssuer(dir string) (*ownKeyIssuer, error) {
-	k, err := credential.GenerateKey()
-	if err != nil {
-		return nil, err
-	}
-	data, err := k.MarshalJSON()
-	if err != nil {
-		return nil, err
-	}
-	file := filepath.Join(dir, "burst-credential-key.json")
-	if err := os.WriteFile(file, data, 0o600); err != nil {
-		return nil, err
-	}
-	return &ownKeyIssuer{key: k, file: file}, nil
-}
-
-func (o *ownKeyIssuer) issue(ps []ledger.Principal, createdAt time.Time) ([]string, error) {
-	tokens := make([]string, len(ps))
-	for i, p := range ps {
-		tok, err := o.key.Issue(p.ID, createdAt, time.Time{})
-		if err != nil {
-			return nil, err
-		}
-		tokens[i] = tok
-	}
-	return tokens, nil
-}
-
-func (o *ownKeyIssuer) intakeFlags() []string { return []string{"--credential-key", o.file} }
-
-func (o *ownKeyIssuer) shownFlags() []string { return []string{"--credential-key", "FILE"} }
-
-func (o *ownKeyIssuer) rows() bool { return true }
-
-func (o *ownKeyIssuer) readyCheck() string { return "" }
-
-func (o *ownKeyIssuer) describe() string { return "a signed credential (tally's own, HS256)" }
-
 // burstVariants are the intake variants of a run, in the order their
 // rounds run: own signs tally's tokens, oidc is B-OIDC's issuer.
 func burstVariants(own, oidc burstIssuer) []burstVariant {
@@ -157,68 +88,6 @@ const (
 	burstBareAddr    = "127.0.0.1:18197"
 	burstSyncAddr    = "127.0.0.1:18198"
 )
-
-// burstRun is one burst against one target.
-type burstRun struct {
-	n        int
-	answered time.Duration // from the first request to the last answer
-	counted  time.Duration // to the last vote in poll_results
-	lat      []time.Duration
-	// commits: xact_commit of the database from before the servers
-	// started to after they stopped; batches: the projector's;
-	// listeners: the backends LISTENing in the database meanwhile.
-	commits, batches, listeners int64
-}
-
-func (r burstRun) accepted() float64 { return float64(r.n) / r.answered.Seconds() }
-func (r burstRun) countedRate() float64 {
-	return float64(r.n) / r.counted.Seconds()
-}
-
-// burstSide is every round of one target, and the commits of its servers'
-// start and stop without votes.
-type burstSide struct {
-	runs    []burstRun
-	startup int64
-}
-
-// median is the median of f over the rounds (the lower middle one).
-func (s burstSide) median(f func(burstRun) float64) float64 {
-	vs := make([]float64, len(s.runs))
-	for i, r := range s.runs {
-		vs[i] = f(r)
-	}
-	slices.Sort(vs)
-	return vs[(len(vs)-1)/2]
-}
-
-func (s burstSide) rounds(f func(burstRun) float64) string {
-	var parts []string
-	for _, r := range s.runs {
-		parts = append(parts, thousands(f(r)))
-	}
-	return strings.Join(parts, ", ")
-}
-
-// perBatch are the commits each projector batch of r causes: its own and
-// one per listening backend, which reads its notification.
-func (r burstRun) perBatch() int64 { return burstCommitsPerBatch + r.listeners }
-
-// beyond are the commits of r beyond the projector's batches (and the
-// listeners' reading of their notifications) and the servers' start and
-// stop.
-func (s burstSide) beyond(r burstRun) int64 {
-	return r.commits - s.startup - r.perBatch()*r.batches
-}
-
-// perVote are the commits of r per vote, its servers' start and stop
-// left out.
-func (s burstSide) perVote(r burstRun) float64 {
-	return float64(r.commits-s.startup) / float64(r.n)
-}
-
-func p50(r burstRun) float64 { return float64(quantile(r.lat, 0.5)) }
-func p99(r burstRun) float64 { return float64(quantile(r.lat, 0.99)) }
 
 // measureBurst: B, BC, BX, B-LC, B-LCC, B-OIDC, B-OIDCC, BB and BS.
 func measureBurst(ctx context.Context, e *env, sz sizes, t *table) error {
@@ -276,25 +145,6 @@ func measureBurst(ctx context.Context, e *env, sz sizes, t *table) error {
 			syncd.median(syncd.perVote), syncd.rounds(burstRun.countedRate)),
 		load: load, command: "bench -only burst  (go run ./intake/internal/syncserver -max-conns 16)"})
 	return nil
-}
-
-// beyondNote is the commits beyond the projector's batches of each round.
-func beyondNote(s burstSide) string {
-	var parts []string
-	for _, r := range s.runs {
-		parts = append(parts, strconv.FormatInt(s.beyond(r), 10))
-	}
-	return strings.Join(parts, ", ")
-}
-
-// commitsNote details the commits of each round.
-func commitsNote(s burstSide) string {
-	var parts []string
-	for _, r := range s.runs {
-		parts = append(parts, fmt.Sprintf("%d commits for %s votes: %d batches × %d (%d listener(s)), %d beyond",
-			r.commits-s.startup, thousands(float64(r.n)), r.batches, r.perBatch(), r.listeners, s.beyond(r)))
-	}
-	return strings.Join(parts, "; ") + fmt.Sprintf(" (start and stop without votes: %d commits, left out)", s.startup)
 }
 
 // burst runs the rounds: each intake variant, the bare handler and the
@@ -500,92 +350,6 @@ func (e *env) burstIntake(ctx context.Context, v burstVariant, url string, keys 
 		return r, fmt.Errorf("the dead-letter stream holds %d entries (%v)", dead, err)
 	}
 	return r, checkCounted(ctx, url, poll, n)
-}
-
-// burstBare runs one round against the bare handler.
-func (e *env) burstBare(ctx context.Context, sz sizes) (burstRun, error) {
-	n := sz.burstVoters
-	r := burstRun{n: n}
-	tokens := make([]string, n)
-	for i := range tokens {
-		tokens[i] = "bare-" + itoa(i)
-	}
-	p, err := start(ctx, logFile, e.bare, "-listen", burstBareAddr)
-	if err != nil {
-		return r, err
-	}
-	defer p.stop()
-	if err := waitHealthy(ctx, p, burstBareAddr); err != nil {
-		return r, err
-	}
-	_, err = sendBurst(ctx, burstBareAddr, tokens, "burst-bare", http.StatusAccepted, sz.burstFor, &r)
-	r.counted = r.answered
-	return r, err
-}
-
-// burstSync runs one round against the synchronous design: its
-// principals hold token hashes, as the seed's did.
-func (e *env) burstSync(ctx context.Context, url string, round int, sz sizes) (burstRun, error) {
-	n := sz.burstVoters
-	r := burstRun{n: n}
-	db := e.dbName("burstsync")
-	poll := "burst-" + itoa(round)
-	tokens, err := syncPrincipals(ctx, url, poll, n)
-	if err != nil {
-		return r, err
-	}
-	e.checkpoint(ctx)
-	c0, err := e.commitsQuiet(ctx, db)
-	if err != nil {
-		return r, err
-	}
-	p, err := start(ctx, logFile, e.syncSrv, "-listen", burstSyncAddr, "-database-url", url, "-max-conns", "16")
-	if err != nil {
-		return r, err
-	}
-	defer p.stop()
-	if err := waitHealthy(ctx, p, burstSyncAddr); err != nil {
-		return r, err
-	}
-	if _, err := sendBurst(ctx, burstSyncAddr, tokens, poll, http.StatusOK, sz.burstFor, &r); err != nil {
-		return r, err
-	}
-	r.counted = r.answered // each vote committed before its answer
-	if err := p.stop(); err != nil {
-		return r, fmt.Errorf("syncserver: %w", err)
-	}
-	c1, err := e.commitsQuiet(ctx, db)
-	if err != nil {
-		return r, err
-	}
-	r.commits = c1 - c0
-	return r, checkCounted(ctx, url, poll, n)
-}
-
-// syncPrincipals creates poll and n principals with random tokens whose
-// SHA-256 is stored, in one statement, and returns the tokens.
-func syncPrincipals(ctx context.Context, url, poll string, n int) ([]string, error) {
-	pool, err := pgxpool.New(ctx, url)
-	if err != nil {
-		return nil, err
-	}
-	defer pool.Close()
-	store, err := ledger.New(pool, ledger.Config{})
-	if err != nil {
-		return nil, err
-	}
-	if err := store.CreatePoll(ctx, ledger.Poll{ID: poll, Title: "bench burst", OpensAt: time.Unix(0, 0), Choices: benchChoices}); err != nil {
-		return nil, err
-	}
-	tokens := make([]string, n)
-	ids, names, hashes := make([]string, n), make([]string, n), make([][]byte, n)
-	for i := range tokens {
-		tokens[i] = ledger.LegacyTokenPrefix + rand.Text()
-		h := ledger.TokenHash(tokens[i])
-		ids[i], names[i], hashes[i] = poll+"-v"+itoa(i), poll+" voter "+itoa(i), h[:]
-	}
-	_, err = pool.Exec(ctx, `INSERT INTO principals (id, name, token_sha256) SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[])`, ids, names, hashes)
-	return tokens, err
 }
 
 // checkCounted fails unless poll's results count n votes.

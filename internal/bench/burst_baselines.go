@@ -1,0 +1,103 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"tally/ledger"
+)
+
+// This file owns the burst's two baselines: the bare 202 handler
+// (intake/internal/bareserver) and the seed's synchronous design
+// (intake/internal/syncserver), each sent the same burst as intake.
+
+// burstBare runs one round against the bare handler.
+func (e *env) burstBare(ctx context.Context, sz sizes) (burstRun, error) {
+	n := sz.burstVoters
+	r := burstRun{n: n}
+	tokens := make([]string, n)
+	for i := range tokens {
+		tokens[i] = "bare-" + itoa(i)
+	}
+	p, err := start(ctx, logFile, e.bare, "-listen", burstBareAddr)
+	if err != nil {
+		return r, err
+	}
+	defer p.stop()
+	if err := waitHealthy(ctx, p, burstBareAddr); err != nil {
+		return r, err
+	}
+	_, err = sendBurst(ctx, burstBareAddr, tokens, "burst-bare", http.StatusAccepted, sz.burstFor, &r)
+	r.counted = r.answered
+	return r, err
+}
+
+// burstSync runs one round against the synchronous design: its
+// principals hold token hashes, as the seed's did.
+func (e *env) burstSync(ctx context.Context, url string, round int, sz sizes) (burstRun, error) {
+	n := sz.burstVoters
+	r := burstRun{n: n}
+	db := e.dbName("burstsync")
+	poll := "burst-" + itoa(round)
+	tokens, err := syncPrincipals(ctx, url, poll, n)
+	if err != nil {
+		return r, err
+	}
+	e.checkpoint(ctx)
+	c0, err := e.commitsQuiet(ctx, db)
+	if err != nil {
+		return r, err
+	}
+	p, err := start(ctx, logFile, e.syncSrv, "-listen", burstSyncAddr, "-database-url", url, "-max-conns", "16")
+	if err != nil {
+		return r, err
+	}
+	defer p.stop()
+	if err := waitHealthy(ctx, p, burstSyncAddr); err != nil {
+		return r, err
+	}
+	if _, err := sendBurst(ctx, burstSyncAddr, tokens, poll, http.StatusOK, sz.burstFor, &r); err != nil {
+		return r, err
+	}
+	r.counted = r.answered // each vote committed before its answer
+	if err := p.stop(); err != nil {
+		return r, fmt.Errorf("syncserver: %w", err)
+	}
+	c1, err := e.commitsQuiet(ctx, db)
+	if err != nil {
+		return r, err
+	}
+	r.commits = c1 - c0
+	return r, checkCounted(ctx, url, poll, n)
+}
+
+// syncPrincipals creates poll and n principals with random tokens whose
+// SHA-256 is stored, in one statement, and returns the tokens.
+func syncPrincipals(ctx context.Context, url, poll string, n int) ([]string, error) {
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	defer pool.Close()
+	store, err := ledger.New(pool, ledger.Config{})
+	if err != nil {
+		return nil, err
+	}
+	if err := store.CreatePoll(ctx, ledger.Poll{ID: poll, Title: "bench burst", OpensAt: time.Unix(0, 0), Choices: benchChoices}); err != nil {
+		return nil, err
+	}
+	tokens := make([]string, n)
+	ids, names, hashes := make([]string, n), make([]string, n), make([][]byte, n)
+	for i := range tokens {
+		tokens[i] = ledger.LegacyTokenPrefix + rand.Text()
+		h := ledger.TokenHash(tokens[i])
+		ids[i], names[i], hashes[i] = poll+"-v"+itoa(i), poll+" voter "+itoa(i), h[:]
+	}
+	_, err = pool.Exec(ctx, `INSERT INTO principals (id, name, token_sha256) SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[])`, ids, names, hashes)
+	return tokens, err
+}
