@@ -166,7 +166,7 @@
 //     pipeline's way there (a script call per shard, per master with WAIT
 //     on a cluster) and each vote's reply back.
 //   - reads.go: GET /v1/votes/{event_id}, GET /v1/polls/{poll_id}/results
-//     and its cache, /healthz and /readyz and its cache.
+//     and its cache; health.go: /healthz, and /readyz and its cache.
 //   - log_routes.go: each poll's Merkle log: GET .../checkpoint, GET
 //     .../consistency, and the receipt of a recorded vote (its inclusion
 //     proof against the latest signed checkpoint), shown to whoever may see
