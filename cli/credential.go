@@ -104,6 +104,17 @@ func signingKey(c *ucli.Context) (credential.Key, error) {
 	return credential.ReadKeyFile(path)
 }
 
+// tokenTerms are what the tokens a command issues are made with: the key
+// of --credential-key and the expiry of --expires (zero for none).
+func tokenTerms(c *ucli.Context) (credential.Key, time.Time, error) {
+	key, err := signingKey(c)
+	if err != nil {
+		return credential.Key{}, time.Time{}, err
+	}
+	expires, err := expiry(c, time.Now())
+	return key, expires, err
+}
+
 // expiry is --expires as a time, zero for none.
 func expiry(c *ucli.Context, now time.Time) (time.Time, error) {
 	v := c.String(flagExpires.Name)

@@ -81,11 +81,7 @@ func principalAdd(c *ucli.Context) error {
 	case from == "":
 		names = []string{c.Args().First()}
 	}
-	key, err := signingKey(c)
-	if err != nil {
-		return err
-	}
-	expires, err := expiry(c, time.Now())
+	key, expires, err := tokenTerms(c)
 	if err != nil {
 		return err
 	}
@@ -132,11 +128,7 @@ func principalReissue(c *ucli.Context) error {
 	if c.NArg() != 1 {
 		return errors.New("give the principal ID to reissue a token for (tally principal list shows them)")
 	}
-	key, err := signingKey(c)
-	if err != nil {
-		return err
-	}
-	expires, err := expiry(c, time.Now())
+	key, expires, err := tokenTerms(c)
 	if err != nil {
 		return err
 	}

@@ -35,7 +35,7 @@ const authBurst = 5
 type lookupBundle struct {
 	*bundle
 	db      testenv.DB
-	lookups *tokenLookups
+	lookups *queryCounter
 }
 
 func setupLookups(t *testing.T) *lookupBundle {

@@ -9,13 +9,10 @@ import (
 	"net/http"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"tally/credential"
 	"tally/intake"
@@ -28,16 +25,6 @@ import (
 // trace, and the revocations held in memory refuse a revoked principal or
 // a retired key at once, a PostgreSQL outage included.
 
-// queryCounter counts every query a pool runs.
-type queryCounter struct{ n atomic.Int64 }
-
-func (q *queryCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
-	q.n.Add(1)
-	return ctx
-}
-
-func (*queryCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-
 // TestSignedBurstCostsNoQuery: principals intake never saw vote with
 // signed tokens, and unknown poll ids are answered 404, without a single
 // query to PostgreSQL.
@@ -46,20 +33,7 @@ func TestSignedBurstCostsNoQuery(t *testing.T) {
 	db := testenv.Postgres(t)
 	rdb, prefix := testenv.Redis(t)
 	var queries queryCounter
-	pcfg, err := pgxpool.ParseConfig(db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pcfg.ConnConfig.Tracer = &queries
-	pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	store, err := ledger.New(pool, ledger.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	store := tracedStore(t, db, &queries)
 	b := setupStore(t, store, rdb, prefix, testLogger())
 	const voters = 50
 	names := make([]string, voters)
@@ -125,7 +99,7 @@ func TestSignedCredentialRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs syncBuffer
+	var logs testenv.LogBuffer
 	b := setupStore(t, store, rdb, prefix, slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	p, good := b.signed(t, "voter", time.Time{})
 	other, err := credential.GenerateKey()
@@ -148,11 +122,17 @@ func TestSignedCredentialRefused(t *testing.T) {
 		"tampered": tampered, "truncated": good[:len(good)-10], "another key": byOther,
 		"expired": expired, "not yet valid": notYetToken, "alg none": none, "garbage": "eyJhbGciOi.x.y",
 	}
+	b.wantRefused(t, &logs, bad, good)
+}
+
+// wantRefused checks that each of bad, voted with, gets 401 with the
+// invalid_token challenge and counts as an invalid credential, that none
+// is enqueued or appears in logs, and that good then votes (and is not
+// logged either).
+func (b *bundle) wantRefused(t *testing.T, logs *testenv.LogBuffer, bad map[string]string, good string) {
+	t.Helper()
 	for name, tok := range bad {
-		r := b.vote(t, tok, "e1", "p1", "a")
-		if r.code != http.StatusUnauthorized || r.header.Get("WWW-Authenticate") != `Bearer error="invalid_token"` {
-			t.Errorf("%s: %d %q %s, want 401 with the invalid_token challenge", name, r.code, r.header.Get("WWW-Authenticate"), r.raw)
-		}
+		wantInvalidToken(t, name, b.vote(t, tok, "e1", "p1", "a"))
 		if strings.Contains(logs.String(), tok) {
 			t.Errorf("%s: the token is in the log", name)
 		}
@@ -166,6 +146,14 @@ func TestSignedCredentialRefused(t *testing.T) {
 	wantAccepted(t, b.vote(t, good, "e1", "p1", "a"), "e1", ledger.StatusPending)
 	if strings.Contains(logs.String(), good) {
 		t.Fatal("the good token is in the log")
+	}
+}
+
+// wantInvalidToken checks r is 401 with the invalid_token challenge.
+func wantInvalidToken(t *testing.T, what string, r reply) {
+	t.Helper()
+	if r.code != http.StatusUnauthorized || r.header.Get("WWW-Authenticate") != `Bearer error="invalid_token"` {
+		t.Errorf("%s: %d %q %s, want 401 with the invalid_token challenge", what, r.code, r.header.Get("WWW-Authenticate"), r.raw)
 	}
 }
 
@@ -276,48 +264,5 @@ func TestPostgresDownCredentials(t *testing.T) {
 	})
 	if res, err := b.store.Results(ctx, "p1"); err != nil || res.Total != 3 {
 		t.Fatalf("p1 counts %+v (%v), want 3 votes (s1, r1, n1)", res, err)
-	}
-}
-
-// syncBuffer is a log sink safe for concurrent writers.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.String()
-}
-
-// TestReissueEndsStoredToken: once a principal's stored-kind token is
-// reissued as a signed one, the old token is refused within seconds,
-// although intake cached it for an hour: the NOTIFY of the change expires
-// the token cache (a cache that kept serving it would let a token the
-// operator replaced vote on).
-func TestReissueEndsStoredToken(t *testing.T) {
-	t.Parallel()
-	b := setup(t, func(c *intake.Config) { c.AuthTTL = time.Hour })
-	p, old := b.principal(t, "old")
-	wantAccepted(t, b.vote(t, old, "e1", "p1", "a"), "e1", ledger.StatusPending)
-	if _, err := b.store.ForgetStoredToken(context.Background(), p.ID); err != nil {
-		t.Fatal(err)
-	}
-	within(t, 5*time.Second, "the stored token refused after its reissue", func() bool {
-		return b.vote(t, old, "e2", "p1", "a").code == http.StatusUnauthorized
-	})
-	token, err := b.key.Issue(p.ID, p.CreatedAt, time.Time{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r := b.vote(t, token, "e1", "p1", "a"); r.code != http.StatusAccepted {
-		t.Fatalf("the reissued token's retry: %d %s, want 202", r.code, r.raw)
 	}
 }

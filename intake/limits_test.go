@@ -28,28 +28,41 @@ import (
 // This file tests the limits intake keeps in memory: failed
 // authentications per client address, and reads per principal.
 
-// tokenLookups counts the token lookups that reach PostgreSQL, by their
-// SQL (the only statement that reads principals by token_sha256).
-type tokenLookups struct{ n atomic.Int64 }
+// queryCounter counts the queries a pool runs whose SQL contains match
+// (every query when match is "").
+type queryCounter struct {
+	match string
+	n     atomic.Int64
+}
 
-func (c *tokenLookups) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
-	if strings.Contains(data.SQL, "token_sha256") {
+func (c *queryCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	if strings.Contains(data.SQL, c.match) {
 		c.n.Add(1)
 	}
 	return ctx
 }
 
-func (*tokenLookups) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (*queryCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// tokenLookups counts the token lookups that reach PostgreSQL, by their
+// SQL (the only statement that reads principals by token_sha256).
+func tokenLookups() *queryCounter { return &queryCounter{match: "token_sha256"} }
 
 // countingStore is a Store on db whose token lookups lookups counts.
-func countingStore(t *testing.T, db testenv.DB) (*ledger.Store, *tokenLookups) {
+func countingStore(t *testing.T, db testenv.DB) (*ledger.Store, *queryCounter) {
 	t.Helper()
-	lookups := &tokenLookups{}
+	lookups := tokenLookups()
+	return tracedStore(t, db, lookups), lookups
+}
+
+// tracedStore is a Store on db whose pool's queries go through tracer.
+func tracedStore(t *testing.T, db testenv.DB, tracer pgx.QueryTracer) *ledger.Store {
+	t.Helper()
 	pcfg, err := pgxpool.ParseConfig(db.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pcfg.ConnConfig.Tracer = lookups
+	pcfg.ConnConfig.Tracer = tracer
 	pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
 	if err != nil {
 		t.Fatal(err)
@@ -59,7 +72,7 @@ func countingStore(t *testing.T, db testenv.DB) (*ledger.Store, *tokenLookups) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return store, lookups
+	return store
 }
 
 // clientFrom is an HTTP client whose connections leave from ip, a loopback
@@ -130,7 +143,7 @@ type limited struct {
 	srv     *intake.Server
 	store   *ledger.Store
 	url     string
-	lookups *tokenLookups
+	lookups *queryCounter
 	log     *testenv.LogBuffer
 }
 
