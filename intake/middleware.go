@@ -199,15 +199,17 @@ func (s *Server) principal(w http.ResponseWriter, r *http.Request) (*voter, bool
 	return p, true
 }
 
-// principalBy authenticates the request, with a lookup in PostgreSQL
-// bounded by deadline too, unless it is zero, or answers 400, 401, 429 or
-// 503 and returns false. A token the cache holds as valid is served at
-// once; any other is looked up within the allowance of failed
-// authentications of the client's address (Config.AuthFailureRate,
+// principalBy authenticates the request, or answers 400, 401, 429 or 503
+// and returns false. A signed credential is verified in memory
+// (credentials.go). A token of the stored kind ("tly_...") the cache holds
+// as valid is served at once; any other is looked up in PostgreSQL,
+// bounded by deadline too unless it is zero, within the allowance of
+// failed authentications of the client's address (Config.AuthFailureRate,
 // limits.go startLookup), which only a refused token spends, so that a
 // flood of bad tokens from one address gets 429 before it reaches
-// PostgreSQL. Concurrent requests with the same uncached token share one
-// lookup.
+// PostgreSQL; concurrent requests with the same uncached token share one
+// lookup. Either kind is then refused when the revocations intake holds
+// name its principal (or key).
 func (s *Server) principalBy(w http.ResponseWriter, r *http.Request, deadline time.Time) (*voter, bool) {
 	token, ok := bearerToken(w, r)
 	if !ok {
