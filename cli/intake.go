@@ -49,6 +49,9 @@ func intakeEnqueueFlags(def intake.Config) []ucli.Flag {
 	return []ucli.Flag{
 		&ucli.StringFlag{Name: "listen", EnvVars: []string{"TALLY_INTAKE_LISTEN"}, Value: def.Listen,
 			Usage: "TCP `ADDR`ess to serve HTTP on"},
+		&ucli.StringFlag{Name: "admin-listen", EnvVars: []string{"TALLY_INTAKE_ADMIN_LISTEN"},
+			Usage: "also serve GET /healthz, /readyz and /metrics on `ADDR` (plain HTTP, keep it private), apart from --listen's bounds, " +
+				"so probes and scrapes are answered while the data routes are saturated; --listen then serves no /metrics"},
 		&ucli.StringFlag{Name: "tls-cert", EnvVars: []string{"TALLY_INTAKE_TLS_CERT"},
 			Usage: "serve HTTPS (TLS 1.2+, HTTP/2) with the PEM certificate chain in `FILE`, reloaded when it changes; needs --tls-key"},
 		&ucli.StringFlag{Name: "tls-key", EnvVars: []string{"TALLY_INTAKE_TLS_KEY"},
@@ -144,6 +147,9 @@ func intakeHTTPFlags(def intake.Config) []ucli.Flag {
 			"how long a keep-alive connection may wait for its next request; a proxy in front should close idle connections sooner"),
 		&ucli.IntFlag{Name: "max-conns", EnvVars: []string{"TALLY_INTAKE_MAX_CONNS"}, Value: def.MaxConns,
 			Usage: "most connections open at once; more wait in the kernel's accept queue (keep it under ulimit -n)"},
+		&ucli.IntFlag{Name: "max-conns-per-addr", EnvVars: []string{"TALLY_INTAKE_MAX_CONNS_PER_ADDR"}, Value: def.MaxConnsPerAddr,
+			Usage: "most connections open at once from one client address (IPv6: one /64); beyond it 503 too-many-connections and closed " +
+				"(over TLS: closed). 0: no bound, for an intake behind a proxy, whose connections all come from its addresses"},
 		&ucli.IntFlag{Name: "max-header-bytes", EnvVars: []string{"TALLY_INTAKE_MAX_HEADER_BYTES"}, Value: def.MaxHeaderBytes,
 			Usage: "most bytes of request headers"},
 		intakeDuration("shutdown-timeout", "TALLY_INTAKE_SHUTDOWN_TIMEOUT", def.ShutdownTimeout,
@@ -157,6 +163,10 @@ func intakeLiveFlags(def intake.Config) []ucli.Flag {
 		&ucli.IntFlag{Name: "max-live-viewers", EnvVars: []string{"TALLY_INTAKE_MAX_LIVE_VIEWERS"}, Value: def.MaxLiveViewers,
 			Usage: "most live result streams (GET /v1/polls/{poll_id}/live) open at once; beyond it 503 + Retry-After " +
 				"(each holds one of --max-conns, and must stay below it; default half of it)"},
+		&ucli.IntFlag{Name: "max-live-per-addr", EnvVars: []string{"TALLY_INTAKE_MAX_LIVE_PER_ADDR"}, Value: def.MaxLivePerAddr,
+			Usage: "most live streams open at once from one client address (IPv6: one /64); beyond it 429 live-address-limit (0: no bound)"},
+		&ucli.IntFlag{Name: "max-live-per-principal", EnvVars: []string{"TALLY_INTAKE_MAX_LIVE_PER_PRINCIPAL"}, Value: def.MaxLivePerPrincipal,
+			Usage: "most live streams with a token open at once of one principal; beyond it 429 live-principal-limit (0: no bound)"},
 		intakeDuration("live-heartbeat", "TALLY_INTAKE_LIVE_HEARTBEAT", def.LiveHeartbeat,
 			"period of the comment a live stream sends while idle, so that proxies keep it open"),
 		intakeDuration("live-interval", "TALLY_INTAKE_LIVE_INTERVAL", def.LiveInterval,
@@ -201,45 +211,49 @@ func runIntake(c *ucli.Context) error {
 // intakeConfig is the intake.Config the flags describe.
 func intakeConfig(c *ucli.Context) intake.Config {
 	return intake.Config{
-		Listen:            c.String("listen"),
-		TLSCertFile:       c.String("tls-cert"),
-		TLSKeyFile:        c.String("tls-key"),
-		Rate:              c.Float64("rate"),
-		Burst:             c.Int("burst"),
-		MaxBacklog:        c.Int64("max-backlog"),
-		BacklogRetryAfter: c.Duration("backlog-retry-after"),
-		IdempotencyWindow: c.Duration("idempotency-window"),
-		WaitReplicas:      c.Int("redis-wait-replicas"),
-		WaitTimeout:       c.Duration("redis-wait-timeout"),
-		EnqueuePipelines:  c.Int("enqueue-pipelines"),
-		EnqueueBatch:      c.Int("enqueue-batch"),
-		RequestTimeout:    c.Duration("request-timeout"),
-		RedisTimeout:      c.Duration("redis-timeout"),
-		PostgresTimeout:   c.Duration("postgres-timeout"),
-		AuthTTL:           c.Duration("auth-cache-ttl"),
-		AuthNegativeTTL:   c.Duration("auth-negative-ttl"),
-		AuthStaleMax:      c.Duration("auth-stale-max"),
-		ReadCacheTTL:      c.Duration("read-cache-ttl"),
-		AuthCacheSize:     c.Int("auth-cache-size"),
-		CatalogRefresh:    c.Duration("catalog-refresh"),
-		LedgerCheck:       c.Bool("ledger-check"),
-		AuthFailureRate:   c.Float64("auth-failure-rate"),
-		AuthFailureBurst:  c.Int("auth-failure-burst"),
-		ReadRate:          c.Float64("read-rate"),
-		ReadBurst:         c.Int("read-burst"),
-		LimitEntries:      c.Int("limit-entries"),
-		BreakerFailures:   c.Int("breaker-failures"),
-		BreakerOpenFor:    c.Duration("breaker-open-for"),
-		ReadHeaderTimeout: c.Duration("read-header-timeout"),
-		ReadTimeout:       c.Duration("read-timeout"),
-		WriteTimeout:      c.Duration("write-timeout"),
-		IdleTimeout:       c.Duration("idle-timeout"),
-		MaxConns:          c.Int("max-conns"),
-		MaxHeaderBytes:    c.Int("max-header-bytes"),
-		ShutdownTimeout:   c.Duration("shutdown-timeout"),
-		MaxLiveViewers:    liveViewers(c),
-		LiveHeartbeat:     c.Duration("live-heartbeat"),
-		LiveInterval:      c.Duration("live-interval"),
+		Listen:              c.String("listen"),
+		TLSCertFile:         c.String("tls-cert"),
+		TLSKeyFile:          c.String("tls-key"),
+		Rate:                c.Float64("rate"),
+		Burst:               c.Int("burst"),
+		MaxBacklog:          c.Int64("max-backlog"),
+		BacklogRetryAfter:   c.Duration("backlog-retry-after"),
+		IdempotencyWindow:   c.Duration("idempotency-window"),
+		WaitReplicas:        c.Int("redis-wait-replicas"),
+		WaitTimeout:         c.Duration("redis-wait-timeout"),
+		EnqueuePipelines:    c.Int("enqueue-pipelines"),
+		EnqueueBatch:        c.Int("enqueue-batch"),
+		RequestTimeout:      c.Duration("request-timeout"),
+		RedisTimeout:        c.Duration("redis-timeout"),
+		PostgresTimeout:     c.Duration("postgres-timeout"),
+		AuthTTL:             c.Duration("auth-cache-ttl"),
+		AuthNegativeTTL:     c.Duration("auth-negative-ttl"),
+		AuthStaleMax:        c.Duration("auth-stale-max"),
+		ReadCacheTTL:        c.Duration("read-cache-ttl"),
+		AuthCacheSize:       c.Int("auth-cache-size"),
+		CatalogRefresh:      c.Duration("catalog-refresh"),
+		LedgerCheck:         c.Bool("ledger-check"),
+		AuthFailureRate:     c.Float64("auth-failure-rate"),
+		AuthFailureBurst:    c.Int("auth-failure-burst"),
+		ReadRate:            c.Float64("read-rate"),
+		ReadBurst:           c.Int("read-burst"),
+		LimitEntries:        c.Int("limit-entries"),
+		BreakerFailures:     c.Int("breaker-failures"),
+		BreakerOpenFor:      c.Duration("breaker-open-for"),
+		ReadHeaderTimeout:   c.Duration("read-header-timeout"),
+		ReadTimeout:         c.Duration("read-timeout"),
+		WriteTimeout:        c.Duration("write-timeout"),
+		IdleTimeout:         c.Duration("idle-timeout"),
+		MaxConns:            c.Int("max-conns"),
+		MaxConnsPerAddr:     unbounded(c.Int("max-conns-per-addr")),
+		AdminListen:         c.String("admin-listen"),
+		MaxHeaderBytes:      c.Int("max-header-bytes"),
+		ShutdownTimeout:     c.Duration("shutdown-timeout"),
+		MaxLiveViewers:      liveViewers(c),
+		MaxLivePerAddr:      unbounded(c.Int("max-live-per-addr")),
+		MaxLivePerPrincipal: unbounded(c.Int("max-live-per-principal")),
+		LiveHeartbeat:       c.Duration("live-heartbeat"),
+		LiveInterval:        c.Duration("live-interval"),
 	}
 }
 
@@ -284,6 +298,15 @@ func liveViewers(c *ucli.Context) int {
 		return 0
 	}
 	return c.Int("max-live-viewers")
+}
+
+// unbounded maps a bound flag's 0 (no bound) to intake.Config's -1;
+// intake.Config takes 0 for the default.
+func unbounded(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
 }
 
 // checkRedisVersion refuses to start intake on a Redis older than 7.0,

@@ -13,6 +13,12 @@ import (
 type Config struct {
 	// Listen is the TCP address Run serves on. Default "127.0.0.1:8080".
 	Listen string
+	// AdminListen, when set, is the TCP address Run serves /healthz,
+	// /readyz and /metrics on as well, in plain HTTP and apart from
+	// Listen's bounds, so that probes and scrapes are answered while the
+	// data routes are saturated; Listen then serves no /metrics. Keep it
+	// on a private network. Default "": none, and Listen serves /metrics.
+	AdminListen string
 	// TLSCertFile and TLSKeyFile, both set, make Serve speak TLS 1.2 or
 	// later (HTTP/2 or HTTP/1.1) with the PEM certificate chain and key in
 	// those files, reloaded when they change on disk (see tls.go). Both
@@ -158,6 +164,13 @@ type Config struct {
 	// 10,000; keep it under the open-file limit (ulimit -n), which the
 	// PostgreSQL and Redis pools share.
 	MaxConns int
+	// MaxConnsPerAddr bounds the connections open at once from one client
+	// address (IPv6: one /64), so that one client cannot hold every one of
+	// MaxConns. A connection beyond it is answered 503
+	// too-many-connections (over TLS: closed unanswered) and closed.
+	// Default 256; negative: no bound, for an intake behind a proxy whose
+	// connections all come from its few addresses.
+	MaxConnsPerAddr int
 	// MaxHeaderBytes bounds the request headers. Default 16 KiB.
 	MaxHeaderBytes int
 	// ShutdownTimeout bounds the drain of requests in flight once Run's
@@ -170,6 +183,14 @@ type Config struct {
 	// connection of MaxConns, so it must stay below MaxConns, which keeps
 	// connections for votes. Default: half of MaxConns (5,000).
 	MaxLiveViewers int
+	// MaxLivePerAddr and MaxLivePerPrincipal bound the live streams open
+	// at once from one client address (IPv6: one /64) and, for streams
+	// with a token, of one principal, so that one client cannot take every
+	// one of MaxLiveViewers. Beyond them a stream is refused with 429 and
+	// Retry-After. Defaults 100 (a NAT's viewers share an address) and 10;
+	// negative: no bound.
+	MaxLivePerAddr      int
+	MaxLivePerPrincipal int
 	// LiveHeartbeat is the period of the comment a live stream sends while
 	// it has no event to send, so that proxies keep it open. Default 15s.
 	LiveHeartbeat time.Duration
@@ -231,6 +252,9 @@ func (c Config) withDefaults() Config {
 	setDur(&c.IdleTimeout, 30*time.Second)
 	if c.MaxConns == 0 {
 		c.MaxConns = 10_000
+	}
+	if c.MaxConnsPerAddr == 0 {
+		c.MaxConnsPerAddr = 256
 	}
 	if c.MaxHeaderBytes == 0 {
 		c.MaxHeaderBytes = 16 << 10

@@ -23,6 +23,9 @@ type Metrics struct {
 	PostgresReachable prometheus.Gauge
 	Degraded          *prometheus.CounterVec // answer
 	ResultsQueries    prometheus.Counter
+
+	BoundRefusals    *prometheus.CounterVec // bound
+	ConnectionErrors *prometheus.CounterVec // kind
 }
 
 // HungRedis is a client of a Redis that never answers (see hungRedis).
@@ -35,6 +38,7 @@ func (s *Server) Metrics() Metrics {
 		RateLimited: m.rateLimited, Replays: m.replays, BacklogRefusals: m.backlogRefusals, BreakerState: m.breakerState,
 		LedgerChecks: m.ledgerCheckVec, Credentials: m.credentialVec,
 		PostgresReachable: m.postgresReachable, Degraded: m.degraded, ResultsQueries: m.resultsReads,
+		BoundRefusals: m.bounds, ConnectionErrors: m.connErrors,
 	}
 }
 

@@ -56,6 +56,9 @@ type bundle struct {
 	m      intake.Metrics
 	srv    *intake.Server
 	key    credential.Key // signs the tokens of signed()
+	// adminURL is the admin listener's, when the test set
+	// Config.AdminListen.
+	adminURL string
 	// handlerOnly: srv is not served, so nothing reloads its catalog but
 	// the fixture (waitCatalog).
 	handlerOnly bool
@@ -106,9 +109,16 @@ func setupStore(t testing.TB, store *ledger.Store, rdb redis.UniversalClient, pr
 	if err != nil {
 		t.Fatal(err)
 	}
+	// With AdminListen set, the admin listener is one of the test's own.
+	var admin net.Listener
+	if cfg.AdminListen != "" {
+		if admin, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, ln) }()
+	go func() { done <- srv.ServeAdmin(ctx, ln, admin) }()
 	tr := &http.Transport{MaxIdleConnsPerHost: 32}
 	t.Cleanup(func() {
 		tr.CloseIdleConnections()
@@ -119,6 +129,9 @@ func setupStore(t testing.TB, store *ledger.Store, rdb redis.UniversalClient, pr
 	})
 	b := &bundle{store: store, rdb: rdb, keys: keys, url: "http://" + ln.Addr().String(),
 		client: &http.Client{Transport: tr, Timeout: 10 * time.Second}, cfg: cfg, m: srv.Metrics(), srv: srv, key: key}
+	if admin != nil {
+		b.adminURL = "http://" + admin.Addr().String()
+	}
 	b.who, b.token = b.principal(t, "voter")
 	b.poll(t, ledger.Poll{ID: "p1", Title: "Lunch", Choices: []string{"a", "b"}})
 	return b

@@ -5,6 +5,8 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // TestLimitListenerClose closes a limit listener while Accept waits for a
@@ -15,7 +17,7 @@ func TestLimitListenerClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln := limitListen(inner, 1)
+	ln := limitListen(inner, 1, 1, false, prometheus.NewCounter(prometheus.CounterOpts{Name: "refused"}))
 	client, err := net.Dial("tcp", inner.Addr().String())
 	if err != nil {
 		t.Fatal(err)
@@ -27,8 +29,8 @@ func TestLimitListenerClose(t *testing.T) {
 	}
 	c.Close()
 	c.Close()
-	if len(ln.slots) != 0 {
-		t.Fatalf("%d slots held after the only connection closed twice", len(ln.slots))
+	if len(ln.slots) != 0 || ln.perAddr.len() != 0 {
+		t.Fatalf("%d slots and %d addresses held after the only connection closed twice", len(ln.slots), ln.perAddr.len())
 	}
 	ln.slots <- struct{}{} // hold the only slot
 	accepted := make(chan error, 1)

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math"
-	"net"
-	"net/netip"
 	"sync"
 	"time"
 
@@ -241,26 +239,9 @@ func newKeyedLimiter(rate float64, burst, max int, evicted prometheus.Counter) *
 // stringKey is the table key of s.
 func (l *keyedLimiter) stringKey(s string) uint64 { return maphash.String(l.seed, s) }
 
-// addrKey is the table key of the client address of remoteAddr ("IP:port"):
-// its IP, or for IPv6 its /64, since one host commonly holds a whole /64.
-// An address that does not parse is keyed as it is written.
-func (l *keyedLimiter) addrKey(remoteAddr string) uint64 {
-	host, _, err := net.SplitHostPort(remoteAddr)
-	if err != nil {
-		host = remoteAddr
-	}
-	ip, err := netip.ParseAddr(host)
-	if err != nil {
-		return l.stringKey(host)
-	}
-	ip = ip.WithZone("").Unmap()
-	if ip.Is6() {
-		p, _ := ip.Prefix(64)
-		ip = p.Addr()
-	}
-	b := ip.As16()
-	return maphash.Bytes(l.seed, b[:])
-}
+// addrKey is the table key of the client address of remoteAddr (see
+// addrHash).
+func (l *keyedLimiter) addrKey(remoteAddr string) uint64 { return addrHash(l.seed, remoteAddr) }
 
 // take spends one event of key at now, or returns how long until one is
 // allowed.

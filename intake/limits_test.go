@@ -75,16 +75,6 @@ func tracedStore(t *testing.T, db testenv.DB, tracer pgx.QueryTracer) *ledger.St
 	return store
 }
 
-// clientFrom is an HTTP client whose connections leave from ip, a loopback
-// address other than 127.0.0.1 being another client address to intake.
-func clientFrom(t *testing.T, ip string) *http.Client {
-	t.Helper()
-	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}, Timeout: 5 * time.Second}
-	tr := &http.Transport{DialContext: d.DialContext}
-	t.Cleanup(tr.CloseIdleConnections)
-	return &http.Client{Transport: tr, Timeout: 10 * time.Second}
-}
-
 // TestAuthFailureLimit floods intake with bad tokens from one address:
 // after the budget they get 429 and PostgreSQL sees no more lookups, while
 // a token already cached as valid from that address and any token from

@@ -49,8 +49,14 @@ const (
 )
 
 // probLiveFull: Config.MaxLiveViewers streams are open; the client should
-// try again after Retry-After.
-var probLiveFull = problemType{"live-full", "Too many live viewers"}
+// try again after Retry-After. probLiveAddr, probLivePrincipal: the
+// client's address, or its principal, holds its most streams
+// (Config.MaxLivePerAddr, Config.MaxLivePerPrincipal).
+var (
+	probLiveFull      = problemType{"live-full", "Too many live viewers"}
+	probLiveAddr      = problemType{"live-address-limit", "Too many live streams from your address"}
+	probLivePrincipal = problemType{"live-principal-limit", "Too many live streams of your principal"}
+)
 
 // liveFullRetry is the Retry-After of a stream refused for the bound.
 const liveFullRetry = 10 * time.Second
@@ -74,6 +80,12 @@ func isLiveStream(path string) bool {
 func (c Config) withLiveDefaults() Config {
 	if c.MaxLiveViewers == 0 {
 		c.MaxLiveViewers = max(c.MaxConns/2, 1)
+	}
+	if c.MaxLivePerAddr == 0 {
+		c.MaxLivePerAddr = 100
+	}
+	if c.MaxLivePerPrincipal == 0 {
+		c.MaxLivePerPrincipal = 10
 	}
 	if c.LiveHeartbeat == 0 {
 		c.LiveHeartbeat = 15 * time.Second
@@ -111,12 +123,16 @@ type live struct {
 	s           *Server
 	hub         *liveHub
 	checkpoints *checkpointCache
+	// perAddr and perPrincipal bound the streams of a client address and
+	// of a principal (holds.go).
+	perAddr, perPrincipal *holds
 
 	hooked sync.Map // *http.Server -> struct{}: its shutdown ends the streams
 }
 
 func newLive(s *Server) *live {
-	lv := &live{s: s, checkpoints: newCheckpointCache(s)}
+	lv := &live{s: s, checkpoints: newCheckpointCache(s),
+		perAddr: newHolds(s.cfg.MaxLivePerAddr), perPrincipal: newHolds(s.cfg.MaxLivePerPrincipal)}
 	lv.hub = newLiveHub(liveHubConfig{
 		read: lv.readFrame, watch: s.store.WatchResults,
 		interval: s.cfg.LiveInterval, idle: s.cfg.LiveIdle, max: s.cfg.MaxLiveViewers, log: s.log,
@@ -164,17 +180,20 @@ func liveFrame(res ledger.Results, checkpoint int64) ([]byte, error) {
 }
 
 // handleStream answers the poll's results as Server-Sent Events until the
-// client goes, the write of an event stalls past Config.WriteTimeout, or
-// the server shuts down. Beyond Config.MaxLiveViewers streams it answers
-// 503 live-full with Retry-After; to whoever may not see the poll's
-// results, the 404 of an unknown poll.
+// client goes, a write stalls (streamWriteTimeout), or the server shuts
+// down. Beyond Config.MaxLivePerAddr streams of the client's address, or
+// Config.MaxLivePerPrincipal of its principal, it answers 429
+// live-address-limit or live-principal-limit; beyond
+// Config.MaxLiveViewers in all, 503 live-full; each with Retry-After. To
+// whoever may not see the poll's results, the 404 of an unknown poll.
 func (lv *live) handleStream(w http.ResponseWriter, r *http.Request) {
 	s := lv.s
 	id, ok := pathID(w, r, "poll_id", "poll id")
 	if !ok {
 		return
 	}
-	if _, ok := s.viewablePoll(w, r, id); !ok {
+	_, p, ok := s.viewablePoll(w, r, id)
+	if !ok {
 		return
 	}
 	if r.Method == http.MethodHead {
@@ -182,10 +201,16 @@ func (lv *live) handleStream(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusOK)
 		return
 	}
+	release, ok := lv.holdStream(w, r, p)
+	if !ok {
+		return
+	}
+	defer release()
 	lv.hookShutdown(r)
 	v, err := lv.hub.subscribe(r.Context(), id)
 	switch {
 	case errors.Is(err, errLiveFull):
+		s.metrics.bounds.WithLabelValues(boundLive).Inc()
 		writeProblem(w, http.StatusServiceUnavailable, probLiveFull, fmt.Sprintf(
 			"this intake serves %d live streams, its most: try again after the Retry-After delay, or reload the page, "+
 				"which shows the figures without a stream", s.cfg.MaxLiveViewers), liveFullRetry)
@@ -198,6 +223,43 @@ func (lv *live) handleStream(w http.ResponseWriter, r *http.Request) {
 	defer lv.hub.unsubscribe(v)
 	lv.stream(w, r, v)
 }
+
+// holdStream takes a stream's hold of its client address and, with a
+// token, of its principal p, or answers 429 and returns false. release
+// gives them back.
+func (lv *live) holdStream(w http.ResponseWriter, r *http.Request, p *voter) (release func(), ok bool) {
+	s := lv.s
+	addr := lv.perAddr.addrKey(r.RemoteAddr)
+	if !lv.perAddr.acquire(addr) {
+		s.metrics.bounds.WithLabelValues(boundLivePerAddr).Inc()
+		writeProblem(w, http.StatusTooManyRequests, probLiveAddr, fmt.Sprintf(
+			"your address holds %d live streams of this intake, its most: close one (a page shows the figures without a stream) "+
+				"and retry after the Retry-After delay", s.cfg.MaxLivePerAddr), liveFullRetry)
+		return nil, false
+	}
+	if p == nil {
+		return func() { lv.perAddr.release(addr) }, true
+	}
+	principal := lv.perPrincipal.stringKey(p.ID)
+	if !lv.perPrincipal.acquire(principal) {
+		lv.perAddr.release(addr)
+		s.metrics.bounds.WithLabelValues(boundLivePerPrincipal).Inc()
+		writeProblem(w, http.StatusTooManyRequests, probLivePrincipal, fmt.Sprintf(
+			"your principal holds %d live streams of this intake, its most: close one and retry after the Retry-After delay",
+			s.cfg.MaxLivePerPrincipal), liveFullRetry)
+		return nil, false
+	}
+	return func() {
+		lv.perPrincipal.release(principal)
+		lv.perAddr.release(addr)
+	}, true
+}
+
+// streamWriteTimeout is how long a live stream's write may take, counted
+// from the write before it: the heartbeat interval, so that the next
+// heartbeat goes out before it, plus Config.WriteTimeout for the write
+// itself.
+func streamWriteTimeout(cfg Config) time.Duration { return cfg.LiveHeartbeat + cfg.WriteTimeout }
 
 func setStreamHeaders(w http.ResponseWriter) {
 	h := w.Header()
@@ -213,10 +275,13 @@ func (lv *live) stream(w http.ResponseWriter, r *http.Request, v *liveViewer) {
 	rc := http.NewResponseController(w)
 	// The stream outlives the server's write timeout, which would cut it
 	// (HTTP/1) or reset it (HTTP/2), as it does Config.RequestTimeout (see
-	// instrument): each write gets Config.WriteTimeout of its own, so a
-	// client that stops reading is let go after it.
+	// instrument). Each write sets a deadline of its own, past the next
+	// heartbeat: over HTTP/2 the deadline runs while the stream waits for
+	// its next event, and one shorter than the heartbeat would reset a
+	// healthy stream. A client that stops reading is let go after it.
+	timeout := streamWriteTimeout(s.cfg)
 	write := func(b []byte) bool {
-		if err := rc.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		if err := rc.SetWriteDeadline(time.Now().Add(timeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
 			return false
 		}
 		if _, err := w.Write(b); err != nil {

@@ -71,7 +71,13 @@ type liveStream struct {
 // is 200. The stream is closed when t ends.
 func openLive(t *testing.T, b *bundle, poll, token string) *liveStream {
 	t.Helper()
-	resp := getLive(t, b, poll, token)
+	return openLiveFrom(t, b, poll, token, "")
+}
+
+// openLiveFrom is openLive from the local address ip ("": any).
+func openLiveFrom(t *testing.T, b *bundle, poll, token, ip string) *liveStream {
+	t.Helper()
+	resp := getLiveFrom(t, b, poll, token, ip)
 	if resp.StatusCode != http.StatusOK {
 		raw, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
@@ -93,6 +99,12 @@ func openLive(t *testing.T, b *bundle, poll, token string) *liveStream {
 
 func getLive(t *testing.T, b *bundle, poll, token string) *http.Response {
 	t.Helper()
+	return getLiveFrom(t, b, poll, token, "")
+}
+
+// getLiveFrom is getLive from the local address ip ("": any).
+func getLiveFrom(t *testing.T, b *bundle, poll, token, ip string) *http.Response {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.url+"/v1/polls/"+poll+"/live", nil)
@@ -106,7 +118,11 @@ func getLive(t *testing.T, b *bundle, poll, token string) *http.Response {
 	// A client of its own: the bundle's has a timeout, which a stream
 	// outlives. The answer's header is still waited for at most 10s.
 	timer := time.AfterFunc(10*time.Second, cancel)
-	resp, err := (&http.Client{}).Do(req)
+	client := &http.Client{}
+	if ip != "" {
+		client.Transport = &http.Transport{DialContext: dialerFrom(ip).DialContext}
+	}
+	resp, err := client.Do(req)
 	if !timer.Stop() {
 		t.Fatalf("GET /v1/polls/%s/live: no answer within 10s (%v)", poll, err)
 	}

@@ -33,6 +33,12 @@ type metrics struct {
 	authLimited       prometheus.Counter
 	readLimited       prometheus.Counter
 	limitEvictions    *prometheus.CounterVec // limit
+	// bounds counts what the bounds on what a client holds open refused
+	// (holds.go), by bound; connsRefused is its child of
+	// boundConnsPerAddr.
+	bounds       *prometheus.CounterVec
+	connsRefused prometheus.Counter
+	connErrors   *prometheus.CounterVec // kind (conn_errors.go)
 
 	// credentialVec counts the signed credentials checked, by result;
 	// credentials are its children by result.
@@ -105,7 +111,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"route", "code"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: "tally", Subsystem: "intake", Name: "request_duration_seconds",
-			Help:    "Time to answer an HTTP request, by route template.",
+			Help:    "Time to answer an HTTP request, by route template; not observed for live streams, which last as long as their viewer.",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 		}, []string{"route"}),
 		enqueue: prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -147,10 +153,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 	}
 	m.authLimited, m.readLimited, m.limitEvictions = newLimitMetrics()
+	m.bounds, m.connErrors = newBoundMetrics()
+	m.connsRefused = m.bounds.WithLabelValues(boundConnsPerAddr)
 	m.makeChildren()
 	var errs []error
 	for _, c := range append([]prometheus.Collector{m.requests, m.duration, m.enqueue, m.batchSize, m.rateLimited, m.replays, m.backlogRefusals, m.breakerState, m.ledgerCheckVec, m.credentialVec,
-		m.authLimited, m.readLimited, m.limitEvictions}, m.newDegradedMetrics()...) {
+		m.authLimited, m.readLimited, m.limitEvictions, m.bounds, m.connErrors}, m.newDegradedMetrics()...) {
 		if err := reg.Register(c); err != nil {
 			errs = append(errs, err)
 		}
@@ -165,7 +173,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 // children the hot path uses without a label lookup.
 func (m *metrics) makeChildren() {
 	m.routes = map[string]*routeStats{}
-	for _, route := range []string{routeVotes, routeVote, routeResults, routeCheckpoint, routeConsistency, routeHealth, routeReady, routeMetrics, routeOpenAPI, routeOther} {
+	for _, route := range []string{routeVotes, routeVote, routeResults, routeCheckpoint, routeConsistency, routeHealth, routeReady, routeMetrics, routeOpenAPI, routePage, routeLive, routeOther} {
 		m.routes[route] = &routeStats{route: route, requests: m.requests, duration: &lazyObserver{vec: m.duration, label: route}}
 	}
 	m.credentials = map[string]prometheus.Counter{}
@@ -217,6 +225,32 @@ func newLimitMetrics() (authLimited, readLimited prometheus.Counter, evictions *
 			Namespace: "tally", Subsystem: "intake", Name: "limit_evictions_total",
 			Help: "Entries of an in-memory limit table (auth_failures, reads) forgotten before their bucket was full again, because the table was at its bound.",
 		}, []string{"limit"})
+}
+
+// The bounds on what a client holds open, the label of their refusals.
+const (
+	boundConnsPerAddr     = "conns_per_addr"
+	boundLive             = "live"
+	boundLivePerAddr      = "live_per_addr"
+	boundLivePerPrincipal = "live_per_principal"
+)
+
+func newBoundMetrics() (bounds, connErrors *prometheus.CounterVec) {
+	bounds = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "tally", Subsystem: "intake", Name: "bound_refusals_total",
+		Help: "Connections and live streams refused for a bound on what is held open, by bound: conns_per_addr (a connection beyond --max-conns-per-addr, " +
+			"answered 503 too-many-connections and closed), live (a stream beyond --max-live-viewers), live_per_addr and live_per_principal " +
+			"(beyond --max-live-per-addr, --max-live-per-principal: 429).",
+	}, []string{"bound"})
+	for _, b := range []string{boundConnsPerAddr, boundLive, boundLivePerAddr, boundLivePerPrincipal} {
+		bounds.WithLabelValues(b)
+	}
+	connErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "tally", Subsystem: "intake", Name: "connection_errors_total",
+		Help: "Errors of connections rather than requests, by kind: tls_handshake, http2 (such as a bad preface), accept, other. " +
+			"The log has the first of each kind and a summary a minute, not a line each.",
+	}, []string{"kind"})
+	return bounds, connErrors
 }
 
 // breakerValue maps a breaker state to the gauge's value.

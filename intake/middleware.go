@@ -44,21 +44,52 @@ func (s *Server) routes() http.Handler {
 	mux.Handle(routeResults, allow(http.MethodGet, s.handleResults))
 	mux.Handle(routeCheckpoint, allow(http.MethodGet, s.handleCheckpoint))
 	mux.Handle(routeConsistency, allow(http.MethodGet, s.handleConsistency))
-	mux.Handle(routeHealth, allow(http.MethodGet, s.handleHealth))
-	mux.Handle(routeReady, allow(http.MethodGet, s.handleReady))
 	mux.Handle(routeOpenAPI, allow(http.MethodGet, handleOpenAPI))
 	lv := newLive(s)
 	mux.Handle(routePage, allow(http.MethodGet, lv.handlePage))
 	mux.Handle(routeLive, allow(http.MethodGet, lv.handleStream))
-	if s.gatherer != nil {
-		mux.Handle(routeMetrics, allow(http.MethodGet, promhttp.HandlerFor(s.gatherer, promhttp.HandlerOpts{}).ServeHTTP))
-	}
+	s.probeRoutes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusNotFound, probNotFound,
 			"no such route: intake serves POST /v1/votes, GET /v1/votes/{event_id}, GET /v1/polls/{poll_id}/results, "+
-				"/checkpoint, /consistency and /live, GET /polls/{poll_id}, /healthz, /readyz, /metrics and /openapi.json", 0)
+				"/checkpoint, /consistency and /live, GET /polls/{poll_id}, /healthz, /readyz, /metrics (unless on --admin-listen) and /openapi.json", 0)
 	})
 	return s.instrument(canonical(framed(mux)))
+}
+
+// adminRoutes are the routes of the admin listener (ServeAdmin): the
+// probes and /metrics.
+func (s *Server) adminRoutes() http.Handler {
+	mux := http.NewServeMux()
+	s.probeRoutes(mux)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeProblem(w, http.StatusNotFound, probNotFound,
+			"no such route: the admin listener serves GET /healthz, /readyz and /metrics; votes and reads go to --listen", 0)
+	})
+	return s.instrument(canonical(framed(mux)))
+}
+
+// probeRoutes adds /healthz, /readyz and /metrics to mux.
+func (s *Server) probeRoutes(mux *http.ServeMux) {
+	mux.Handle(routeHealth, allow(http.MethodGet, s.handleHealth))
+	mux.Handle(routeReady, allow(http.MethodGet, s.handleReady))
+	if s.gatherer != nil {
+		mux.Handle(routeMetrics, allow(http.MethodGet, promhttp.HandlerFor(s.gatherer, promhttp.HandlerOpts{}).ServeHTTP))
+	}
+}
+
+// withoutMetrics answers 404 to /metrics, which an admin listener serves
+// instead: the metrics say how intake is degraded, which is the
+// operator's to read, not every client's.
+func withoutMetrics(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == routeMetrics {
+			writeProblem(w, http.StatusNotFound, probNotFound,
+				"no such route here: this intake serves /metrics on its admin listener (--admin-listen)", 0)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // canonical answers 404 to a path not in its one spelling (a doubled or
@@ -166,7 +197,8 @@ func (s *Server) instrument(next http.Handler) http.Handler {
 	})
 }
 
-// observe counts a request by route template and status code.
+// observe counts a request by route template and status code, and times
+// its answer.
 func (s *Server) observe(r *http.Request, sw *statusWriter, start time.Time) {
 	route := r.Pattern
 	if route == "" || route == "/" {
@@ -178,7 +210,9 @@ func (s *Server) observe(r *http.Request, sw *statusWriter, start time.Time) {
 	}
 	rm := s.metrics.route(route)
 	rm.request(code)
-	rm.duration.Observe(time.Since(start).Seconds())
+	if route != routeLive { // a stream's lifetime is no answer time
+		rm.duration.Observe(time.Since(start).Seconds())
+	}
 }
 
 // principal authenticates a read and spends one of its principal's reads

@@ -82,7 +82,7 @@ func (lv *live) handlePage(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	pi, ok := s.viewablePoll(w, r, id)
+	pi, _, ok := s.viewablePoll(w, r, id)
 	if !ok {
 		return
 	}
@@ -164,14 +164,15 @@ func peopleTime(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05
 // /v1/polls/{poll_id}/results: one that may vote on it). A request without
 // a token gets, for a poll that is not public, the very 404 of an unknown
 // poll, and so learns nothing of it; one with a token is authenticated
-// first (401, 429 past its reads, 503), whatever the poll. Otherwise it
+// first (401, 429 past its reads, 503), whatever the poll. It returns the
+// poll and the request's principal (nil without a token); otherwise it
 // answers and returns false.
-func (s *Server) viewablePoll(w http.ResponseWriter, r *http.Request, id string) (*pollInfo, bool) {
+func (s *Server) viewablePoll(w http.ResponseWriter, r *http.Request, id string) (*pollInfo, *voter, bool) {
 	var p *voter
 	if len(r.Header["Authorization"]) > 0 {
 		var ok bool
 		if p, ok = s.principal(w, r); !ok {
-			return nil, false
+			return nil, nil, false
 		}
 	}
 	pi, err := s.catalog.lookup([]byte(id))
@@ -181,11 +182,11 @@ func (s *Server) viewablePoll(w http.ResponseWriter, r *http.Request, id string)
 	case err != nil:
 		s.ledgerFailed(w, r, "poll lookup failed", err)
 	case pi.poll.PublicResults || p != nil && pi.mayVote(p.ID):
-		return pi, true
+		return pi, p, true
 	default:
 		writeUnknownPoll(w, id) // not to be told apart from an unknown poll
 	}
-	return nil, false
+	return nil, nil, false
 }
 
 // checkpointCache holds the size of each poll's latest signed checkpoint,

@@ -45,6 +45,7 @@ type Server struct {
 	results    *resultsCache // the last figures read of each poll
 	ready      *readyCache   // the last answer of /readyz
 	handler    http.Handler
+	connErrors *connErrors // net/http's error log
 
 	// script holds the enqueue script's arguments that are the same for
 	// every vote, boxed once.
@@ -103,6 +104,7 @@ func New(cfg Config, store *ledger.Store, rdb redis.UniversalClient, keys stream
 		s.auth.expireAll()
 		s.revoked.requestReload()
 	})
+	s.connErrors = newConnErrors(s.log, m.connErrors)
 	s.handler = s.routes()
 	return s, nil
 }
@@ -112,47 +114,73 @@ func New(cfg Config, store *ledger.Store, rdb redis.UniversalClient, keys stream
 // Serve runs.
 func (s *Server) Handler() http.Handler { return s.handler }
 
-// Run listens on Config.Listen and serves until ctx is cancelled; see
-// Serve.
+// Run listens on Config.Listen, and on Config.AdminListen when it is
+// set, and serves until ctx is cancelled; see ServeAdmin.
 func (s *Server) Run(ctx context.Context) error {
-	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", s.cfg.Listen)
+	ln, err := listen(ctx, s.cfg.Listen, "--listen")
 	if err != nil {
-		return fmt.Errorf("intake: listen on %s: %w (is another process using it? set --listen)", s.cfg.Listen, err)
+		return err
 	}
-	return s.Serve(ctx, ln)
+	var admin net.Listener
+	if s.cfg.AdminListen != "" {
+		if admin, err = listen(ctx, s.cfg.AdminListen, "--admin-listen"); err != nil {
+			ln.Close()
+			return err
+		}
+	}
+	return s.ServeAdmin(ctx, ln, admin)
 }
 
-// Serve serves on ln, at most Config.MaxConns connections at once, until
-// ctx is cancelled, then stops accepting, drains the requests in flight
-// within Config.ShutdownTimeout (closing whatever is left after it) and
-// returns nil. It returns an error when serving failed. With
-// Config.TLSCertFile it serves TLS, and a key pair it cannot load is an
-// error naming the file. A Server serves once.
+func listen(ctx context.Context, addr, flag string) (net.Listener, error) {
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("intake: listen on %s: %w (is another process using it? set %s)", addr, err, flag)
+	}
+	return ln, nil
+}
+
+// Serve is ServeAdmin without an admin listener: ln serves every route,
+// /metrics included.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	return s.ServeAdmin(ctx, ln, nil)
+}
+
+// ServeAdmin serves on ln, at most Config.MaxConns connections at once
+// and Config.MaxConnsPerAddr from one client address, until ctx is
+// cancelled, then stops accepting, drains the requests in flight within
+// Config.ShutdownTimeout (closing whatever is left after it) and returns
+// nil. It returns an error when serving failed. With Config.TLSCertFile
+// it serves TLS, and a key pair it cannot load is an error naming the
+// file. A Server serves once.
+//
+// When admin is not nil it serves /healthz, /readyz and /metrics in plain
+// HTTP, apart from ln's bounds, so that probes and scrapes are answered
+// while the data routes are saturated; ln then serves no /metrics (it
+// keeps /healthz and /readyz, for a load balancer that probes the port
+// it sends traffic to).
+func (s *Server) ServeAdmin(ctx context.Context, ln, admin net.Listener) error {
 	served := false
 	s.runOnce.Do(func() { served = true })
 	if !served {
-		ln.Close()
+		closeAll(ln, admin)
 		return errors.New("intake: a Server serves once")
 	}
 	var tlsConfig *tls.Config
 	if s.cfg.TLSCertFile != "" {
 		var err error
 		if tlsConfig, err = newTLSConfig(s.cfg.TLSCertFile, s.cfg.TLSKeyFile, s.log); err != nil {
-			ln.Close()
+			closeAll(ln, admin)
 			return err
 		}
 	}
-	srv := &http.Server{
-		TLSConfig:         tlsConfig,
-		Handler:           s.handler,
-		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
-		ReadTimeout:       s.cfg.ReadTimeout,
-		WriteTimeout:      s.cfg.WriteTimeout,
-		IdleTimeout:       s.cfg.IdleTimeout,
-		MaxHeaderBytes:    s.cfg.MaxHeaderBytes,
-		ErrorLog:          serverErrorLog(s.log.Handler()),
-		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+	public := s.handler
+	if admin != nil {
+		public = withoutMetrics(public)
+	}
+	srv := s.httpServer(ctx, public, tlsConfig)
+	var adminSrv *http.Server
+	if admin != nil {
+		adminSrv = s.httpServer(ctx, s.adminRoutes(), nil)
 	}
 
 	s.loadAtStart(ctx)
@@ -164,21 +192,69 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	if s.cfg.Credentials != nil {
 		bg.Go(func() { s.runCredentials(bgCtx) })
 	}
+	bg.Go(func() { s.connErrors.run(bgCtx) })
 	defer func() {
 		stopBackground()
 		bg.Wait()
 	}()
 
-	s.log.LogAttrs(ctx, slog.LevelInfo, "intake serving", slog.String("addr", ln.Addr().String()),
-		slog.Bool("tls", tlsConfig != nil), slog.Int("shards", s.keys.Shards()), slog.String("stream_prefix", s.keys.Prefix()))
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- serve(srv, limitListen(ln, s.cfg.MaxConns)) }()
+	attrs := []slog.Attr{slog.String("addr", ln.Addr().String()),
+		slog.Bool("tls", tlsConfig != nil), slog.Int("shards", s.keys.Shards()), slog.String("stream_prefix", s.keys.Prefix())}
+	if admin != nil {
+		attrs = append(attrs, slog.String("admin_addr", admin.Addr().String()))
+	}
+	s.log.LogAttrs(ctx, slog.LevelInfo, "intake serving", attrs...)
+	serveErr := make(chan error, 2)
+	go func() {
+		serveErr <- serve(srv, limitListen(ln, s.cfg.MaxConns, s.cfg.MaxConnsPerAddr, tlsConfig != nil, s.metrics.connsRefused))
+	}()
+	servers := []*http.Server{srv}
+	if adminSrv != nil {
+		go func() {
+			serveErr <- serve(adminSrv, limitListen(admin, adminMaxConns, -1, false, s.metrics.connsRefused))
+		}()
+		servers = append(servers, adminSrv)
+	}
 	select {
 	case err := <-serveErr:
+		closeServers(servers)
 		return fmt.Errorf("intake: serve: %w", err)
 	case <-ctx.Done():
 	}
-	return s.drain(ctx, srv, serveErr)
+	return s.drain(ctx, servers, serveErr)
+}
+
+// adminMaxConns bounds the admin listener's connections: probes and
+// scrapes need a few.
+const adminMaxConns = 64
+
+// httpServer is the http.Server of h, with Config's timeouts.
+func (s *Server) httpServer(ctx context.Context, h http.Handler, tlsConfig *tls.Config) *http.Server {
+	return &http.Server{
+		TLSConfig:         tlsConfig,
+		Handler:           h,
+		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
+		ReadTimeout:       s.cfg.ReadTimeout,
+		WriteTimeout:      s.cfg.WriteTimeout,
+		IdleTimeout:       s.cfg.IdleTimeout,
+		MaxHeaderBytes:    s.cfg.MaxHeaderBytes,
+		ErrorLog:          s.connErrors.logger(),
+		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+	}
+}
+
+func closeAll(lns ...net.Listener) {
+	for _, ln := range lns {
+		if ln != nil {
+			ln.Close()
+		}
+	}
+}
+
+func closeServers(servers []*http.Server) {
+	for _, srv := range servers {
+		srv.Close()
+	}
 }
 
 // loadAtStart loads the catalog and the revocations before intake takes
@@ -214,20 +290,33 @@ func serve(srv *http.Server, ln net.Listener) error {
 	return srv.Serve(ln)
 }
 
-// drain stops srv once ctx is cancelled: it stops accepting, waits for the
-// requests in flight within Config.ShutdownTimeout, closes the connections
-// left after it, and waits for srv.Serve, whose error it returns.
-func (s *Server) drain(ctx context.Context, srv *http.Server, serveErr <-chan error) error {
+// drain stops the servers once ctx is cancelled: they stop accepting,
+// the requests in flight get Config.ShutdownTimeout to end, the
+// connections left after it are closed, and drain waits for each
+// server's Serve, the first error of which it returns.
+func (s *Server) drain(ctx context.Context, servers []*http.Server, serveErr <-chan error) error {
 	s.log.LogAttrs(ctx, slog.LevelInfo, "intake shutting down", slog.Duration("drain_within", s.cfg.ShutdownTimeout))
 	drainCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ShutdownTimeout)
 	defer cancel()
-	if err := srv.Shutdown(drainCtx); err != nil {
-		s.log.LogAttrs(ctx, slog.LevelWarn, "drain did not finish in time; closing the remaining connections",
-			slog.String("error", err.Error()))
-		srv.Close()
+	var shut sync.WaitGroup
+	for _, srv := range servers {
+		shut.Go(func() {
+			if err := srv.Shutdown(drainCtx); err != nil {
+				s.log.LogAttrs(ctx, slog.LevelWarn, "drain did not finish in time; closing the remaining connections",
+					slog.String("error", err.Error()))
+				srv.Close()
+			}
+		})
 	}
-	if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("intake: serve: %w", err)
+	shut.Wait()
+	var first error
+	for range servers {
+		if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) && first == nil {
+			first = fmt.Errorf("intake: serve: %w", err)
+		}
+	}
+	if first != nil {
+		return first
 	}
 	s.log.LogAttrs(ctx, slog.LevelInfo, "intake stopped")
 	return nil

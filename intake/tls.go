@@ -19,9 +19,22 @@ import (
 // calls.
 const tlsReloadEvery = time.Second
 
+// tls12Suites are the cipher suites intake offers over TLS 1.2: ECDHE
+// with an AEAD only (AES-GCM or ChaCha20-Poly1305), none of Go's CBC
+// suites with SHA-1 or SHA-256 MACs. TLS 1.3's suites are fixed, and all
+// AEAD.
+var tls12Suites = []uint16{
+	tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+	tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+	tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+	tls.TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+	tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+	tls.TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+}
+
 // newTLSConfig loads the key pair and returns the server's TLS settings:
-// TLS 1.2 or later, HTTP/2 or HTTP/1.1 by ALPN, and the reloader's current
-// certificate. A file that is missing or unreadable is an error naming it.
+// TLS 1.2 (AEAD suites only) or later, HTTP/2 or HTTP/1.1 by ALPN, and
+// the reloader's current certificate. A file that is missing or unreadable is an error naming it.
 func newTLSConfig(certFile, keyFile string, log *slog.Logger) (*tls.Config, error) {
 	r := &certReloader{certFile: certFile, keyFile: keyFile, log: log}
 	if err := r.load(time.Now()); err != nil {
@@ -29,6 +42,7 @@ func newTLSConfig(certFile, keyFile string, log *slog.Logger) (*tls.Config, erro
 	}
 	return &tls.Config{
 		MinVersion:     tls.VersionTLS12,
+		CipherSuites:   tls12Suites,
 		NextProtos:     []string{"h2", "http/1.1"},
 		GetCertificate: r.getCertificate,
 	}, nil
