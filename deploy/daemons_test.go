@@ -62,7 +62,7 @@ func startDaemons(t *testing.T) daemons {
 	}
 	token := tally("principal", "add", "alice", "--credential-key", keyFile)
 
-	intakeAddr, projectorAddr := freeAddr(t), freeAddr(t)
+	intakeAddr, adminAddr, projectorAddr := freeAddr(t), freeAddr(t), freeAddr(t)
 	projector := &chaos.Process{
 		Name: "projector", Path: bin, LogPath: filepath.Join(dir, "projector.log"),
 		Args: append([]string{"projector", "--consumer", "deploy-test", "--metrics-listen", projectorAddr,
@@ -71,8 +71,8 @@ func startDaemons(t *testing.T) daemons {
 	}
 	intake := &chaos.Process{
 		Name: "intake", Path: bin, LogPath: filepath.Join(dir, "intake.log"),
-		Args:   append([]string{"intake", "--listen", intakeAddr, "--credential-key", keyFile}, common...),
-		Health: "http://" + intakeAddr + "/healthz",
+		Args:   append([]string{"intake", "--listen", intakeAddr, "--admin-listen", adminAddr, "--credential-key", keyFile}, common...),
+		Health: "http://" + adminAddr + "/healthz",
 	}
 	for _, p := range []*chaos.Process{projector, intake} {
 		t.Cleanup(func() {
@@ -102,8 +102,9 @@ func startDaemons(t *testing.T) daemons {
 	c.waitApplied(ctx, t, "e-2", "rejected")
 	c.waitApplied(ctx, t, "e-1", "recorded")
 
+	c.get(ctx, t, "http://"+intakeAddr+"/metrics", http.StatusNotFound) // on --admin-listen only
 	return daemons{
-		intakeMetrics:    c.get(ctx, t, "http://"+intakeAddr+"/metrics", http.StatusOK),
+		intakeMetrics:    c.get(ctx, t, "http://"+adminAddr+"/metrics", http.StatusOK),
 		projectorMetrics: c.get(ctx, t, "http://"+projectorAddr+"/metrics", http.StatusOK),
 	}
 }

@@ -8,13 +8,16 @@
 #   demo voters (so that the page's bars move), and waits. Ctrl-C stops
 #   everything it started and prints the rebuild table.
 #
-# TALLY_RUN_LISTEN sets intake's address (default 127.0.0.1:8080);
+# TALLY_RUN_LISTEN sets intake's address (default 127.0.0.1:8080),
+# TALLY_RUN_ADMIN its admin address of /healthz, /readyz and /metrics
+# (default 127.0.0.1:8081);
 # TALLY_RUN_FOR=30 stops by itself after 30 seconds instead of waiting;
 # TALLY_RUN_DEMO_VOTES sets the trickle's votes (default 30, one a second).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 eval "$(scripts/services.sh env)"
 listen="${TALLY_RUN_LISTEN:-127.0.0.1:8080}"
+admin="${TALLY_RUN_ADMIN:-127.0.0.1:8081}"
 metrics="${TALLY_RUN_METRICS:-127.0.0.1:9090}"
 logs=".local/run"
 mkdir -p "$logs"
@@ -101,7 +104,7 @@ stop() {
 }
 trap stop INT TERM
 
-TALLY_DATABASE_URL="$daemon_url" ./tally intake --listen "$listen" --log-format json >"$logs/intake.log" 2>&1 &
+TALLY_DATABASE_URL="$daemon_url" ./tally intake --listen "$listen" --admin-listen "$admin" --log-format json >"$logs/intake.log" 2>&1 &
 pids+=($!)
 # The log's signer key: made once, kept with the run's files. The
 # projector signs each poll's log with it, so votes get receipts.
@@ -115,9 +118,9 @@ pids+=($!)
 # intake answers /readyz once Redis and PostgreSQL answer it; 30s covers a
 # cold start on a loaded machine.
 ready_by=$((SECONDS + 30))
-until curl -fs "http://$listen/readyz" >/dev/null 2>&1; do
+until curl -fs "http://$admin/readyz" >/dev/null 2>&1; do
 	kill -0 "${pids[0]}" 2>/dev/null || fail "intake exited before it was ready" "$logs/intake.log"
-	((SECONDS < ready_by)) || fail "intake did not become ready at http://$listen/readyz within 30s" "$logs/intake.log"
+	((SECONDS < ready_by)) || fail "intake did not become ready at http://$admin/readyz within 30s" "$logs/intake.log"
 	sleep 0.1
 done
 
@@ -144,7 +147,7 @@ trickle() {
 cat <<EOF
 
 tally is running.
-  intake     http://$listen      (log: $logs/intake.log)
+  intake     http://$listen      (log: $logs/intake.log; probes and metrics on http://$admin)
   live page  http://$listen/polls/demo  (the demo poll's results, live; open it in a browser)
   projector  metrics on http://$metrics/metrics  (log: $logs/projector.log)
   token      $token
