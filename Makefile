@@ -81,13 +81,14 @@ bench-short: ## every Go benchmark once, and every bench measurement at small si
 chaos: ## the long fault suite: 80+ kills and crash-restarts under load, then its table
 	@$(SERVICES); TALLY_CHAOS=long $(GO) test ./internal/chaos/ -count=1 -run . -timeout 30m -v
 
-lint: ## go mod tidy -diff, gofmt, go vet and staticcheck (pinned); reports every check, fails if any did
+lint: ## go mod tidy -diff, gofmt, go vet, staticcheck and Redocly's OpenAPI lint (pinned); reports every check, fails if any did
 	@rc=0; \
 	$(GO) mod tidy -diff || { echo "lint: go.mod or go.sum is not tidy (diff above); run: go mod tidy" >&2; rc=1; }; \
 	unformatted="$$(gofmt -l .)"; \
 	if [[ -n "$$unformatted" ]]; then echo "$$unformatted"; echo "lint: the files above need gofmt -w" >&2; rc=1; fi; \
 	$(GO) vet ./... || { echo "lint: go vet found the problems above" >&2; rc=1; }; \
 	$(GO) run $(STATICCHECK) ./... || { echo "lint: staticcheck found the problems above" >&2; rc=1; }; \
+	scripts/openapi-lint.sh || { echo "lint: Redocly found the problems above in intake/openapi.json (its settings: redocly.yaml)" >&2; rc=1; }; \
 	if ((rc == 0)); then echo "lint: ok"; fi; \
 	exit $$rc
 

@@ -33,7 +33,7 @@ func TestProjectorSignsAndExportAudits(t *testing.T) {
 		return err == nil && c.Size == 3
 	}
 	log := f.runProjector([]string{"--log-key", skey, "--checkpoint-interval", "20ms", "--batch-wait", "10ms",
-		"--consumer", "cli-sign", "--database-url", f.db.URL, "--redis-url", testenv.RedisURL(),
+		"--consumer", "cli-sign", "--database-url", testenv.DaemonLogin(t, f.db), "--redis-url", testenv.RedisURL(),
 		"--stream-prefix", f.prefix, "--log-format", "text"},
 		func() bool { return f.rdb.XLen(f.ctx, f.keys.Stream(0)).Val() == 0 && signed() })
 

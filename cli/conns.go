@@ -33,6 +33,42 @@ func startupWaitFlag() *ucli.DurationFlag {
 	return &f
 }
 
+// allowSuperuserFlag is the daemons' --allow-superuser (see
+// checkDaemonRole), a new one for each command.
+func allowSuperuserFlag() *ucli.BoolFlag {
+	return &ucli.BoolFlag{Name: "allow-superuser", EnvVars: []string{"TALLY_ALLOW_SUPERUSER"},
+		Usage: "start even when --database-url logs in as a superuser or as a role that may change or delete the ledger's rows " +
+			"(its owner); a daemon should log in as a role granted tally_daemon, which may only append"}
+}
+
+// checkDaemonRole refuses to run daemon (intake, projector) as a
+// PostgreSQL superuser, or as a role that may UPDATE, DELETE or TRUNCATE
+// the ledger (its owner), unless --allow-superuser says so, when it warns
+// instead. Such a role could rewrite the past, and switch off the
+// triggers that refuse it; a daemon needs only to append.
+func checkDaemonRole(c *ucli.Context, store *ledger.Store, log *slog.Logger, daemon string) error {
+	role, err := store.Role(c.Context)
+	if err != nil {
+		return err
+	}
+	if !role.Privileged() {
+		return nil
+	}
+	what := "a superuser"
+	if !role.Superuser {
+		what = "a role that may change or delete the ledger's rows (its owner, or one granted UPDATE, DELETE or TRUNCATE on poll_events)"
+	}
+	if c.Bool("allow-superuser") {
+		log.LogAttrs(c.Context, slog.LevelWarn, "running as "+what+" (--allow-superuser): log in as a role granted tally_daemon instead",
+			slog.String("component", daemon), slog.String("role", role.Name))
+		return nil
+	}
+	return fmt.Errorf("tally %s logs in to PostgreSQL as %q, %s, and will not run so: "+
+		"make a login granted tally_daemon, which may only append (CREATE ROLE tally_app LOGIN IN ROLE tally_daemon; "+
+		"docs/operations.md, \"Running the daemons with least privilege\"), and put it in --database-url; "+
+		"or pass --allow-superuser to run anyway", daemon, role.Name, what)
+}
+
 // The start-up wait's pace: the first pause, the longest pause, and the
 // bound on one try.
 const (

@@ -83,6 +83,7 @@ func TestWaitForStopsOnCancel(t *testing.T) {
 func TestDaemonStartupWaitStopsOnSignal(t *testing.T) {
 	t.Parallel()
 	db := testenv.Postgres(t)
+	daemonURL := testenv.DaemonLogin(t, db)
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	done := make(chan int, 1)
@@ -90,7 +91,7 @@ func TestDaemonStartupWaitStopsOnSignal(t *testing.T) {
 	go func() {
 		runMu.Lock() // see runMu
 		defer runMu.Unlock()
-		done <- Run(ctx, []string{"tally", "intake", "--listen", "127.0.0.1:0", "--database-url", db.URL,
+		done <- Run(ctx, []string{"tally", "intake", "--listen", "127.0.0.1:0", "--database-url", daemonURL,
 			"--redis-url", "redis://127.0.0.1:1/0", "--startup-wait", "10m", "--log-format", "text"},
 			strings.NewReader(""), io.Discard, errOut)
 	}()
@@ -128,5 +129,45 @@ func TestRedactURL(t *testing.T) {
 		if got := redactURL(tc.in); got != tc.want {
 			t.Errorf("redactURL(%q) = %q, want %q", tc.in, got, tc.want)
 		}
+	}
+}
+
+// TestDaemonsRefuseSuperuser: intake and projector refuse to start as a
+// superuser, saying what to do; with --allow-superuser they start, and
+// warn.
+func TestDaemonsRefuseSuperuser(t *testing.T) {
+	t.Parallel()
+	db := testenv.Postgres(t) // its URL logs in as the owner, a superuser
+	_, prefix := testenv.Redis(t)
+	common := []string{"--database-url", db.URL, "--redis-url", testenv.RedisURL(), "--stream-prefix", prefix,
+		"--startup-wait", "0s", "--log-format", "text"}
+	for _, daemon := range [][]string{{"intake", "--listen", "127.0.0.1:0"}, {"projector", "--consumer", "role-test"}} {
+		r := tallyWith(t, append(daemon, common...)...)
+		if r.code == 0 || !strings.Contains(r.stderr, "a superuser") || !strings.Contains(r.stderr, "tally_daemon") ||
+			!strings.Contains(r.stderr, "--allow-superuser") {
+			t.Errorf("tally %s as a superuser: exit %d, stderr:\n%s\nwant a refusal that names tally_daemon and --allow-superuser", daemon[0], r.code, r.stderr)
+		}
+	}
+
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	done := make(chan int, 1)
+	errOut := &testenv.LogBuffer{}
+	go func() {
+		runMu.Lock() // see runMu
+		defer runMu.Unlock()
+		done <- Run(ctx, append([]string{"tally", "projector", "--consumer", "role-test", "--allow-superuser"}, common...),
+			strings.NewReader(""), io.Discard, errOut)
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(errOut.String(), "--allow-superuser") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the projector with --allow-superuser did not warn:\n%s", errOut.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	stop()
+	if code := testenv.Receive(t, done, 30*time.Second, "the projector to stop"); code != 0 {
+		t.Errorf("the projector with --allow-superuser exited %d:\n%s", code, errOut.String())
 	}
 }

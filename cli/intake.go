@@ -20,7 +20,7 @@ import (
 
 func intakeCommand() *ucli.Command {
 	def := intake.DefaultConfig()
-	flags := append([]ucli.Flag{startupWaitFlag()}, intakeEnqueueFlags(def)...)
+	flags := append([]ucli.Flag{startupWaitFlag(), allowSuperuserFlag()}, intakeEnqueueFlags(def)...)
 	flags = append(flags, intakeLookupFlags(def)...)
 	flags = append(flags, intakeLimitFlags(def)...)
 	flags = append(flags, intakeHTTPFlags(def)...)
@@ -198,6 +198,9 @@ func runIntake(c *ucli.Context) error {
 		return err
 	}
 	defer cs.close()
+	if err := checkDaemonRole(c, cs.store, log, "intake"); err != nil {
+		return err
+	}
 	if err := checkRedisVersion(c.Context, cs.rdb, log); err != nil {
 		return err
 	}

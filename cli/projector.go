@@ -42,7 +42,7 @@ func projectorCommand() *ucli.Command {
 			"Run several with distinct --consumer names to share the work. --metrics-listen serves /metrics and\n" +
 			"/healthz. With --log-key, it signs each poll's log head that changed, every --checkpoint-interval,\n" +
 			"and stores the checkpoint (tally log checkpoint prints it; tally export --checkpoints writes them).",
-		Flags: redisFlags(startupWaitFlag(),
+		Flags: redisFlags(startupWaitFlag(), allowSuperuserFlag(),
 			&ucli.StringFlag{Name: "consumer", EnvVars: []string{"TALLY_PROJECTOR_CONSUMER"},
 				Usage: "`NAME` in the consumer group, unique per live projector (default: host-pid)"},
 			num("batch-size", "BATCH_SIZE", def.BatchSize, "most entries applied in one transaction"),
@@ -106,6 +106,9 @@ func runProjector(c *ucli.Context) error {
 		return err
 	}
 	defer cs.close()
+	if err := checkDaemonRole(c, cs.store, log, "projector"); err != nil {
+		return err
+	}
 	reg := newRegistry()
 	p, err := projector.New(cs.store, cs.rdb, cs.keys, cfg, log, reg)
 	if err != nil {

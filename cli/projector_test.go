@@ -13,7 +13,7 @@ func TestProjectorWorkers(t *testing.T) {
 	t.Parallel()
 	f := newStreamFixture(t, "u1", "u2", "u3")
 	log := f.runProjector([]string{"--workers", "3", "--batch-size", "1", "--batch-wait", "10ms",
-		"--consumer", "cli-workers", "--database-url", f.db.URL, "--redis-url", testenv.RedisURL(),
+		"--consumer", "cli-workers", "--database-url", testenv.DaemonLogin(t, f.db), "--redis-url", testenv.RedisURL(),
 		"--stream-prefix", f.prefix, "--log-format", "text"},
 		func() bool { return f.rdb.XLen(f.ctx, f.keys.Stream(0)).Val() == 0 })
 	if res, err := f.store.Results(f.ctx, "lunch"); err != nil || res.Total != 3 {

@@ -75,7 +75,8 @@ func runDeployment(t *testing.T, redisArgs, intakeArgs []string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	common := append([]string{"--database-url", db.URL, "--log-format", "json"}, redisArgs...)
+	// The daemons and tally status log in as a role granted tally_daemon.
+	common := append([]string{"--database-url", testenv.DaemonLogin(t, db), "--log-format", "json"}, redisArgs...)
 
 	// intake: every vote 202, and each retry of one (same event_id) too.
 	stopIntake := startDaemon(t, append(append([]string{"intake", "--listen", addr}, common...), intakeArgs...))

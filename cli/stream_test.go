@@ -34,7 +34,8 @@ func TestProjectorStatusDeadletter(t *testing.T) {
 	common := []string{"--database-url", db.URL, "--redis-url", testenv.RedisURL(), "--stream-prefix", prefix, "--log-format", "text"}
 
 	// The projector runs until both entries left the stream.
-	f.runProjector(append([]string{"--batch-wait", "10ms", "--consumer", "cli-test"}, common...), func() bool {
+	daemon := []string{"--database-url", testenv.DaemonLogin(t, db), "--redis-url", testenv.RedisURL(), "--stream-prefix", prefix, "--log-format", "text"}
+	f.runProjector(append([]string{"--batch-wait", "10ms", "--consumer", "cli-test"}, daemon...), func() bool {
 		return rdb.XLen(ctx, keys.Stream(0)).Val() == 0 && rdb.XLen(ctx, keys.DeadLetter(0)).Val() == 1
 	})
 
@@ -174,6 +175,7 @@ func TestIntakeCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	daemonURL := testenv.DaemonLogin(t, db)
 	ictx, stop := context.WithCancel(ctx)
 	defer stop()
 	done := make(chan int, 1)
@@ -181,7 +183,7 @@ func TestIntakeCommand(t *testing.T) {
 	go func() {
 		runMu.Lock() // see runMu
 		defer runMu.Unlock()
-		done <- Run(ictx, []string{"tally", "intake", "--listen", addr, "--database-url", db.URL,
+		done <- Run(ictx, []string{"tally", "intake", "--listen", addr, "--database-url", daemonURL,
 			"--redis-url", testenv.RedisURL(), "--stream-prefix", prefix, "--log-format", "json"},
 			strings.NewReader(""), io.Discard, &errOut)
 	}()
@@ -235,6 +237,7 @@ func TestDaemonWaitsForRedisAtStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	daemonURL := testenv.DaemonLogin(t, db)
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	done := make(chan int, 1)
@@ -242,7 +245,7 @@ func TestDaemonWaitsForRedisAtStart(t *testing.T) {
 	go func() {
 		runMu.Lock() // see runMu
 		defer runMu.Unlock()
-		done <- Run(ctx, []string{"tally", "intake", "--listen", addr, "--database-url", db.URL,
+		done <- Run(ctx, []string{"tally", "intake", "--listen", addr, "--database-url", daemonURL,
 			"--redis-url", srv.URL(), "--startup-wait", "30s", "--log-format", "json"},
 			strings.NewReader(""), io.Discard, &errOut)
 	}()

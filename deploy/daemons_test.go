@@ -63,15 +63,20 @@ func startDaemons(t *testing.T) daemons {
 	token := tally("principal", "add", "alice", "--credential-key", keyFile)
 
 	intakeAddr, adminAddr, projectorAddr := freeAddr(t), freeAddr(t), freeAddr(t)
+	// The daemons log in as a role granted tally_daemon, as
+	// docs/operations.md has the operator do; the commands above as the
+	// owner.
+	daemon := []string{"--database-url", testenv.DaemonLogin(t, db), "--redis-url", testenv.RedisURL(),
+		"--stream-prefix", prefix, "--shards", "2", "--log-format", "text"}
 	projector := &chaos.Process{
 		Name: "projector", Path: bin, LogPath: filepath.Join(dir, "projector.log"),
 		Args: append([]string{"projector", "--consumer", "deploy-test", "--metrics-listen", projectorAddr,
-			"--batch-wait", "10ms", "--stats-interval", "100ms"}, common...),
+			"--batch-wait", "10ms", "--stats-interval", "100ms"}, daemon...),
 		Health: "http://" + projectorAddr + "/healthz",
 	}
 	intake := &chaos.Process{
 		Name: "intake", Path: bin, LogPath: filepath.Join(dir, "intake.log"),
-		Args:   append([]string{"intake", "--listen", intakeAddr, "--admin-listen", adminAddr, "--credential-key", keyFile}, common...),
+		Args:   append([]string{"intake", "--listen", intakeAddr, "--admin-listen", adminAddr, "--credential-key", keyFile}, daemon...),
 		Health: "http://" + adminAddr + "/healthz",
 	}
 	for _, p := range []*chaos.Process{projector, intake} {

@@ -135,3 +135,25 @@ func TestDaemonRoleCannotRewriteThePast(t *testing.T) {
 	}
 	checkInvariants(t, d)
 }
+
+// TestRole: the owner (a superuser here) is privileged, and may change
+// the ledger; a login granted tally_daemon is neither.
+func TestRole(t *testing.T) {
+	t.Parallel()
+	owner := setup(t)
+	r, err := owner.store.Role(owner.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.Superuser || !r.MayChangeLedger || !r.Privileged() {
+		t.Errorf("the owner's role %+v: want a superuser that may change the ledger", r)
+	}
+	d := asDaemon(t, owner)
+	r, err = d.store.Role(d.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Superuser || r.MayChangeLedger || r.Privileged() || !strings.HasPrefix(r.Name, "tally_daemon_test_") {
+		t.Errorf("the daemon login's role %+v: want %s, neither a superuser nor one that may change the ledger", r, r.Name)
+	}
+}

@@ -52,6 +52,7 @@ SQL
 else
 	daemon_url="$TALLY_DATABASE_URL"
 	daemon_as="the database owner (the least-privilege login could not be made or used)"
+	export TALLY_ALLOW_SUPERUSER=true # the daemons refuse the owner without it
 fi
 # The demo poll's results are public: its live page needs no token.
 if ! ./tally poll show demo >/dev/null 2>&1; then

@@ -102,7 +102,7 @@ func (e *env) intakeVsBare(ctx context.Context, rounds int, d time.Duration) (in
 	keys := e.prefix("intake")
 	defer e.dropPrefix(context.WithoutCancel(ctx), keys.Prefix())
 	const intakeAddr, bareAddr = "127.0.0.1:18190", "127.0.0.1:18191"
-	ip, err := start(ctx, logFile, append([]string{e.tally, "intake", "--listen", intakeAddr, "--database-url", url,
+	ip, err := start(ctx, logFile, append([]string{e.tally, "intake", "--allow-superuser", "--listen", intakeAddr, "--database-url", url,
 		"--redis-url", e.redisURL, "--stream-prefix", keys.Prefix(), "--log-level", "error", "--log-format", "text"}, intakeFlags...)...)
 	if err != nil {
 		return
@@ -241,7 +241,7 @@ func (e *env) startPipeline(ctx context.Context, addr string, common []string, e
 func (e *env) startShape(ctx context.Context, sh shape, common []string, extra ...string) (*pipeline, error) {
 	p := &pipeline{addrs: sh.addrs}
 	for _, addr := range sh.addrs {
-		args := slices.Concat([]string{e.tally, "intake", "--listen", addr, "--log-level", "error"}, common, intakeFlags, extra)
+		args := slices.Concat([]string{e.tally, "intake", "--allow-superuser", "--listen", addr, "--log-level", "error"}, common, intakeFlags, extra)
 		ip, err := start(ctx, logFile, args...)
 		if err != nil {
 			p.stop()
@@ -250,7 +250,7 @@ func (e *env) startShape(ctx context.Context, sh shape, common []string, extra .
 		p.intakes = append(p.intakes, ip)
 	}
 	p.intake, p.addr = p.intakes[0], p.addrs[0]
-	pp, err := start(ctx, logFile, slices.Concat([]string{e.tally, "projector", "--consumer", "bench", "--log-level", "warn"}, common, sh.projector)...)
+	pp, err := start(ctx, logFile, slices.Concat([]string{e.tally, "projector", "--allow-superuser", "--consumer", "bench", "--log-level", "warn"}, common, sh.projector)...)
 	if err != nil {
 		p.stop()
 		return nil, err

@@ -6,8 +6,10 @@
 // Every measurement runs against the PostgreSQL and Redis it is given, on a
 // database and a Redis prefix of its own, which it drops and deletes
 // afterwards. Every load loop is bounded in count and in time, and all
-// traffic goes to 127.0.0.1. scripts/bench.sh builds the binaries and runs
-// it:
+// traffic goes to 127.0.0.1. The daemons log in as -admin-url's role,
+// which made the databases, so they run with --allow-superuser: the role's
+// privileges change nothing measured. scripts/bench.sh builds the binaries
+// and runs it:
 //
 //	scripts/bench.sh            # the full run, writes BENCHMARKS.md
 //	scripts/bench.sh --short    # small sizes, a check that it all runs

@@ -85,7 +85,7 @@ func (e *env) drainProjector(ctx context.Context, bin, what string, n int, limit
 	if err := e.preload(ctx, keys, n, polls); err != nil {
 		return res, err
 	}
-	args := append([]string{bin, "projector", "--database-url", url, "--redis-url", e.redisURL,
+	args := append([]string{bin, "projector", "--allow-superuser", "--database-url", url, "--redis-url", e.redisURL,
 		"--stream-prefix", keys.Prefix(), "--consumer", "bench", "--log-level", "warn", "--log-format", "text"}, extra...)
 	res.command = fmt.Sprintf("tally projector %s  (stream preloaded with %d events)", joinArgs(extra), n)
 	redis0 := e.redisCPU(ctx)

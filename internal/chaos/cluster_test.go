@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/redis/go-redis/v9"
@@ -108,7 +107,7 @@ func newCluster(t *testing.T, opt clusterOptions) *cluster {
 		c.standby = testenv.StartStandby(t, c.pg, true)
 		db.Pool = c.failoverPool()
 	}
-	c.dbURL = daemonLogin(t, db)
+	c.dbURL = testenv.DaemonLogin(t, db)
 	if opt.standby {
 		u, err := url.Parse(c.dbURL)
 		if err != nil {
@@ -191,32 +190,6 @@ func (c *cluster) failoverPool() *pgxpool.Pool {
 	}
 	c.t.Cleanup(pool.Close)
 	return pool
-}
-
-// daemonLogin makes a login granted tally_daemon (migration 00006) for
-// the cluster's daemons, as an operator running them with least privilege
-// does, and returns db's URL as that login. The test's own reads and the
-// admin commands keep the owner's connection. The login is dropped when the
-// test ends, after the daemons (t.Cleanup runs last what was registered
-// first).
-func daemonLogin(t *testing.T, db testenv.DB) string {
-	t.Helper()
-	ctx := context.Background()
-	role := testenv.RandomName("chaos_daemon_")
-	if _, err := db.Pool.Exec(ctx, `CREATE ROLE `+pgx.Identifier{role}.Sanitize()+` LOGIN IN ROLE tally_daemon`); err != nil {
-		t.Fatalf("create the daemons' login: %v", err)
-	}
-	t.Cleanup(func() {
-		if _, err := db.Pool.Exec(context.Background(), `DROP ROLE IF EXISTS `+pgx.Identifier{role}.Sanitize()); err != nil {
-			t.Logf("drop the daemons' login %s: %v", role, err)
-		}
-	})
-	u, err := url.Parse(db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.User = url.User(role)
-	return u.String()
 }
 
 func replaceHost(t *testing.T, dbURL, addr string) string {

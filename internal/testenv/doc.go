@@ -24,6 +24,8 @@
 //     replicas on loopback ports of their own) whose nodes a test may pause;
 //   - redissentinel.go: RedisSentinel, a private master, replica and
 //     sentinels, which a test may fail over;
+//   - daemon.go: DaemonLogin, a login granted tally_daemon, which the
+//     daemons run as;
 //   - logbuffer.go: LogBuffer, log lines collected from any goroutine;
 //   - wait.go: WaitGroup and Receive, waits with a deadline that fail
 //     the test saying what they waited for.
