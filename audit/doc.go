@@ -27,5 +27,11 @@
 //   - proof.go: inclusion and consistency checks, and the voter's Receipt.
 //   - tree.go: Tree, a poll's log in memory: roots at any size and proofs.
 //   - verify.go: VerifyExport, the audit of an export against checkpoints
-//     and published results, and its Report.
+//     and published results, and its Report; its stages:
+//   - verify_rows.go: the export's rows (ExportRow) read into each poll's
+//     tree, and what one row can show checked;
+//   - verify_checkpoints.go: each stored checkpoint opened
+//     (OpenPollCheckpoint) and compared with its poll's tree;
+//   - verify_results.go: published results read (ReadResults) and
+//     compared with the recount.
 package audit

@@ -186,3 +186,20 @@ func ParseConsistencyProof(b []byte) (ConsistencyProof, error) {
 	}
 	return p, nil
 }
+
+// Verify checks that p shows newer, a later checkpoint, to hold everything
+// older did: p is of older's poll, from older's size to newer's, and leads
+// from one root to the other (VerifyConsistency). Its poll is checked
+// first: between equal sizes every proof is empty, so a proof of another
+// poll would otherwise pass.
+func (p ConsistencyProof) Verify(older, newer Checkpoint) error {
+	if poll := older.PollID(); p.PollID != poll {
+		return fmt.Errorf("%w: the consistency proof is of poll %q, but the checkpoint it starts from is of poll %q: use the consistency proof of poll %s",
+			ErrOrigin, p.PollID, poll, poll)
+	}
+	if p.From != older.Size || p.To != newer.Size {
+		return fmt.Errorf("%w: poll %s: the consistency proof is from size %d to %d, but the older checkpoint has %d leaves and the later one %d",
+			ErrProof, p.PollID, p.From, p.To, older.Size, newer.Size)
+	}
+	return VerifyConsistency(older, newer, p.Proof)
+}

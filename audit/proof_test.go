@@ -421,3 +421,49 @@ func TestVerifyConsistency(t *testing.T) {
 		t.Errorf("checkpoint of another poll: %v", err)
 	}
 }
+
+// A ConsistencyProof verifies only for the poll and sizes it names: a proof
+// of another poll is refused even between equal sizes, where every proof
+// is empty, and even when its hashes are those of the right poll.
+func TestConsistencyProofVerify(t *testing.T) {
+	k := testKeys(t)
+	r := receiptFixture(t, k, 10, 3)
+	older, err := audit.VerifyReceipt(r, k.verifier, testLogName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newRoot, _ := propertyTree.Root(40)
+	newer, err := audit.OpenCheckpoint(sign(t, k.signer, audit.Origin(testLogName, "p"), 40, newRoot), k.verifier, audit.Origin(testLogName, "p"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hashes, _ := propertyTree.ConsistencyProof(10, 40)
+	good := audit.ConsistencyProof{PollID: "p", From: 10, To: 40, Proof: hashes}
+	if err := good.Verify(older, newer); err != nil {
+		t.Fatalf("the proof of the poll: %v", err)
+	}
+	if err := (audit.ConsistencyProof{PollID: "p", From: 10, To: 10}).Verify(older, older); err != nil {
+		t.Fatalf("equal sizes: %v", err)
+	}
+	relabelled := good
+	relabelled.PollID = "q"
+	for _, tc := range []struct {
+		name  string
+		proof audit.ConsistencyProof
+		newer audit.Checkpoint
+		want  error
+		says  string
+	}{
+		{"another poll, equal sizes", audit.ConsistencyProof{PollID: "q", From: 10, To: 10}, older, audit.ErrOrigin, `poll "q", but the checkpoint it starts from is of poll "p": use the consistency proof of poll p`},
+		{"another poll", relabelled, newer, audit.ErrOrigin, `poll "q"`},
+		{"a poll whose id the other's is a prefix of", audit.ConsistencyProof{PollID: "p2", From: 10, To: 10}, older, audit.ErrOrigin, `poll "p2"`},
+		{"no poll", audit.ConsistencyProof{From: 10, To: 10}, older, audit.ErrOrigin, `poll ""`},
+		{"from another size", audit.ConsistencyProof{PollID: "p", From: 9, To: 40, Proof: hashes}, newer, audit.ErrProof, "from size 9 to 40"},
+		{"to another size", audit.ConsistencyProof{PollID: "p", From: 10, To: 39, Proof: hashes}, newer, audit.ErrProof, "from size 10 to 39"},
+		{"a changed hash", audit.ConsistencyProof{PollID: "p", From: 10, To: 40, Proof: append(tlog.TreeProof{{1}}, hashes[1:]...)}, newer, audit.ErrProof, "does not show"},
+	} {
+		if err := tc.proof.Verify(older, tc.newer); !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("%s: %v, want %v saying %q", tc.name, err, tc.want, tc.says)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -189,16 +190,16 @@ func checkLater(c *ucli.Context, older audit.Checkpoint, verifiers []note.Verifi
 	if err != nil {
 		return fmt.Errorf("--consistency %s: %w", proofPath, err)
 	}
-	newer, _, err := audit.OpenPollCheckpoint(msg, verifiers, older.PollID())
+	poll := older.PollID()
+	newer, _, err := audit.OpenPollCheckpoint(msg, verifiers, poll)
+	if errors.Is(err, audit.ErrOrigin) {
+		err = fmt.Errorf("%w: use a later checkpoint of poll %s, the receipt's", err, poll)
+	}
 	if err != nil {
 		return refused(c, fmt.Errorf("--checkpoint %s: %w", later, err))
 	}
-	if proof.From != older.Size || proof.To != newer.Size {
-		return refused(c, fmt.Errorf("--consistency %s proves size %d to %d, but the receipt's tree has %d leaves and the later checkpoint %d",
-			proofPath, proof.From, proof.To, older.Size, newer.Size))
-	}
-	if err := audit.VerifyConsistency(older, newer, proof.Proof); err != nil {
-		return refused(c, err)
+	if err := proof.Verify(older, newer); err != nil {
+		return refused(c, fmt.Errorf("--consistency %s: %w", proofPath, err))
 	}
 	_, err = fmt.Fprintf(c.App.Writer, "OK: the later checkpoint (size %d) still holds the receipt's tree, and so the vote\n", newer.Size)
 	return err

@@ -240,3 +240,57 @@ func TestAuditReceiptExitCodes(t *testing.T) {
 		}
 	}
 }
+
+// A consistency proof or a later checkpoint of another poll is refused,
+// naming both polls, even where the proof would hold: between equal sizes
+// every proof is empty, and a relabelled proof of the receipt's own poll
+// still leads to the right roots.
+func TestAuditReceiptRefusesAnotherPoll(t *testing.T) {
+	t.Parallel()
+	f := writeAuditFiles(t)
+	proof, _ := f.tree.InclusionProof(5, 8)
+	rc, err := audit.NewReceipt(f.leaves[5], 5, 8, f.checkpoint(t, 8), proof)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(rc)
+	receipt := filepath.Join(f.dir, "receipt.json")
+	write(t, receipt, string(b))
+	cproof, _ := f.tree.ConsistencyProof(8, 12)
+	root8, _ := f.tree.Root(8)
+	dinner8, err := audit.SignCheckpoint(f.signer, audit.Origin("tally.test", "dinner"), 8, root8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name       string
+		checkpoint []byte
+		proof      audit.ConsistencyProof
+		says       []string
+	}{
+		{"proof of another poll, equal sizes", f.checkpoint(t, 8), audit.ConsistencyProof{PollID: "dinner", From: 8, To: 8},
+			[]string{`poll "dinner"`, `poll "lunch"`, "use the consistency proof of poll lunch"}},
+		{"proof of another poll", f.checkpoint(t, 12), audit.ConsistencyProof{PollID: "dinner", From: 8, To: 12, Proof: cproof},
+			[]string{`poll "dinner"`, `poll "lunch"`, "use the consistency proof of poll lunch"}},
+		{"proof of no poll", f.checkpoint(t, 8), audit.ConsistencyProof{From: 8, To: 8},
+			[]string{`poll ""`, `poll "lunch"`, "use the consistency proof of poll lunch"}},
+		{"later checkpoint of another poll", dinner8, audit.ConsistencyProof{PollID: "lunch", From: 8, To: 8},
+			[]string{"tally.test/polls/dinner", "tally.test/polls/lunch", "use a later checkpoint of poll lunch"}},
+	} {
+		later := filepath.Join(f.dir, "later.txt")
+		consistency := filepath.Join(f.dir, "consistency.json")
+		pb, _ := json.Marshal(tc.proof)
+		write(t, later, string(tc.checkpoint))
+		write(t, consistency, string(pb))
+		r := offline(t, "", "audit", "receipt", receipt, "--key", f.key, "--checkpoint", later, "--consistency", consistency)
+		if r.code != ExitCheck || !strings.Contains(r.stdout, "REFUSED") {
+			t.Errorf("%s: exit %d, want %d and REFUSED\n%s%s", tc.name, r.code, ExitCheck, r.stdout, r.stderr)
+			continue
+		}
+		for _, s := range tc.says {
+			if !strings.Contains(r.stdout, s) {
+				t.Errorf("%s: %q does not say %q", tc.name, r.stdout, s)
+			}
+		}
+	}
+}

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
+	"math/big"
 	"time"
 
 	"tally/ledger"
@@ -114,7 +116,7 @@ func decodeImportFields(dec *json.Decoder, l *ledgerLine) error {
 			return fmt.Errorf("malformed JSON: %v", err)
 		}
 		if err := json.Unmarshal(raw, dst); err != nil || string(raw) == "null" && key != "received_at" && key != "recorded_at" && key != "leaf_index" {
-			return fmt.Errorf("field %q must be a %s", key, wantType(key))
+			return fieldError(key, raw)
 		}
 	}
 	return nil
@@ -135,10 +137,35 @@ func checkImportIDs(l ledgerLine) error {
 	return nil
 }
 
+// wholeFields are the fields that hold a whole number, each with what it
+// is. Import ignores their values, but refuses one it cannot read as an
+// int64, saying why.
+var wholeFields = map[string]string{
+	"seq":        "a seq is a whole number from 1",
+	"leaf_index": "a leaf index is a whole number from 0",
+}
+
+// fieldError says what is wrong with raw, the value of key that did not
+// decode. A whole-number field given a number that is not an int64 is out
+// of range or not whole, not of the wrong type.
+func fieldError(key string, raw json.RawMessage) error {
+	lit := string(bytes.TrimSpace(raw))
+	what, whole := wholeFields[key]
+	if !whole || lit == "" || lit[0] != '-' && (lit[0] < '0' || lit[0] > '9') {
+		return fmt.Errorf("field %q must be a %s", key, wantType(key))
+	}
+	fix := fmt.Sprintf("%s to %d (2^63-1); correct it, or leave %s out (import ignores it)", what, int64(math.MaxInt64), key)
+	f, _, err := big.ParseFloat(lit, 10, 0, big.ToZero)
+	if err == nil && (f.Cmp(new(big.Float).SetInt64(math.MaxInt64)) > 0 || f.Cmp(new(big.Float).SetInt64(math.MinInt64)) < 0) {
+		return fmt.Errorf("field %q is %s, out of range: %s", key, lit, fix)
+	}
+	return fmt.Errorf("field %q is %s, not a whole number written in digits: %s", key, lit, fix)
+}
+
 func wantType(field string) string {
 	switch field {
-	case "seq":
-		return "number"
+	case "seq", "leaf_index":
+		return "whole number"
 	case "received_at", "recorded_at":
 		return "string holding an RFC 3339 time"
 	}

@@ -30,6 +30,20 @@ var importLineCases = []struct {
 	{"bad time", `{"event_id":"e1","poll_id":"p","candidate_id":"c","principal_id":"u","received_at":"yesterday"}`, "RFC 3339"},
 	{"trailing data", `{"event_id":"e1","poll_id":"p","candidate_id":"c","principal_id":"u"} {}`, "data follows"},
 	{"truncated", `{"event_id":"e1","poll_id":"p"`, "malformed JSON"},
+	// leaf_index and seq are whole numbers up to 2^63-1; import reads and
+	// ignores them, and says what is wrong with one that is not.
+	{"leaf_index", `{"seq":7,"event_id":"e1","poll_id":"p","candidate_id":"c","principal_id":"u","leaf_index":0}`, ""},
+	{"leaf_index null", `{"event_id":"e1","poll_id":"p","candidate_id":"c","principal_id":"u","leaf_index":null}`, ""},
+	{"leaf_index 2^63-1", `{"event_id":"e1","poll_id":"p","candidate_id":"c","principal_id":"u","leaf_index":9223372036854775807}`, ""},
+	{"leaf_index 2^63", `{"event_id":"e1","poll_id":"p","candidate_id":"c","principal_id":"u","leaf_index":9223372036854775808}`,
+		`field "leaf_index" is 9223372036854775808, out of range: a leaf index is a whole number from 0 to 9223372036854775807 (2^63-1); correct it, or leave leaf_index out`},
+	{"leaf_index far past 2^63", `{"event_id":"e1","poll_id":"p","candidate_id":"c","principal_id":"u","leaf_index":1e30}`, `field "leaf_index" is 1e30, out of range`},
+	{"leaf_index not whole", `{"event_id":"e1","poll_id":"p","candidate_id":"c","principal_id":"u","leaf_index":1.5}`, `field "leaf_index" is 1.5, not a whole number written in digits`},
+	{"leaf_index in exponent form", `{"event_id":"e1","poll_id":"p","candidate_id":"c","principal_id":"u","leaf_index":1e3}`, `field "leaf_index" is 1e3, not a whole number written in digits`},
+	{"leaf_index below -2^63", `{"event_id":"e1","poll_id":"p","candidate_id":"c","principal_id":"u","leaf_index":-9223372036854775809}`, `field "leaf_index" is -9223372036854775809, out of range`},
+	{"leaf_index a string", `{"event_id":"e1","poll_id":"p","candidate_id":"c","principal_id":"u","leaf_index":"3"}`, `field "leaf_index" must be a whole number`},
+	{"seq 2^63", `{"seq":9223372036854775808,"event_id":"e1","poll_id":"p","candidate_id":"c","principal_id":"u"}`,
+		`field "seq" is 9223372036854775808, out of range: a seq is a whole number from 1 to 9223372036854775807 (2^63-1); correct it, or leave seq out`},
 }
 
 func TestParseImportLine(t *testing.T) {
@@ -71,7 +85,7 @@ func FuzzParseImportLine(f *testing.F) {
 			t.Fatalf("accepted %q, which is not one JSON object: %v", line, jerr)
 		}
 		allowed := map[string]bool{"seq": true, "event_id": true, "poll_id": true, "candidate_id": true,
-			"principal_id": true, "received_at": true, "recorded_at": true}
+			"principal_id": true, "received_at": true, "recorded_at": true, "leaf_index": true}
 		for k := range m {
 			if !allowed[k] {
 				t.Fatalf("accepted %q with unknown key %q", line, k)

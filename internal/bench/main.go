@@ -41,7 +41,9 @@
 //   - hotpoll.go: one hot poll's appends against a poll each (H1, H2,
 //     H2A), which the scaling measurement runs;
 //   - live.go: intake's cost of Server-Sent Events viewers under a flow
-//     of votes (SSE, next to SSE0 without them);
+//     of votes (SSE, next to SSE0 without them): its rounds and result;
+//     live_load.go: the votes and intake's CPU time; live_viewers.go: the
+//     streams; live_stats.go: the viewers' latencies, gaps and updates;
 //   - ledger.go: tally import (IM) and rebuild next to a plain GROUP BY
 //     (R, RG);
 //   - env.go: the run's servers, its databases and Redis prefixes, and the

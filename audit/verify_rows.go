@@ -1,0 +1,89 @@
+package audit
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"time"
+)
+
+// This file owns the audit's first stage: the export read row by row
+// (ExportRow), each row appended to its poll's tree, and what one row can
+// show checked (its leaf_index, a seq seen once, one row per principal).
+
+// ExportRow is one line of an export as tally export writes it. Each
+// poll's rows come in its leaf order (which is not always the order of
+// seq: two appends to one poll may commit in the other order than they
+// drew their seqs); seq is the row's id in the ledger. recorded_at and fields this version does not know are ignored;
+// leaf_index, when present, is checked against the row's place.
+type ExportRow struct {
+	Seq         int64     `json:"seq"`
+	EventID     string    `json:"event_id"`
+	PollID      string    `json:"poll_id"`
+	CandidateID string    `json:"candidate_id"`
+	PrincipalID string    `json:"principal_id"`
+	ReceivedAt  time.Time `json:"received_at"`
+	LeafIndex   *int64    `json:"leaf_index,omitempty"`
+}
+
+// Leaf is the row's leaf in its poll's log.
+func (r ExportRow) Leaf() Leaf {
+	return Leaf{PollID: r.PollID, CandidateID: r.CandidateID, PrincipalID: r.PrincipalID, ClientEventID: r.EventID, ReceivedAt: r.ReceivedAt}
+}
+
+// readExport reads every row, appends it to its poll's tree and checks
+// what one row can show: its leaf_index, a seq seen once, one row per
+// principal.
+func (a *auditor) readExport(r io.Reader) error {
+	err := eachLine(r, func(line []byte, n int) error {
+		var row ExportRow
+		if err := json.Unmarshal(line, &row); err != nil {
+			return fmt.Errorf("export line %d: %v; each line is one object as tally export writes it", n, err)
+		}
+		if row.ReceivedAt.IsZero() {
+			return fmt.Errorf("export line %d: received_at is missing; the audit needs it, it is part of the leaf", n)
+		}
+		p := a.poll(row.PollID)
+		index := p.tree.Size()
+		if err := p.tree.AppendLeaf(row.Leaf()); err != nil {
+			return fmt.Errorf("export line %d: %w", n, err)
+		}
+		a.rows++
+		a.checkRow(p, row, index, n)
+		code, ok := p.codes[row.CandidateID]
+		if !ok {
+			code = uint32(len(p.candidates))
+			p.codes[row.CandidateID] = code
+			p.candidates = append(p.candidates, row.CandidateID)
+		}
+		p.votes = append(p.votes, code)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("audit: %w", err)
+	}
+	return nil
+}
+
+// checkRow checks the row at index of poll p, read from line n.
+func (a *auditor) checkRow(p *pollLog, row ExportRow, index int64, n int) {
+	leaf := &LeafRange{index, index}
+	if row.Seq != 0 {
+		if first, ok := a.seqs[row.Seq]; ok {
+			a.discrepancy(Discrepancy{PollID: row.PollID, Leaves: leaf, Field: "seq", ExportLine: n,
+				Detail: fmt.Sprintf("seq %d is also the row of line %d: a ledger row appears twice", row.Seq, first)})
+		} else {
+			a.seqs[row.Seq] = n
+		}
+	}
+	if row.LeafIndex != nil && *row.LeafIndex != index {
+		a.discrepancy(Discrepancy{PollID: row.PollID, Leaves: leaf, Field: "leaf_index", ExportLine: n,
+			Detail: fmt.Sprintf("the row says leaf_index %d but is the poll's leaf %d: a row before it is missing, added or moved", *row.LeafIndex, index)})
+	}
+	if first, ok := p.principals[row.PrincipalID]; ok {
+		a.discrepancy(Discrepancy{PollID: row.PollID, Leaves: leaf, Field: "principal_id", ExportLine: n,
+			Detail: fmt.Sprintf("principal %s already answered this poll at leaf %d; the ledger holds one answer per principal and poll", row.PrincipalID, first)})
+	} else {
+		p.principals[row.PrincipalID] = index
+	}
+}
