@@ -125,13 +125,17 @@
 // A vote goes through middleware.go, post_vote.go, enqueue.go and
 // batcher.go, in that order; each file owns one stage:
 //
-//   - server.go: the lifecycle. New wires the stages, Run and Serve serve
-//     and keep the catalog fresh, drain stops.
+//   - server.go: the lifecycle. New wires the stages, Run and ServeAdmin
+//     serve (the data listener and, with Config.AdminListen, the admin
+//     one) and keep the catalog fresh, drain stops.
 //   - limit_listener.go: the listener that caps open connections
-//     (Config.MaxConns).
+//     (Config.MaxConns) and those of one client address
+//     (Config.MaxConnsPerAddr); holds.go: the tables of what each client
+//     address or principal holds open.
 //   - config.go: Config, its defaults and its validation.
-//   - error_log.go: net/http's error log through slog, with client addresses
-//     taken out.
+//   - conn_errors.go: net/http's error log: connection errors counted by
+//     kind, logged without client addresses, the first of a kind at once
+//     and then a summary a minute.
 //   - tls.go: the TLS settings and the reloader of a rotated certificate.
 //   - middleware.go: the routes, the method check, the request deadline,
 //     panic recovery and request metrics (instrument), authentication
@@ -172,8 +176,9 @@
 //     proof against the latest signed checkpoint), shown to whoever may see
 //     the poll's results.
 //   - live.go: GET /v1/polls/{poll_id}/live, the results as Server-Sent
-//     Events, fed by one LISTEN connection and a hub that reads a notified
-//     poll once for all its viewers; page.go: GET /polls/{poll_id}, the
+//     Events, with the bounds per address and per principal; live_hub.go:
+//     the hub that feeds them from one LISTEN connection, reading a
+//     notified poll once for all its viewers; page.go: GET /polls/{poll_id}, the
 //     server-rendered page that reads that stream.
 //   - degraded.go: whether PostgreSQL answers intake's lookups, and so
 //     when intake answers from what it read before.
