@@ -1,44 +1,22 @@
 package audit
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
-	"time"
 )
 
 // This file owns the audit's first stage: the export read row by row
-// (ExportRow), each row appended to its poll's tree, and what one row can
+// (ParseExportLine, export_line.go), each row appended to its poll's tree, and what one row can
 // show checked (its leaf_index, a seq seen once, one row per principal).
-
-// ExportRow is one line of an export as tally export writes it. Each
-// poll's rows come in its leaf order (which is not always the order of
-// seq: two appends to one poll may commit in the other order than they
-// drew their seqs); seq is the row's id in the ledger. recorded_at and fields this version does not know are ignored;
-// leaf_index, when present, is checked against the row's place.
-type ExportRow struct {
-	Seq         int64     `json:"seq"`
-	EventID     string    `json:"event_id"`
-	PollID      string    `json:"poll_id"`
-	CandidateID string    `json:"candidate_id"`
-	PrincipalID string    `json:"principal_id"`
-	ReceivedAt  time.Time `json:"received_at"`
-	LeafIndex   *int64    `json:"leaf_index,omitempty"`
-}
-
-// Leaf is the row's leaf in its poll's log.
-func (r ExportRow) Leaf() Leaf {
-	return Leaf{PollID: r.PollID, CandidateID: r.CandidateID, PrincipalID: r.PrincipalID, ClientEventID: r.EventID, ReceivedAt: r.ReceivedAt}
-}
 
 // readExport reads every row, appends it to its poll's tree and checks
 // what one row can show: its leaf_index, a seq seen once, one row per
 // principal.
 func (a *auditor) readExport(r io.Reader) error {
 	err := eachLine(r, func(line []byte, n int) error {
-		var row ExportRow
-		if err := json.Unmarshal(line, &row); err != nil {
-			return fmt.Errorf("export line %d: %v; each line is one object as tally export writes it", n, err)
+		row, err := ParseExportLine(line)
+		if err != nil {
+			return fmt.Errorf("export line %d: %v", n, err)
 		}
 		if row.ReceivedAt.IsZero() {
 			return fmt.Errorf("export line %d: received_at is missing; the audit needs it, it is part of the leaf", n)

@@ -384,7 +384,8 @@ func TestDiscrepancyString(t *testing.T) {
 // report.
 func TestVerifyExportUnreadable(t *testing.T) {
 	for _, tc := range []struct{ in, says string }{
-		{"{\"poll_id\":\"p\"}\nnot json\n", "line 1: received_at is missing"},
+		{"{\"poll_id\":\"p\"}\nnot json\n", `line 1: field "event_id" is missing`},
+		{`{"event_id":"e","poll_id":"p","candidate_id":"a","principal_id":"x"}`, "line 1: received_at is missing"},
 		{"\nnot json\n", "line 2"},
 		{`{"event_id":"e","poll_id":"p q","candidate_id":"a","principal_id":"x","received_at":"2026-01-01T00:00:00Z"}`, "poll_id"},
 	} {

@@ -98,9 +98,8 @@ func writeAuditFiles(t *testing.T) auditFiles {
 		l := audit.Leaf{PollID: "lunch", CandidateID: []string{"soup", "salad", "soup"}[i%3], PrincipalID: "p-" + strconv.Itoa(i),
 			ClientEventID: "e-" + strconv.Itoa(i), ReceivedAt: time.Date(2026, 3, 1, 12, 0, i, 1000, time.UTC)}
 		f.leaves = append(f.leaves, l)
-		rat, recat := l.ReceivedAt, l.ReceivedAt.Add(time.Second)
-		if err := enc.Encode(ledgerLine{Seq: int64(i + 1), EventID: l.ClientEventID, PollID: l.PollID, CandidateID: l.CandidateID,
-			PrincipalID: l.PrincipalID, ReceivedAt: &rat, RecordedAt: &recat}); err != nil {
+		if err := enc.Encode(audit.ExportRow{Seq: int64(i + 1), EventID: l.ClientEventID, PollID: l.PollID, CandidateID: l.CandidateID,
+			PrincipalID: l.PrincipalID, ReceivedAt: l.ReceivedAt, RecordedAt: l.ReceivedAt.Add(time.Second)}); err != nil {
 			t.Fatal(err)
 		}
 		if err := f.tree.AppendLeaf(l); err != nil {

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"bufio"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -90,21 +89,23 @@ func startExportProgress(c *ucli.Context, store *ledger.Store, out io.Writer) *p
 	return newProgress(c.Context, c.App.ErrWriter, true, m, progressRefresh)
 }
 
-// exportLines encodes the ledger rows of --poll (every poll when empty) on
-// w, one ledgerLine each, counts each on p, and returns how many it wrote.
+// exportLines writes the ledger rows of --poll (every poll when empty) on
+// w, one audit.AppendExportLine each, counts each on p, and returns how
+// many it wrote.
 func exportLines(c *ucli.Context, store *ledger.Store, w io.Writer, p *progress) (int, error) {
-	enc := json.NewEncoder(w)
 	n := 0
+	var buf []byte
 	err := store.Export(c.Context, c.String("poll"), func(r ledger.LedgerRow) error {
 		n++
 		p.add(1)
-		rat, recat := r.ReceivedAt.UTC(), r.RecordedAt.UTC()
-		line := ledgerLine{Seq: r.Seq, EventID: r.ClientEventID, PollID: r.PollID,
-			CandidateID: r.CandidateID, PrincipalID: r.PrincipalID, ReceivedAt: &rat, RecordedAt: &recat}
+		row := audit.ExportRow{Seq: r.Seq, EventID: r.ClientEventID, PollID: r.PollID,
+			CandidateID: r.CandidateID, PrincipalID: r.PrincipalID, ReceivedAt: r.ReceivedAt, RecordedAt: r.RecordedAt}
 		if r.LeafIndex >= 0 {
-			line.LeafIndex = &r.LeafIndex
+			row.LeafIndex = &r.LeafIndex
 		}
-		return enc.Encode(line)
+		buf = audit.AppendExportLine(buf[:0], row)
+		_, err := w.Write(buf)
+		return err
 	})
 	return n, err
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"tally/audit"
 	"tally/internal/testenv"
 )
 
@@ -21,7 +22,7 @@ func TestImportRefusesFutureReceivedAt(t *testing.T) {
 	if r := tally(t, db.URL, "poll", "create", "lunch", "--title", "Lunch?", "--choice", "pizza"); r.code != 0 {
 		t.Fatalf("poll create: %+v", r)
 	}
-	at := func(d time.Duration) string { return time.Now().Add(d).UTC().Format(time.RFC3339Nano) }
+	at := func(d time.Duration) string { return time.Now().Add(d).UTC().Format(audit.TimeFormat) }
 	line := func(id, receivedAt string) string {
 		return fmt.Sprintf(`{"event_id":%q,"poll_id":"lunch","candidate_id":"pizza","principal_id":%q,"received_at":%q}`, id, id, receivedAt)
 	}

@@ -33,7 +33,7 @@ func TestExportImportKeepsLogRoots(t *testing.T) {
 	var b strings.Builder
 	// Times after the polls opened, within the skew import allows, to the
 	// microsecond (the leaf holds received_at).
-	base := time.Now().Add(time.Minute)
+	base := time.Now().Add(time.Minute).Truncate(time.Microsecond)
 	for i := 0; i < 2500; i++ {
 		at := base.Add(time.Duration(rng.IntN(60_000_000)) * time.Microsecond).UTC().Format(time.RFC3339Nano)
 		fmt.Fprintf(&b, `{"event_id":"e%d","poll_id":"p%d","candidate_id":"%s","principal_id":"u%d","received_at":"%s"}`+"\n",

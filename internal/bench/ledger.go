@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"tally/audit"
 	"tally/ledger"
 )
 
@@ -37,7 +38,7 @@ func (e *env) importFile(ctx context.Context, bin, what string, n int) (float64,
 		return 0, "", err
 	}
 	w := bufio.NewWriterSize(f, 1<<20)
-	now := time.Now().UTC().Format(time.RFC3339Nano)
+	now := time.Now().UTC().Format(audit.TimeFormat)
 	for i := range n {
 		ev := syntheticEvent(i, polls, time.Time{})
 		fmt.Fprintf(w, `{"event_id":%q,"poll_id":%q,"candidate_id":%q,"principal_id":%q,"received_at":%q}`+"\n",

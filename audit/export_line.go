@@ -1,0 +1,304 @@
+package audit
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/big"
+	"strconv"
+	"time"
+
+	"tally/vote"
+)
+
+// This file owns the export's line, byte for byte (docs/audit.md, "The
+// export"): ExportRow, the bytes tally export writes for it
+// (AppendExportLine, and MarshalJSON, which writes the same), and its
+// strict reading (ParseExportLine), which tally audit verify and tally
+// import share.
+
+// TimeFormat is how an export writes a time: RFC 3339 in UTC with exactly
+// six fractional digits, the microseconds PostgreSQL keeps.
+const TimeFormat = "2006-01-02T15:04:05.000000Z07:00"
+
+// ExportRow is one line of an export: one ledger row. Each poll's rows
+// come in its leaf order (which is not always the order of seq: two
+// appends to one poll may commit in the other order than they drew their
+// seqs); seq is the row's id in the ledger. A zero Seq, ReceivedAt or
+// RecordedAt, or a nil LeafIndex, is a field the line does not carry.
+type ExportRow struct {
+	Seq         int64
+	EventID     string
+	PollID      string
+	CandidateID string
+	PrincipalID string
+	ReceivedAt  time.Time
+	RecordedAt  time.Time
+	LeafIndex   *int64
+}
+
+// Leaf is the row's leaf in its poll's log.
+func (r ExportRow) Leaf() Leaf {
+	return Leaf{PollID: r.PollID, CandidateID: r.CandidateID, PrincipalID: r.PrincipalID, ClientEventID: r.EventID, ReceivedAt: r.ReceivedAt}
+}
+
+// AppendExportLine appends r's line to b, newline included: its fields in
+// the order seq, event_id, poll_id, candidate_id, principal_id,
+// received_at, recorded_at, leaf_index, those it does not carry left out,
+// no space, times in TimeFormat.
+func AppendExportLine(b []byte, r ExportRow) []byte {
+	b = append(b, '{')
+	if r.Seq != 0 {
+		b = append(b, `"seq":`...)
+		b = strconv.AppendInt(b, r.Seq, 10)
+		b = append(b, ',')
+	}
+	for i, f := range [4]struct{ k, v string }{
+		{"event_id", r.EventID}, {"poll_id", r.PollID}, {"candidate_id", r.CandidateID}, {"principal_id", r.PrincipalID},
+	} {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '"')
+		b = append(b, f.k...)
+		b = append(b, `":`...)
+		b = appendJSONString(b, f.v)
+	}
+	for _, f := range [2]struct {
+		k string
+		t time.Time
+	}{{"received_at", r.ReceivedAt}, {"recorded_at", r.RecordedAt}} {
+		if !f.t.IsZero() {
+			b = append(b, `,"`...)
+			b = append(b, f.k...)
+			b = append(b, `":"`...)
+			b = f.t.UTC().AppendFormat(b, TimeFormat)
+			b = append(b, '"')
+		}
+	}
+	if r.LeafIndex != nil {
+		b = append(b, `,"leaf_index":`...)
+		b = strconv.AppendInt(b, *r.LeafIndex, 10)
+	}
+	return append(b, '}', '\n')
+}
+
+// MarshalJSON is r's export line without its newline, so that a
+// json.Encoder writes the line AppendExportLine does.
+func (r ExportRow) MarshalJSON() ([]byte, error) {
+	b := AppendExportLine(nil, r)
+	return b[:len(b)-1], nil
+}
+
+// appendJSONString appends s as a JSON string. Ids need no escaping (they
+// are [A-Za-z0-9_-]); anything else is escaped as encoding/json does.
+func appendJSONString(b []byte, s string) []byte {
+	if vote.ValidID(s) {
+		b = append(b, '"')
+		b = append(b, s...)
+		return append(b, '"')
+	}
+	q, _ := json.Marshal(s)
+	return append(b, q...)
+}
+
+// exportFields are the keys of an export line, each spelt exactly.
+var exportFields = map[string]bool{
+	"seq": true, "event_id": true, "poll_id": true, "candidate_id": true, "principal_id": true,
+	"received_at": true, "recorded_at": true, "leaf_index": true,
+}
+
+// ParseExportLine reads one line of an export strictly: one JSON object,
+// nothing after it; keys spelt exactly (not matched regardless of case, as
+// encoding/json would), none twice, none unknown (a line of a kind this
+// version does not know is refused, never read as a vote); the four ids
+// present and valid; seq, when given, from 1, and leaf_index from 0, both
+// below 2^63; times RFC 3339 with at most six fractional digits (finer
+// would be lost in the ledger, and the leaf is of microseconds). A null
+// received_at, recorded_at or leaf_index is as if the line did not carry
+// it. Its errors say what is wrong with the line; the caller adds where.
+func ParseExportLine(line []byte) (ExportRow, error) {
+	var r ExportRow
+	dec := json.NewDecoder(bytes.NewReader(line))
+	dec.UseNumber()
+	tok, err := dec.Token()
+	if errors.Is(err, io.EOF) {
+		return r, errors.New("the line is empty; each line must be one JSON object")
+	}
+	if d, ok := tok.(json.Delim); err != nil || !ok || d != '{' {
+		return r, errors.New("the line is not a JSON object; each line must be one object like tally export writes")
+	}
+	if err := r.decodeFields(dec); err != nil {
+		return r, err
+	}
+	if _, err := dec.Token(); err != nil {
+		return r, fmt.Errorf("malformed JSON: %v", err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return r, errors.New("data follows the JSON object; each line must hold exactly one object")
+	}
+	return r, r.checkIDs()
+}
+
+// decodeFields reads the key-value pairs of the object dec is in into r,
+// up to its closing brace.
+func (r *ExportRow) decodeFields(dec *json.Decoder) error {
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return fmt.Errorf("malformed JSON: %v", err)
+		}
+		key, _ := tok.(string)
+		if !exportFields[key] {
+			return fmt.Errorf("unknown field %q; the fields are seq, event_id, poll_id, candidate_id, principal_id, received_at, recorded_at "+
+				"and leaf_index, spelt exactly (docs/audit.md, \"The export\")", key)
+		}
+		if seen[key] {
+			return fmt.Errorf("field %q is given twice", key)
+		}
+		seen[key] = true
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return fmt.Errorf("malformed JSON: %v", err)
+		}
+		if err := r.setField(key, raw); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// setField sets the field key of r from its value raw.
+func (r *ExportRow) setField(key string, raw json.RawMessage) error {
+	null := string(raw) == "null"
+	switch key {
+	case "seq":
+		n, err := wholeField(key, raw)
+		if err == nil && n < 1 {
+			err = fmt.Errorf("field %q is %d: %s", key, n, wholeFields[key])
+		}
+		r.Seq = n
+		return err
+	case "leaf_index":
+		if null {
+			return nil
+		}
+		n, err := wholeField(key, raw)
+		if err == nil && n < 0 {
+			err = fmt.Errorf("field %q is %d: %s", key, n, wholeFields[key])
+		}
+		r.LeafIndex = &n
+		return err
+	case "received_at", "recorded_at":
+		if null {
+			return nil
+		}
+		t, err := timeField(key, raw)
+		if key == "received_at" {
+			r.ReceivedAt = t
+		} else {
+			r.RecordedAt = t
+		}
+		return err
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil || null {
+		return fmt.Errorf("field %q must be a string", key)
+	}
+	switch key {
+	case "event_id":
+		r.EventID = s
+	case "poll_id":
+		r.PollID = s
+	case "candidate_id":
+		r.CandidateID = s
+	case "principal_id":
+		r.PrincipalID = s
+	}
+	return nil
+}
+
+// checkIDs checks that every id of r is present and valid.
+func (r ExportRow) checkIDs() error {
+	for _, f := range []struct{ name, v string }{
+		{"event_id", r.EventID}, {"poll_id", r.PollID}, {"candidate_id", r.CandidateID}, {"principal_id", r.PrincipalID},
+	} {
+		if f.v == "" {
+			return fmt.Errorf("field %q is missing or empty", f.name)
+		}
+		if !vote.ValidID(f.v) {
+			return fmt.Errorf("field %q is %q: ids are "+vote.IDRule, f.name, f.v)
+		}
+	}
+	return nil
+}
+
+// wholeFields are the fields that hold a whole number, each with what it
+// is.
+var wholeFields = map[string]string{
+	"seq":        "a seq is a whole number from 1",
+	"leaf_index": "a leaf index is a whole number from 0",
+}
+
+// wholeField reads the whole number raw, the value of key, saying what is
+// wrong with one that is not an int64: out of range, not whole, not a
+// number.
+func wholeField(key string, raw json.RawMessage) (int64, error) {
+	var n int64
+	if err := json.Unmarshal(raw, &n); err == nil && string(raw) != "null" {
+		return n, nil
+	}
+	lit := string(bytes.TrimSpace(raw))
+	what := wholeFields[key]
+	if lit == "" || lit[0] != '-' && (lit[0] < '0' || lit[0] > '9') {
+		return 0, fmt.Errorf("field %q must be a whole number: %s", key, what)
+	}
+	fix := fmt.Sprintf("%s to %d (2^63-1); correct it, or leave %s out", what, int64(math.MaxInt64), key)
+	f, _, err := big.ParseFloat(lit, 10, 0, big.ToZero)
+	if err == nil && (f.Cmp(new(big.Float).SetInt64(math.MaxInt64)) > 0 || f.Cmp(new(big.Float).SetInt64(math.MinInt64)) < 0) {
+		return 0, fmt.Errorf("field %q is %s, out of range: %s", key, lit, fix)
+	}
+	return 0, fmt.Errorf("field %q is %s, not a whole number written in digits: %s", key, lit, fix)
+}
+
+// timeField reads the RFC 3339 time raw, the value of key, refusing more
+// than six fractional digits.
+func timeField(key string, raw json.RawMessage) (time.Time, error) {
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return time.Time{}, fmt.Errorf("field %q must be a string holding an RFC 3339 time", key)
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil || t.IsZero() {
+		return time.Time{}, fmt.Errorf("field %q is %q: it must be an RFC 3339 time after year 1, such as %s", key, s, exampleTime)
+	}
+	if digits := fractionDigits(s); digits > 6 {
+		return time.Time{}, fmt.Errorf("field %q is %q, with %d fractional digits: times are kept to the microsecond, "+
+			"so give at most six, such as %s", key, s, digits, exampleTime)
+	}
+	return t, nil
+}
+
+// exampleTime is a time as TimeFormat writes it.
+const exampleTime = "2026-12-02T07:00:00.123456Z"
+
+// fractionDigits is the number of fractional-second digits of the RFC
+// 3339 time s.
+func fractionDigits(s string) int {
+	i := bytes.IndexByte([]byte(s), '.')
+	if i < 0 {
+		return 0
+	}
+	n := 0
+	for _, c := range s[i+1:] {
+		if c < '0' || c > '9' {
+			break
+		}
+		n++
+	}
+	return n
+}

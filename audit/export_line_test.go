@@ -1,0 +1,96 @@
+package audit_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"tally/audit"
+)
+
+// TestExportLineBytes: a row's line is the one docs/audit.md specifies,
+// byte for byte, whether written by AppendExportLine or by a json.Encoder,
+// and reads back as the same row.
+func TestExportLineBytes(t *testing.T) {
+	leaf := int64(3)
+	row := audit.ExportRow{Seq: 42, EventID: "e-1", PollID: "lunch", CandidateID: "soup", PrincipalID: "p_7",
+		ReceivedAt: time.Date(2026, 12, 2, 7, 0, 0, 120000, time.FixedZone("CET", 3600)),
+		RecordedAt: time.Date(2026, 12, 2, 6, 0, 1, 0, time.UTC), LeafIndex: &leaf}
+	want := `{"seq":42,"event_id":"e-1","poll_id":"lunch","candidate_id":"soup","principal_id":"p_7",` +
+		`"received_at":"2026-12-02T06:00:00.000120Z","recorded_at":"2026-12-02T06:00:01.000000Z","leaf_index":3}` + "\n"
+	if got := string(audit.AppendExportLine(nil, row)); got != want {
+		t.Fatalf("AppendExportLine:\n%s\nwant\n%s", got, want)
+	}
+	var b bytes.Buffer
+	if err := json.NewEncoder(&b).Encode(row); err != nil || b.String() != want {
+		t.Fatalf("json.Encoder: %q %v, want %q", b.String(), err, want)
+	}
+	back, err := audit.ParseExportLine([]byte(want))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back.Seq != row.Seq || back.EventID != row.EventID || back.PollID != row.PollID || back.CandidateID != row.CandidateID ||
+		back.PrincipalID != row.PrincipalID || !back.ReceivedAt.Equal(row.ReceivedAt) || !back.RecordedAt.Equal(row.RecordedAt) ||
+		back.LeafIndex == nil || *back.LeafIndex != leaf {
+		t.Fatalf("read back %+v, want %+v", back, row)
+	}
+	// Without the optional fields, they are left out.
+	bare := audit.ExportRow{EventID: "e", PollID: "p", CandidateID: "c", PrincipalID: "u"}
+	if got := string(audit.AppendExportLine(nil, bare)); got != `{"event_id":"e","poll_id":"p","candidate_id":"c","principal_id":"u"}`+"\n" {
+		t.Fatalf("a row without optional fields: %s", got)
+	}
+}
+
+// TestParseExportLineStrict: what encoding/json lets pass, the export's
+// reading refuses, saying what is wrong.
+func TestParseExportLineStrict(t *testing.T) {
+	const ids = `"event_id":"e","poll_id":"p","candidate_id":"c","principal_id":"u"`
+	for _, tc := range []struct{ name, line, says string }{
+		{"a key spelt in another case beside the key", `{` + ids + `,"Candidate_ID":"d"}`, `unknown field "Candidate_ID"`},
+		{"a key only in another case", `{"EVENT_ID":"e","poll_id":"p","candidate_id":"c","principal_id":"u"}`, `unknown field "EVENT_ID"`},
+		{"a duplicate key", `{` + ids + `,"candidate_id":"d"}`, `field "candidate_id" is given twice`},
+		{"an unknown key", `{` + ids + `,"kind":"definition"}`, `unknown field "kind"`},
+		{"nanoseconds", `{` + ids + `,"received_at":"2026-12-02T07:00:00.123456789Z"}`, "with 9 fractional digits"},
+		{"a time that is not one", `{` + ids + `,"received_at":"2026-12-02 07:00"}`, "RFC 3339"},
+		{"seq 0", `{"seq":0,` + ids + `}`, "a seq is a whole number from 1"},
+		{"a negative leaf index", `{` + ids + `,"leaf_index":-1}`, "a leaf index is a whole number from 0"},
+		{"an invalid id", `{"event_id":"e/1","poll_id":"p","candidate_id":"c","principal_id":"u"}`, `field "event_id" is "e/1"`},
+		{"two objects", `{` + ids + `}{}`, "data follows"},
+	} {
+		if _, err := audit.ParseExportLine([]byte(tc.line)); err == nil || !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("%s: %v, want an error saying %q", tc.name, err, tc.says)
+		}
+	}
+	for _, ok := range []string{
+		`{` + ids + `,"received_at":"2026-12-02T07:00:00.8654Z"}`, // fewer digits, as exports before six digits wrote
+		`{` + ids + `,"received_at":"2026-12-02T08:00:00.123456+01:00"}`,
+		`{` + ids + `,"leaf_index":null}`,
+	} {
+		if _, err := audit.ParseExportLine([]byte(ok)); err != nil {
+			t.Errorf("%s: refused: %v", ok, err)
+		}
+	}
+}
+
+// FuzzParseExportLine: whatever the reading accepts writes back as a line
+// it reads as the same row.
+func FuzzParseExportLine(f *testing.F) {
+	f.Add(`{"seq":1,"event_id":"e","poll_id":"p","candidate_id":"c","principal_id":"u","received_at":"2026-12-02T07:00:00.000001Z","leaf_index":0}`)
+	f.Add(`{"event_id":"e","poll_id":"p","candidate_id":"c","principal_id":"u"}`)
+	f.Fuzz(func(t *testing.T, line string) {
+		r, err := audit.ParseExportLine([]byte(line))
+		if err != nil {
+			return
+		}
+		out := audit.AppendExportLine(nil, r)
+		back, err := audit.ParseExportLine(out)
+		if err != nil {
+			t.Fatalf("%q read, its line %q refused: %v", line, out, err)
+		}
+		if again := audit.AppendExportLine(nil, back); !bytes.Equal(again, out) {
+			t.Fatalf("%q: written %q, read and written again %q", line, out, again)
+		}
+	})
+}
