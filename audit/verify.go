@@ -32,6 +32,15 @@ type Report struct {
 // OK reports whether the audit found nothing wrong.
 func (r Report) OK() bool { return len(r.Discrepancies) == 0 }
 
+// UnsignedLeaves are the leaves of every poll that no checkpoint signs.
+func (r Report) UnsignedLeaves() int64 {
+	var n int64
+	for _, p := range r.Polls {
+		n += p.UnsignedLeaves
+	}
+	return n
+}
+
 // PollSummary is one poll as the export shows it.
 type PollSummary struct {
 	PollID              string    `json:"poll_id"`
@@ -39,8 +48,11 @@ type PollSummary struct {
 	Root                tlog.Hash `json:"root"`                 // of all the export's leaves
 	CheckpointsVerified int       `json:"checkpoints_verified"` // signed, and a prefix of the export's tree
 	LargestCheckpoint   int64     `json:"largest_checkpoint"`   // size of the largest verified, 0 if none
-	Tallies             []Tally   `json:"tallies"`              // the recount, by candidate
-	ResultsCompared     int       `json:"results_compared"`     // published results compared with the recount
+	// UnsignedLeaves are the leaves past LargestCheckpoint: no checkpoint
+	// signs them, so the export alone vouches for them.
+	UnsignedLeaves  int64   `json:"unsigned_leaves"`
+	Tallies         []Tally `json:"tallies"`          // the recount, by candidate
+	ResultsCompared int     `json:"results_compared"` // published results compared with the recount
 }
 
 // Discrepancy is one thing the audit found wrong. Leaves, when set, are
@@ -93,7 +105,7 @@ func VerifyExport(export io.Reader, checkpoints []StoredCheckpoint, verifiers []
 	if len(verifiers) == 0 && len(checkpoints) > 0 {
 		return Report{}, errors.New("audit: no verifier key to check the checkpoints with")
 	}
-	a := &auditor{polls: map[string]*pollLog{}, seqs: map[int64]int{}}
+	a := &auditor{polls: map[string]*pollLog{}, seqs: map[int64]int{}, keys: map[eventKey]int{}}
 	if err := a.readExport(export); err != nil {
 		return Report{}, err
 	}
@@ -108,6 +120,9 @@ type auditor struct {
 	order []string // poll ids in order of first appearance
 	rows  int64
 	seqs  map[int64]int // the export line of each seq
+	// keys are the export line of each (principal, event id), across
+	// polls: the ledger holds one row per pair.
+	keys  map[eventKey]int
 	found []Discrepancy
 }
 
@@ -150,7 +165,8 @@ func (a *auditor) report(checkpoints int) (Report, error) {
 			tallies = []Tally{}
 		}
 		rep.Polls = append(rep.Polls, PollSummary{PollID: id, Leaves: p.tree.Size(), Root: root,
-			CheckpointsVerified: p.verified, LargestCheckpoint: p.largest, Tallies: tallies, ResultsCompared: p.compared})
+			CheckpointsVerified: p.verified, LargestCheckpoint: p.largest, UnsignedLeaves: p.tree.Size() - p.largest,
+			Tallies: tallies, ResultsCompared: p.compared})
 	}
 	if rep.Discrepancies == nil {
 		rep.Discrepancies = []Discrepancy{}

@@ -1,8 +1,8 @@
 package audit
 
 import (
+	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -32,26 +32,99 @@ type Tally struct {
 	Votes       int64  `json:"votes"`
 }
 
-// ReadResults reads published results: JSON objects one after another (one
-// per line, or as the endpoint answered them); fields other than poll_id,
-// results, total and tree_size are ignored.
+// ReadResults reads published results as JSON lines: one object a line,
+// as GET /v1/polls/{poll_id}/results answers it (blank lines skipped).
+// poll_id, results (each entry's candidate_id and votes), total and
+// tree_size are read, spelt exactly and each once; other fields (the
+// answer's as_of, say) are ignored, since they are not counts.
 func ReadResults(r io.Reader) ([]PublishedResults, error) {
-	dec := json.NewDecoder(r)
 	var out []PublishedResults
-	for n := 1; ; n++ {
-		var p PublishedResults
-		err := dec.Decode(&p)
-		if errors.Is(err, io.EOF) {
-			return out, nil
+	err := eachLine(r, func(line []byte, n int) error {
+		if err := checkResultKeys(line); err != nil {
+			return fmt.Errorf("results line %d: %v", n, err)
 		}
-		if err != nil {
-			return nil, fmt.Errorf("results object %d: %v; each is {\"poll_id\", \"results\": [{\"candidate_id\", \"votes\"}], \"total\"}", n, err)
+		var p PublishedResults
+		dec := json.NewDecoder(bytes.NewReader(line))
+		if err := dec.Decode(&p); err != nil {
+			return fmt.Errorf("results line %d: %v; each line is one object {\"poll_id\", \"results\": [{\"candidate_id\", \"votes\"}], \"total\"}", n, err)
+		}
+		if dec.More() {
+			return fmt.Errorf("results line %d: data follows the object; each line holds one", n)
 		}
 		if !vote.ValidID(p.PollID) {
-			return nil, fmt.Errorf("results object %d: poll_id %q is invalid: ids are "+vote.IDRule, n, p.PollID)
+			return fmt.Errorf("results line %d: poll_id %q is invalid: ids are "+vote.IDRule, n, p.PollID)
 		}
 		out = append(out, p)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("audit: %w", err)
 	}
+	return out, nil
+}
+
+// The keys of a results object, and of each of its entries.
+var (
+	resultKeys = []string{"poll_id", "results", "total", "tree_size"}
+	tallyKeys  = []string{"candidate_id", "votes"}
+)
+
+// checkResultKeys refuses, in the results object line and in each of its
+// entries, a key given twice and a key spelt in another case than one
+// the audit reads (encoding/json would match it all the same, and the
+// audit would read another count than a reader that matches exactly).
+func checkResultKeys(line []byte) error {
+	entries, err := checkKeys(line, resultKeys, "results")
+	if err != nil || entries == nil {
+		return err
+	}
+	var list []json.RawMessage
+	if err := json.Unmarshal(entries, &list); err != nil {
+		return nil // the decode says what is wrong
+	}
+	for i, e := range list {
+		if _, err := checkKeys(e, tallyKeys, ""); err != nil {
+			return fmt.Errorf("results entry %d: %v", i+1, err)
+		}
+	}
+	return nil
+}
+
+// checkKeys checks the keys of the JSON object obj against known, as
+// checkResultKeys says, and returns the value of the key nested (nil when
+// absent or when nested is ""). What is not an object is left to the
+// decode to refuse.
+func checkKeys(obj []byte, known []string, nested string) (json.RawMessage, error) {
+	dec := json.NewDecoder(bytes.NewReader(obj))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil, nil
+	}
+	seen := map[string]bool{}
+	var value json.RawMessage
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, nil
+		}
+		key, _ := tok.(string)
+		if seen[key] {
+			return nil, fmt.Errorf("key %q is given twice", key)
+		}
+		seen[key] = true
+		for _, k := range known {
+			if key != k && strings.EqualFold(key, k) {
+				return nil, fmt.Errorf("key %q is spelt %q: keys are matched exactly", k, key)
+			}
+		}
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return nil, nil
+		}
+		if key == nested {
+			value = raw
+		}
+	}
+	return value, nil
 }
 
 // compareResults compares each published result with the recount of its
@@ -84,7 +157,14 @@ func (a *auditor) compareTallies(pub PublishedResults, recount []Tally, size int
 		counted[t.CandidateID] = t.Votes
 	}
 	seen := map[string]bool{}
+	var listed int64
 	for _, t := range pub.Results {
+		listed += t.Votes
+		if seen[t.CandidateID] {
+			a.discrepancy(Discrepancy{PollID: pub.PollID, Field: "results", Detail: fmt.Sprintf(
+				"results object %d: candidate %s is listed twice; each candidate has one entry", n, t.CandidateID)})
+			continue
+		}
 		seen[t.CandidateID] = true
 		if t.Votes != counted[t.CandidateID] {
 			a.discrepancy(Discrepancy{PollID: pub.PollID, Field: "votes", Detail: fmt.Sprintf(
@@ -98,6 +178,10 @@ func (a *auditor) compareTallies(pub PublishedResults, recount []Tally, size int
 			a.discrepancy(Discrepancy{PollID: pub.PollID, Field: "results", Detail: fmt.Sprintf(
 				"results object %d: candidate %s is not published, %d votes recounted from the first %d leaves", n, t.CandidateID, t.Votes, size)})
 		}
+	}
+	if pub.Total != listed {
+		a.discrepancy(Discrepancy{PollID: pub.PollID, Field: "total", Detail: fmt.Sprintf(
+			"results object %d: total %d published, but its entries sum to %d", n, pub.Total, listed)})
 	}
 	if pub.Total != total {
 		a.discrepancy(Discrepancy{PollID: pub.PollID, Field: "total", Detail: fmt.Sprintf(

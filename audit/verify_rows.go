@@ -43,7 +43,12 @@ func (a *auditor) readExport(r io.Reader) error {
 	return nil
 }
 
-// checkRow checks the row at index of poll p, read from line n.
+// eventKey is a principal's event id, the idempotency key of its votes.
+type eventKey struct{ principal, event string }
+
+// checkRow checks the row at index of poll p, read from line n: its seq
+// seen once, its leaf_index its place, its (principal, event id) once in
+// the export, its principal once in the poll.
 func (a *auditor) checkRow(p *pollLog, row ExportRow, index int64, n int) {
 	leaf := &LeafRange{index, index}
 	if row.Seq != 0 {
@@ -57,6 +62,14 @@ func (a *auditor) checkRow(p *pollLog, row ExportRow, index int64, n int) {
 	if row.LeafIndex != nil && *row.LeafIndex != index {
 		a.discrepancy(Discrepancy{PollID: row.PollID, Leaves: leaf, Field: "leaf_index", ExportLine: n,
 			Detail: fmt.Sprintf("the row says leaf_index %d but is the poll's leaf %d: a row before it is missing, added or moved", *row.LeafIndex, index)})
+	}
+	key := eventKey{row.PrincipalID, row.EventID}
+	if first, ok := a.keys[key]; ok {
+		a.discrepancy(Discrepancy{PollID: row.PollID, Leaves: leaf, Field: "event_id", ExportLine: n,
+			Detail: fmt.Sprintf("principal %s used event id %s at export line %d too: the ledger holds one row per principal and event id, "+
+				"across polls (intake answers a reused one 409)", row.PrincipalID, row.EventID, first)})
+	} else {
+		a.keys[key] = n
 	}
 	if first, ok := p.principals[row.PrincipalID]; ok {
 		a.discrepancy(Discrepancy{PollID: row.PollID, Leaves: leaf, Field: "principal_id", ExportLine: n,

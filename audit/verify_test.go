@@ -18,12 +18,13 @@ import (
 	"tally/audit"
 )
 
-// exportRows are n rows of poll as a ledger holds them.
+// exportRows are n rows of poll as a ledger holds them: principals that
+// answer several polls use an event id of their own in each.
 func exportRows(poll string, n int) []audit.ExportRow {
 	out := make([]audit.ExportRow, n)
 	for i := range out {
 		l := testLeaf(poll, i)
-		out[i] = audit.ExportRow{EventID: l.ClientEventID, PollID: poll, CandidateID: l.CandidateID,
+		out[i] = audit.ExportRow{EventID: l.ClientEventID + "-" + poll, PollID: poll, CandidateID: l.CandidateID,
 			PrincipalID: l.PrincipalID, ReceivedAt: l.ReceivedAt}
 	}
 	return out
@@ -335,28 +336,70 @@ func TestVerifyExportResults(t *testing.T) {
 		got = append(got, d.PollID+" "+d.Field+" "+object.FindString(d.Detail))
 	}
 	want := []string{"p votes results object 1", "p votes results object 1", "q votes results object 2", "q results results object 2",
-		"q total results object 2", "p tree_size results object 3", "r votes results object 4", "r total results object 4"}
+		"q total results object 2", "q total results object 2", "p tree_size results object 3", "r votes results object 4", "r total results object 4"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("discrepancies %v, want fields %q", rep.Discrepancies, want)
 	}
 }
 
+// TestVerifyExportKeysAndResults: a (principal, event id) used in two
+// polls, a candidate listed twice in published results, and a total that
+// is not the sum of its entries are each a discrepancy; the leaves no
+// checkpoint signs are counted per poll.
+func TestVerifyExportKeysAndResults(t *testing.T) {
+	f := setupAudit(t)
+	rows := slices.Clone(f.rows)
+	i := pollRowIndex(rows, "q", 3)
+	rows[i].PrincipalID, rows[i].EventID = "p-15", "e-15-p" // the key of p's leaf 15
+	cps := append(signAt(t, f.k.signer, "p", rows, 10), signAt(t, f.k.signer, "q", rows, 3)...)
+	results := []audit.PublishedResults{{PollID: "p", Results: []audit.Tally{{"c0", 5}, {"c0", 5}, {"c1", 5}, {"c2", 5}, {"c3", 5}}, Total: 20}}
+	rep := f.verify(t, rows, cps, results)
+	var got []string
+	for _, d := range rep.Discrepancies {
+		got = append(got, d.PollID+" "+d.Field)
+	}
+	want := []string{"p event_id", "p results", "p total"} // the later of the two rows, p's
+	if !slices.Equal(got, want) {
+		t.Fatalf("discrepancies %v, want %q", rep.Discrepancies, want)
+	}
+	unsigned := map[string]int64{}
+	for _, p := range rep.Polls {
+		unsigned[p.PollID] = p.UnsignedLeaves
+	}
+	if unsigned["p"] != 10 || unsigned["q"] != 7 || rep.UnsignedLeaves() != 17 {
+		t.Errorf("unsigned leaves %v (%d in all), want p 10, q 7 (17)", unsigned, rep.UnsignedLeaves())
+	}
+}
+
+// TestReadResults: results are JSON lines, one object a line as the
+// endpoint answers it; the keys the audit reads are spelt exactly and
+// given once, other keys are ignored.
 func TestReadResults(t *testing.T) {
 	in := `{"poll_id":"p","results":[{"candidate_id":"a","votes":2}],"total":2,"as_of":"2026-01-01T00:00:00Z"}
-{
-  "poll_id": "q", "results": [], "total": 0, "tree_size": 0
-}`
+
+{"poll_id": "q", "results": [], "total": 0, "tree_size": 0}
+`
 	got, err := audit.ReadResults(strings.NewReader(in))
 	if err != nil || len(got) != 2 || got[0].Results[0].Votes != 2 || got[1].TreeSize == nil {
 		t.Fatalf("read %+v, %v", got, err)
 	}
-	for _, in := range []string{`{"poll_id":"a b"}`, `{"poll_id":"p","total":"2"}`, `{`} {
-		if _, err := audit.ReadResults(strings.NewReader(in)); err == nil || !strings.Contains(err.Error(), "results object 1") {
-			t.Errorf("%s: error %v, want one naming object 1", in, err)
+	for _, tc := range []struct{ in, says string }{
+		{`{"poll_id":"a b"}`, "invalid"},
+		{`{"poll_id":"p","total":"2"}`, "total"},
+		{`{`, "unexpected EOF"},
+		{"{\n  \"poll_id\": \"q\", \"results\": [], \"total\": 0\n}", "unexpected EOF"}, // an object over lines
+		{`{"poll_id":"p","results":[],"total":0} {"poll_id":"q"}`, "data follows"},
+		{`{"poll_id":"p","results":[],"total":0,"Total":5}`, `key "total" is spelt "Total"`},
+		{`{"poll_id":"p","results":[],"total":0,"total":5}`, `key "total" is given twice`},
+		{`{"poll_id":"p","results":[{"candidate_id":"a","votes":1,"Votes":7}],"total":1}`, `results entry 1: key "votes" is spelt "Votes"`},
+	} {
+		if _, err := audit.ReadResults(strings.NewReader(tc.in)); err == nil || !strings.Contains(err.Error(), "results line 1") ||
+			!strings.Contains(err.Error(), tc.says) {
+			t.Errorf("%s: error %v, want one naming line 1 and saying %q", tc.in, err, tc.says)
 		}
-		second := `{"poll_id":"p","results":[],"total":0}` + "\n" + in
-		if _, err := audit.ReadResults(strings.NewReader(second)); err == nil || !strings.Contains(err.Error(), "results object 2") {
-			t.Errorf("%s after a good object: error %v, want one naming object 2", in, err)
+		second := `{"poll_id":"p","results":[],"total":0}` + "\n" + tc.in
+		if _, err := audit.ReadResults(strings.NewReader(second)); err == nil || !strings.Contains(err.Error(), "results line 2") {
+			t.Errorf("%s after a good line: error %v, want one naming line 2", tc.in, err)
 		}
 	}
 }

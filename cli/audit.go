@@ -110,10 +110,10 @@ func auditVerify(c *ucli.Context) error {
 
 // printAudit prints the polls, their recount and what was found.
 func printAudit(w io.Writer, rep audit.Report) error {
-	t := newTable(w, "POLL", "LEAVES", "ROOT", "CHECKPOINTS VERIFIED", "LARGEST", "RESULTS COMPARED")
+	t := newTable(w, "POLL", "LEAVES", "ROOT", "CHECKPOINTS VERIFIED", "LARGEST", "UNSIGNED LEAVES", "RESULTS COMPARED")
 	for _, p := range rep.Polls {
 		t.row(p.PollID, strconv.FormatInt(p.Leaves, 10), p.Root.String(), strconv.Itoa(p.CheckpointsVerified),
-			strconv.FormatInt(p.LargestCheckpoint, 10), strconv.Itoa(p.ResultsCompared))
+			strconv.FormatInt(p.LargestCheckpoint, 10), strconv.FormatInt(p.UnsignedLeaves, 10), strconv.Itoa(p.ResultsCompared))
 	}
 	t.flush()
 	fmt.Fprintln(w)
@@ -125,8 +125,13 @@ func printAudit(w io.Writer, rep audit.Report) error {
 	}
 	t.flush()
 	if rep.OK() {
-		_, err := fmt.Fprintf(w, "\nOK: %d events in %d polls; all %d checkpoints are signed and are prefixes of the export's trees\n",
-			rep.Rows, len(rep.Polls), rep.Checkpoints)
+		unsigned := "every leaf is under a signed checkpoint"
+		if n := rep.UnsignedLeaves(); n > 0 {
+			unsigned = fmt.Sprintf("%d of the %d leaves are past the largest checkpoint of their poll: no checkpoint signs them, "+
+				"so only this export vouches for them", n, rep.Rows)
+		}
+		_, err := fmt.Fprintf(w, "\nOK: %d events in %d polls; all %d checkpoints are signed and are prefixes of the export's trees; %s\n",
+			rep.Rows, len(rep.Polls), rep.Checkpoints, unsigned)
 		return err
 	}
 	fmt.Fprintln(w)

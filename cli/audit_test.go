@@ -140,8 +140,18 @@ func TestAuditVerifyExitCodes(t *testing.T) {
 	f := writeAuditFiles(t)
 	args := []string{"audit", "verify", "--export", f.export, "--checkpoints", f.checkpoints, "--key", f.key, "--results", f.results}
 	r := offline(t, "", args...)
-	if r.code != ExitOK || !strings.Contains(r.stdout, "OK: 12 events in 1 polls; all 3 checkpoints") {
+	if r.code != ExitOK || !strings.Contains(r.stdout, "OK: 12 events in 1 polls; all 3 checkpoints") ||
+		!strings.Contains(r.stdout, "every leaf is under a signed checkpoint") {
 		t.Fatalf("clean audit: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	// Without the last checkpoint, its 4 leaves are vouched for by the
+	// export alone, and the OK line says so.
+	cps, _ := os.ReadFile(f.checkpoints)
+	fewer := filepath.Join(t.TempDir(), "fewer.jsonl")
+	write(t, fewer, strings.Join(strings.SplitAfter(string(cps), "\n")[:2], ""))
+	r = offline(t, "", "audit", "verify", "--export", f.export, "--checkpoints", fewer, "--key", f.key)
+	if r.code != ExitOK || !strings.Contains(r.stdout, "4 of the 12 leaves are past the largest checkpoint of their poll: no checkpoint signs them") {
+		t.Fatalf("audit with the last checkpoint left out: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	vkey, _ := os.ReadFile(f.key)
 	r = offline(t, "", "audit", "verify", "--export", f.export, "--checkpoints", f.checkpoints, "--key", strings.TrimSpace(string(vkey)), "--format", "json")
