@@ -63,7 +63,7 @@ func checkDaemonRole(c *ucli.Context, store *ledger.Store, log *slog.Logger, dae
 			slog.String("component", daemon), slog.String("role", role.Name))
 		return nil
 	}
-	return fmt.Errorf("tally %s logs in to PostgreSQL as %q, %s, and will not run so: "+
+	return fmt.Errorf("%s logs in to PostgreSQL as %q, %s, and will not run so: "+
 		"make a login granted tally_daemon, which may only append (CREATE ROLE tally_app LOGIN IN ROLE tally_daemon; "+
 		"docs/operations.md, \"Running the daemons with least privilege\"), and put it in --database-url; "+
 		"or pass --allow-superuser to run anyway", daemon, role.Name, what)
