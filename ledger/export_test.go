@@ -1,5 +1,39 @@
 package ledger
 
+import (
+	"context"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+)
+
 // FullPathOnly turns off Append's optimistic step on s, so tests can hold
 // both ways through appendTx to the same rules.
 func FullPathOnly(s *Store) { s.fullPathOnly = true }
+
+// OnePassPolls are the polls the rebuild's one pass over the ledger hashes
+// (log_pass.go), in a snapshot of their own; the others go to the
+// per-poll check.
+func OnePassPolls(ctx context.Context, s *Store) ([]string, error) {
+	var out []string
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, logHeadsSQL, nil)
+		if err != nil {
+			return err
+		}
+		heads, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (logHeadRow, error) {
+			var h logHeadRow
+			return h, r.Scan(&h.poll, &h.size, &h.root, &h.partial)
+		})
+		if err != nil {
+			return err
+		}
+		passed, err := hashInOnePass(ctx, tx, heads, "")
+		for id := range passed {
+			out = append(out, id)
+		}
+		return err
+	})
+	slices.Sort(out)
+	return out, err
+}

@@ -40,11 +40,15 @@ WHERE $1::text IS NULL OR poll_id = $1 ORDER BY poll_id`
 // still to build (rows from before the log) is reported as
 // such.
 //
-// Polls are checked several at a time, each on a connection of the pool
-// whose transaction imports tx's snapshot (pg_export_snapshot, as pg_dump
-// shares one among its workers), so every poll is checked in the same
-// state of the ledger as the recount: as many at once as the process has
-// cores, leaving one of the pool's connections to tx.
+// Every poll's rows are first hashed in one pass over the ledger
+// (log_pass.go). A poll the pass cannot hash (its leaves do not line up
+// with its rows: something is wrong with it) is then checked the per-poll
+// way, which names its first wrong leaf: several polls at a time, each on
+// a connection of the pool whose transaction imports tx's snapshot
+// (pg_export_snapshot, as pg_dump shares one among its workers), so every
+// poll is checked in the same state of the ledger as the recount: as many
+// at once as the process has cores, leaving one of the pool's connections
+// to tx.
 func (s *Store) verifyLogs(ctx context.Context, tx pgx.Tx, pollID string) ([]LogCheck, error) {
 	var p *string
 	if pollID != "" {
@@ -62,9 +66,28 @@ func (s *Store) verifyLogs(ctx context.Context, tx pgx.Tx, pollID string) ([]Log
 		return nil, err
 	}
 	out := make([]LogCheck, len(heads))
-	workers := min(len(heads), runtime.GOMAXPROCS(0), int(s.pool.Config().MaxConns)-1)
+	passed, err := hashInOnePass(ctx, tx, heads, pollID)
+	if err != nil {
+		return nil, err
+	}
+	var rest []int // the heads left to the per-poll check
+	for i, h := range heads {
+		hh := passed[h.poll]
+		if hh == nil {
+			rest = append(rest, i)
+			continue
+		}
+		if out[i], err = checkHashed(ctx, tx, LogCheck{PollID: h.poll, Size: h.size, Leaf: -1}, *hh, h.root, h.partial); err != nil {
+			return nil, err
+		}
+		if out[i].OK() && hh.badFP >= 0 {
+			out[i].Leaf, out[i].Problem = hh.badFP, problemFingerprint
+		}
+	}
+	workers := min(len(rest), runtime.GOMAXPROCS(0), int(s.pool.Config().MaxConns)-1)
 	if workers < 2 {
-		for i, h := range heads {
+		for _, i := range rest {
+			h := heads[i]
 			if out[i], err = verifyLog(ctx, tx, h.poll, h.size, h.root, h.partial); err != nil {
 				return nil, err
 			}
@@ -87,10 +110,11 @@ func (s *Store) verifyLogs(ctx context.Context, tx pgx.Tx, pollID string) ([]Log
 					return fmt.Errorf("import the rebuild's snapshot: %w", err)
 				}
 				for {
-					i := int(next.Add(1)) - 1
-					if i >= len(heads) {
+					j := int(next.Add(1)) - 1
+					if j >= len(rest) {
 						return nil
 					}
+					i := rest[j]
 					h := heads[i]
 					c, err := verifyLog(gctx, wtx, h.poll, h.size, h.root, h.partial)
 					if err != nil {
@@ -118,6 +142,10 @@ type logHeadRow struct {
 // verifyLogs writes into SET TRANSACTION SNAPSHOT (it takes no parameter).
 var snapshotID = regexp.MustCompile(`^[0-9A-F]+-[0-9A-F]+(-[0-9]+)?$`)
 
+// problemFingerprint is the problem of a row whose stored fingerprint is
+// not its poll's and candidate's.
+const problemFingerprint = "the stored fingerprint does not match the row's poll and candidate"
+
 // verifyLog checks one poll's log: its tree against the rows, then, when
 // the tree holds, each row's fingerprint, which the leaf does not cover.
 func verifyLog(ctx context.Context, tx pgx.Tx, poll string, size int64, root, partial []byte) (LogCheck, error) {
@@ -126,7 +154,7 @@ func verifyLog(ctx context.Context, tx pgx.Tx, poll string, size int64, root, pa
 		return c, err
 	}
 	if badFP >= 0 {
-		c.Leaf, c.Problem = badFP, "the stored fingerprint does not match the row's poll and candidate"
+		c.Leaf, c.Problem = badFP, problemFingerprint
 	}
 	return c, nil
 }
@@ -144,28 +172,38 @@ func verifyTree(ctx context.Context, tx pgx.Tx, poll string, size int64, root, p
 	case err != nil:
 		return c, -1, err
 	}
-	if err := tx.QueryRow(ctx, `SELECT count(*) FROM poll_events WHERE poll_id = $1`, poll).Scan(&c.Rows); err != nil {
+	h := hashed{state: state, full: full, n: n, badFP: badFP}
+	if err := tx.QueryRow(ctx, `SELECT count(*) FROM poll_events WHERE poll_id = $1`, poll).Scan(&h.rows); err != nil {
 		return c, -1, err
 	}
+	c, err = checkHashed(ctx, tx, c, h, root, partial)
+	return c, badFP, err
+}
+
+// checkHashed checks a poll's rows, hashed in leaf order, against its
+// stored head (of c.Size leaves, root and partial tiles) and full tiles.
+func checkHashed(ctx context.Context, tx pgx.Tx, c LogCheck, h hashed, root, partial []byte) (LogCheck, error) {
+	state, full, n, size := h.state, h.full, h.n, c.Size
+	c.Rows = h.rows
 	if root == nil {
 		c.Problem = "the log is still to build from rows older than it: run tally migrate up"
-		return c, badFP, nil
+		return c, nil
 	}
-	stored, err := storedTiles(ctx, tx, poll)
+	stored, err := storedTiles(ctx, tx, c.PollID)
 	if err != nil {
-		return c, -1, err
+		return c, err
 	}
 	for _, t := range full {
 		if leaf, what := firstDifference(t.level, t.idx, t.data, stored[[2]int64{int64(t.level), t.idx}]); what != "" {
 			c.Leaf, c.Problem = leaf, what
-			return c, badFP, nil
+			return c, nil
 		}
 	}
 	storedPartial, err := splitPartial(size, partial)
 	if n != size || err != nil {
 		c.Leaf = min(n, size)
 		c.Problem = fmt.Sprintf("the head counts %d leaves, the log numbers %d rows", size, n)
-		return c, badFP, nil
+		return c, nil
 	}
 	// Every leaf is a row of the poll (hashRows); with as many rows as
 	// leaves, every row is a leaf, unless a leaf names a row twice, which
@@ -173,27 +211,27 @@ func verifyTree(ctx context.Context, tx pgx.Tx, poll string, size int64, root, p
 	// leaf looked for, to name it.
 	if c.Rows != n {
 		var unnumbered *int64
-		if err := tx.QueryRow(ctx, unnumberedSQL, poll).Scan(&unnumbered); err != nil {
-			return c, -1, err
+		if err := tx.QueryRow(ctx, unnumberedSQL, c.PollID).Scan(&unnumbered); err != nil {
+			return c, err
 		}
 		c.Leaf = n
 		c.Problem = fmt.Sprintf("the ledger has %d rows of the poll, its log %d leaves", c.Rows, n)
 		if unnumbered != nil {
 			c.Problem = fmt.Sprintf("the ledger row of seq %d is in no leaf of the log (the ledger has %d rows, the log %d leaves): it was inserted outside an append", *unnumbered, c.Rows, n)
 		}
-		return c, badFP, nil
+		return c, nil
 	}
 	for level, data := range state.partial {
 		idx := size >> (tileHeight * level) >> tileHeight
 		if leaf, what := firstDifference(level, idx, data, storedPartial[level]); what != "" {
 			c.Leaf, c.Problem = leaf, what
-			return c, badFP, nil
+			return c, nil
 		}
 	}
 	if !bytes.Equal(state.root[:], root) {
 		c.Problem = fmt.Sprintf("the rows hash to root %s, the head stores %s", state.root, tlog.Hash(root))
 	}
-	return c, badFP, nil
+	return c, nil
 }
 
 // firstDifference compares a tile the rows make with the stored one and

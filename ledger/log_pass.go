@@ -1,0 +1,277 @@
+package ledger
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"golang.org/x/mod/sumdb/tlog"
+
+	"tally/vote"
+)
+
+// This file owns the rebuild's one pass over the ledger: every row read
+// once, in seq order, and handed to its poll's hasher, which hashes the
+// poll's rows in leaf order on a goroutine of its own. Per poll it yields
+// what hashRows does (log_build.go), without a lookup of each leaf's row
+// by its seq and without sorting the rows in leaf order, which is most of
+// what hashRows costs PostgreSQL.
+//
+// A poll's leaves are mostly in seq order (numberRowsSQL numbers by seq;
+// appends commit nearly in the order they drew their seqs), so a row that
+// comes before its turn waits in a small table until its leaf is next. A
+// poll whose leaves do not line up with its rows (a leaf whose row is
+// gone or another poll's, a seq in two leaves, leaves not numbered one
+// after another) stalls or is seen to be malformed; it is left out of
+// the pass's result, and verifyLogs checks it the per-poll way, which
+// names its first wrong leaf.
+
+// passPending bounds the rows a poll may hold waiting for their leaf. A
+// poll past it is left to the per-poll check.
+const passPending = 1 << 18
+
+// passBatch is how many rows go to a poll's hasher at once.
+const passBatch = 1 << 12
+
+// passRow is a ledger row as the pass reads it.
+type passRow struct {
+	seq      int64
+	cand     string
+	pr       string
+	key      string
+	received time.Time
+	fp       []byte
+}
+
+// hashed is a poll's rows hashed in leaf order, as hashRows gives them,
+// and the count of the poll's rows.
+type hashed struct {
+	state logState
+	full  []fullTile
+	n     int64 // leaves hashed
+	badFP int64 // the first leaf whose fingerprint is wrong, -1: none
+	rows  int64 // the ledger's rows of the poll
+}
+
+// passPoll is one poll in the pass.
+type passPoll struct {
+	id      string
+	seqs    []int64 // its leaves' rows, in leaf order
+	next    int     // the leaf whose row comes next
+	pending map[int64]passRow
+	rows    int64
+	failed  bool // left to the per-poll check
+
+	batch []passRow
+	work  chan []passRow
+	done  chan struct{}
+	out   hashed
+	err   error // the hasher's
+}
+
+// hashInOnePass hashes the logs of heads (one poll's when pollID is set)
+// in one pass over the ledger, in tx's snapshot. It returns the polls it
+// could hash; the others are for the per-poll check.
+func hashInOnePass(ctx context.Context, tx pgx.Tx, heads []logHeadRow, pollID string) (map[string]*hashed, error) {
+	var p *string
+	if pollID != "" {
+		p = &pollID
+	}
+	polls, err := passLeaves(ctx, tx, heads, p)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		for _, pp := range polls {
+			pp.stop()
+		}
+	}()
+	rows, err := tx.Query(ctx, `
+SELECT seq, poll_id, candidate_id, principal_id, client_event_id, received_at, fingerprint FROM poll_events
+WHERE $1::text IS NULL OR poll_id = $1 ORDER BY seq`, p)
+	if err != nil {
+		return nil, interpretError("read the ledger for its logs", err)
+	}
+	var (
+		r    passRow
+		poll string
+	)
+	_, err = pgx.ForEachRow(rows, []any{&r.seq, &poll, &r.cand, &r.pr, &r.key, &r.received, &r.fp}, func() error {
+		pp := polls[poll]
+		if pp == nil || pp.failed {
+			return nil // a poll without a head, or left to the per-poll check
+		}
+		r.fp = bytes.Clone(r.fp)
+		pp.take(r)
+		return nil
+	})
+	if err != nil {
+		return nil, interpretError("read the ledger for its logs", err)
+	}
+	out := map[string]*hashed{}
+	for id, pp := range polls {
+		if pp.failed || pp.next < len(pp.seqs) {
+			continue
+		}
+		pp.flush()
+		pp.stop()
+		if pp.err != nil {
+			continue
+		}
+		h := pp.out
+		h.rows = pp.rows
+		out[id] = &h
+	}
+	return out, nil
+}
+
+// passLeaves reads the leaves of the polls of heads, in leaf order. A poll
+// whose leaf rows are not numbered one after another from 0 is marked
+// failed: the per-poll check names what is wrong.
+func passLeaves(ctx context.Context, tx pgx.Tx, heads []logHeadRow, pollID *string) (map[string]*passPoll, error) {
+	polls := make(map[string]*passPoll, len(heads))
+	for _, h := range heads {
+		if h.root == nil {
+			continue // still to build: the per-poll check says so
+		}
+		polls[h.poll] = &passPoll{id: h.poll, pending: map[int64]passRow{}, out: hashed{state: emptyLog(), badFP: -1}}
+	}
+	rows, err := tx.Query(ctx, `
+SELECT poll_id, first_leaf, seqs FROM poll_log_leaves
+WHERE $1::text IS NULL OR poll_id = $1 ORDER BY poll_id, first_leaf`, pollID)
+	if err != nil {
+		return nil, interpretError("read the logs' leaves", err)
+	}
+	var (
+		poll  string
+		first int64
+		seqs  []int64
+	)
+	_, err = pgx.ForEachRow(rows, []any{&poll, &first, &seqs}, func() error {
+		pp := polls[poll]
+		if pp == nil {
+			return nil
+		}
+		if first != int64(len(pp.seqs)) {
+			pp.failed = true
+		}
+		pp.seqs = append(pp.seqs, seqs...)
+		return nil
+	})
+	if err != nil {
+		return nil, interpretError("read the logs' leaves", err)
+	}
+	return polls, nil
+}
+
+// take is the poll's next row in seq order: hashed when its leaf is next,
+// else held until it is.
+func (pp *passPoll) take(r passRow) {
+	pp.rows++
+	if pp.next >= len(pp.seqs) || pp.seqs[pp.next] != r.seq {
+		if len(pp.pending) >= passPending {
+			pp.fail()
+			return
+		}
+		pp.pending[r.seq] = r
+		return
+	}
+	pp.emit(r)
+	for pp.next < len(pp.seqs) {
+		held, ok := pp.pending[pp.seqs[pp.next]]
+		if !ok {
+			return
+		}
+		delete(pp.pending, held.seq)
+		pp.emit(held)
+	}
+}
+
+// emit hands the row of the next leaf to the poll's hasher.
+func (pp *passPoll) emit(r passRow) {
+	pp.next++
+	pp.batch = append(pp.batch, r)
+	if len(pp.batch) == passBatch {
+		pp.flush()
+	}
+}
+
+// flush sends the rows emitted so far to the hasher, starting it on the
+// first.
+func (pp *passPoll) flush() {
+	if len(pp.batch) == 0 {
+		return
+	}
+	if pp.work == nil {
+		pp.work, pp.done = make(chan []passRow, 2), make(chan struct{})
+		go pp.hash()
+	}
+	pp.work <- pp.batch
+	pp.batch = make([]passRow, 0, passBatch)
+}
+
+// fail leaves the poll to the per-poll check.
+func (pp *passPoll) fail() {
+	pp.failed, pp.pending, pp.batch = true, nil, nil
+	pp.stop()
+}
+
+// stop ends the hasher, if it runs, and waits for it.
+func (pp *passPoll) stop() {
+	if pp.work != nil {
+		close(pp.work)
+		<-pp.done
+		pp.work = nil
+	}
+}
+
+// hash hashes the batches of rows, in leaf order, as hashRows does, until
+// the work channel is closed.
+func (pp *passPoll) hash() {
+	defer close(pp.done)
+	h := hashed{state: emptyLog(), badFP: -1}
+	fps := map[string][32]byte{} // by candidate
+	chunk := make([]tlog.Hash, 0, buildChunk)
+	flush := func() error {
+		next, full, err := h.state.extend(chunk)
+		if err != nil {
+			return err
+		}
+		h.state, chunk = next, chunk[:0]
+		h.full = append(h.full, full...)
+		return nil
+	}
+	for batch := range pp.work {
+		if pp.err != nil {
+			continue // drain
+		}
+		for _, r := range batch {
+			lh, err := leafHash(Event{PollID: pp.id, CandidateID: r.cand, PrincipalID: r.pr, ClientEventID: r.key, ReceivedAt: r.received})
+			if err != nil {
+				pp.err = fmt.Errorf("leaf %d: %w", h.n, err)
+				break
+			}
+			want, ok := fps[r.cand]
+			if !ok {
+				want = vote.Fingerprint(pp.id, r.cand)
+				fps[r.cand] = want
+			}
+			if h.badFP < 0 && !bytes.Equal(r.fp, want[:]) {
+				h.badFP = h.n
+			}
+			chunk = append(chunk, lh)
+			h.n++
+			if len(chunk) == buildChunk {
+				if pp.err = flush(); pp.err != nil {
+					break
+				}
+			}
+		}
+	}
+	if pp.err == nil {
+		pp.err = flush()
+	}
+	pp.out = h
+}
