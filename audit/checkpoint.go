@@ -218,12 +218,17 @@ func WriteCheckpoint(w io.Writer, c StoredCheckpoint) error {
 const maxLine = 1 << 20
 
 // ReadCheckpoints reads a checkpoints file: JSON lines, each a
-// StoredCheckpoint; blank lines are skipped and unknown fields ignored. It
+// StoredCheckpoint; blank lines are skipped and unknown fields ignored,
+// but poll_id, size and checkpoint are spelt exactly and given once. It
 // checks each line's form, not its signature (the audit does that, naming
 // the line). An error names the line and what is wrong with it.
 func ReadCheckpoints(r io.Reader) ([]StoredCheckpoint, error) {
+	checkpointKeys := []string{"poll_id", "size", "checkpoint"}
 	var out []StoredCheckpoint
 	err := eachLine(r, func(line []byte, n int) error {
+		if _, err := checkKeys(line, checkpointKeys, ""); err != nil {
+			return fmt.Errorf("checkpoints line %d: %v", n, err)
+		}
 		var c StoredCheckpoint
 		if err := json.Unmarshal(line, &c); err != nil {
 			return fmt.Errorf("checkpoints line %d: %v; each line is {\"poll_id\", \"size\", \"checkpoint\"}", n, err)

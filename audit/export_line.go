@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"math/big"
+	"regexp"
 	"strconv"
 	"time"
 
@@ -272,33 +273,27 @@ func timeField(key string, raw json.RawMessage) (time.Time, error) {
 	if err := json.Unmarshal(raw, &s); err != nil {
 		return time.Time{}, fmt.Errorf("field %q must be a string holding an RFC 3339 time", key)
 	}
-	t, err := time.Parse(time.RFC3339Nano, s)
-	if err != nil || t.IsZero() {
-		return time.Time{}, fmt.Errorf("field %q is %q: it must be an RFC 3339 time after year 1, such as %s", key, s, exampleTime)
+	m := rfc3339.FindStringSubmatch(s)
+	var t time.Time
+	var err error
+	if m != nil {
+		t, err = time.Parse(time.RFC3339Nano, s)
 	}
-	if digits := fractionDigits(s); digits > 6 {
+	if m == nil || err != nil || !t.After(time.Time{}) || m[3] != "Z" && (m[3][1:3] > "23" || m[3][4:6] > "59") {
+		return time.Time{}, fmt.Errorf("field %q is %q: it must be an RFC 3339 time after the start of year 1, such as %s", key, s, exampleTime)
+	}
+	if digits := len(m[2]); digits > 6 {
 		return time.Time{}, fmt.Errorf("field %q is %q, with %d fractional digits: times are kept to the microsecond, "+
 			"so give at most six, such as %s", key, s, digits, exampleTime)
 	}
 	return t, nil
 }
 
+// rfc3339 is the form of an RFC 3339 time (section 5.6, with T and Z in
+// capitals): its fractional digits (2) and its offset when not Z (3).
+// Go's time.Parse also takes a comma before the fraction and offsets past
+// 23:59, which RFC 3339 does not.
+var rfc3339 = regexp.MustCompile(`^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.(\d+))?(Z|[+-]\d{2}:\d{2})$`)
+
 // exampleTime is a time as TimeFormat writes it.
 const exampleTime = "2026-12-02T07:00:00.123456Z"
-
-// fractionDigits is the number of fractional-second digits of the RFC
-// 3339 time s.
-func fractionDigits(s string) int {
-	i := bytes.IndexByte([]byte(s), '.')
-	if i < 0 {
-		return 0
-	}
-	n := 0
-	for _, c := range s[i+1:] {
-		if c < '0' || c > '9' {
-			break
-		}
-		n++
-	}
-	return n
-}

@@ -94,3 +94,29 @@ func FuzzParseExportLine(f *testing.F) {
 		}
 	})
 }
+
+// TestParseExportLineTimes: times are RFC 3339 as the RFC spells them,
+// not as Go's parser also takes them.
+func TestParseExportLineTimes(t *testing.T) {
+	line := func(at string) string {
+		return `{"event_id":"e","poll_id":"p","candidate_id":"c","principal_id":"u","received_at":"` + at + `"}`
+	}
+	for _, bad := range []string{
+		"2026-03-01T12:00:00,1234567Z", // a comma
+		"2026-03-01T12:00:00,1Z",
+		"2026-03-01T12:00:00+24:00", // offsets past 23:59
+		"2026-03-01T12:00:00+00:60",
+		"0000-06-01T00:00:00Z", // before year 1
+		"0001-01-01T00:00:00Z",
+		"2026-03-01t12:00:00z",
+	} {
+		if _, err := audit.ParseExportLine([]byte(line(bad))); err == nil || !strings.Contains(err.Error(), "RFC 3339") {
+			t.Errorf("%s: %v, want a refusal naming RFC 3339", bad, err)
+		}
+	}
+	for _, good := range []string{"2026-03-01T12:00:00Z", "2026-03-01T12:00:00.1Z", "2026-03-01T12:00:00.123456-23:59"} {
+		if _, err := audit.ParseExportLine([]byte(line(good))); err != nil {
+			t.Errorf("%s: refused: %v", good, err)
+		}
+	}
+}
