@@ -118,6 +118,9 @@ func (r Receipt) MarshalJSON() ([]byte, error) {
 // ParseReceipt reads a receipt in JSON, refusing unknown fields, so that a
 // misspelt field is named rather than read as missing.
 func ParseReceipt(b []byte) (Receipt, error) {
+	if _, err := checkKeys(b, receiptKeys, ""); err != nil {
+		return Receipt{}, fmt.Errorf("%w receipt: %v", ErrMalformed, err)
+	}
 	var r receiptJSON
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
@@ -135,6 +138,13 @@ func ParseReceipt(b []byte) (Receipt, error) {
 	}
 	return Receipt(r), nil
 }
+
+// receiptKeys are a receipt's keys, spelt exactly and each given once
+// (ParseReceipt): encoding/json alone would read "Candidate_ID" beside
+// "candidate_id", or the last of two, as another vote than a reader that
+// matches exactly.
+var receiptKeys = []string{"poll_id", "candidate_id", "principal_id", "event_id", "received_at",
+	"leaf_index", "leaf_hash", "tree_size", "checkpoint", "inclusion_proof"}
 
 // VerifyReceipt checks r: the leaf hash is the hash of the receipt's
 // fields, the checkpoint is signed by verifier for this poll of the log

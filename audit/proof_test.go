@@ -386,6 +386,8 @@ func TestParseReceiptRefusals(t *testing.T) {
 		{"no time", strings.Replace(string(good), `,"received_at":"2026-03-01T12:00:00.002000Z"`, ``, 1), "received_at"},
 		{"no checkpoint", `{"poll_id":"p","received_at":"2026-03-01T12:00:00Z"}`, "checkpoint"},
 		{"not json", "receipt", "malformed receipt"},
+		{"a key in another case beside it", strings.Replace(string(good), `"poll_id"`, `"Candidate_ID":"salad","poll_id"`, 1), `key "candidate_id" is spelt "Candidate_ID"`},
+		{"a key twice", strings.Replace(string(good), `"poll_id"`, `"candidate_id":"salad","poll_id"`, 1), `key "candidate_id" is given twice`},
 	} {
 		if _, err := audit.ParseReceipt([]byte(tc.in)); !errors.Is(err, audit.ErrMalformed) || !strings.Contains(err.Error(), tc.says) {
 			t.Errorf("%s: error %v, want ErrMalformed saying %q", tc.name, err, tc.says)
