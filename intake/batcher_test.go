@@ -399,8 +399,8 @@ func TestBatcherDeadline(t *testing.T) {
 	if !errors.Is(err, errDeadline) {
 		t.Fatalf("a vote that waited past its deadline: %v, want errDeadline", err)
 	}
-	if took < wait || took > wait+time.Second {
-		t.Fatalf("answered after %s, want about its deadline %s", took, wait)
+	if took < wait || took > wait+10*time.Second { // loose: see TestBatcherDeadlineInFlight
+		t.Fatalf("answered after %s, want about its deadline %s, not when the pipeline frees", took, wait)
 	}
 	f.waitPending(t, 0)
 	f.release()
@@ -431,8 +431,12 @@ func TestBatcherDeadlineInFlight(t *testing.T) {
 			t.Fatalf("vote %v answered without error by a Redis that never answers", votes[i])
 		}
 	}
-	if took < wait || took > wait+time.Second {
-		t.Fatalf("answered after %s, want about the deadline %s", took, wait)
+	// The bound is loose: what the test tells apart is the deadline
+	// (200ms) from Config.RedisTimeout (a minute), on a machine whose
+	// other tests may hold its cores for a second or two (this one once
+	// answered after 1.9s under make test's load).
+	if took < wait || took > wait+10*time.Second {
+		t.Fatalf("answered after %s, want about the deadline %s, far below RedisTimeout %s", took, wait, time.Minute)
 	}
 	f.wantIdle(t)
 }
