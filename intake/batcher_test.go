@@ -535,12 +535,17 @@ func hungRedis(t testing.TB) *redis.Client {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The accept loop ends before conns is waited for: a conns.Go after
+	// the Wait began would race with it (sync.WaitGroup's rule).
 	var conns sync.WaitGroup
+	accepting := make(chan struct{})
 	t.Cleanup(func() {
 		ln.Close()
+		testenv.Receive(t, accepting, 10*time.Second, "the hung Redis' accept loop to end")
 		testenv.WaitGroup(t, &conns, 10*time.Second, "the hung Redis' connections to close")
 	})
 	go func() {
+		defer close(accepting)
 		for {
 			c, err := ln.Accept()
 			if err != nil {
