@@ -31,6 +31,9 @@ func TestExportLineBytes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if _, ok := audit.ParseWritten([]byte(want)); !ok {
+		t.Error("the line as export writes it is not read by the fast path")
+	}
 	if back.Seq != row.Seq || back.EventID != row.EventID || back.PollID != row.PollID || back.CandidateID != row.CandidateID ||
 		back.PrincipalID != row.PrincipalID || !back.ReceivedAt.Equal(row.ReceivedAt) || !back.RecordedAt.Equal(row.RecordedAt) ||
 		back.LeafIndex == nil || *back.LeafIndex != leaf {
@@ -74,15 +77,30 @@ func TestParseExportLineStrict(t *testing.T) {
 	}
 }
 
+// sameRow reports whether a and b are the same row.
+func sameRow(a, b audit.ExportRow) bool {
+	return a.Seq == b.Seq && a.EventID == b.EventID && a.PollID == b.PollID && a.CandidateID == b.CandidateID &&
+		a.PrincipalID == b.PrincipalID && a.ReceivedAt.Equal(b.ReceivedAt) && a.RecordedAt.Equal(b.RecordedAt) &&
+		(a.LeafIndex == nil) == (b.LeafIndex == nil) && (a.LeafIndex == nil || *a.LeafIndex == *b.LeafIndex)
+}
+
 // FuzzParseExportLine: whatever the reading accepts writes back as a line
-// it reads as the same row.
+// it reads as the same row, and its fast path (a line as tally export
+// writes it) reads the row its strict path does.
 func FuzzParseExportLine(f *testing.F) {
 	f.Add(`{"seq":1,"event_id":"e","poll_id":"p","candidate_id":"c","principal_id":"u","received_at":"2026-12-02T07:00:00.000001Z","leaf_index":0}`)
 	f.Add(`{"event_id":"e","poll_id":"p","candidate_id":"c","principal_id":"u"}`)
+	f.Add(`{"seq":42,"event_id":"e-1","poll_id":"lunch","candidate_id":"soup","principal_id":"p_7","received_at":"2026-12-02T06:00:00.000120Z","recorded_at":"2026-12-02T06:00:01.000000Z","leaf_index":3}`)
 	f.Fuzz(func(t *testing.T, line string) {
 		r, err := audit.ParseExportLine([]byte(line))
 		if err != nil {
 			return
+		}
+		if w, ok := audit.ParseWritten([]byte(line)); ok {
+			strict, err := audit.ParseStrict([]byte(line))
+			if err != nil || !sameRow(w, strict) {
+				t.Fatalf("%q: the fast path read %+v, the strict one %+v (%v)", line, w, strict, err)
+			}
 		}
 		out := audit.AppendExportLine(nil, r)
 		back, err := audit.ParseExportLine(out)

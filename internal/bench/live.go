@@ -28,12 +28,14 @@ import (
 // and principals, and the result; the votes are in live_load.go, the
 // viewers in live_viewers.go, and their figures in live_stats.go.
 
-// liveIntakeFlags turn off intake's limit of token lookups per client
-// address, as docs/operations.md says to behind a proxy: every vote comes
-// from this one address with a token intake has not seen, and at most
-// --auth-failure-burst lookups from one address are under way at once (the
-// others wait), which would measure that limit instead of the viewers.
-var liveIntakeFlags = []string{"--auth-failure-rate", "inf"}
+// liveIntakeFlags turn off intake's limits per client address (and the
+// live streams' per principal), as docs/operations.md says to behind a
+// proxy: every vote and every viewer comes from this one address. With
+// them, at most --auth-failure-burst token lookups would be under way at
+// once (the others wait), and at most --max-live-per-addr viewers would
+// get a stream, which would measure those limits instead of the viewers.
+var liveIntakeFlags = []string{"--auth-failure-rate", "inf",
+	"--max-conns-per-addr", "0", "--max-live-per-addr", "0", "--max-live-per-principal", "0"}
 
 // measureLive: SSE0 and MSSE0 without viewers, SSE and MSSE with them.
 func measureLive(ctx context.Context, e *env, sz sizes, t *table) error {
