@@ -395,15 +395,22 @@ func TestParseReceiptRefusals(t *testing.T) {
 	}
 }
 
+// receiptCheckpoint is the checkpoint a verified receipt of leaf 3 in a
+// tree of 10 opens.
+func receiptCheckpoint(t *testing.T, k keys) audit.Checkpoint {
+	t.Helper()
+	older, err := audit.VerifyReceipt(receiptFixture(t, k, 10, 3), k.verifier, testLogName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return older
+}
+
 // A later checkpoint still holds a receipt's leaf: VerifyConsistency with
 // the tree's proof, refused for a checkpoint of another poll.
 func TestVerifyConsistency(t *testing.T) {
 	k := testKeys(t)
-	r := receiptFixture(t, k, 10, 3)
-	older, err := audit.VerifyReceipt(r, k.verifier, testLogName)
-	if err != nil {
-		t.Fatal(err)
-	}
+	older := receiptCheckpoint(t, k)
 	// The later checkpoint is signed after a key rotation: same poll.
 	newRoot, _ := propertyTree.Root(40)
 	newer, err := audit.OpenCheckpoint(sign(t, k.rotated, audit.Origin("tally.example.org-2027", "p"), 40, newRoot), k.rotatedV, audit.Origin("tally.example.org-2027", "p"))
@@ -429,11 +436,7 @@ func TestVerifyConsistency(t *testing.T) {
 // is empty, and even when its hashes are those of the right poll.
 func TestConsistencyProofVerify(t *testing.T) {
 	k := testKeys(t)
-	r := receiptFixture(t, k, 10, 3)
-	older, err := audit.VerifyReceipt(r, k.verifier, testLogName)
-	if err != nil {
-		t.Fatal(err)
-	}
+	older := receiptCheckpoint(t, k)
 	newRoot, _ := propertyTree.Root(40)
 	newer, err := audit.OpenCheckpoint(sign(t, k.signer, audit.Origin(testLogName, "p"), 40, newRoot), k.verifier, audit.Origin(testLogName, "p"))
 	if err != nil {

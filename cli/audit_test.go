@@ -185,17 +185,26 @@ func TestAuditVerifyExitCodes(t *testing.T) {
 	}
 }
 
-func TestAuditReceiptExitCodes(t *testing.T) {
-	t.Parallel()
-	f := writeAuditFiles(t)
-	proof, _ := f.tree.InclusionProof(5, 8)
-	rc, err := audit.NewReceipt(f.leaves[5], 5, 8, f.checkpoint(t, 8), proof)
+// writeReceipt writes the receipt of leaf under the checkpoint of size
+// into the fixture's directory and returns its path and the receipt.
+func (f auditFiles) writeReceipt(t *testing.T, leaf, size int64) (string, audit.Receipt) {
+	t.Helper()
+	proof, _ := f.tree.InclusionProof(leaf, size)
+	rc, err := audit.NewReceipt(f.leaves[leaf], leaf, size, f.checkpoint(t, size), proof)
 	if err != nil {
 		t.Fatal(err)
 	}
 	b, _ := json.Marshal(rc)
 	receipt := filepath.Join(f.dir, "receipt.json")
 	write(t, receipt, string(b))
+	return receipt, rc
+}
+
+func TestAuditReceiptExitCodes(t *testing.T) {
+	t.Parallel()
+	f := writeAuditFiles(t)
+	receipt, rc := f.writeReceipt(t, 5, 8)
+	b, _ := os.ReadFile(receipt)
 	if r := offline(t, "", "audit", "receipt", receipt, "--key", f.key); r.code != ExitOK || !strings.Contains(r.stdout, "is leaf 5 of the tree of size 8") {
 		t.Fatalf("valid receipt: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
@@ -257,14 +266,7 @@ func TestAuditReceiptExitCodes(t *testing.T) {
 func TestAuditReceiptRefusesAnotherPoll(t *testing.T) {
 	t.Parallel()
 	f := writeAuditFiles(t)
-	proof, _ := f.tree.InclusionProof(5, 8)
-	rc, err := audit.NewReceipt(f.leaves[5], 5, 8, f.checkpoint(t, 8), proof)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := json.Marshal(rc)
-	receipt := filepath.Join(f.dir, "receipt.json")
-	write(t, receipt, string(b))
+	receipt, _ := f.writeReceipt(t, 5, 8)
 	cproof, _ := f.tree.ConsistencyProof(8, 12)
 	root8, _ := f.tree.Root(8)
 	dinner8, err := audit.SignCheckpoint(f.signer, audit.Origin("tally.test", "dinner"), 8, root8)

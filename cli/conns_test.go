@@ -86,22 +86,9 @@ func TestDaemonStartupWaitStopsOnSignal(t *testing.T) {
 	daemonURL := testenv.DaemonLogin(t, db)
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
-	done := make(chan int, 1)
-	errOut := &testenv.LogBuffer{}
-	go func() {
-		runMu.Lock() // see runMu
-		defer runMu.Unlock()
-		done <- Run(ctx, []string{"tally", "intake", "--listen", "127.0.0.1:0", "--database-url", daemonURL,
-			"--redis-url", "redis://127.0.0.1:1/0", "--startup-wait", "10m", "--log-format", "text"},
-			strings.NewReader(""), io.Discard, errOut)
-	}()
-	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(errOut.String(), "waiting for Redis") {
-		if time.Now().After(deadline) {
-			t.Fatalf("intake did not wait for Redis:\n%s", errOut.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	done, errOut := runUntilLogged(t, ctx, []string{"intake", "--listen", "127.0.0.1:0", "--database-url", daemonURL,
+		"--redis-url", "redis://127.0.0.1:1/0", "--startup-wait", "10m", "--log-format", "text"},
+		"waiting for Redis", "intake did not wait for Redis")
 	stopped := time.Now()
 	stop()
 	select {
@@ -151,23 +138,32 @@ func TestDaemonsRefuseSuperuser(t *testing.T) {
 
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
+	done, errOut := runUntilLogged(t, ctx, append([]string{"projector", "--consumer", "role-test", "--allow-superuser"}, common...),
+		"--allow-superuser", "the projector with --allow-superuser did not warn")
+	stop()
+	if code := testenv.Receive(t, done, 30*time.Second, "the projector to stop"); code != 0 {
+		t.Errorf("the projector with --allow-superuser exited %d:\n%s", code, errOut.String())
+	}
+}
+
+// runUntilLogged runs tally with args in the background until ctx ends,
+// and waits, at most 30s, for its log to say phrase (failing t with
+// failure past that). It returns the channel of its exit code and its log.
+func runUntilLogged(t *testing.T, ctx context.Context, args []string, phrase, failure string) (<-chan int, *testenv.LogBuffer) {
+	t.Helper()
 	done := make(chan int, 1)
 	errOut := &testenv.LogBuffer{}
 	go func() {
 		runMu.Lock() // see runMu
 		defer runMu.Unlock()
-		done <- Run(ctx, append([]string{"tally", "projector", "--consumer", "role-test", "--allow-superuser"}, common...),
-			strings.NewReader(""), io.Discard, errOut)
+		done <- Run(ctx, append([]string{"tally"}, args...), strings.NewReader(""), io.Discard, errOut)
 	}()
 	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(errOut.String(), "--allow-superuser") {
+	for !strings.Contains(errOut.String(), phrase) {
 		if time.Now().After(deadline) {
-			t.Fatalf("the projector with --allow-superuser did not warn:\n%s", errOut.String())
+			t.Fatalf("%s:\n%s", failure, errOut.String())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	stop()
-	if code := testenv.Receive(t, done, 30*time.Second, "the projector to stop"); code != 0 {
-		t.Errorf("the projector with --allow-superuser exited %d:\n%s", code, errOut.String())
-	}
+	return done, errOut
 }

@@ -85,18 +85,7 @@ func hashRows(ctx context.Context, tx pgx.Tx, poll string) (state logState, all 
 	if err != nil {
 		return logState{}, nil, 0, -1, interpretError(what, err)
 	}
-	state, badFP = emptyLog(), -1
-	chunk := make([]tlog.Hash, 0, buildChunk)
-	flush := func() error {
-		next, full, err := state.extend(chunk)
-		if err != nil {
-			return err
-		}
-		state, chunk = next, chunk[:0]
-		all = append(all, full...)
-		return nil
-	}
-	fps := map[string][32]byte{} // by candidate
+	lh := newLeafHasher(poll)
 	var (
 		leaf, seq         int64
 		rowPoll, cand, pr *string
@@ -105,8 +94,8 @@ func hashRows(ctx context.Context, tx pgx.Tx, poll string) (state logState, all 
 		fp                []byte
 	)
 	_, err = pgx.ForEachRow(rows, []any{&leaf, &seq, &rowPoll, &cand, &pr, &key, &received, &fp}, func() error {
-		if leaf != n {
-			return &LogError{PollID: poll, Leaf: n, Problem: leafGap(n, leaf)}
+		if leaf != lh.h.n {
+			return &LogError{PollID: poll, Leaf: lh.h.n, Problem: leafGap(lh.h.n, leaf)}
 		}
 		switch {
 		case rowPoll == nil:
@@ -114,32 +103,63 @@ func hashRows(ctx context.Context, tx pgx.Tx, poll string) (state logState, all 
 		case *rowPoll != poll:
 			return &LogError{PollID: poll, Leaf: leaf, Problem: fmt.Sprintf("its ledger row (seq %d) is poll %s's: the row was changed or the leaf moved", seq, *rowPoll)}
 		}
-		h, err := leafHash(Event{PollID: poll, CandidateID: *cand, PrincipalID: *pr, ClientEventID: *key, ReceivedAt: *received})
-		if err != nil {
-			return fmt.Errorf("leaf %d: %w", leaf, err)
-		}
-		want, ok := fps[*cand]
-		if !ok {
-			want = vote.Fingerprint(poll, *cand)
-			fps[*cand] = want
-		}
-		if badFP < 0 && !bytes.Equal(fp, want[:]) {
-			badFP = leaf
-		}
-		chunk = append(chunk, h)
-		n++
-		if len(chunk) == buildChunk {
-			return flush()
-		}
-		return nil
+		return lh.add(*cand, *pr, *key, *received, fp)
 	})
 	if err == nil {
-		err = flush()
+		err = lh.flush()
 	}
 	if err != nil {
 		return logState{}, nil, 0, -1, interpretError(what, err)
 	}
-	return state, all, n, badFP, nil
+	return lh.h.state, lh.h.full, lh.h.n, lh.h.badFP, nil
+}
+
+// leafHasher hashes a poll's rows, given in leaf order, into its tree, and
+// notes the first leaf whose stored fingerprint is not its poll's and
+// candidate's. hashRows and the rebuild's one pass (log_pass.go) feed it.
+type leafHasher struct {
+	poll  string
+	h     hashed // rows is left to the caller
+	fps   map[string][32]byte
+	chunk []tlog.Hash // hashed, not yet in the tree
+}
+
+func newLeafHasher(poll string) *leafHasher {
+	return &leafHasher{poll: poll, h: hashed{state: emptyLog(), badFP: -1}, fps: map[string][32]byte{},
+		chunk: make([]tlog.Hash, 0, buildChunk)}
+}
+
+// add hashes the row of the next leaf.
+func (lh *leafHasher) add(cand, pr, key string, received time.Time, fp []byte) error {
+	h, err := leafHash(Event{PollID: lh.poll, CandidateID: cand, PrincipalID: pr, ClientEventID: key, ReceivedAt: received})
+	if err != nil {
+		return fmt.Errorf("leaf %d: %w", lh.h.n, err)
+	}
+	want, ok := lh.fps[cand]
+	if !ok {
+		want = vote.Fingerprint(lh.poll, cand)
+		lh.fps[cand] = want
+	}
+	if lh.h.badFP < 0 && !bytes.Equal(fp, want[:]) {
+		lh.h.badFP = lh.h.n
+	}
+	lh.chunk = append(lh.chunk, h)
+	lh.h.n++
+	if len(lh.chunk) == buildChunk {
+		return lh.flush()
+	}
+	return nil
+}
+
+// flush adds the hashed leaves to the tree.
+func (lh *leafHasher) flush() error {
+	next, full, err := lh.h.state.extend(lh.chunk)
+	if err != nil {
+		return err
+	}
+	lh.h.state, lh.chunk = next, lh.chunk[:0]
+	lh.h.full = append(lh.h.full, full...)
+	return nil
 }
 
 func leafGap(want, got int64) string {

@@ -3,13 +3,9 @@ package ledger
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"golang.org/x/mod/sumdb/tlog"
-
-	"tally/vote"
 )
 
 // This file owns the rebuild's one pass over the ledger: every row read
@@ -227,51 +223,21 @@ func (pp *passPoll) stop() {
 	}
 }
 
-// hash hashes the batches of rows, in leaf order, as hashRows does, until
-// the work channel is closed.
+// hash hashes the batches of rows, in leaf order, with a leafHasher, as
+// hashRows does, until the work channel is closed.
 func (pp *passPoll) hash() {
 	defer close(pp.done)
-	h := hashed{state: emptyLog(), badFP: -1}
-	fps := map[string][32]byte{} // by candidate
-	chunk := make([]tlog.Hash, 0, buildChunk)
-	flush := func() error {
-		next, full, err := h.state.extend(chunk)
-		if err != nil {
-			return err
-		}
-		h.state, chunk = next, chunk[:0]
-		h.full = append(h.full, full...)
-		return nil
-	}
+	lh := newLeafHasher(pp.id)
 	for batch := range pp.work {
-		if pp.err != nil {
-			continue // drain
-		}
 		for _, r := range batch {
-			lh, err := leafHash(Event{PollID: pp.id, CandidateID: r.cand, PrincipalID: r.pr, ClientEventID: r.key, ReceivedAt: r.received})
-			if err != nil {
-				pp.err = fmt.Errorf("leaf %d: %w", h.n, err)
-				break
+			if pp.err != nil {
+				break // drain
 			}
-			want, ok := fps[r.cand]
-			if !ok {
-				want = vote.Fingerprint(pp.id, r.cand)
-				fps[r.cand] = want
-			}
-			if h.badFP < 0 && !bytes.Equal(r.fp, want[:]) {
-				h.badFP = h.n
-			}
-			chunk = append(chunk, lh)
-			h.n++
-			if len(chunk) == buildChunk {
-				if pp.err = flush(); pp.err != nil {
-					break
-				}
-			}
+			pp.err = lh.add(r.cand, r.pr, r.key, r.received, r.fp)
 		}
 	}
 	if pp.err == nil {
-		pp.err = flush()
+		pp.err = lh.flush()
 	}
-	pp.out = h
+	pp.out = lh.h
 }
