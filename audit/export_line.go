@@ -9,6 +9,7 @@ import (
 	"math"
 	"math/big"
 	"regexp"
+	"slices"
 	"strconv"
 	"time"
 
@@ -39,6 +40,10 @@ type ExportRow struct {
 	ReceivedAt  time.Time
 	RecordedAt  time.Time
 	LeafIndex   *int64
+	// Definition, when set, makes the line a definition line (kind
+	// "definition"): the poll's definition leaf, with PollID, RecordedAt
+	// and LeafIndex; the vote's fields are empty.
+	Definition *Definition
 }
 
 // Leaf is the row's leaf in its poll's log.
@@ -51,6 +56,9 @@ func (r ExportRow) Leaf() Leaf {
 // received_at, recorded_at, leaf_index, those it does not carry left out,
 // no space, times in TimeFormat.
 func AppendExportLine(b []byte, r ExportRow) []byte {
+	if r.Definition != nil {
+		return appendDefinitionLine(b, r)
+	}
 	b = append(b, '{')
 	if r.Seq != 0 {
 		b = append(b, `"seq":`...)
@@ -141,7 +149,8 @@ func parseStrict(line []byte) (ExportRow, error) {
 	if d, ok := tok.(json.Delim); err != nil || !ok || d != '{' {
 		return r, errors.New("the line is not a JSON object; each line must be one object like tally export writes")
 	}
-	if err := r.decodeFields(dec); err != nil {
+	fields, err := decodeFields(dec)
+	if err != nil {
 		return r, err
 	}
 	if _, err := dec.Token(); err != nil {
@@ -150,36 +159,50 @@ func parseStrict(line []byte) (ExportRow, error) {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return r, errors.New("data follows the JSON object; each line must hold exactly one object")
 	}
+	if slices.ContainsFunc(fields, func(f jsonField) bool { return f.key == "kind" }) {
+		return parseDefinitionLine(fields)
+	}
+	for _, f := range fields {
+		key, raw := f.key, f.raw
+		if !exportFields[key] {
+			return r, fmt.Errorf("unknown field %q; the fields of a vote's line are seq, event_id, poll_id, candidate_id, principal_id, received_at, recorded_at "+
+				"and leaf_index, spelt exactly, and a definition's carries \"kind\":\"definition\" (docs/audit.md, \"The export\")", key)
+		}
+		if err := r.setField(key, raw); err != nil {
+			return r, err
+		}
+	}
 	return r, r.checkIDs()
 }
 
-// decodeFields reads the key-value pairs of the object dec is in into r,
-// up to its closing brace.
-func (r *ExportRow) decodeFields(dec *json.Decoder) error {
+// jsonField is one key of an object with its value.
+type jsonField struct {
+	key string
+	raw json.RawMessage
+}
+
+// decodeFields reads the key-value pairs of the object dec is in, in
+// order, up to its closing brace, refusing a key given twice.
+func decodeFields(dec *json.Decoder) ([]jsonField, error) {
+	var fields []jsonField
 	seen := map[string]bool{}
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
-			return fmt.Errorf("malformed JSON: %v", err)
+			return nil, fmt.Errorf("malformed JSON: %v", err)
 		}
 		key, _ := tok.(string)
-		if !exportFields[key] {
-			return fmt.Errorf("unknown field %q; the fields are seq, event_id, poll_id, candidate_id, principal_id, received_at, recorded_at "+
-				"and leaf_index, spelt exactly (docs/audit.md, \"The export\")", key)
-		}
 		if seen[key] {
-			return fmt.Errorf("field %q is given twice", key)
+			return nil, fmt.Errorf("field %q is given twice", key)
 		}
 		seen[key] = true
 		var raw json.RawMessage
 		if err := dec.Decode(&raw); err != nil {
-			return fmt.Errorf("malformed JSON: %v", err)
+			return nil, fmt.Errorf("malformed JSON: %v", err)
 		}
-		if err := r.setField(key, raw); err != nil {
-			return err
-		}
+		fields = append(fields, jsonField{key, raw})
 	}
-	return nil
+	return fields, nil
 }
 
 // setField sets the field key of r from its value raw.

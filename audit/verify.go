@@ -23,7 +23,8 @@ import (
 // published result given equals the recount. Discrepancies lists each
 // thing that did not hold.
 type Report struct {
-	Rows          int64         `json:"rows"`        // export rows read
+	Rows          int64         `json:"rows"`        // export rows read, definitions included
+	Definitions   int64         `json:"definitions"` // definition lines among them
 	Checkpoints   int           `json:"checkpoints"` // stored checkpoints given
 	Polls         []PollSummary `json:"polls"`
 	Discrepancies []Discrepancy `json:"discrepancies"`
@@ -50,9 +51,13 @@ type PollSummary struct {
 	LargestCheckpoint   int64     `json:"largest_checkpoint"`   // size of the largest verified, 0 if none
 	// UnsignedLeaves are the leaves past LargestCheckpoint: no checkpoint
 	// signs them, so the export alone vouches for them.
-	UnsignedLeaves  int64   `json:"unsigned_leaves"`
-	Tallies         []Tally `json:"tallies"`          // the recount, by candidate
-	ResultsCompared int     `json:"results_compared"` // published results compared with the recount
+	UnsignedLeaves int64 `json:"unsigned_leaves"`
+	// VotesWithoutDefinition are the votes before the poll's first
+	// definition leaf (all of them in a log that has none): a log from
+	// before definitions were logged. No definition checks them.
+	VotesWithoutDefinition int64   `json:"votes_without_definition"`
+	Tallies                []Tally `json:"tallies"`          // the recount, by candidate
+	ResultsCompared        int     `json:"results_compared"` // published results compared with the recount
 }
 
 // Discrepancy is one thing the audit found wrong. Leaves, when set, are
@@ -116,10 +121,11 @@ func VerifyExport(export io.Reader, checkpoints []StoredCheckpoint, verifiers []
 
 // auditor holds the polls an export rebuilt and what was found so far.
 type auditor struct {
-	polls map[string]*pollLog
-	order []string // poll ids in order of first appearance
-	rows  int64
-	seqs  map[int64]int // the export line of each seq
+	polls       map[string]*pollLog
+	order       []string // poll ids in order of first appearance
+	rows        int64
+	definitions int64
+	seqs        map[int64]int // the export line of each seq
 	// keys are the export line of each (principal, event id), across
 	// polls: the ledger holds one row per pair.
 	keys  map[eventKey]int
@@ -132,8 +138,13 @@ type pollLog struct {
 	tree       Tree
 	candidates []string          // by code
 	codes      map[string]uint32 // candidate id to code
-	votes      []uint32          // code of each leaf's candidate
-	principals map[string]int64  // principal id to its leaf
+	votes      []uint32          // code of each leaf's candidate, notVote for a definition
+	def        *Definition       // in force: the last definition read
+	defLeaf    int64             // def's leaf
+	// undefined is the number of votes before the poll's first
+	// definition: a log from before definitions were logged.
+	undefined  int64
+	principals map[string]int64 // principal id to its leaf
 	verified   int
 	largest    int64
 	compared   int
@@ -153,7 +164,7 @@ func (a *auditor) discrepancy(d Discrepancy) { a.found = append(a.found, d) }
 
 // report is the summary of every poll with what was found.
 func (a *auditor) report(checkpoints int) (Report, error) {
-	rep := Report{Rows: a.rows, Checkpoints: checkpoints, Discrepancies: a.found}
+	rep := Report{Rows: a.rows, Definitions: a.definitions, Checkpoints: checkpoints, Discrepancies: a.found}
 	for _, id := range a.order {
 		p := a.polls[id]
 		root, err := p.tree.Root(p.tree.Size())
@@ -166,10 +177,27 @@ func (a *auditor) report(checkpoints int) (Report, error) {
 		}
 		rep.Polls = append(rep.Polls, PollSummary{PollID: id, Leaves: p.tree.Size(), Root: root,
 			CheckpointsVerified: p.verified, LargestCheckpoint: p.largest, UnsignedLeaves: p.tree.Size() - p.largest,
-			Tallies: tallies, ResultsCompared: p.compared})
+			VotesWithoutDefinition: p.votesWithoutDefinition(), Tallies: tallies, ResultsCompared: p.compared})
 	}
 	if rep.Discrepancies == nil {
 		rep.Discrepancies = []Discrepancy{}
 	}
 	return rep, nil
+}
+
+func (p *pollLog) votesWithoutDefinition() int64 {
+	if p.def == nil {
+		return p.tree.Size()
+	}
+	return p.undefined
+}
+
+// VotesWithoutDefinition are the votes of every poll that no definition
+// covers.
+func (r Report) VotesWithoutDefinition() int64 {
+	var n int64
+	for _, p := range r.Polls {
+		n += p.VotesWithoutDefinition
+	}
+	return n
 }

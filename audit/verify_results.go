@@ -193,7 +193,9 @@ func (a *auditor) compareTallies(pub PublishedResults, recount []Tally, size int
 func (p *pollLog) recount(size int64) []Tally {
 	counts := make([]int64, len(p.candidates))
 	for _, c := range p.votes[:size] {
-		counts[c]++
+		if c != notVote {
+			counts[c]++
+		}
 	}
 	var out []Tally
 	for code, n := range counts {

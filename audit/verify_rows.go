@@ -3,6 +3,7 @@ package audit
 import (
 	"fmt"
 	"io"
+	"strings"
 )
 
 // This file owns the audit's first stage: the export read row by row
@@ -17,6 +18,9 @@ func (a *auditor) readExport(r io.Reader) error {
 		row, err := ParseExportLine(line)
 		if err != nil {
 			return fmt.Errorf("export line %d: %v", n, err)
+		}
+		if row.Definition != nil {
+			return a.readDefinition(row, n)
 		}
 		if row.ReceivedAt.IsZero() {
 			return fmt.Errorf("export line %d: received_at is missing; the audit needs it, it is part of the leaf", n)
@@ -35,6 +39,16 @@ func (a *auditor) readExport(r io.Reader) error {
 			p.candidates = append(p.candidates, row.CandidateID)
 		}
 		p.votes = append(p.votes, code)
+		if p.def != nil {
+			if why := p.def.Refuses(row.CandidateID, row.ReceivedAt); why != "" {
+				field := "candidate_id"
+				if !strings.HasPrefix(why, "the vote is for") {
+					field = "received_at"
+				}
+				a.discrepancy(Discrepancy{PollID: row.PollID, Leaves: &LeafRange{index, index}, Field: field, ExportLine: n,
+					Detail: fmt.Sprintf("%s (its definition at leaf %d)", why, p.defLeaf)})
+			}
+		}
 		return nil
 	})
 	if err != nil {
@@ -77,4 +91,41 @@ func (a *auditor) checkRow(p *pollLog, row ExportRow, index int64, n int) {
 	} else {
 		p.principals[row.PrincipalID] = index
 	}
+}
+
+// notVote is the code of a leaf that is a definition, not a vote: the
+// recount passes it.
+const notVote = ^uint32(0)
+
+// readDefinition appends the definition of line n to its poll's tree; it
+// is in force from there on. It must follow the poll's definition before
+// it, if any, as tally poll close would.
+func (a *auditor) readDefinition(row ExportRow, n int) error {
+	p := a.poll(row.PollID)
+	index := p.tree.Size()
+	h, err := DefinitionHash(*row.Definition)
+	if err != nil {
+		return fmt.Errorf("export line %d: %w", n, err)
+	}
+	if err := p.tree.Append(h); err != nil {
+		return fmt.Errorf("export line %d: %w", n, err)
+	}
+	a.rows++
+	a.definitions++
+	leaf := &LeafRange{index, index}
+	if row.LeafIndex != nil && *row.LeafIndex != index {
+		a.discrepancy(Discrepancy{PollID: row.PollID, Leaves: leaf, Field: "leaf_index", ExportLine: n,
+			Detail: fmt.Sprintf("the definition says leaf_index %d but is the poll's leaf %d: a line before it is missing, added or moved", *row.LeafIndex, index)})
+	}
+	if p.def != nil {
+		if why := row.Definition.Follows(*p.def); why != "" {
+			a.discrepancy(Discrepancy{PollID: row.PollID, Leaves: leaf, ExportLine: n,
+				Detail: fmt.Sprintf("%s of leaf %d: a poll's question may not change once asked, only close earlier", why, p.defLeaf)})
+		}
+	} else if index > 0 {
+		p.undefined = index
+	}
+	p.def, p.defLeaf = row.Definition, index
+	p.votes = append(p.votes, notVote)
+	return nil
 }

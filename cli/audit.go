@@ -130,8 +130,13 @@ func printAudit(w io.Writer, rep audit.Report) error {
 			unsigned = fmt.Sprintf("%d of the %d leaves are past the largest checkpoint of their poll: no checkpoint signs them, "+
 				"so only this export vouches for them", n, rep.Rows)
 		}
-		_, err := fmt.Fprintf(w, "\nOK: %d events in %d polls; all %d checkpoints are signed and are prefixes of the export's trees; %s\n",
-			rep.Rows, len(rep.Polls), rep.Checkpoints, unsigned)
+		undefined := ""
+		if n := rep.VotesWithoutDefinition(); n > 0 {
+			undefined = fmt.Sprintf("; %d votes come before any definition of their poll (a log from before definitions were logged): "+
+				"no definition checks their choice or time", n)
+		}
+		_, err := fmt.Fprintf(w, "\nOK: %d events and %d definitions in %d polls; all %d checkpoints are signed and are prefixes of the export's trees; %s%s\n",
+			rep.Rows-rep.Definitions, rep.Definitions, len(rep.Polls), rep.Checkpoints, unsigned, undefined)
 		return err
 	}
 	fmt.Fprintln(w)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"strings"
 
 	ucli "github.com/urfave/cli/v2"
 
@@ -99,7 +100,8 @@ func exportLines(c *ucli.Context, store *ledger.Store, w io.Writer, p *progress)
 		n++
 		p.add(1)
 		row := audit.ExportRow{Seq: r.Seq, EventID: r.ClientEventID, PollID: r.PollID,
-			CandidateID: r.CandidateID, PrincipalID: r.PrincipalID, ReceivedAt: r.ReceivedAt, RecordedAt: r.RecordedAt}
+			CandidateID: r.CandidateID, PrincipalID: r.PrincipalID, ReceivedAt: r.ReceivedAt, RecordedAt: r.RecordedAt,
+			Definition: r.Definition}
 		if r.LeafIndex >= 0 {
 			row.LeafIndex = &r.LeafIndex
 		}
@@ -215,4 +217,13 @@ func printCounts(w io.Writer, counts map[string]int) {
 	}
 	t.row("total", strconv.Itoa(total))
 	t.flush()
+	var defs []string
+	for _, k := range []string{"poll created", "poll kept", "poll closed", "unchanged"} {
+		if n := counts["definition: "+k]; n > 0 {
+			defs = append(defs, fmt.Sprintf("%s %d", k, n))
+		}
+	}
+	if len(defs) > 0 {
+		fmt.Fprintf(w, "definitions: %s\n", strings.Join(defs, ", "))
+	}
 }

@@ -3,6 +3,7 @@ package cli
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/sethvargo/go-retry"
 
+	"tally/audit"
 	"tally/ledger"
 	"tally/vote"
 )
@@ -29,6 +31,12 @@ import (
 // event id in two polls: which of the two is recorded (and which rejected
 // as key_reused) then depends on the workers' timing. An export never
 // holds such a pair.
+//
+// A definition line goes to its poll's worker too, in file order, after
+// the votes before it (define): the first of a poll creates the poll when
+// the database has none of that id, so its log starts as the export's
+// did; a later one closes the poll as it was closed. The counts of
+// outcomes hold definitions under "definition: " and what each did.
 func importEvents(ctx context.Context, store *ledger.Store, in io.Reader, size, workers int) (map[string]int, int, error) {
 	imp := newImporter(ctx, store, size, workers)
 	sc := bufio.NewScanner(in)
@@ -41,7 +49,11 @@ func importEvents(ctx context.Context, store *ledger.Store, in io.Reader, size, 
 		if len(strings.TrimSpace(string(b))) == 0 {
 			continue
 		}
-		e, err := parseImportLine(b, now)
+		e, def, err := parseImportLine(b, now)
+		if err == nil && def != nil {
+			imp.define(def)
+			continue
+		}
 		if err != nil {
 			if ferr := imp.close(); ferr != nil {
 				return imp.counts, line, ferr
@@ -68,7 +80,7 @@ type importer struct {
 	size    int
 	lanes   vote.Lanes
 	filling [][]ledger.Event
-	queues  []chan []ledger.Event
+	queues  []chan importItem
 	wg      sync.WaitGroup
 
 	mu     sync.Mutex
@@ -78,10 +90,10 @@ type importer struct {
 
 func newImporter(ctx context.Context, store *ledger.Store, size, workers int) *importer {
 	imp := &importer{ctx: ctx, store: store, size: size, lanes: vote.NewLanes(workers),
-		filling: make([][]ledger.Event, workers), queues: make([]chan []ledger.Event, workers),
+		filling: make([][]ledger.Event, workers), queues: make([]chan importItem, workers),
 		counts: map[string]int{}}
 	for w := range imp.queues {
-		imp.queues[w] = make(chan []ledger.Event)
+		imp.queues[w] = make(chan importItem)
 		imp.wg.Add(1)
 		go imp.work(imp.queues[w])
 	}
@@ -92,9 +104,31 @@ func (imp *importer) add(e ledger.Event) {
 	w := imp.lanes.Of(e.PollID)
 	imp.filling[w] = append(imp.filling[w], e)
 	if len(imp.filling[w]) == imp.size {
-		imp.queues[w] <- imp.filling[w]
-		imp.filling[w] = make([]ledger.Event, 0, imp.size)
+		imp.send(w)
 	}
+}
+
+// importItem is what a worker applies next: a batch of events, or a
+// definition.
+type importItem struct {
+	batch []ledger.Event
+	def   *audit.Definition
+}
+
+// send hands worker w the batch it is filling.
+func (imp *importer) send(w int) {
+	imp.queues[w] <- importItem{batch: imp.filling[w]}
+	imp.filling[w] = make([]ledger.Event, 0, imp.size)
+}
+
+// define hands a definition to its poll's worker, after the events of the
+// poll before it.
+func (imp *importer) define(d *audit.Definition) {
+	w := imp.lanes.Of(d.PollID)
+	if len(imp.filling[w]) > 0 {
+		imp.send(w)
+	}
+	imp.queues[w] <- importItem{def: d}
 }
 
 // close sends what is being filled, waits for every worker, and returns
@@ -102,7 +136,7 @@ func (imp *importer) add(e ledger.Event) {
 func (imp *importer) close() error {
 	for w, q := range imp.queues {
 		if len(imp.filling[w]) > 0 {
-			q <- imp.filling[w]
+			imp.send(w)
 		}
 		close(q)
 	}
@@ -116,15 +150,24 @@ func (imp *importer) failed() bool {
 	return imp.err != nil
 }
 
-// work appends the batches of one worker; after the first error anywhere
+// work applies the items of one worker; after the first error anywhere
 // it only drains its queue.
-func (imp *importer) work(q <-chan []ledger.Event) {
+func (imp *importer) work(q <-chan importItem) {
 	defer imp.wg.Done()
-	for batch := range q {
+	defined := map[string]bool{} // the polls this worker saw a definition of
+	for item := range q {
 		if imp.failed() {
 			continue
 		}
-		outs, err := imp.append(batch)
+		var outs []ledger.Outcome
+		var did string
+		var err error
+		if item.def != nil {
+			did, err = imp.apply(item.def, defined[item.def.PollID])
+			defined[item.def.PollID] = true
+		} else {
+			outs, err = imp.append(item.batch)
+		}
 		imp.mu.Lock()
 		if err != nil && imp.err == nil {
 			imp.err = err
@@ -132,8 +175,37 @@ func (imp *importer) work(q <-chan []ledger.Event) {
 		for _, o := range outs {
 			imp.counts[o.String()]++
 		}
+		if did != "" {
+			imp.counts["definition: "+did]++
+		}
 		imp.mu.Unlock()
 	}
+}
+
+// apply applies a poll's definition: the first of the file (later false)
+// creates the poll when there is none of its id (an eligible list, which
+// the export holds only by hash, must be created first, with tally poll
+// create), or leaves the poll as it is; a later one closes the poll at its
+// closing time. It says which it did.
+func (imp *importer) apply(d *audit.Definition, later bool) (string, error) {
+	if later {
+		if d.ClosesAt == nil {
+			return "unchanged", nil
+		}
+		return "poll closed", imp.store.ClosePoll(imp.ctx, d.PollID, *d.ClosesAt)
+	}
+	_, err := imp.store.Poll(imp.ctx, d.PollID)
+	switch {
+	case err == nil:
+		return "poll kept", nil
+	case !errors.Is(err, ledger.ErrNotFound):
+		return "", err
+	case d.EligibleHash != nil:
+		return "", fmt.Errorf("poll %s takes votes from a list of principals, which the export holds only by its hash: "+
+			"create the poll with tally poll create and its --eligible list, then import again", d.PollID)
+	}
+	err = imp.store.CreatePoll(imp.ctx, ledger.Poll{ID: d.PollID, Title: d.Title, OpensAt: d.OpensAt, ClosesAt: d.ClosesAt, Choices: d.Choices})
+	return "poll created", err
 }
 
 // append applies one batch, trying again up to four times, after 200ms,

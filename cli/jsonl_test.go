@@ -50,7 +50,7 @@ func TestParseImportLine(t *testing.T) {
 	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 	for _, tc := range importLineCases {
 		t.Run(tc.name, func(t *testing.T) {
-			e, err := parseImportLine([]byte(tc.line), now)
+			e, _, err := parseImportLine([]byte(tc.line), now)
 			if tc.wantErr == "" {
 				if err != nil {
 					t.Fatalf("refused: %v", err)
@@ -76,7 +76,7 @@ func FuzzParseImportLine(f *testing.F) {
 	}
 	now := time.Now()
 	f.Fuzz(func(t *testing.T, line string) {
-		e, err := parseImportLine([]byte(line), now)
+		e, _, err := parseImportLine([]byte(line), now)
 		if err != nil {
 			return
 		}

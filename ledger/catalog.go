@@ -68,7 +68,11 @@ func (s *Store) CreatePoll(ctx context.Context, p Poll) error {
 				return err
 			}
 		}
-		return nil
+		h, err := lockHead(ctx, tx, p.ID)
+		if err != nil {
+			return err
+		}
+		return appendDefinition(ctx, tx, p.ID, h)
 	})
 }
 
@@ -124,18 +128,27 @@ func (p Poll) validateNew() error {
 }
 
 // ClosePoll closes a poll at the time at (or keeps an earlier closing time).
-// Events received from then on are rejected as poll_closed.
+// Events received from then on are rejected as poll_closed. A closing
+// time that changes appends the poll's definition to its log, under its
+// head's lock, which appends take before they check their votes against
+// the window: no vote the new window refuses gets a leaf after it.
 func (s *Store) ClosePoll(ctx context.Context, id string, at time.Time) error {
-	tag, err := s.pool.Exec(ctx, `
-UPDATE polls SET closes_at = least(coalesce(closes_at, $2), greatest($2, opens_at))
-WHERE id = $1`, id, at)
-	if err != nil {
-		return interpretError("close poll "+id, err)
-	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("close poll %s: %w", id, ErrNotFound)
-	}
-	return nil
+	return s.runTx(ctx, "close poll "+id, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		h, err := lockHead(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		var changed bool
+		err = tx.QueryRow(ctx, `
+WITH old AS (SELECT id, closes_at FROM polls WHERE id = $1)
+UPDATE polls p SET closes_at = least(coalesce(p.closes_at, $2), greatest($2, p.opens_at))
+FROM old WHERE p.id = old.id
+RETURNING p.closes_at IS DISTINCT FROM old.closes_at`, id, at).Scan(&changed)
+		if err != nil || !changed {
+			return err
+		}
+		return appendDefinition(ctx, tx, id, h)
+	})
 }
 
 const pollsSQL = `

@@ -62,16 +62,21 @@ func unsigned(t *testing.T, b bundle) map[string]ledger.LogHead {
 }
 
 // A head is listed as unsigned once it grew past its latest checkpoint,
-// and no longer once that size is signed; a poll with no rows never is.
+// and no longer once that size is signed. A new poll's is, at size 1: its
+// definition is signed before any vote.
 func TestUnsignedHeadsFollowCheckpoints(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.poll(t, "p1", "a", "b")
 	b.poll(t, "p2", "a", "b")
 	b.poll(t, "empty", "a")
-	if got := unsigned(t, b); len(got) != 0 {
-		t.Fatalf("unsigned heads before any vote: %+v", got)
+	if got := unsigned(t, b); len(got) != 3 || got["p1"].Size != 1 || got["empty"].Size != 1 {
+		t.Fatalf("unsigned heads before any vote: %+v, want the three definitions", got)
 	}
+	if _, err := b.store.LatestCheckpoint(b.ctx, "empty"); !errors.Is(err, ledger.ErrNotFound) {
+		t.Fatalf("latest checkpoint of a poll with none: %v, want ErrNotFound", err)
+	}
+	signHead(t, b, unsigned(t, b)["empty"])
 	appendN := func(poll string, from, n int) {
 		t.Helper()
 		var batch []ledger.Event
@@ -85,8 +90,8 @@ func TestUnsignedHeadsFollowCheckpoints(t *testing.T) {
 	appendN("p1", 0, 3)
 	appendN("p2", 0, 2)
 	got := unsigned(t, b)
-	if len(got) != 2 || got["p1"].Size != 3 || got["p2"].Size != 2 {
-		t.Fatalf("unsigned heads after votes: %+v, want p1 at 3 and p2 at 2", got)
+	if len(got) != 2 || got["p1"].Size != 4 || got["p2"].Size != 3 {
+		t.Fatalf("unsigned heads after votes: %+v, want p1 at 4 and p2 at 3", got)
 	}
 	for _, p := range []string{"p1", "p2"} {
 		head, err := b.store.Head(b.ctx, p)
@@ -100,20 +105,20 @@ func TestUnsignedHeadsFollowCheckpoints(t *testing.T) {
 	note := signHead(t, b, got["p1"])
 	// Signing the same head again (a second projector) is fine.
 	signHead(t, b, got["p1"])
-	if got := unsigned(t, b); len(got) != 1 || got["p2"].Size != 2 {
+	if got := unsigned(t, b); len(got) != 1 || got["p2"].Size != 3 {
 		t.Fatalf("unsigned heads after p1 was signed: %+v, want p2 only", got)
 	}
 	latest, err := b.store.LatestCheckpoint(b.ctx, "p1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if latest.Size != 3 || latest.Note != note || latest.Root != got["p1"].Root {
-		t.Fatalf("latest checkpoint of p1: %+v, want size 3 with the note signed", latest)
+	if latest.Size != 4 || latest.Note != note || latest.Root != got["p1"].Root {
+		t.Fatalf("latest checkpoint of p1: %+v, want size 4 with the note signed", latest)
 	}
 	appendN("p1", 3, 2)
 	again := unsigned(t, b)
-	if len(again) != 2 || again["p1"].Size != 5 {
-		t.Fatalf("unsigned heads after p1 grew: %+v, want p1 at 5 and p2", again)
+	if len(again) != 2 || again["p1"].Size != 6 {
+		t.Fatalf("unsigned heads after p1 grew: %+v, want p1 at 6 and p2", again)
 	}
 	signHead(t, b, again["p1"])
 	signHead(t, b, again["p2"])
@@ -128,11 +133,8 @@ func TestUnsignedHeadsFollowCheckpoints(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s := strings.Join(sizes, " "); s != "p1/3 p1/5 p2/2" {
-		t.Fatalf("checkpoints %s, want p1/3 p1/5 p2/2 in (poll, size) order", s)
-	}
-	if _, err := b.store.LatestCheckpoint(b.ctx, "empty"); !errors.Is(err, ledger.ErrNotFound) {
-		t.Fatalf("latest checkpoint of a poll with none: %v, want ErrNotFound", err)
+	if s := strings.Join(sizes, " "); s != "empty/1 p1/4 p1/6 p2/3" {
+		t.Fatalf("checkpoints %s, want empty/1 p1/4 p1/6 p2/3 in (poll, size) order", s)
 	}
 }
 
@@ -160,8 +162,8 @@ func TestAddCheckpointRefusesTreesTheLogDoesNotHold(t *testing.T) {
 		root tlog.Hash
 		want error
 	}{
-		{"past the head", "p", 3, head.Root, ledger.ErrInvalid},
-		{"another root at a stored size", "p", 2, other, ledger.ErrInvalid},
+		{"past the head", "p", 4, head.Root, ledger.ErrInvalid},
+		{"another root at a stored size", "p", 3, other, ledger.ErrInvalid},
 		{"unknown poll", "nopoll", 1, head.Root, ledger.ErrNotFound},
 	} {
 		if err := b.store.AddCheckpoint(b.ctx, c.poll, c.size, c.root, "note"); !errors.Is(err, c.want) {
@@ -171,7 +173,7 @@ func TestAddCheckpointRefusesTreesTheLogDoesNotHold(t *testing.T) {
 	if _, err := b.store.Append(b.ctx, []ledger.Event{ev("u3", "k", "p", "a")}); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.store.AddCheckpoint(b.ctx, "p", 3, other, "note"); !errors.Is(err, ledger.ErrInvalid) {
+	if err := b.store.AddCheckpoint(b.ctx, "p", 4, other, "note"); !errors.Is(err, ledger.ErrInvalid) {
 		t.Errorf("another root at the head's size: got %v, want ErrInvalid", err)
 	}
 	n := 0

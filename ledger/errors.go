@@ -66,7 +66,7 @@ func interpretError(what string, err error) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("%s: %w", what, err)
 	}
-	if errors.Is(err, errRaced) {
+	if errors.Is(err, errRaced) || errors.Is(err, errRedefined) {
 		return &retryableError{fmt.Errorf("%s: %w", what, err)}
 	}
 	if errors.Is(err, pgx.ErrNoRows) {

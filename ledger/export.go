@@ -5,6 +5,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"golang.org/x/mod/sumdb/tlog"
+
+	"tally/audit"
 )
 
 // LedgerRow is one row of poll_events as Export reads it.
@@ -17,6 +20,9 @@ type LedgerRow struct {
 	ReceivedAt    time.Time
 	RecordedAt    time.Time
 	LeafIndex     int64 // its leaf in its poll's log; -1: in none
+	// Definition, when set, makes the row a definition leaf of its poll
+	// (PollID, RecordedAt and LeafIndex set), not a ledger row.
+	Definition *audit.Definition
 }
 
 // Event returns the row as an Event, the form Append takes back.
@@ -25,19 +31,31 @@ func (r LedgerRow) Event() Event {
 		CandidateID: r.CandidateID, ReceivedAt: r.ReceivedAt}
 }
 
+// LeafHash is the hash of the row's leaf in its poll's log: its
+// definition's, or its vote's.
+func (r LedgerRow) LeafHash() (tlog.Hash, error) {
+	if r.Definition != nil {
+		return audit.DefinitionHash(*r.Definition)
+	}
+	return leafHash(r.Event())
+}
+
 // exportSQL walks the leaves in the order they were written (the id of
-// poll_log_leaves), which is each poll's leaf order, and then the rows in
-// no leaf (a log still to build, or rows inserted outside an append), in
-// seq order.
+// poll_log_leaves), which is each poll's leaf order, definitions (a
+// negative seq) among the rows, and then the rows in no leaf (a log still
+// to build, or rows inserted outside an append), in seq order.
 const exportSQL = `
-(SELECT e.seq, e.client_event_id, e.poll_id, e.candidate_id, e.principal_id, e.received_at, e.recorded_at, l.first_leaf + s.ord - 1
+(SELECT s.seq, e.client_event_id, l.poll_id, e.candidate_id, e.principal_id, e.received_at, coalesce(e.recorded_at, d.recorded_at), l.first_leaf + s.ord - 1,
+        d.poll_id, d.title, d.opens_at, d.closes_at, d.eligible_hash, d.choices
 FROM poll_log_leaves l
 CROSS JOIN LATERAL unnest(l.seqs) WITH ORDINALITY AS s(seq, ord)
-JOIN poll_events e ON e.seq = s.seq AND e.poll_id = l.poll_id
-WHERE $1::text IS NULL OR l.poll_id = $1
+LEFT JOIN poll_events e ON s.seq > 0 AND e.seq = s.seq AND e.poll_id = l.poll_id
+LEFT JOIN poll_definitions d ON s.seq < 0 AND d.id = -s.seq AND d.poll_id = l.poll_id
+WHERE ($1::text IS NULL OR l.poll_id = $1) AND (e.seq IS NOT NULL OR d.id IS NOT NULL)
  ORDER BY l.id, s.ord)
 UNION ALL
-(SELECT e.seq, e.client_event_id, e.poll_id, e.candidate_id, e.principal_id, e.received_at, e.recorded_at, NULL
+(SELECT e.seq, e.client_event_id, e.poll_id, e.candidate_id, e.principal_id, e.received_at, e.recorded_at, NULL,
+        NULL, NULL, NULL, NULL, NULL, NULL
  FROM poll_events e
  LEFT JOIN (SELECT unnest(seqs) AS seq FROM poll_log_leaves WHERE $1::text IS NULL OR poll_id = $1) l ON l.seq = e.seq
  WHERE ($1::text IS NULL OR e.poll_id = $1) AND l.seq IS NULL
@@ -46,7 +64,8 @@ UNION ALL
 // Export calls fn for every ledger row (one poll's when pollID is not
 // empty), each poll's in its leaf order, from one snapshot: importing the
 // rows in that order elsewhere reproduces every poll's log. Rows in no
-// leaf come last, with LeafIndex -1. It streams: memory does not grow
+// leaf come last, with LeafIndex -1. A poll's definitions come as rows
+// with Definition set, at their leaves. It streams: memory does not grow
 // with the ledger.
 func (s *Store) Export(ctx context.Context, pollID string, fn func(LedgerRow) error) error {
 	var p *string
@@ -57,14 +76,28 @@ func (s *Store) Export(ctx context.Context, pollID string, fn func(LedgerRow) er
 	if err != nil {
 		return interpretError("export ledger", err)
 	}
-	var r LedgerRow
-	var leaf *int64
-	_, err = pgx.ForEachRow(rows, []any{&r.Seq, &r.ClientEventID, &r.PollID, &r.CandidateID, &r.PrincipalID, &r.ReceivedAt, &r.RecordedAt, &leaf},
+	var (
+		r             LedgerRow
+		leaf          *int64
+		key, cand, pr *string
+		received      *time.Time
+		def           definitionRow
+	)
+	_, err = pgx.ForEachRow(rows, []any{&r.Seq, &key, &r.PollID, &cand, &pr, &received, &r.RecordedAt, &leaf,
+		&def.poll, &def.title, &def.opens, &def.closes, &def.eligible, &def.choices},
 		func() error {
 			r.LeafIndex = -1
 			if leaf != nil {
 				r.LeafIndex = *leaf
 			}
+			if def.poll != nil {
+				d := def.definition()
+				r.Seq, r.Definition = 0, &d
+				r.ClientEventID, r.CandidateID, r.PrincipalID, r.ReceivedAt = "", "", "", time.Time{}
+				return fn(r)
+			}
+			r.Definition = nil
+			r.ClientEventID, r.CandidateID, r.PrincipalID, r.ReceivedAt = *key, *cand, *pr, *received
 			return fn(r)
 		})
 	return interpretError("export ledger", err)

@@ -129,6 +129,9 @@ func TestConcurrentAppends(t *testing.T) {
 	checkInvariants(t, b)
 	rows := 0
 	if err := b.store.Export(b.ctx, "", func(r ledger.LedgerRow) error {
+		if r.Definition != nil {
+			return nil
+		}
 		rows++
 		told := recorded[[2]string{r.PrincipalID, r.ClientEventID}]
 		if len(told) == 0 || told[0].Seq != r.Seq || told[0].PollID != r.PollID || told[0].CandidateID != r.CandidateID {
@@ -297,10 +300,10 @@ func TestRebuildWhileAppending(t *testing.T) {
 		}
 		var leaves int64
 		for _, c := range rep.Logs {
-			leaves += c.Size
+			leaves += c.Size - c.Definitions
 		}
 		if leaves != rep.LedgerEvents {
-			t.Fatalf("rebuild %d: the logs hold %d leaves, the recount %d events", i, leaves, rep.LedgerEvents)
+			t.Fatalf("rebuild %d: the logs hold %d leaves of votes, the recount %d events", i, leaves, rep.LedgerEvents)
 		}
 	}
 	stop()

@@ -112,7 +112,7 @@ func (s *Store) runTx(ctx context.Context, what string, opts pgx.TxOptions, fn f
 // isConflict reports a deadlock or serialization failure: the transaction
 // certainly rolled back, and running it again is safe.
 func isConflict(err error) bool {
-	if errors.Is(err, errRaced) {
+	if errors.Is(err, errRaced) || errors.Is(err, errRedefined) {
 		return true
 	}
 	var pgErr *pgconn.PgError

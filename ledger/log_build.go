@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"golang.org/x/mod/sumdb/tlog"
 
+	"tally/audit"
 	"tally/vote"
 )
 
@@ -21,12 +23,14 @@ import (
 const buildChunk = 1 << 16
 
 // logRowsSQL reads a poll's leaves in leaf order, each with its ledger
-// row: NULLs where the row is gone.
+// row, or its definition for a negative seq: NULLs where the row is gone.
 const logRowsSQL = `
-SELECT l.first_leaf + s.ord - 1, s.seq, e.poll_id, e.candidate_id, e.principal_id, e.client_event_id, e.received_at, e.fingerprint
+SELECT l.first_leaf + s.ord - 1, s.seq, e.poll_id, e.candidate_id, e.principal_id, e.client_event_id, e.received_at, e.fingerprint,
+       d.poll_id, d.title, d.opens_at, d.closes_at, d.eligible_hash, d.choices
 FROM poll_log_leaves l
 CROSS JOIN LATERAL unnest(l.seqs) WITH ORDINALITY AS s(seq, ord)
-LEFT JOIN poll_events e ON e.seq = s.seq
+LEFT JOIN poll_events e ON s.seq > 0 AND e.seq = s.seq
+LEFT JOIN poll_definitions d ON s.seq < 0 AND d.id = -s.seq
 WHERE l.poll_id = $1
 ORDER BY l.first_leaf, s.ord`
 
@@ -56,19 +60,19 @@ func buildLog(ctx context.Context, tx pgx.Tx, poll string, h *logHead, added int
 	if _, err := tx.Exec(ctx, numberRowsSQL, poll); err != nil {
 		return interpretError(what, err)
 	}
-	state, full, n, _, err := hashRows(ctx, tx, poll)
+	hh, err := hashRows(ctx, tx, poll)
 	if err != nil {
 		return err
 	}
-	if n != h.size+added {
-		return fmt.Errorf("%s: %d leaves, but its head counts %d and the append added %d: run tally rebuild, which names what differs", what, n, h.size, added)
+	if hh.n != h.size+added {
+		return fmt.Errorf("%s: %d leaves, but its head counts %d and the append added %d: run tally rebuild, which names what differs", what, hh.n, h.size, added)
 	}
 	var w logWrites
-	w.add(poll, state, full)
+	w.add(poll, hh.state, hh.full)
 	if err := w.exec(ctx, tx, what); err != nil {
 		return err
 	}
-	h.state, h.built = state, true
+	h.state, h.built = hh.state, true
 	return nil
 }
 
@@ -79,11 +83,11 @@ func buildLog(ctx context.Context, tx pgx.Tx, poll string, h *logHead, added int
 // redelivered event from a key reused for another answer). A gap or a
 // repeat in the leaf indexes, or a leaf whose row is gone or of another
 // poll, is a *LogError naming the leaf.
-func hashRows(ctx context.Context, tx pgx.Tx, poll string) (state logState, all []fullTile, n, badFP int64, err error) {
+func hashRows(ctx context.Context, tx pgx.Tx, poll string) (hashed, error) {
 	what := "hash the log of poll " + poll
 	rows, err := tx.Query(ctx, logRowsSQL, poll)
 	if err != nil {
-		return logState{}, nil, 0, -1, interpretError(what, err)
+		return hashed{}, interpretError(what, err)
 	}
 	lh := newLeafHasher(poll)
 	var (
@@ -92,10 +96,21 @@ func hashRows(ctx context.Context, tx pgx.Tx, poll string) (state logState, all 
 		key               *string
 		received          *time.Time
 		fp                []byte
+		def               definitionRow
 	)
-	_, err = pgx.ForEachRow(rows, []any{&leaf, &seq, &rowPoll, &cand, &pr, &key, &received, &fp}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&leaf, &seq, &rowPoll, &cand, &pr, &key, &received, &fp,
+		&def.poll, &def.title, &def.opens, &def.closes, &def.eligible, &def.choices}, func() error {
 		if leaf != lh.h.n {
 			return &LogError{PollID: poll, Leaf: lh.h.n, Problem: leafGap(lh.h.n, leaf)}
+		}
+		if seq < 0 {
+			if def.poll == nil {
+				return &LogError{PollID: poll, Leaf: leaf, Problem: fmt.Sprintf("its definition (id %d) is missing: it was deleted", -seq)}
+			}
+			if *def.poll != poll {
+				return &LogError{PollID: poll, Leaf: leaf, Problem: fmt.Sprintf("its definition (id %d) is poll %s's: the leaf moved", -seq, *def.poll)}
+			}
+			return lh.addDefinition(def.definition())
 		}
 		switch {
 		case rowPoll == nil:
@@ -109,23 +124,26 @@ func hashRows(ctx context.Context, tx pgx.Tx, poll string) (state logState, all 
 		err = lh.flush()
 	}
 	if err != nil {
-		return logState{}, nil, 0, -1, interpretError(what, err)
+		return hashed{}, interpretError(what, err)
 	}
-	return lh.h.state, lh.h.full, lh.h.n, lh.h.badFP, nil
+	return lh.h, nil
 }
 
-// leafHasher hashes a poll's rows, given in leaf order, into its tree, and
-// notes the first leaf whose stored fingerprint is not its poll's and
-// candidate's. hashRows and the rebuild's one pass (log_pass.go) feed it.
+// leafHasher hashes a poll's leaves, given in leaf order, into its tree,
+// and notes the first leaf whose stored fingerprint is not its poll's and
+// candidate's, and the first that breaks the definitions (a vote the
+// definition in force refuses, a definition that may not follow the one
+// before). hashRows and the rebuild's one pass (log_pass.go) feed it.
 type leafHasher struct {
 	poll  string
 	h     hashed // rows is left to the caller
 	fps   map[string][32]byte
-	chunk []tlog.Hash // hashed, not yet in the tree
+	def   *audit.Definition // in force: the last one hashed
+	chunk []tlog.Hash       // hashed, not yet in the tree
 }
 
 func newLeafHasher(poll string) *leafHasher {
-	return &leafHasher{poll: poll, h: hashed{state: emptyLog(), badFP: -1}, fps: map[string][32]byte{},
+	return &leafHasher{poll: poll, h: hashed{state: emptyLog(), badFP: -1, badDef: -1}, fps: map[string][32]byte{},
 		chunk: make([]tlog.Hash, 0, buildChunk)}
 }
 
@@ -143,6 +161,31 @@ func (lh *leafHasher) add(cand, pr, key string, received time.Time, fp []byte) e
 	if lh.h.badFP < 0 && !bytes.Equal(fp, want[:]) {
 		lh.h.badFP = lh.h.n
 	}
+	if lh.def != nil && lh.h.badDef < 0 {
+		if why := lh.def.Refuses(cand, received); why != "" {
+			lh.h.badDef, lh.h.defProblem = lh.h.n, why
+		}
+	}
+	return lh.push(h)
+}
+
+// addDefinition hashes the definition of the next leaf.
+func (lh *leafHasher) addDefinition(d audit.Definition) error {
+	h, err := audit.DefinitionHash(d)
+	if err != nil {
+		return fmt.Errorf("leaf %d: %w", lh.h.n, err)
+	}
+	if lh.def != nil && lh.h.badDef < 0 {
+		if why := d.Follows(*lh.def); why != "" {
+			lh.h.badDef, lh.h.defProblem = lh.h.n, why
+		}
+	}
+	lh.def = &d
+	lh.h.defs++
+	return lh.push(h)
+}
+
+func (lh *leafHasher) push(h tlog.Hash) error {
 	lh.chunk = append(lh.chunk, h)
 	lh.h.n++
 	if len(lh.chunk) == buildChunk {
@@ -216,4 +259,27 @@ func (s *Store) BuildLogs(ctx context.Context) (int, error) {
 		s.cfg.Logger.Info("built a poll's log from its rows", "poll", poll, "took", time.Since(start).Round(time.Millisecond))
 	}
 	return built, nil
+}
+
+// definitionRow is a poll_definitions row as the log's readers scan it:
+// nil where a leaf is a vote, or its definition is gone.
+type definitionRow struct {
+	poll, title *string
+	opens       *time.Time
+	closes      *time.Time
+	eligible    []byte
+	choices     []string
+}
+
+func (r definitionRow) definition() audit.Definition {
+	d := audit.Definition{PollID: *r.poll, Title: *r.title, OpensAt: *r.opens, Choices: slices.Clone(r.choices)}
+	if r.closes != nil {
+		t := *r.closes
+		d.ClosesAt = &t
+	}
+	if len(r.eligible) == 32 {
+		h := [32]byte(r.eligible)
+		d.EligibleHash = &h
+	}
+	return d
 }

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"tally/audit"
 )
 
 // This file owns the rebuild's one pass over the ledger: every row read
@@ -39,6 +41,7 @@ type passRow struct {
 	key      string
 	received time.Time
 	fp       []byte
+	def      *audit.Definition // a definition's leaf (seq < 0), not a row
 }
 
 // hashed is a poll's rows hashed in leaf order, as hashRows gives them,
@@ -48,7 +51,12 @@ type hashed struct {
 	full  []fullTile
 	n     int64 // leaves hashed
 	badFP int64 // the first leaf whose fingerprint is wrong, -1: none
-	rows  int64 // the ledger's rows of the poll
+	// badDef is the first leaf that breaks the definitions (-1: none),
+	// and defProblem says how.
+	badDef     int64
+	defProblem string
+	defs       int64 // definition leaves
+	rows       int64 // the ledger's rows of the poll
 }
 
 // passPoll is one poll in the pass.
@@ -57,6 +65,7 @@ type passPoll struct {
 	seqs    []int64 // its leaves' rows, in leaf order
 	next    int     // the leaf whose row comes next
 	pending map[int64]passRow
+	defs    map[int64]*audit.Definition // every poll's, by id
 	rows    int64
 	failed  bool // left to the per-poll check
 
@@ -159,7 +168,37 @@ WHERE $1::text IS NULL OR poll_id = $1 ORDER BY poll_id, first_leaf`, pollID)
 	if err != nil {
 		return nil, interpretError("read the logs' leaves", err)
 	}
+	defs, err := passDefinitions(ctx, tx, pollID)
+	if err != nil {
+		return nil, err
+	}
+	for _, pp := range polls {
+		pp.defs = defs
+		pp.catchUp()
+	}
 	return polls, nil
+}
+
+// passDefinitions reads the definitions of the polls (one's when pollID is
+// set), by id.
+func passDefinitions(ctx context.Context, tx pgx.Tx, pollID *string) (map[int64]*audit.Definition, error) {
+	rows, err := tx.Query(ctx, `
+SELECT id, poll_id, title, opens_at, closes_at, eligible_hash, choices FROM poll_definitions
+WHERE $1::text IS NULL OR poll_id = $1`, pollID)
+	if err != nil {
+		return nil, interpretError("read the polls' definitions", err)
+	}
+	out := map[int64]*audit.Definition{}
+	var (
+		id  int64
+		def definitionRow
+	)
+	_, err = pgx.ForEachRow(rows, []any{&id, &def.poll, &def.title, &def.opens, &def.closes, &def.eligible, &def.choices}, func() error {
+		d := def.definition()
+		out[id] = &d
+		return nil
+	})
+	return out, interpretError("read the polls' definitions", err)
 }
 
 // take is the poll's next row in seq order: hashed when its leaf is next,
@@ -175,12 +214,28 @@ func (pp *passPoll) take(r passRow) {
 		return
 	}
 	pp.emit(r)
-	for pp.next < len(pp.seqs) {
-		held, ok := pp.pending[pp.seqs[pp.next]]
+	pp.catchUp()
+}
+
+// catchUp emits the leaves that are next and at hand: definitions, and
+// rows held until their turn.
+func (pp *passPoll) catchUp() {
+	for pp.next < len(pp.seqs) && !pp.failed {
+		seq := pp.seqs[pp.next]
+		if seq < 0 {
+			d := pp.defs[-seq]
+			if d == nil || d.PollID != pp.id {
+				pp.fail() // the per-poll check names the leaf
+				return
+			}
+			pp.emit(passRow{seq: seq, def: d})
+			continue
+		}
+		held, ok := pp.pending[seq]
 		if !ok {
 			return
 		}
-		delete(pp.pending, held.seq)
+		delete(pp.pending, seq)
 		pp.emit(held)
 	}
 }
@@ -233,7 +288,11 @@ func (pp *passPoll) hash() {
 			if pp.err != nil {
 				break // drain
 			}
-			pp.err = lh.add(r.cand, r.pr, r.key, r.received, r.fp)
+			if r.def != nil {
+				pp.err = lh.addDefinition(*r.def)
+			} else {
+				pp.err = lh.add(r.cand, r.pr, r.key, r.received, r.fp)
+			}
 		}
 	}
 	if pp.err == nil {

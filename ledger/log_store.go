@@ -166,8 +166,10 @@ type newLeaf struct {
 // their polls' logs, in batch order (the stream's, or an import file's, so
 // an export imported elsewhere gets the same leaves): it locks the heads of
 // their polls,
-// notes the leaves, and writes them with the new tiles and heads. A poll
-// whose log is still to build is built with them.
+// checks the votes against their polls' windows as they stand once the
+// heads are held (a close commits under the same lock: see
+// definitions.go), notes the leaves, and writes them with the new tiles
+// and heads. A poll whose log is still to build is built with them.
 func appendLogs(ctx context.Context, tx pgx.Tx, events []Event, outcomes []Outcome) error {
 	added := map[string][]newLeaf{}
 	var polls []string
@@ -186,6 +188,9 @@ func appendLogs(ctx context.Context, tx pgx.Tx, events []Event, outcomes []Outco
 	}
 	heads, err := lockHeads(ctx, tx, polls)
 	if err != nil {
+		return err
+	}
+	if err := checkWindows(ctx, tx, polls, added, events); err != nil {
 		return err
 	}
 	var w logWrites

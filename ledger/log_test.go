@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	"golang.org/x/mod/sumdb/tlog"
 
-	"tally/audit"
 	"tally/internal/testenv"
 	"tally/ledger"
 	"tally/migrations"
@@ -32,8 +31,7 @@ func referenceRoots(t *testing.T, b bundle) map[string]tlog.Hash {
 			m = map[int64]tlog.Hash{}
 			trees[r.PollID] = m
 		}
-		h, err := audit.LeafHash(audit.Leaf{PollID: r.PollID, CandidateID: r.CandidateID, PrincipalID: r.PrincipalID,
-			ClientEventID: r.ClientEventID, ReceivedAt: r.ReceivedAt})
+		h, err := r.LeafHash()
 		if err != nil {
 			return err
 		}
@@ -123,8 +121,8 @@ func TestLogRootIsTheExportsTree(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if head.Size != 0 || head.Root != sha256Empty() {
-		t.Errorf("empty poll's head: %+v, want size 0 and the SHA-256 of nothing", head)
+	if head.Size != 1 {
+		t.Errorf("empty poll's head: %+v, want size 1: its definition", head)
 	}
 }
 
@@ -167,10 +165,12 @@ func TestRebuildFindsATamperedLedger(t *testing.T) {
 	}{
 		{"changed candidate", `UPDATE poll_events SET candidate_id = CASE candidate_id WHEN 'a' THEN 'b' ELSE 'a' END WHERE seq = ` + leafSeq("p", 300), 300, "does not hash"},
 		{"deleted row", `DELETE FROM poll_events WHERE seq = ` + leafSeq("p", 77), 77, "missing"},
-		{"deleted last row", `DELETE FROM poll_events WHERE seq = ` + leafSeq("p", 599), 599, "missing"},
+		{"deleted last row", `DELETE FROM poll_events WHERE seq = ` + leafSeq("p", 600), 600, "missing"},
 		{"inserted row", `INSERT INTO poll_events (poll_id, candidate_id, principal_id, client_event_id, fingerprint, received_at)
-			VALUES ('p', 'a', 'mallory', 'k', '\x00', now())`, 600, "in no leaf"},
-		{"swapped rows", `UPDATE poll_log_leaves SET seqs = seqs[1:5] || seqs[7] || seqs[6] || seqs[8:] WHERE poll_id = 'p' AND first_leaf = 0`, 5, "does not hash"},
+			VALUES ('p', 'a', 'mallory', 'k', '\x00', now())`, 601, "in no leaf"},
+		// Leaf 0 is the poll's definition, alone in its leaves row; the
+		// votes' leaves start at 1.
+		{"swapped rows", `UPDATE poll_log_leaves SET seqs = seqs[1:5] || seqs[7] || seqs[6] || seqs[8:] WHERE poll_id = 'p' AND first_leaf = 1`, 6, "does not hash"},
 		{"changed time", `UPDATE poll_events SET received_at = received_at + interval '1 microsecond' WHERE seq = ` + leafSeq("p", 513), 513, "does not hash"},
 		// Only the head's root, with the rows, leaves and tiles untouched:
 		// no leaf is to blame (-1).
@@ -240,8 +240,8 @@ func TestRebuildFindsARewrittenHead(t *testing.T) {
 		t.Fatal(err)
 	}
 	tamper(t, b, `DELETE FROM poll_events WHERE seq = `+leafSeq("p", 10))
-	tamper(t, b, `UPDATE poll_log_leaves SET seqs = seqs[1:10] || seqs[12:] WHERE poll_id = 'p' AND first_leaf = 0`)
-	tamper(t, b, `UPDATE poll_log_heads SET size = 699 WHERE poll_id = 'p'`)
+	tamper(t, b, `UPDATE poll_log_leaves SET seqs = seqs[1:9] || seqs[11:] WHERE poll_id = 'p' AND first_leaf = 1`)
+	tamper(t, b, `UPDATE poll_log_heads SET size = 700 WHERE poll_id = 'p'`)
 	rep, err := b.store.Rebuild(b.ctx, "p")
 	if err != nil {
 		t.Fatal(err)
@@ -336,7 +336,7 @@ func TestRebuildFindsATamperedFingerprint(t *testing.T) {
 	// The fingerprint of (p, b) on a row that says (p, a): the same
 	// length and a real fingerprint, only not this row's.
 	other := vote.Fingerprint("p", "b")
-	tamper(t, b, `UPDATE poll_events SET fingerprint = $1 WHERE candidate_id = 'a' AND seq = `+leafSeq("p", 42), other[:])
+	tamper(t, b, `UPDATE poll_events SET fingerprint = $1 WHERE candidate_id = 'a' AND seq = `+leafSeq("p", 43), other[:])
 	tamper(t, b, `UPDATE poll_events SET fingerprint = $1 WHERE candidate_id = 'a' AND seq = `+leafSeq("p", 77), other[:])
 	rep, err := b.store.Rebuild(b.ctx, "")
 	if err != nil {
@@ -349,8 +349,8 @@ func TestRebuildFindsATamperedFingerprint(t *testing.T) {
 		switch {
 		case c.PollID == "q" && !c.OK():
 			t.Errorf("untouched poll q reported: %+v", c)
-		case c.PollID == "p" && (c.Leaf != 42 || !strings.Contains(c.Problem, "fingerprint does not match")):
-			t.Errorf("poll p: leaf %d %q, want leaf 42 and its fingerprint named", c.Leaf, c.Problem)
+		case c.PollID == "p" && (c.Leaf != 43 || !strings.Contains(c.Problem, "fingerprint does not match")):
+			t.Errorf("poll p: leaf %d %q, want leaf 43 and its fingerprint named", c.Leaf, c.Problem)
 		}
 	}
 }
@@ -410,8 +410,9 @@ func TestMigrationMovesLeafOrder(t *testing.T) {
 }
 
 // Migration 9 drops the tiles and the heads' roots (a change of tile
-// height); BuildLogs then hashes every poll's leaves again, in their leaf
-// order, to the same roots: the signed checkpoints still hold.
+// height); BuildLogs then hashes every poll's leaves again, definitions
+// and votes, in their leaf order, to the same roots: the signed
+// checkpoints still hold.
 func TestMigrationRetilesTheLogs(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -434,18 +435,14 @@ func TestMigrationRetilesTheLogs(t *testing.T) {
 		}
 		before[poll] = h
 	}
-	sqlDB := stdlib.OpenDBFromPool(b.db.Pool)
-	defer sqlDB.Close()
-	p, err := migrations.NewProvider(sqlDB)
+	// Migration 9's Up, run again on logs that hold definitions (going
+	// down past migration 11 is refused once a definition is logged).
+	file, err := migrations.FS.ReadFile("00009_log_tiles_height4.sql")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.DownTo(b.ctx, 8); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.Up(b.ctx); err != nil {
-		t.Fatal(err)
-	}
+	up, _, _ := strings.Cut(string(file), "-- +goose Down")
+	tamper(t, b, up)
 	if _, err := b.store.Head(b.ctx, "p"); err == nil {
 		t.Fatal("p's head has a root before BuildLogs")
 	}

@@ -20,6 +20,9 @@ type LogCheck struct {
 	PollID string `json:"poll_id"`
 	Size   int64  `json:"size"` // the stored head's
 	Rows   int64  `json:"rows"` // the ledger's rows of the poll
+	// Definitions are the leaves that are the poll's definition, not a
+	// row: Size is Rows + Definitions in a log that verifies.
+	Definitions int64 `json:"definitions"`
 	// Leaf is the first leaf concerned by Problem, or -1.
 	Leaf    int64  `json:"leaf"`
 	Problem string `json:"problem,omitempty"` // "" when the log verifies
@@ -77,11 +80,8 @@ func (s *Store) verifyLogs(ctx context.Context, tx pgx.Tx, pollID string) ([]Log
 			rest = append(rest, i)
 			continue
 		}
-		if out[i], err = checkHashed(ctx, tx, LogCheck{PollID: h.poll, Size: h.size, Leaf: -1}, *hh, h.root, h.partial); err != nil {
+		if out[i], err = checkLog(ctx, tx, LogCheck{PollID: h.poll, Size: h.size, Leaf: -1}, *hh, h.root, h.partial); err != nil {
 			return nil, err
-		}
-		if out[i].OK() && hh.badFP >= 0 {
-			out[i].Leaf, out[i].Problem = hh.badFP, problemFingerprint
 		}
 	}
 	workers := min(len(rest), runtime.GOMAXPROCS(0), int(s.pool.Config().MaxConns)-1)
@@ -147,44 +147,46 @@ var snapshotID = regexp.MustCompile(`^[0-9A-F]+-[0-9A-F]+(-[0-9]+)?$`)
 const problemFingerprint = "the stored fingerprint does not match the row's poll and candidate"
 
 // verifyLog checks one poll's log: its tree against the rows, then, when
-// the tree holds, each row's fingerprint, which the leaf does not cover.
+// the tree holds, each row's fingerprint, which the leaf does not cover,
+// and each leaf against the definitions.
 func verifyLog(ctx context.Context, tx pgx.Tx, poll string, size int64, root, partial []byte) (LogCheck, error) {
-	c, badFP, err := verifyTree(ctx, tx, poll, size, root, partial)
-	if err != nil || !c.OK() {
-		return c, err
-	}
-	if badFP >= 0 {
-		c.Leaf, c.Problem = badFP, problemFingerprint
-	}
-	return c, nil
-}
-
-// verifyTree hashes the poll's rows against its stored head and tiles; it
-// also returns the first leaf whose fingerprint is wrong (-1: none).
-func verifyTree(ctx context.Context, tx pgx.Tx, poll string, size int64, root, partial []byte) (LogCheck, int64, error) {
 	c := LogCheck{PollID: poll, Size: size, Leaf: -1}
-	state, full, n, badFP, err := hashRows(ctx, tx, poll)
+	h, err := hashRows(ctx, tx, poll)
 	var le *LogError
 	switch {
 	case errors.As(err, &le):
 		c.Leaf, c.Problem = le.Leaf, le.Problem
-		return c, badFP, nil
+		return c, nil
 	case err != nil:
-		return c, -1, err
+		return c, err
 	}
-	h := hashed{state: state, full: full, n: n, badFP: badFP}
 	if err := tx.QueryRow(ctx, `SELECT count(*) FROM poll_events WHERE poll_id = $1`, poll).Scan(&h.rows); err != nil {
-		return c, -1, err
+		return c, err
 	}
-	c, err = checkHashed(ctx, tx, c, h, root, partial)
-	return c, badFP, err
+	return checkLog(ctx, tx, c, h, root, partial)
+}
+
+// checkLog checks a poll's leaves, hashed, against its stored head and
+// tiles, then their fingerprints and definitions.
+func checkLog(ctx context.Context, tx pgx.Tx, c LogCheck, h hashed, root, partial []byte) (LogCheck, error) {
+	c, err := checkHashed(ctx, tx, c, h, root, partial)
+	if err != nil || !c.OK() {
+		return c, err
+	}
+	switch {
+	case h.badFP >= 0:
+		c.Leaf, c.Problem = h.badFP, problemFingerprint
+	case h.badDef >= 0:
+		c.Leaf, c.Problem = h.badDef, h.defProblem
+	}
+	return c, nil
 }
 
 // checkHashed checks a poll's rows, hashed in leaf order, against its
 // stored head (of c.Size leaves, root and partial tiles) and full tiles.
 func checkHashed(ctx context.Context, tx pgx.Tx, c LogCheck, h hashed, root, partial []byte) (LogCheck, error) {
 	state, full, n, size := h.state, h.full, h.n, c.Size
-	c.Rows = h.rows
+	c.Rows, c.Definitions = h.rows, h.defs
 	if root == nil {
 		c.Problem = "the log is still to build from rows older than it: run tally migrate up"
 		return c, nil
@@ -209,15 +211,15 @@ func checkHashed(ctx context.Context, tx pgx.Tx, c LogCheck, h hashed, root, par
 	// leaves, every row is a leaf, unless a leaf names a row twice, which
 	// the tiles would show. Only when the counts differ is the row in no
 	// leaf looked for, to name it.
-	if c.Rows != n {
+	if c.Rows+h.defs != n {
 		var unnumbered *int64
 		if err := tx.QueryRow(ctx, unnumberedSQL, c.PollID).Scan(&unnumbered); err != nil {
 			return c, err
 		}
 		c.Leaf = n
-		c.Problem = fmt.Sprintf("the ledger has %d rows of the poll, its log %d leaves", c.Rows, n)
+		c.Problem = fmt.Sprintf("the ledger has %d rows of the poll, its log %d leaves of votes", c.Rows, n-h.defs)
 		if unnumbered != nil {
-			c.Problem = fmt.Sprintf("the ledger row of seq %d is in no leaf of the log (the ledger has %d rows, the log %d leaves): it was inserted outside an append", *unnumbered, c.Rows, n)
+			c.Problem = fmt.Sprintf("the ledger row of seq %d is in no leaf of the log (the ledger has %d rows, the log %d leaves of votes): it was inserted outside an append", *unnumbered, c.Rows, n-h.defs)
 		}
 		return c, nil
 	}

@@ -90,8 +90,8 @@ func TestDaemonRoleCannotRewriteThePast(t *testing.T) {
 		t.Fatalf("append as the daemons' role: %v, want 300 recorded and 2 rejected", statuses)
 	}
 	head, err := d.store.Head(d.ctx, "p")
-	if err != nil || head.Size != 300 {
-		t.Fatalf("head after the append: %+v (%v), want size 300", head, err)
+	if err != nil || head.Size != 301 {
+		t.Fatalf("head after the append: %+v (%v), want size 301: the poll's definition and 300 votes", head, err)
 	}
 	signHead(t, d, head)
 	if rep := checkInvariants(t, d); len(rep.Logs) != 1 || rep.LedgerEvents != 300 {

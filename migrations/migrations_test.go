@@ -44,7 +44,7 @@ func TestUpResetUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"credential_key_retirements", "poll_choices", "poll_eligible", "poll_event_rejections", "poll_events", "poll_log_checkpoints", "poll_log_heads", "poll_log_leaves", "poll_log_tiles", "poll_results", "polls", "principals"}
+	want := []string{"credential_key_retirements", "poll_choices", "poll_definitions", "poll_eligible", "poll_event_rejections", "poll_events", "poll_log_checkpoints", "poll_log_heads", "poll_log_leaves", "poll_log_tiles", "poll_results", "polls", "principals"}
 	for round := 0; round < 2; round++ {
 		if _, err := p.Up(ctx); err != nil {
 			t.Fatalf("round %d up: %v", round, err)
@@ -229,7 +229,7 @@ WHERE schemaname = 'public' AND tablename <> 'goose_db_version'`)
 	want := map[string]string{
 		"polls": "SELECT", "poll_choices": "SELECT", "poll_eligible": "SELECT", "principals": "SELECT", "credential_key_retirements": "SELECT",
 		"poll_events": "SELECT,INSERT", "poll_event_rejections": "SELECT,INSERT",
-		"poll_log_tiles": "SELECT,INSERT", "poll_log_checkpoints": "SELECT,INSERT", "poll_log_leaves": "SELECT,INSERT",
+		"poll_log_tiles": "SELECT,INSERT", "poll_log_checkpoints": "SELECT,INSERT", "poll_log_leaves": "SELECT,INSERT", "poll_definitions": "SELECT,INSERT",
 		"poll_results": "SELECT,INSERT,UPDATE", "poll_log_heads": "SELECT,INSERT,UPDATE",
 	}
 	got := privileges()

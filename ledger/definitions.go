@@ -1,0 +1,124 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"golang.org/x/mod/sumdb/tlog"
+
+	"tally/audit"
+)
+
+// This file writes a poll's definition into its log (migration 00011,
+// docs/audit.md "The definition leaf"): CreatePoll and ClosePoll append
+// it in their transaction, under the poll's head lock, and an append
+// checks the votes it records against the window in force once it holds
+// that lock, so each vote's leaf follows a definition that takes it.
+
+// errRedefined: a poll's window changed (tally poll close) between the
+// reading of an append's facts and the lock of its log head; what the
+// batch decided may be void, and the batch runs again.
+var errRedefined = errors.New("a poll's window changed while the batch was decided")
+
+// definitionSQL reads a poll's definition as the catalog now holds it.
+const definitionSQL = `
+SELECT p.title, p.opens_at, p.closes_at, p.eligibility,
+       coalesce((SELECT array_agg(c.candidate_id ORDER BY c.position) FROM poll_choices c WHERE c.poll_id = p.id), '{}'),
+       coalesce((SELECT array_agg(e.principal_id) FROM poll_eligible e WHERE e.poll_id = p.id), '{}')
+FROM polls p WHERE p.id = $1`
+
+// appendDefinition writes poll's definition, as the catalog holds it in
+// tx, as the next leaf of its log. tx must hold the poll's head (h).
+func appendDefinition(ctx context.Context, tx pgx.Tx, poll string, h *logHead) error {
+	what := "log the definition of poll " + poll
+	d := audit.Definition{PollID: poll}
+	var eligibility string
+	var eligible []string
+	if err := tx.QueryRow(ctx, definitionSQL, poll).Scan(&d.Title, &d.OpensAt, &d.ClosesAt, &eligibility, &d.Choices, &eligible); err != nil {
+		return interpretError(what, err)
+	}
+	if eligibility == EligibleList {
+		hash := audit.EligibleListHash(eligible)
+		d.EligibleHash = &hash
+	}
+	leaf, err := audit.DefinitionHash(d)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	if !h.built {
+		if err := buildLog(ctx, tx, poll, h, 0); err != nil {
+			return err
+		}
+	}
+	var id int64
+	var hash []byte
+	if d.EligibleHash != nil {
+		hash = d.EligibleHash[:]
+	}
+	if err := tx.QueryRow(ctx, `
+INSERT INTO poll_definitions (poll_id, title, opens_at, closes_at, eligible_hash, choices)
+VALUES ($1, $2, $3, $4, $5, $6) RETURNING id`, poll, d.Title, d.OpensAt, d.ClosesAt, hash, d.Choices).Scan(&id); err != nil {
+		return interpretError(what, err)
+	}
+	next, full, err := h.state.extend([]tlog.Hash{leaf})
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	var w logWrites
+	w.addLeaves(poll, h.state.size, []int64{-id})
+	w.add(poll, next, full)
+	if err := w.exec(ctx, tx, what); err != nil {
+		return err
+	}
+	h.state = next
+	return nil
+}
+
+// lockHead locks and reads one poll's head: ErrNotFound when the poll
+// has none.
+func lockHead(ctx context.Context, tx pgx.Tx, poll string) (*logHead, error) {
+	heads, err := lockHeads(ctx, tx, []string{poll})
+	if err != nil {
+		return nil, err
+	}
+	if heads[poll] == nil {
+		return nil, fmt.Errorf("poll %s: %w", poll, ErrNotFound)
+	}
+	return heads[poll], nil
+}
+
+// window is a poll's open window, as an append checks its votes against
+// it.
+type window struct {
+	opens  time.Time
+	closes *time.Time
+}
+
+const windowsSQL = `SELECT id, opens_at, closes_at FROM polls WHERE id = ANY($1::text[])`
+
+// checkWindows reads the windows of polls (in a statement after the lock
+// of their heads, so it sees any close that committed before) and returns
+// errRedefined when a recorded vote falls outside its poll's.
+func checkWindows(ctx context.Context, tx pgx.Tx, polls []string, added map[string][]newLeaf, events []Event) error {
+	rows, err := tx.Query(ctx, windowsSQL, polls)
+	if err != nil {
+		return interpretError("append batch: read the polls' windows", err)
+	}
+	var (
+		poll string
+		w    window
+	)
+	_, err = pgx.ForEachRow(rows, []any{&poll, &w.opens, &w.closes}, func() error {
+		for _, l := range added[poll] {
+			at := events[l.event].ReceivedAt
+			if at.Before(w.opens) || w.closes != nil && !at.Before(*w.closes) {
+				return errRedefined
+			}
+		}
+		return nil
+	})
+	return interpretError("append batch: read the polls' windows", err)
+}
