@@ -135,8 +135,12 @@ func printAudit(w io.Writer, rep audit.Report) error {
 			undefined = fmt.Sprintf("; %d votes come before any definition of their poll (a log from before definitions were logged): "+
 				"no definition checks their choice or time", n)
 		}
-		_, err := fmt.Fprintf(w, "\nOK: %d events and %d definitions in %d polls; all %d checkpoints are signed and are prefixes of the export's trees; %s%s\n",
-			rep.Rows-rep.Definitions, rep.Definitions, len(rep.Polls), rep.Checkpoints, unsigned, undefined)
+		defs := ""
+		if rep.Definitions > 0 {
+			defs = fmt.Sprintf(" and %d definitions", rep.Definitions)
+		}
+		_, err := fmt.Fprintf(w, "\nOK: %d events%s in %d polls; all %d checkpoints are signed and are prefixes of the export's trees; %s%s\n",
+			rep.Rows-rep.Definitions, defs, len(rep.Polls), rep.Checkpoints, unsigned, undefined)
 		return err
 	}
 	fmt.Fprintln(w)

@@ -30,7 +30,7 @@ func TestProjectorSignsAndExportAudits(t *testing.T) {
 	}
 	signed := func() bool {
 		c, err := f.store.LatestCheckpoint(f.ctx, "lunch")
-		return err == nil && c.Size == 3
+		return err == nil && c.Size == 4 // the poll's definition and 3 votes
 	}
 	log := f.runProjector([]string{"--log-key", skey, "--checkpoint-interval", "20ms", "--batch-wait", "10ms",
 		"--consumer", "cli-sign", "--database-url", testenv.DaemonLogin(t, f.db), "--redis-url", testenv.RedisURL(),
@@ -46,16 +46,16 @@ func TestProjectorSignsAndExportAudits(t *testing.T) {
 		t.Fatal(err)
 	}
 	cp, err := audit.OpenCheckpoint([]byte(r.stdout), verifier, audit.Origin("tally.test", "lunch"))
-	if err != nil || cp.Size != 3 {
-		t.Fatalf("tally log checkpoint printed %q: %v (size %d), want a signed checkpoint of 3 leaves", r.stdout, err, cp.Size)
+	if err != nil || cp.Size != 4 {
+		t.Fatalf("tally log checkpoint printed %q: %v (size %d), want a signed checkpoint of 4 leaves", r.stdout, err, cp.Size)
 	}
 
 	export, cps := filepath.Join(dir, "export.jsonl"), filepath.Join(dir, "checkpoints.jsonl")
 	if r := tally(t, f.db.URL, "export", export, "--checkpoints", cps); r.code != ExitOK || !strings.Contains(r.stderr, "checkpoints") {
 		t.Fatalf("export --checkpoints: %+v", r)
 	}
-	if b, err := os.ReadFile(cps); err != nil || !strings.Contains(string(b), `"size":3`) {
-		t.Fatalf("checkpoints file %q (%v), want the checkpoint of size 3", b, err)
+	if b, err := os.ReadFile(cps); err != nil || !strings.Contains(string(b), `"size":4`) {
+		t.Fatalf("checkpoints file %q (%v), want the checkpoint of size 4", b, err)
 	}
 	if r := offline(t, "", "audit", "verify", "--export", export, "--checkpoints", cps, "--key", vkey); r.code != ExitOK {
 		t.Fatalf("audit verify of the export and its checkpoints: %+v", r)

@@ -108,8 +108,9 @@ func TestAdminCommands(t *testing.T) {
 	}
 
 	r = tally(t, url, "export")
-	if r.code != 0 || strings.Count(r.stdout, "\n") != 2 || !strings.Contains(r.stdout, `"principal_id":"u1"`) {
-		t.Fatalf("export: %+v", r)
+	if r.code != 0 || strings.Count(r.stdout, "\n") != 3 || !strings.Contains(r.stdout, `"principal_id":"u1"`) ||
+		!strings.HasPrefix(r.stdout, `{"kind":"definition","poll_id":"lunch","title":"Lunch?",`) {
+		t.Fatalf("export: %+v; want the poll's definition and its 2 events", r)
 	}
 	// The export imports back as duplicates.
 	if err := os.WriteFile(file, []byte(r.stdout), 0o644); err != nil {
@@ -150,7 +151,7 @@ func TestMigrateCommands(t *testing.T) {
 		want string
 	}{
 		{[]string{"migrate", "up"}, "00006_daemon_role.sql"},
-		{[]string{"migrate", "version"}, "10"},
+		{[]string{"migrate", "version"}, "11"},
 		{[]string{"migrate", "down-to", "1"}, "down 00002"},
 		{[]string{"migrate", "status"}, "pending"},
 		{[]string{"migrate", "redo"}, "up 00001"},

@@ -52,7 +52,7 @@ func runExport(c *ucli.Context) error {
 		p := startExportProgress(c, store, out)
 		defer p.stop()
 		bw := bufio.NewWriterSize(out, 1<<16)
-		n, err := exportLines(c, store, bw, p)
+		n, defs, err := exportLines(c, store, bw, p)
 		if err != nil {
 			return err
 		}
@@ -60,7 +60,7 @@ func runExport(c *ucli.Context) error {
 			return fmt.Errorf("export: %w", err)
 		}
 		p.stop()
-		fmt.Fprintf(c.App.ErrWriter, "exported %d events\n", n)
+		fmt.Fprintf(c.App.ErrWriter, "exported %d events and %d definitions\n", n, defs)
 		return nil
 	})
 }
@@ -81,7 +81,7 @@ func startExportProgress(c *ucli.Context, store *ledger.Store, out io.Writer) *p
 	if !showProgress(c) || (out == c.App.Writer && isTTY(out)) {
 		return &progress{}
 	}
-	m := meter{label: "export", unit: "events"}
+	m := meter{label: "export", unit: "lines"}
 	if poll := c.String("poll"); poll != "" {
 		if h, err := store.Head(c.Context, poll); err == nil {
 			m.total = h.Size
@@ -90,14 +90,17 @@ func startExportProgress(c *ucli.Context, store *ledger.Store, out io.Writer) *p
 	return newProgress(c.Context, c.App.ErrWriter, true, m, progressRefresh)
 }
 
-// exportLines writes the ledger rows of --poll (every poll when empty) on
-// w, one audit.AppendExportLine each, counts each on p, and returns how
-// many it wrote.
-func exportLines(c *ucli.Context, store *ledger.Store, w io.Writer, p *progress) (int, error) {
-	n := 0
+// exportLines writes the ledger rows and definitions of --poll (every
+// poll when empty) on w, one audit.AppendExportLine each, counts each on
+// p, and returns how many rows and definitions it wrote.
+func exportLines(c *ucli.Context, store *ledger.Store, w io.Writer, p *progress) (rows, defs int, err error) {
 	var buf []byte
-	err := store.Export(c.Context, c.String("poll"), func(r ledger.LedgerRow) error {
-		n++
+	err = store.Export(c.Context, c.String("poll"), func(r ledger.LedgerRow) error {
+		if r.Definition != nil {
+			defs++
+		} else {
+			rows++
+		}
 		p.add(1)
 		row := audit.ExportRow{Seq: r.Seq, EventID: r.ClientEventID, PollID: r.PollID,
 			CandidateID: r.CandidateID, PrincipalID: r.PrincipalID, ReceivedAt: r.ReceivedAt, RecordedAt: r.RecordedAt,
@@ -109,7 +112,7 @@ func exportLines(c *ucli.Context, store *ledger.Store, w io.Writer, p *progress)
 		_, err := w.Write(buf)
 		return err
 	})
-	return n, err
+	return rows, defs, err
 }
 
 // exportCheckpoints writes the stored checkpoints of --poll (every poll
@@ -191,7 +194,14 @@ func runImport(c *ucli.Context) error {
 		counts, lines, err := importEvents(c.Context, store, p.reader(in), size, workers)
 		p.stop()
 		if asJSON {
-			if jerr := writeJSON(c.App.Writer, map[string]any{"lines": lines, "outcomes": counts}); jerr != nil {
+			defs := map[string]int{}
+			for k, n := range counts {
+				if what, ok := strings.CutPrefix(k, "definition: "); ok {
+					defs[what] = n
+					delete(counts, k)
+				}
+			}
+			if jerr := writeJSON(c.App.Writer, map[string]any{"lines": lines, "outcomes": counts, "definitions": defs}); jerr != nil {
 				return jerr
 			}
 		} else {

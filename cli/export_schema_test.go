@@ -148,8 +148,8 @@ func TestExportMatchesSchemas(t *testing.T) {
 	})
 
 	r := offline(t, "", "audit", "verify", "--export", export, "--checkpoints", cps, "--key", vkey, "--results", results)
-	if r.code != ExitOK || !strings.Contains(r.stdout, "OK: 10 events in 2 polls") ||
-		!strings.Contains(r.stdout, "3 of the 10 leaves are past the largest checkpoint of their poll") {
+	if r.code != ExitOK || !strings.Contains(r.stdout, "OK: 10 events and 2 definitions in 2 polls") ||
+		!strings.Contains(r.stdout, "3 of the 12 leaves are past the largest checkpoint of their poll") {
 		t.Fatalf("audit verify of the export, its checkpoints and the results intake answered: %+v", r)
 	}
 }
@@ -234,8 +234,9 @@ func checkExportLines(t *testing.T, s *jsonschema.Schema, path string) {
 			next[row.PollID]++
 		}
 	})
-	if n != 10 || next["lunch"] != 5 || next["dinner"] != 4 || fmt.Sprint(inNoLeaf) != "[behind]" {
-		t.Fatalf("export: %d lines, leaves %v, rows in no leaf %v; want 10 lines: lunch's 5 leaves, dinner's 4, and the row behind the append's back", n, next, inNoLeaf)
+	if n != 12 || next["lunch"] != 6 || next["dinner"] != 5 || fmt.Sprint(inNoLeaf) != "[behind]" {
+		t.Fatalf("export: %d lines, leaves %v, rows in no leaf %v; want 12 lines: lunch's 6 leaves, dinner's 5 (each a definition and votes), "+
+			"and the row behind the append's back", n, next, inNoLeaf)
 	}
 }
 
@@ -306,12 +307,14 @@ type schemaCase struct {
 }
 
 // TestSchemasAgreeWithReaders: the schemas accept and refuse the lines
-// the readers do, but for a key given twice and a whole number written
-// 1.0 or 1e3, which the readers alone refuse.
+// the readers do, but for a key given twice, a whole number written 1.0
+// or 1e3, and a definition that closes before it opens, which the readers
+// alone refuse.
 func TestSchemasAgreeWithReaders(t *testing.T) {
 	t.Parallel()
 	sch := loadLineSchemas(t)
 	const ids = `"event_id":"e","poll_id":"p","candidate_id":"c","principal_id":"u"`
+	const def = `"kind":"definition","poll_id":"p","title":"Lunch?","opens_at":"2026-12-02T07:00:00.000000Z","choices":["a","b"]`
 	at := func(time string) string { return `{` + ids + `,"received_at":"` + time + `"}` }
 	export := []schemaCase{
 		{"the four ids alone", `{` + ids + `}`, true, true},
@@ -352,6 +355,20 @@ func TestSchemasAgreeWithReaders(t *testing.T) {
 		{"a key given twice", `{` + ids + `,"candidate_id":"d"}`, false, true},
 		{"seq 1.0", `{"seq":1.0,` + ids + `}`, false, true},
 		{"leaf index 1e3", `{` + ids + `,"leaf_index":1e3}`, false, true},
+
+		{"a definition", `{` + def + `}`, true, true},
+		{"a definition with every field", `{` + def + `,"closes_at":"2026-12-02T09:00:00.000000Z","eligible_hash":"` + strings.Repeat("0a", 32) +
+			`","recorded_at":"2026-12-02T07:00:00.000001Z","leaf_index":0}`, true, true},
+		{"a definition's fields in another order", `{"choices":["a"],"opens_at":"2026-12-02T07:00:00Z","title":"T","poll_id":"p","kind":"definition"}`, true, true},
+		{"a kind this version does not know", `{"kind":"amendment","poll_id":"p","title":"T","opens_at":"2026-12-02T07:00:00Z","choices":["a"]}`, false, false},
+		{"a definition without a title", `{"kind":"definition","poll_id":"p","opens_at":"2026-12-02T07:00:00Z","choices":["a"]}`, false, false},
+		{"an empty title", `{"kind":"definition","poll_id":"p","title":"","opens_at":"2026-12-02T07:00:00Z","choices":["a"]}`, false, false},
+		{"no choice", `{"kind":"definition","poll_id":"p","title":"T","opens_at":"2026-12-02T07:00:00Z","choices":[]}`, false, false},
+		{"a choice twice", `{"kind":"definition","poll_id":"p","title":"T","opens_at":"2026-12-02T07:00:00Z","choices":["a","a"]}`, false, false},
+		{"a choice with '/'", `{"kind":"definition","poll_id":"p","title":"T","opens_at":"2026-12-02T07:00:00Z","choices":["a/b"]}`, false, false},
+		{"an eligible hash in capitals", `{` + def + `,"eligible_hash":"` + strings.Repeat("0A", 32) + `"}`, false, false},
+		{"a vote's field in a definition", `{` + def + `,"candidate_id":"a"}`, false, false},
+		{"a definition that closes before it opens", `{` + def + `,"closes_at":"2026-12-01T07:00:00Z"}`, false, true},
 	}
 	parse := func(line string) error { _, err := audit.ParseExportLine([]byte(line)); return err }
 	checkCases(t, "export", sch.export, parse, export)

@@ -35,14 +35,14 @@ func TestExportToFile(t *testing.T) {
 	}
 	out := filepath.Join(t.TempDir(), "out.jsonl")
 	r = tally(t, db.URL, "export", out, "--poll", "b")
-	if r.code != 0 || r.stdout != "" || r.stderr != "exported 2 events\n" {
+	if r.code != 0 || r.stdout != "" || r.stderr != "exported 2 events and 1 definitions\n" {
 		t.Fatalf("export FILE: %+v", r)
 	}
 	got, err := os.ReadFile(out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := strings.Count(string(got), "\n"); n != 2 || strings.Contains(string(got), `"poll_id":"a"`) {
+	if n := strings.Count(string(got), "\n"); n != 3 || strings.Contains(string(got), `"poll_id":"a"`) {
 		t.Fatalf("export --poll b wrote %d lines:\n%s", n, got)
 	}
 }

@@ -22,11 +22,9 @@ import (
 func TestExportImportKeepsLogRoots(t *testing.T) {
 	t.Parallel()
 	src, dst := testenv.Postgres(t), testenv.Postgres(t)
-	for _, db := range []testenv.DB{src, dst} {
-		for _, p := range []string{"p0", "p1", "p2"} {
-			if r := tally(t, db.URL, "poll", "create", p, "--title", p, "--choice", "a", "--choice", "b"); r.code != 0 {
-				t.Fatalf("poll create: %+v", r)
-			}
+	for _, p := range []string{"p0", "p1", "p2"} {
+		if r := tally(t, src.URL, "poll", "create", p, "--title", "Poll "+p+"?", "--choice", "a", "--choice", "b"); r.code != 0 {
+			t.Fatalf("poll create: %+v", r)
 		}
 	}
 	rng := rand.New(rand.NewPCG(3, 4))
@@ -49,10 +47,23 @@ func TestExportImportKeepsLogRoots(t *testing.T) {
 	if r := tally(t, src.URL, "import", in, "--batch-size", "40", "--workers", "3"); r.code != 0 {
 		t.Fatalf("import into the source: %+v", r)
 	}
+	// p1 closes after its votes, then p0 takes one more: p1's log ends
+	// with its second definition, p0's has none past its first.
+	if r := tally(t, src.URL, "poll", "close", "p1", "--at", base.Add(2*time.Minute).Format(time.RFC3339Nano)); r.code != 0 {
+		t.Fatalf("poll close: %+v", r)
+	}
+	late := filepath.Join(dir, "late.jsonl")
+	write(t, late, `{"event_id":"late","poll_id":"p0","candidate_id":"a","principal_id":"late"}`+"\n")
+	if r := tally(t, src.URL, "import", late); r.code != 0 {
+		t.Fatalf("import into the source: %+v", r)
+	}
 	if r := tally(t, src.URL, "export", export); r.code != 0 {
 		t.Fatalf("export: %+v", r)
 	}
-	if r := tally(t, dst.URL, "import", export, "--batch-size", "64", "--workers", "3"); r.code != 0 {
+	// The destination has no polls: the export's definitions create them
+	// and close p1 where the source closed it.
+	r := tally(t, dst.URL, "import", export, "--batch-size", "64", "--workers", "3")
+	if r.code != 0 || !strings.Contains(r.stdout, "definitions: poll created 3, poll closed 1") {
 		t.Fatalf("import of the export: %+v", r)
 	}
 	heads := func(db testenv.DB) []string {
@@ -110,7 +121,7 @@ func TestRebuildFindsARewrittenRoot(t *testing.T) {
 	}
 	r := tally(t, db.URL, "rebuild")
 	if r.code != 1 || !strings.Contains(r.stdout, "LOG MISMATCH: 1 of 1 polls' logs") ||
-		!regexp.MustCompile(`lunch\s+-1\s+20\s+20\s+the rows hash to root`).MatchString(r.stdout) {
+		!regexp.MustCompile(`lunch\s+-1\s+21\s+20\s+1\s+the rows hash to root`).MatchString(r.stdout) {
 		t.Fatalf("rebuild after the root was rewritten: want exit 1 and poll lunch's roots named, got %+v", r)
 	}
 }

@@ -71,7 +71,7 @@ func TestLogProveAndConsistency(t *testing.T) {
 		}
 		return string(note)
 	}
-	who := vote(3) // leaf 2
+	who := vote(3) // leaf 3: leaf 0 is the poll's definition
 	prove := []string{"log", "prove", "--poll", "lunch", "--event-id", "e1", "--principal", who}
 	if r := tally(t, db.URL, prove...); r.code != ExitCheck || !strings.Contains(r.stderr, "--log-key") {
 		t.Fatalf("log prove before any checkpoint: %+v, want exit 1 saying how to get one", r)
@@ -84,15 +84,15 @@ func TestLogProveAndConsistency(t *testing.T) {
 	}
 	receipt := filepath.Join(dir, "receipt.json")
 	write(t, receipt, r.stdout)
-	if a := offline(t, "", "audit", "receipt", receipt, "--key", keyFile); a.code != ExitOK || !strings.Contains(a.stdout, "is leaf 2 of the tree of size 3") {
+	if a := offline(t, "", "audit", "receipt", receipt, "--key", keyFile); a.code != ExitOK || !strings.Contains(a.stdout, "is leaf 3 of the tree of size 4") {
 		t.Fatalf("audit receipt of tally log prove's receipt: %+v", a)
 	}
 
 	vote(2)
 	later := filepath.Join(dir, "later.txt")
 	write(t, later, sign())
-	for _, to := range []string{"5", ""} {
-		args := []string{"log", "consistency", "--poll", "lunch", "--from", "3"}
+	for _, to := range []string{"6", ""} {
+		args := []string{"log", "consistency", "--poll", "lunch", "--from", "4"}
 		if to != "" {
 			args = append(args, "--to", to)
 		}
@@ -103,34 +103,34 @@ func TestLogProveAndConsistency(t *testing.T) {
 		consistency := filepath.Join(dir, "consistency"+to+".json")
 		write(t, consistency, c.stdout)
 		if a := offline(t, "", "audit", "receipt", receipt, "--key", keyFile, "--checkpoint", later, "--consistency", consistency); a.code != ExitOK ||
-			!strings.Contains(a.stdout, "later checkpoint (size 5) still holds") {
+			!strings.Contains(a.stdout, "later checkpoint (size 6) still holds") {
 			t.Fatalf("audit receipt with tally log consistency --to %q's proof: %+v", to, a)
 		}
 	}
 
 	// --size: against the signed checkpoint of that size, a receipt; at a
 	// size none was signed at, the log's root with an empty checkpoint.
-	if r := tally(t, db.URL, append(prove, "--size", "3")...); r.code != ExitOK || r.stdout != tally(t, db.URL, append(prove, "--size", "3")...).stdout {
-		t.Fatalf("log prove --size 3: %+v", r)
-	} else if rc, err := audit.ParseReceipt([]byte(r.stdout)); err != nil || rc.TreeSize != 3 {
-		t.Fatalf("log prove --size 3: %v %s", err, r.stdout)
+	if r := tally(t, db.URL, append(prove, "--size", "4")...); r.code != ExitOK || r.stdout != tally(t, db.URL, append(prove, "--size", "4")...).stdout {
+		t.Fatalf("log prove --size 4: %+v", r)
+	} else if rc, err := audit.ParseReceipt([]byte(r.stdout)); err != nil || rc.TreeSize != 4 {
+		t.Fatalf("log prove --size 4: %v %s", err, r.stdout)
 	}
-	r = tally(t, db.URL, append(prove, "--size", "4")...)
+	r = tally(t, db.URL, append(prove, "--size", "5")...)
 	var unsigned map[string]any
 	if err := json.Unmarshal([]byte(r.stdout), &unsigned); r.code != ExitOK || err != nil ||
-		unsigned["tree_size"] != float64(4) || unsigned["root"] == "" || unsigned["checkpoint"] != "" {
-		t.Fatalf("log prove --size 4 (unsigned): %+v", r)
+		unsigned["tree_size"] != float64(5) || unsigned["root"] == "" || unsigned["checkpoint"] != "" {
+		t.Fatalf("log prove --size 5 (unsigned): %+v", r)
 	}
 
 	for name, c := range map[string]struct {
 		args []string
 		code int
 	}{
-		"size before the leaf":    {append(prove, "--size", "2"), ExitCheck},
+		"size before the leaf":    {append(prove, "--size", "3"), ExitCheck},
 		"size past the log":       {append(prove, "--size", "9"), ExitCheck},
 		"unknown event":           {[]string{"log", "prove", "--poll", "lunch", "--event-id", "nope", "--principal", who}, ExitCheck},
 		"another poll":            {[]string{"log", "prove", "--poll", "dinner", "--event-id", "e1", "--principal", who}, ExitCheck},
-		"from past the log":       {[]string{"log", "consistency", "--poll", "lunch", "--from", "6"}, ExitCheck},
+		"from past the log":       {[]string{"log", "consistency", "--poll", "lunch", "--from", "7"}, ExitCheck},
 		"to past the log":         {[]string{"log", "consistency", "--poll", "lunch", "--from", "1", "--to", strconv.Itoa(9)}, ExitCheck},
 		"from past to":            {[]string{"log", "consistency", "--poll", "lunch", "--from", "4", "--to", "3"}, ExitError},
 		"from zero":               {[]string{"log", "consistency", "--poll", "lunch", "--from", "0"}, ExitError},
@@ -160,7 +160,7 @@ func TestLogProveAndConsistency(t *testing.T) {
 		h.Size, wrong[:], string(note)); err != nil {
 		t.Fatal(err)
 	}
-	for _, size := range []string{"", "6"} {
+	for _, size := range []string{"", "7"} {
 		args := prove
 		if size != "" {
 			args = append(slices.Clone(prove), "--size", size)

@@ -104,7 +104,7 @@ func TestLongCommandsQuietOffTerminal(t *testing.T) {
 		if loud.code != 0 {
 			t.Fatalf("%s: %+v", name, loud)
 		}
-		if args[0] == "export" && (loud.stderr != "exported 3 events\n" || strings.Count(loud.stdout, "\n") != 3) {
+		if args[0] == "export" && (loud.stderr != "exported 3 events and 1 definitions\n" || strings.Count(loud.stdout, "\n") != 4) {
 			t.Fatalf("%s: %+v", name, loud)
 		}
 		if args[0] == "rebuild" && (loud.stderr != "" || !strings.Contains(loud.stdout, "OK: the projection equals the ledger (3 events, 2 tallies)\n")) {

@@ -150,10 +150,11 @@ func printLogChecks(w io.Writer, rep ledger.Report) error {
 	fmt.Fprintf(w, "\nLOG MISMATCH: %d of %d polls' logs do not verify against their rows.\n"+
 		"The ledger or its log was changed outside tally: compare with a signed checkpoint (tally audit verify) to tell which.\n",
 		rep.LogProblems, len(rep.Logs))
-	t := newTable(w, "POLL", "LEAF", "HEAD SIZE", "ROWS", "PROBLEM")
+	t := newTable(w, "POLL", "LEAF", "HEAD SIZE", "ROWS", "DEFINITIONS", "PROBLEM")
 	for _, c := range rep.Logs {
 		if !c.OK() {
-			t.row(c.PollID, strconv.FormatInt(c.Leaf, 10), strconv.FormatInt(c.Size, 10), strconv.FormatInt(c.Rows, 10), c.Problem)
+			t.row(c.PollID, strconv.FormatInt(c.Leaf, 10), strconv.FormatInt(c.Size, 10), strconv.FormatInt(c.Rows, 10),
+				strconv.FormatInt(c.Definitions, 10), c.Problem)
 		}
 	}
 	return t.flush()
