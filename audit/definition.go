@@ -238,27 +238,28 @@ func (d Definition) Refuses(candidate string, received time.Time) string {
 	return ""
 }
 
-// Follows says why d may not follow prev in a poll's log, or "" when it
-// may: a later definition changes only the closing time, and only to
-// close earlier (or at all), as tally poll close does. Anything else
-// (another choice, title, opening or eligibility, a later closing) is a
-// change to the question after it was asked.
-func (d Definition) Follows(prev Definition) string {
+// Follows says why d may not follow prev in a poll's log, and the field
+// that changed, or "" when it may: a later definition changes only the
+// closing time, and only to close earlier (or at all), as tally poll
+// close does. Anything else (another choice, title, opening or
+// eligibility, a later closing) is a change to the question after it was
+// asked.
+func (d Definition) Follows(prev Definition) (field, why string) {
 	switch {
 	case d.PollID != prev.PollID:
-		return fmt.Sprintf("the definition is of poll %s, in poll %s's log", d.PollID, prev.PollID)
+		return "poll_id", fmt.Sprintf("the definition is of poll %s, in poll %s's log", d.PollID, prev.PollID)
 	case d.Title != prev.Title:
-		return "the definition changes the poll's title"
+		return "title", "the definition changes the poll's title"
 	case !d.OpensAt.Equal(prev.OpensAt):
-		return "the definition changes when the poll opens"
+		return "opens_at", "the definition changes when the poll opens"
 	case !slices.Equal(d.Choices, prev.Choices):
-		return "the definition changes the poll's choices"
+		return "choices", "the definition changes the poll's choices"
 	case (d.EligibleHash == nil) != (prev.EligibleHash == nil) || d.EligibleHash != nil && *d.EligibleHash != *prev.EligibleHash:
-		return "the definition changes who may vote"
+		return "eligible_hash", "the definition changes who may vote"
 	case d.ClosesAt == nil && prev.ClosesAt != nil:
-		return "the definition reopens a closed poll"
+		return "closes_at", "the definition reopens a closed poll"
 	case d.ClosesAt != nil && prev.ClosesAt != nil && d.ClosesAt.After(*prev.ClosesAt):
-		return "the definition closes the poll later than the one before it"
+		return "closes_at", "the definition closes the poll later than the one before it"
 	}
-	return ""
+	return "", ""
 }

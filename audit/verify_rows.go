@@ -118,8 +118,8 @@ func (a *auditor) readDefinition(row ExportRow, n int) error {
 			Detail: fmt.Sprintf("the definition says leaf_index %d but is the poll's leaf %d: a line before it is missing, added or moved", *row.LeafIndex, index)})
 	}
 	if p.def != nil {
-		if why := row.Definition.Follows(*p.def); why != "" {
-			a.discrepancy(Discrepancy{PollID: row.PollID, Leaves: leaf, ExportLine: n,
+		if field, why := row.Definition.Follows(*p.def); why != "" {
+			a.discrepancy(Discrepancy{PollID: row.PollID, Leaves: leaf, Field: field, ExportLine: n,
 				Detail: fmt.Sprintf("%s of leaf %d: a poll's question may not change once asked, only close earlier", why, p.defLeaf)})
 		}
 	} else if index > 0 {

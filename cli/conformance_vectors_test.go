@@ -202,7 +202,7 @@ func (l vectorLedger) results() []ledger.Results {
 	for _, poll := range slices.Sorted(maps.Keys(l.trees)) {
 		counts := map[string]int64{}
 		for _, r := range l.rows {
-			if r.PollID == poll {
+			if r.PollID == poll && r.Definition == nil {
 				counts[r.CandidateID]++
 			}
 		}
@@ -238,7 +238,12 @@ type vectorGen struct {
 	honest   vectorLedger
 	files    map[string][]byte
 	cases    []vectorCase
+	base     vectorBase // the files verify's cases start from; zero: export.jsonl and its own
 }
+
+// vectorBase names the export, checkpoints and results files a verify
+// case starts from.
+type vectorBase struct{ export, checkpoints, results string }
 
 // conformanceVectors generates every file of testdata/conformance but
 // its README.
@@ -253,6 +258,7 @@ func conformanceVectors(t *testing.T) map[string][]byte {
 	g.checkpointCases()
 	g.resultsCases()
 	g.receiptCases()
+	g.definedCases()
 	m, err := json.MarshalIndent(vectorManifest{
 		About: "Conformance vectors of tally audit verify and tally audit receipt; testdata/conformance/README.md says how to run them.",
 		Log:   vectorLog, KeySeed: vectorKeySeed, Cases: g.cases}, "", "  ")
@@ -279,17 +285,29 @@ func compactJSON(b []byte) []byte {
 // the vectors' key: what an operator holding the key would publish for
 // those rows.
 func (g *vectorGen) ledger(rows []audit.ExportRow) vectorLedger {
+	return g.ledgerSigned(rows, vectorCheckpointSizes)
+}
+
+// ledgerSigned is ledger with the checkpoint sizes of each poll given.
+func (g *vectorGen) ledgerSigned(rows []audit.ExportRow, sizes map[string][]int64) vectorLedger {
 	l := vectorLedger{rows: rows, trees: map[string]*audit.Tree{}}
 	for _, r := range rows {
 		if l.trees[r.PollID] == nil {
 			l.trees[r.PollID] = &audit.Tree{}
 		}
-		if err := l.trees[r.PollID].AppendLeaf(r.Leaf()); err != nil {
+		h, err := audit.LeafHash(r.Leaf())
+		if r.Definition != nil {
+			h, err = audit.DefinitionHash(*r.Definition)
+		}
+		if err == nil {
+			err = l.trees[r.PollID].Append(h)
+		}
+		if err != nil {
 			g.t.Fatal(err)
 		}
 	}
-	for _, poll := range slices.Sorted(maps.Keys(vectorCheckpointSizes)) {
-		for _, size := range vectorCheckpointSizes[poll] {
+	for _, poll := range slices.Sorted(maps.Keys(sizes)) {
+		for _, size := range sizes[poll] {
 			root, err := l.trees[poll].Root(size)
 			if err != nil {
 				g.t.Fatal(err)
@@ -627,8 +645,12 @@ func (g *vectorGen) editLine(text string, n int, old, new string) string {
 // of over (by name) replaced by its tampered copy in tampered/name/.
 func (g *vectorGen) verify(name, about string, over map[string][]byte, exit int, want []vectorDiscrepancy, errs ...string) {
 	f := g.overrides(name, over)
+	base := g.base
+	if base == (vectorBase{}) {
+		base = vectorBase{vectorExport, vectorCheckpoints, vectorResults}
+	}
 	c := vectorCase{Name: name, About: about, Command: "verify", Exit: exit, ErrorContains: errs, Files: vectorFiles{
-		Export: f(vectorExport), Checkpoints: f(vectorCheckpoints), Key: f(vectorKey), Results: f(vectorResults)}}
+		Export: f(base.export), Checkpoints: f(base.checkpoints), Key: f(vectorKey), Results: f(base.results)}}
 	if exit == ExitCheck {
 		c.Discrepancies = want
 		fields := []string{}

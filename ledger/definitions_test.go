@@ -57,7 +57,7 @@ func TestDefinitionLeaves(t *testing.T) {
 		t.Fatal(err)
 	}
 	defs = definitions(t, b, "p")
-	if c, ok := defs[2]; len(defs) != 2 || !ok || c.ClosesAt == nil || !c.ClosesAt.Equal(closes) || c.Follows(d) != "" {
+	if c, ok := defs[2]; len(defs) != 2 || !ok || c.ClosesAt == nil || !c.ClosesAt.Equal(closes) || func() bool { _, why := c.Follows(d); return why != "" }() {
 		t.Fatalf("definitions after the closes: %+v, want a second at leaf 2 closing at %s", defs, closes)
 	}
 	rep := checkInvariants(t, b)

@@ -176,7 +176,7 @@ func (lh *leafHasher) addDefinition(d audit.Definition) error {
 		return fmt.Errorf("leaf %d: %w", lh.h.n, err)
 	}
 	if lh.def != nil && lh.h.badDef < 0 {
-		if why := d.Follows(*lh.def); why != "" {
+		if _, why := d.Follows(*lh.def); why != "" {
 			lh.h.badDef, lh.h.defProblem = lh.h.n, why
 		}
 	}

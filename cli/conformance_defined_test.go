@@ -1,0 +1,159 @@
+package cli
+
+import (
+	"bytes"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"tally/audit"
+)
+
+// This file owns the conformance vectors of logs that start with their
+// poll's definition (leaf version 2): a second honest ledger, of two
+// polls, beside the first (whose logs are from before definitions were
+// logged, and keep verifying as version 1), and its cases.
+
+// The defined ledger's base files, in testdata/conformance.
+const (
+	vectorDefinedExport      = "defined-export.jsonl"
+	vectorDefinedCheckpoints = "defined-checkpoints.jsonl"
+	vectorDefinedResults     = "defined-results.jsonl"
+)
+
+// vectorDefinedSizes are the sizes signed of each poll of the defined
+// ledger: picnic's definition alone, before any vote, then its votes, and
+// the last its full size.
+var vectorDefinedSizes = map[string][]int64{"picnic": {1, 5, 8}, "team": {4}}
+
+// vectorPicnicCloses is when picnic was closed: its second definition.
+var vectorPicnicCloses = vectorEpoch.Add(25 * time.Minute)
+
+// vectorDefinedRows are the defined ledger's rows in export order:
+//
+//	1 picnic[0] definition   2 team[0] definition   3-6 picnic[1-4]
+//	7-8 team[1-2]   9 picnic[5] definition (closed)   10-11 picnic[6-7]
+//	12 team[3]
+//
+// picnic's last two votes were received before it closed and recorded
+// after: a vote counts by when it was received.
+func vectorDefinedRows() []audit.ExportRow {
+	picnic := audit.Definition{PollID: "picnic", Title: "Where shall the picnic be?", OpensAt: vectorEpoch,
+		Choices: []string{"park", "beach", "lake"}}
+	closed := picnic
+	closed.ClosesAt = &vectorPicnicCloses
+	teamCloses := vectorEpoch.Add(time.Hour)
+	eligible := audit.EligibleListHash([]string{"alice", "bob", "carol"})
+	team := audit.Definition{PollID: "team", Title: "Move the team meeting to Thursdays?", OpensAt: vectorEpoch,
+		ClosesAt: &teamCloses, EligibleHash: &eligible, Choices: []string{"yes", "no"}}
+	next := map[string]int64{}
+	def := func(d audit.Definition, recorded time.Time) audit.ExportRow {
+		r := audit.ExportRow{PollID: d.PollID, RecordedAt: recorded, LeafIndex: ptr(next[d.PollID]), Definition: &d}
+		next[d.PollID]++
+		return r
+	}
+	votes := func(poll string, vs ...vectorVote) []audit.ExportRow {
+		var rows []audit.ExportRow
+		recorded := vectorReceivedAt(slices.MaxFunc(vs, func(a, b vectorVote) int { return int(a.seq - b.seq) }).seq).Add(120 * time.Millisecond)
+		if poll == "picnic" && next[poll] > 5 {
+			recorded = vectorPicnicCloses.Add(3 * time.Second)
+		}
+		for _, v := range vs {
+			rows = append(rows, audit.ExportRow{Seq: v.seq, EventID: vectorEventID(v.principal, poll), PollID: poll,
+				CandidateID: v.candidate, PrincipalID: v.principal, ReceivedAt: vectorReceivedAt(v.seq), RecordedAt: recorded,
+				LeafIndex: ptr(next[poll])})
+			next[poll]++
+		}
+		return rows
+	}
+	var rows []audit.ExportRow
+	rows = append(rows, def(picnic, vectorEpoch.Add(-10*time.Minute)), def(team, vectorEpoch.Add(-9*time.Minute)))
+	rows = append(rows, votes("picnic", vectorVote{31, "alice", "park"}, vectorVote{32, "bob", "beach"}, vectorVote{33, "carol", "park"},
+		vectorVote{34, "dave", "lake"})...)
+	rows = append(rows, votes("team", vectorVote{37, "alice", "yes"}, vectorVote{38, "bob", "no"})...)
+	rows = append(rows, def(closed, vectorPicnicCloses))
+	rows = append(rows, votes("picnic", vectorVote{35, "erin", "beach"}, vectorVote{36, "frank", "park"})...)
+	rows = append(rows, votes("team", vectorVote{39, "carol", "yes"})...)
+	return rows
+}
+
+// definedCases are the defined ledger's files and cases.
+func (g *vectorGen) definedCases() {
+	honest := g.ledgerSigned(vectorDefinedRows(), vectorDefinedSizes)
+	g.files[vectorDefinedExport] = honest.export()
+	g.files[vectorDefinedCheckpoints] = honest.checkpointsFile()
+	g.files[vectorDefinedResults] = resultLines(g.t, honest.results())
+	g.base = vectorBase{vectorDefinedExport, vectorDefinedCheckpoints, vectorDefinedResults}
+	defer func() { g.base = vectorBase{} }()
+	export := string(g.files[vectorDefinedExport])
+	over := func(b string) map[string][]byte { return map[string][]byte{vectorDefinedExport: []byte(b)} }
+	// signed is the ledger of rows as an operator holding the key would
+	// publish it: export, checkpoints signed over it and results, those
+	// that differ from the honest ones.
+	signed := func(rows []audit.ExportRow) map[string][]byte {
+		l := g.ledgerSigned(rows, vectorDefinedSizes)
+		files := map[string][]byte{vectorDefinedExport: l.export(), vectorDefinedCheckpoints: l.checkpointsFile(),
+			vectorDefinedResults: resultLines(g.t, l.results())}
+		maps.DeleteFunc(files, func(name string, b []byte) bool { return bytes.Equal(b, g.files[name]) })
+		return files
+	}
+	edit := func(i int, f func(r *audit.ExportRow)) []audit.ExportRow {
+		rows := slices.Clone(honest.rows)
+		if rows[i].Definition != nil {
+			d := *rows[i].Definition
+			d.Choices = slices.Clone(d.Choices)
+			rows[i].Definition = &d
+		}
+		f(&rows[i])
+		return rows
+	}
+
+	g.verify("defined-honest", "logs that start with their poll's definition: picnic, closed at its leaf 5, and team, "+
+		"which a list of principals may answer", nil, ExitOK, nil)
+
+	g.verify("defined-title-changed", "picnic's first definition (line 1) asks another question: its closing definition (line 9) "+
+		"now changes the title, and every checkpoint of picnic disagrees",
+		over(g.editLine(export, 1, `"title":"Where shall the picnic be?"`, `"title":"Where shall the picnic not be?"`)), ExitCheck,
+		[]vectorDiscrepancy{rowField("picnic", 5, "title", 9),
+			rootDiffers("picnic", 0, 0, 1), rootDiffers("picnic", 0, 4, 2), rootDiffers("picnic", 0, 7, 3)})
+
+	hexHash := string(audit.AppendExportLine(nil, honest.rows[1]))
+	hexHash = hexHash[strings.Index(hexHash, `"eligible_hash":"`)+len(`"eligible_hash":"`):][:64]
+	other := strings.Replace(hexHash, hexHash[:1], map[bool]string{true: "1", false: "0"}[hexHash[0] == '0'], 1)
+	g.verify("defined-eligible-list-changed", "team's definition (line 2) with one digit of its eligible list's hash changed",
+		over(g.editLine(export, 2, hexHash, other)), ExitCheck, []vectorDiscrepancy{rootDiffers("team", 0, 3, 4)})
+
+	rows := edit(8, func(r *audit.ExportRow) { r.Definition.Choices = append(r.Definition.Choices, "pool") })
+	rows[9].CandidateID = "pool"
+	g.verify("defined-choice-added", "picnic's closing definition (line 9) also offers pool, and erin's vote (line 10) is for pool, "+
+		"checkpoints signed over it: the question changed after it was asked",
+		signed(rows), ExitCheck, []vectorDiscrepancy{rowField("picnic", 5, "choices", 9)})
+
+	g.verify("defined-vote-not-offered", "bob's picnic vote (line 4) is for pool, which no definition offers; checkpoints signed over it",
+		signed(edit(3, func(r *audit.ExportRow) { r.CandidateID = "pool" })), ExitCheck,
+		[]vectorDiscrepancy{rowField("picnic", 2, "candidate_id", 4)})
+
+	g.verify("defined-vote-after-close", "frank's picnic vote (line 11) received at the closing time of the definition in force; "+
+		"checkpoints signed over it",
+		signed(edit(10, func(r *audit.ExportRow) { r.ReceivedAt = vectorPicnicCloses })), ExitCheck,
+		[]vectorDiscrepancy{rowField("picnic", 7, "received_at", 11)})
+
+	g.verify("defined-vote-before-open", "alice's picnic vote (line 3) received a second before the poll opened; checkpoints signed over it",
+		signed(edit(2, func(r *audit.ExportRow) { r.ReceivedAt = vectorEpoch.Add(-time.Second) })), ExitCheck,
+		[]vectorDiscrepancy{rowField("picnic", 1, "received_at", 3)})
+
+	g.verify("defined-unknown-kind", `line 9 says "kind":"amendment": a line of a kind this version does not know is refused, never read as a vote`,
+		over(g.editLine(export, 9, `"kind":"definition"`, `"kind":"amendment"`)), ExitError, nil,
+		"export line 9", `this version reads kind "definition" only`)
+
+	lines := strings.SplitAfter(export, "\n")
+	lines = lines[:len(lines)-1]
+	g.verify("defined-definition-deleted", "picnic's first definition (line 1) deleted: its rows' leaf_index, every checkpoint of picnic "+
+		"and the results' tree_size disagree",
+		over(strings.Join(lines[1:], "")), ExitCheck, []vectorDiscrepancy{
+			rowField("picnic", 0, "leaf_index", 2), rowField("picnic", 1, "leaf_index", 3), rowField("picnic", 2, "leaf_index", 4),
+			rowField("picnic", 3, "leaf_index", 5), rowField("picnic", 4, "leaf_index", 8), rowField("picnic", 5, "leaf_index", 9),
+			rowField("picnic", 6, "leaf_index", 10),
+			rootDiffers("picnic", 0, 0, 1), rootDiffers("picnic", 0, 4, 2), rootDiffers("picnic", 7, 7, 3), resultsField("picnic", "tree_size")})
+}
