@@ -244,6 +244,8 @@ func checkExportLines(t *testing.T, s *jsonschema.Schema, path string) {
 const (
 	docExportLine = `{"seq":42,"event_id":"e-1","poll_id":"lunch","candidate_id":"soup","principal_id":"p_7",` +
 		`"received_at":"2026-12-02T06:00:00.000120Z","recorded_at":"2026-12-02T06:00:01.000000Z","leaf_index":3}`
+	docDefinitionLine = `{"kind":"definition","poll_id":"lunch","title":"Lunch?","opens_at":"2026-03-01T12:00:00.000000Z",` +
+		`"closes_at":"2026-03-01T13:00:00.000000Z","choices":["soup","salad"],"recorded_at":"2026-03-01T11:59:00.000000Z","leaf_index":0}`
 	docCheckpointLine = `{"poll_id":"lunch","size":1,"checkpoint":"tally.example.org/polls/lunch\n1\nKng85plpqXgZCFHhpsAGFkgNupL0RFSXUB1d/o4Bap8=\n\n` +
 		`— tally.example.org QaHfXmZjbyvZeKOl9tGO1RnNc9SDvn2UFCPIAbeC+u/oZ7hsBacN7ILZXGUr+rIXFJxpPrX7atLwpRpN6LJ+HkP5NwU=\n"}`
 	docResultsLine = `{"poll_id":"lunch","results":[{"candidate_id":"soup","votes":1}],"total":1,"tree_size":1,"as_of":"2026-03-01T12:00:05.123456Z"}`
@@ -264,13 +266,8 @@ func TestDocExampleLines(t *testing.T) {
 		schema     *jsonschema.Schema
 		read       func(line string) error
 	}{
-		{"export", docExportLine, sch.export, func(line string) error {
-			row, err := audit.ParseExportLine([]byte(line))
-			if err == nil && string(audit.AppendExportLine(nil, row)) != line+"\n" {
-				err = fmt.Errorf("audit.AppendExportLine writes its row as %s", audit.AppendExportLine(nil, row))
-			}
-			return err
-		}},
+		{"export", docExportLine, sch.export, readExportLine},
+		{"definition", docDefinitionLine, sch.export, readExportLine},
 		{"checkpoints", docCheckpointLine, sch.checkpoint, readCheckpointLine},
 		{"results", docResultsLine, sch.results, readResultsLine},
 	} {
@@ -284,6 +281,16 @@ func TestDocExampleLines(t *testing.T) {
 			t.Errorf("the %s line of docs/audit.md is refused: %v", tc.name, err)
 		}
 	}
+}
+
+// readExportLine reads line as an export line, which must be the bytes
+// audit.AppendExportLine writes for what it reads.
+func readExportLine(line string) error {
+	row, err := audit.ParseExportLine([]byte(line))
+	if err == nil && string(audit.AppendExportLine(nil, row)) != line+"\n" {
+		err = fmt.Errorf("audit.AppendExportLine writes its row as %s", audit.AppendExportLine(nil, row))
+	}
+	return err
 }
 
 // readCheckpointLine reads line as a checkpoints file of one line.
