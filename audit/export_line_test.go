@@ -100,6 +100,8 @@ func FuzzParseExportLine(f *testing.F) {
 	f.Add(`{"seq":1,"event_id":"e","poll_id":"p","candidate_id":"c","principal_id":"u","received_at":"2026-12-02T07:00:00.000001Z","leaf_index":0}`)
 	f.Add(`{"event_id":"e","poll_id":"p","candidate_id":"c","principal_id":"u"}`)
 	f.Add(`{"seq":42,"event_id":"e-1","poll_id":"lunch","candidate_id":"soup","principal_id":"p_7","received_at":"2026-12-02T06:00:00.000120Z","recorded_at":"2026-12-02T06:00:01.000000Z","leaf_index":3}`)
+	f.Add(`{"kind":"definition","poll_id":"lunch","title":"Lunch?","opens_at":"2026-03-01T12:00:00.000000Z","closes_at":"2026-03-01T13:00:00.000000Z",` +
+		`"eligible_hash":"bc9e0e736c717ee924b2ba01a004dba8d023b4a76271e88473f955eb3a5115f0","choices":["soup","salad"],"recorded_at":"2026-03-01T11:59:00.000000Z","leaf_index":0}`)
 	f.Fuzz(func(t *testing.T, line string) {
 		r, err := audit.ParseExportLine([]byte(line))
 		if err != nil {

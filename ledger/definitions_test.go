@@ -1,14 +1,21 @@
 package ledger_test
 
 import (
+	"bytes"
+	"context"
 	"fmt"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/stdlib"
+	"golang.org/x/mod/sumdb/note"
+
 	"tally/audit"
+	"tally/internal/testenv"
 	"tally/ledger"
+	"tally/migrations"
 )
 
 // definitions reads a poll's definition leaves from its export, by leaf.
@@ -170,4 +177,99 @@ func TestCloseRacesAppends(t *testing.T) {
 	if c := rep.Logs[0]; c.Definitions != int64(1+len(closes)) {
 		t.Fatalf("log check %+v, want %d definitions", c, 1+len(closes))
 	}
+}
+
+// A database from before definitions were logged (migration 10), with
+// polls, votes and a signed checkpoint, migrates up and still rebuilds
+// and verifies: its logs are votes only, which the audit counts as votes
+// no definition covers. A close from then on logs the poll's definition
+// after them, and the checkpoint signed before still holds.
+func TestMigrationKeepsLogsFromBeforeDefinitions(t *testing.T) {
+	t.Parallel()
+	db := testenv.EmptyPostgres(t)
+	sqlDB := stdlib.OpenDBFromPool(db.Pool)
+	defer sqlDB.Close()
+	p, err := migrations.NewProvider(sqlDB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := p.UpTo(ctx, 10); err != nil {
+		t.Fatal(err)
+	}
+	// Polls as tally poll create made them at migration 10: no definition.
+	if _, err := db.Pool.Exec(ctx, `
+INSERT INTO polls (id, title, opens_at) VALUES ('old', 'An old poll', '2020-01-01T00:00:00Z');
+INSERT INTO poll_choices (poll_id, candidate_id, position) VALUES ('old', 'a', 1), ('old', 'b', 2);
+INSERT INTO poll_results (poll_id, candidate_id, vote_count) VALUES ('old', 'a', 0), ('old', 'b', 0)`); err != nil {
+		t.Fatal(err)
+	}
+	store, err := ledger.New(db.Pool, ledger.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := bundle{db: db, store: store, ctx: ctx}
+	var batch []ledger.Event
+	for i := range 40 {
+		batch = append(batch, ev(fmt.Sprintf("u%d", i), "k", "old", []string{"a", "b"}[i%3%2]))
+	}
+	if _, err := store.Append(ctx, batch); err != nil {
+		t.Fatalf("append at migration 10: %v", err)
+	}
+	head, err := store.Head(ctx, "old")
+	if err != nil || head.Size != 40 {
+		t.Fatalf("head at migration 10: %+v (%v), want 40 votes", head, err)
+	}
+	signHead(t, b, head)
+
+	if _, err := p.Up(ctx); err != nil {
+		t.Fatal(err)
+	}
+	audited := func(wantLeaves, wantDefs int64) {
+		t.Helper()
+		rep := checkInvariants(t, b)
+		if c := rep.Logs[0]; c.Size != wantLeaves || c.Definitions != wantDefs || c.Rows != 40 {
+			t.Fatalf("log check %+v, want %d leaves, %d definitions and 40 rows", c, wantLeaves, wantDefs)
+		}
+		var export bytes.Buffer
+		var cps []audit.StoredCheckpoint
+		err := store.Export(ctx, "", func(r ledger.LedgerRow) error {
+			row := audit.ExportRow{Seq: r.Seq, EventID: r.ClientEventID, PollID: r.PollID, CandidateID: r.CandidateID,
+				PrincipalID: r.PrincipalID, ReceivedAt: r.ReceivedAt, RecordedAt: r.RecordedAt, LeafIndex: &r.LeafIndex, Definition: r.Definition}
+			_, err := export.Write(audit.AppendExportLine(nil, row))
+			return err
+		})
+		if err == nil {
+			err = store.Checkpoints(ctx, "", func(c ledger.Checkpoint) error { cps = append(cps, c.Stored()); return nil })
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, vkey := testKey(t)
+		verifier, err := audit.NewVerifier(vkey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep2, err := audit.VerifyExport(&export, cps, []note.Verifier{verifier}, nil)
+		if err != nil || !rep2.OK() || rep2.Definitions != wantDefs || rep2.VotesWithoutDefinition() != 40 || rep2.Polls[0].CheckpointsVerified != len(cps) {
+			t.Fatalf("audit of the export: %+v (%v), want OK with %d definitions and the 40 votes without one", rep2, err, wantDefs)
+		}
+	}
+	audited(40, 0)
+	if err := store.ClosePoll(ctx, "old", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if d, ok := definitions(t, b, "old")[40]; !ok || d.ClosesAt == nil || strings.Join(d.Choices, ",") != "a,b" {
+		t.Fatalf("definitions after the close: %+v, want the poll's at leaf 40", definitions(t, b, "old"))
+	}
+	outs, err := store.Append(ctx, []ledger.Event{ev("late", "k", "old", "a")})
+	if err != nil || outs[0].Reason != ledger.ReasonPollClosed {
+		t.Fatalf("a vote after the close: %v (%v), want poll_closed", outs, err)
+	}
+	head, err = store.Head(ctx, "old")
+	if err != nil {
+		t.Fatal(err)
+	}
+	signHead(t, b, head)
+	audited(41, 1)
 }
