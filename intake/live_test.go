@@ -234,6 +234,7 @@ func TestLiveVisibility(t *testing.T) {
 	publicPoll(t, b)
 	_, outsiderToken := b.principal(t, "outsider")
 	b.poll(t, ledger.Poll{ID: "club", Title: "Members only", Choices: []string{"a", "b"}, Eligible: []string{b.who.ID}})
+	base := logSize(t, b, "pub") // the definition's leaf; the votes follow
 	appendTo(t, b, "pub", "b", "k1", "k2")
 
 	page := b.do(t, http.MethodGet, "/polls/pub", "", "", nil)
@@ -241,7 +242,7 @@ func TestLiveVisibility(t *testing.T) {
 		t.Fatalf("the public page: %d %q %s", page.code, page.header.Get("Content-Type"), page.raw)
 	}
 	for _, want := range []string{"<title>Pick one · live results</title>", `data-candidate="b"`, `<span class="count">2</span>`,
-		`<span class="share">100.0%</span>`, `<strong id="total">2</strong>`, `<strong id="tree-size">2</strong>`, "none yet"} {
+		`<span class="share">100.0%</span>`, `<strong id="total">2</strong>`, fmt.Sprintf(`<strong id="tree-size">%d</strong>`, base+2), "none yet"} {
 		if !strings.Contains(page.raw, want) {
 			t.Errorf("the public page lacks %q:\n%s", want, page.raw)
 		}
@@ -325,16 +326,17 @@ func TestLiveStreamDeliversAppends(t *testing.T) {
 		c.LiveHeartbeat = 100 * time.Millisecond
 	})
 	publicPoll(t, b)
+	base := logSize(t, b, "pub") // the definition's leaf; the votes follow
 	ls := openLive(t, b, "pub", "")
-	if r, _ := ls.nextResults(t, 5*time.Second); r.Total != 0 || r.TreeSize != 0 {
-		t.Fatalf("first event: %+v", r)
+	if r, _ := ls.nextResults(t, 5*time.Second); r.Total != 0 || r.TreeSize != base {
+		t.Fatalf("first event: %+v, want total 0 and tree size %d (the definition alone)", r, base)
 	}
 	time.Sleep(time.Second) // past every deadline of the request
 	appendTo(t, b, "pub", "a", "k1", "k2", "k3")
 	start := time.Now()
 	r := ls.waitTotal(t, 3, 5*time.Second)
-	if r.Results[0].Votes != 3 || r.TreeSize != 3 {
-		t.Fatalf("after the append: %+v", r)
+	if r.Results[0].Votes != 3 || r.TreeSize != base+3 {
+		t.Fatalf("after the append: %+v, want 3 votes for a and tree size %d", r, base+3)
 	}
 	t.Logf("an append reached the stream in %s", time.Since(start))
 	appendTo(t, b, "pub", "c", "k4")

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"math"
 	"net/http"
@@ -79,6 +80,20 @@ func newLogKeys(t *testing.T, b *bundle) (logKeys, string) {
 	}, vkey
 }
 
+// logSize is the size of poll's log. Read before any vote, it is where
+// the votes' leaves start: leaf 0 of a poll's log is its definition
+// (CreatePoll logs it, audit.Definition), so a new poll's log holds one
+// leaf, the n-th vote (from 0) is leaf logSize+n, and the tree of k votes
+// has logSize+k leaves.
+func logSize(t testing.TB, b *bundle, poll string) int64 {
+	t.Helper()
+	h, err := b.store.Head(context.Background(), poll)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h.Size
+}
+
 // appendVotes records a vote of a new principal on p1 for each id.
 func appendVotes(t *testing.T, b *bundle, ids ...string) {
 	t.Helper()
@@ -98,6 +113,7 @@ func TestReceiptVerifiesOffline(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	keys, vkey := newLogKeys(t, b)
+	base := logSize(t, b, "p1") // the definition's leaf; the votes follow
 	appendVotes(t, b, "x1", "x2")
 	if _, err := b.store.Append(ctx, []ledger.Event{
 		{PrincipalID: b.who.ID, ClientEventID: "mine", PollID: "p1", CandidateID: "a", ReceivedAt: time.Now()},
@@ -143,9 +159,9 @@ func TestReceiptVerifiesOffline(t *testing.T) {
 	if err != nil {
 		t.Fatalf("VerifyReceipt: %v\n%s", err, saved)
 	}
-	if r.LeafIndex != 2 || r.TreeSize != 3 || r.EventID != "mine" || r.PrincipalID != b.who.ID || r.CandidateID != "a" {
-		t.Fatalf("receipt of leaf %d in a tree of %d (%s %s %s), want leaf 2 of 3 of this voter's vote for a",
-			r.LeafIndex, r.TreeSize, r.EventID, r.PrincipalID, r.CandidateID)
+	if r.LeafIndex != base+2 || r.TreeSize != base+3 || r.EventID != "mine" || r.PrincipalID != b.who.ID || r.CandidateID != "a" {
+		t.Fatalf("receipt of leaf %d in a tree of %d (%s %s %s), want leaf %d of %d of this voter's vote for a",
+			r.LeafIndex, r.TreeSize, r.EventID, r.PrincipalID, r.CandidateID, base+2, base+3)
 	}
 	changed := r
 	changed.CandidateID = "b"
@@ -157,10 +173,13 @@ func TestReceiptVerifiesOffline(t *testing.T) {
 	// the receipt's tree to it verifies, to the current size too.
 	appendVotes(t, b, "y1", "y2", "y3")
 	newer := keys.verify(t, keys.sign(t, "p1"), "p1")
-	for _, q := range []string{"?from=3&to=6", "?from=3"} {
+	if newer.Size != base+6 {
+		t.Fatalf("the second checkpoint is of size %d, want %d", newer.Size, base+6)
+	}
+	for _, q := range []string{fmt.Sprintf("?from=%d&to=%d", base+3, base+6), fmt.Sprintf("?from=%d", base+3)} {
 		proof := consistencyOf(t, b, q)
 		if proof.From != r.TreeSize || proof.To != newer.Size {
-			t.Fatalf("%s: proof from %d to %d, want 3 to 6", q, proof.From, proof.To)
+			t.Fatalf("%s: proof from %d to %d, want %d to %d", q, proof.From, proof.To, base+3, base+6)
 		}
 		if err := audit.VerifyConsistency(older, newer, proof.Proof); err != nil {
 			t.Fatalf("%s: VerifyConsistency: %v", q, err)
@@ -174,8 +193,8 @@ func TestReceiptVerifiesOffline(t *testing.T) {
 		}
 	}
 	// Equal sizes: an empty proof, [] rather than null.
-	if p := consistencyOf(t, b, "?from=6&to=6"); p.Proof == nil || len(p.Proof) != 0 {
-		t.Fatalf("from 6 to 6: proof %v, want []", p.Proof)
+	if p := consistencyOf(t, b, fmt.Sprintf("?from=%d&to=%d", base+6, base+6)); p.Proof == nil || len(p.Proof) != 0 {
+		t.Fatalf("from %d to %d: proof %v, want []", base+6, base+6, p.Proof)
 	}
 
 	// The vote's receipt now proves against the newer checkpoint.
@@ -183,8 +202,9 @@ func TestReceiptVerifiesOffline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := audit.VerifyReceipt(r2, verifier, testLogName); err != nil || r2.TreeSize != 6 {
-		t.Fatalf("the receipt after the second checkpoint: tree size %d, %v", r2.TreeSize, err)
+	if _, err := audit.VerifyReceipt(r2, verifier, testLogName); err != nil || r2.LeafIndex != base+2 || r2.TreeSize != base+6 {
+		t.Fatalf("the receipt after the second checkpoint: leaf %d, tree size %d, %v; want leaf %d of %d",
+			r2.LeafIndex, r2.TreeSize, err, base+2, base+6)
 	}
 }
 
@@ -232,6 +252,7 @@ func TestReceiptOnlyUnderTheCheckpoint(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	keys, _ := newLogKeys(t, b)
+	base := logSize(t, b, "p1") // the definition's leaf; the votes follow
 	appendVotes(t, b, "x1")
 	if _, err := b.store.Append(ctx, []ledger.Event{
 		{PrincipalID: b.who.ID, ClientEventID: "mine", PollID: "p1", CandidateID: "a", ReceivedAt: time.Now()},
@@ -239,14 +260,14 @@ func TestReceiptOnlyUnderTheCheckpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	cp := keys.verify(t, keys.sign(t, "p1"), "p1")
-	if cp.Size != 2 {
-		t.Fatalf("checkpoint of size %d, want 2", cp.Size)
+	if cp.Size != base+2 {
+		t.Fatalf("checkpoint of size %d, want %d", cp.Size, base+2)
 	}
 	r, err := audit.ParseReceipt(receiptOf(t, b.do(t, http.MethodGet, "/v1/votes/mine", b.token, "", nil)))
-	if err != nil || r.LeafIndex != 1 || r.TreeSize != 2 {
-		t.Fatalf("receipt of the checkpoint's last leaf: %+v, %v; want leaf 1 of 2", r, err)
+	if err != nil || r.LeafIndex != base+1 || r.TreeSize != base+2 {
+		t.Fatalf("receipt of the checkpoint's last leaf: %+v, %v; want leaf %d of %d", r, err, base+1, base+2)
 	}
-	for _, leaf := range []int64{2, 3} {
+	for _, leaf := range []int64{base + 2, base + 3} {
 		p, token := b.principal(t, "later")
 		if _, err := b.store.Append(ctx, []ledger.Event{
 			{PrincipalID: p.ID, ClientEventID: "later", PollID: "p1", CandidateID: "b", ReceivedAt: time.Now()},
@@ -255,7 +276,7 @@ func TestReceiptOnlyUnderTheCheckpoint(t *testing.T) {
 		}
 		st := b.do(t, http.MethodGet, "/v1/votes/later", token, "", nil)
 		if st.code != http.StatusOK || st.str("status") != "recorded" || st.body["receipt"] != nil {
-			t.Errorf("leaf %d, past the checkpoint of size 2: %d %s, want 200 recorded with no receipt", leaf, st.code, st.raw)
+			t.Errorf("leaf %d, past the checkpoint of size %d: %d %s, want 200 recorded with no receipt", leaf, cp.Size, st.code, st.raw)
 		}
 	}
 }
@@ -305,13 +326,15 @@ func TestConsistencyRefusesBadSizes(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	appendVotes(t, b, "x1", "x2", "x3")
+	size := logSize(t, b, "p1") // the definition's leaf and the three votes'
+	past := strconv.FormatInt(size+1, 10)
 	for _, q := range []string{"", "?to=2", "?from=x", "?from=1.5", "?from=0", "?from=-1", "?from=3&to=2",
-		"?from=1&to=4", "?from=4", "?from=1&from=2", "?from=99999999999999999999"} {
+		"?from=1&to=" + past, "?from=" + past, "?from=1&from=2", "?from=99999999999999999999"} {
 		res := b.do(t, http.MethodGet, "/v1/polls/p1/consistency"+q, b.token, "", nil)
 		wantProblemType(t, res, http.StatusBadRequest, "invalid-tree-size")
 	}
-	if p := consistencyOf(t, b, "?from=1&to=3"); p.From != 1 || p.To != 3 {
-		t.Fatalf("from 1 to 3: %+v", p)
+	if p := consistencyOf(t, b, fmt.Sprintf("?from=1&to=%d", size)); p.From != 1 || p.To != size {
+		t.Fatalf("from 1 to %d: %+v", size, p)
 	}
 	// A bad size to a poll the principal may not see still reads as an
 	// unknown poll: the 400 must not tell that it exists.
@@ -346,14 +369,17 @@ func TestResultsTreeSize(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.poll(t, ledger.Poll{ID: "empty", Title: "Dinner", Choices: []string{"a"}})
+	// A poll without votes has a log of one leaf, not the empty tree: leaf
+	// 0 is the poll's definition.
 	res := b.do(t, http.MethodGet, "/v1/polls/empty/results", b.token, "", nil)
-	if res.code != http.StatusOK || res.body["tree_size"] != float64(0) {
-		t.Fatalf("results of an empty poll: %d %s", res.code, res.raw)
+	if res.code != http.StatusOK || res.body["total"] != float64(0) || res.body["tree_size"] != float64(1) {
+		t.Fatalf("results of an empty poll: %d %s, want total 0 and tree_size 1 (its definition)", res.code, res.raw)
 	}
+	base := logSize(t, b, "p1")
 	appendVotes(t, b, "x1", "x2", "x3")
 	res = b.do(t, http.MethodGet, "/v1/polls/p1/results", b.token, "", nil)
-	if res.code != http.StatusOK || res.body["total"] != float64(3) || res.body["tree_size"] != float64(3) {
-		t.Fatalf("results of three votes: %d %s", res.code, res.raw)
+	if res.code != http.StatusOK || res.body["total"] != float64(3) || res.body["tree_size"] != float64(base+3) {
+		t.Fatalf("results of three votes: %d %s, want total 3 and tree_size %d", res.code, res.raw, base+3)
 	}
 }
 

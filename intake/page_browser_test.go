@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -99,6 +100,7 @@ func TestLivePageInBrowser(t *testing.T) {
 	b := setup(t)
 	b.poll(t, ledger.Poll{ID: "docs", Title: "Which topic should the next docs sprint cover?",
 		Choices: []string{"install", "tutorial", "reference", "faq"}, PublicResults: true})
+	base := logSize(t, b, "docs") // the definition's leaf; the votes follow
 	appendTo(t, b, "docs", "tutorial", "t1", "t2")
 	appendTo(t, b, "docs", "reference", "r1")
 	ctx := browser(t)
@@ -140,8 +142,9 @@ func TestLivePageInBrowser(t *testing.T) {
 	}
 	width := eval[string](t, ctx, `document.querySelector('li[data-candidate="install"] .fill').style.width`)
 	share := text(t, ctx, `li[data-candidate="install"] .share`)
-	if treeSize := text(t, ctx, `#tree-size`); width != "42.9%" || share != "42.9%" || treeSize != "7" {
-		t.Fatalf("install's bar %q and share %q (want 42.9%% each), tree size %q (want 7)", width, share, treeSize)
+	wantSize := strconv.FormatInt(base+7, 10) // seven votes after the definition
+	if treeSize := text(t, ctx, `#tree-size`); width != "42.9%" || share != "42.9%" || treeSize != wantSize {
+		t.Fatalf("install's bar %q and share %q (want 42.9%% each), tree size %q (want %s)", width, share, treeSize, wantSize)
 	}
 
 	checkAccessible(t, ctx)
