@@ -138,7 +138,9 @@ func prepareLedger(ctx context.Context, pool *pgxpool.Pool, polls int) error {
 
 // fillLedger writes n events over the polls by COPY from two writers, the
 // projection from a recount, and the polls' logs (as after migrating a
-// ledger from before the log: heads sized, then built by BuildLogs).
+// ledger from before the log: heads sized, then built by BuildLogs). Each
+// head already counts the leaves CreatePoll logged (the poll's definition,
+// leaf 0); the copied events follow them.
 func fillLedger(ctx context.Context, pool *pgxpool.Pool, n, polls int) error {
 	conns := func(ctx context.Context) (*pgx.Conn, func(), error) {
 		c, err := pool.Acquire(ctx)
@@ -154,7 +156,7 @@ func fillLedger(ctx context.Context, pool *pgxpool.Pool, n, polls int) error {
 		ON CONFLICT (poll_id, candidate_id) DO UPDATE SET vote_count = EXCLUDED.vote_count`); err != nil {
 		return err
 	}
-	if _, err := pool.Exec(ctx, `UPDATE poll_log_heads h SET size = c.n, root = NULL, partial = ''
+	if _, err := pool.Exec(ctx, `UPDATE poll_log_heads h SET size = h.size + c.n, root = NULL, partial = ''
 		FROM (SELECT poll_id, count(*) AS n FROM poll_events GROUP BY poll_id) c WHERE h.poll_id = c.poll_id`); err != nil {
 		return err
 	}
