@@ -76,17 +76,22 @@ type passPoll struct {
 	err   error // the hasher's
 }
 
+// tallyKey is a (poll, candidate) the pass counts the rows of.
+type tallyKey struct{ poll, cand string }
+
 // hashInOnePass hashes the logs of heads (one poll's when pollID is set)
 // in one pass over the ledger, in tx's snapshot. It returns the polls it
-// could hash; the others are for the per-poll check.
-func hashInOnePass(ctx context.Context, tx pgx.Tx, heads []logHeadRow, pollID string) (map[string]*hashed, error) {
+// could hash (the others are for the per-poll check) and the count of
+// the ledger's rows of each (poll, candidate), the recount, which the
+// pass makes as it reads every row anyway.
+func hashInOnePass(ctx context.Context, tx pgx.Tx, heads []logHeadRow, pollID string) (map[string]*hashed, map[tallyKey]int64, error) {
 	var p *string
 	if pollID != "" {
 		p = &pollID
 	}
 	polls, err := passLeaves(ctx, tx, heads, p)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer func() {
 		for _, pp := range polls {
@@ -97,13 +102,15 @@ func hashInOnePass(ctx context.Context, tx pgx.Tx, heads []logHeadRow, pollID st
 SELECT seq, poll_id, candidate_id, principal_id, client_event_id, received_at, fingerprint FROM poll_events
 WHERE $1::text IS NULL OR poll_id = $1 ORDER BY seq`, p)
 	if err != nil {
-		return nil, interpretError("read the ledger for its logs", err)
+		return nil, nil, interpretError("read the ledger for its logs", err)
 	}
 	var (
 		r    passRow
 		poll string
 	)
+	counts := map[tallyKey]int64{}
 	_, err = pgx.ForEachRow(rows, []any{&r.seq, &poll, &r.cand, &r.pr, &r.key, &r.received, &r.fp}, func() error {
+		counts[tallyKey{poll, r.cand}]++
 		pp := polls[poll]
 		if pp == nil || pp.failed {
 			return nil // a poll without a head, or left to the per-poll check
@@ -113,7 +120,7 @@ WHERE $1::text IS NULL OR poll_id = $1 ORDER BY seq`, p)
 		return nil
 	})
 	if err != nil {
-		return nil, interpretError("read the ledger for its logs", err)
+		return nil, nil, interpretError("read the ledger for its logs", err)
 	}
 	out := map[string]*hashed{}
 	for id, pp := range polls {
@@ -129,7 +136,7 @@ WHERE $1::text IS NULL OR poll_id = $1 ORDER BY seq`, p)
 		h.rows = pp.rows
 		out[id] = &h
 	}
-	return out, nil
+	return out, counts, nil
 }
 
 // passLeaves reads the leaves of the polls of heads, in leaf order. A poll

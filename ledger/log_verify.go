@@ -36,7 +36,7 @@ SELECT poll_id, size, root, partial FROM poll_log_heads
 WHERE $1::text IS NULL OR poll_id = $1 ORDER BY poll_id`
 
 // verifyLogs checks the log of every poll (one when pollID is set) in tx's
-// snapshot: the leaves are dense and each is a row of the poll, every row
+// snapshot, and returns the recount its pass made beside the checks: the leaves are dense and each is a row of the poll, every row
 // of the poll is a leaf, the rows hash to the stored root,
 // and the stored tiles are the rows' (the first differing hash names the
 // leaf), and each row's fingerprint is its poll's and candidate's. A head
@@ -52,26 +52,26 @@ WHERE $1::text IS NULL OR poll_id = $1 ORDER BY poll_id`
 // poll is checked in the same state of the ledger as the recount: as many
 // at once as the process has cores, leaving one of the pool's connections
 // to tx.
-func (s *Store) verifyLogs(ctx context.Context, tx pgx.Tx, pollID string) ([]LogCheck, error) {
+func (s *Store) verifyLogs(ctx context.Context, tx pgx.Tx, pollID string) ([]LogCheck, map[tallyKey]int64, error) {
 	var p *string
 	if pollID != "" {
 		p = &pollID
 	}
 	rows, err := tx.Query(ctx, logHeadsSQL, p)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	heads, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (logHeadRow, error) {
 		var h logHeadRow
 		return h, r.Scan(&h.poll, &h.size, &h.root, &h.partial)
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	out := make([]LogCheck, len(heads))
-	passed, err := hashInOnePass(ctx, tx, heads, pollID)
+	passed, counts, err := hashInOnePass(ctx, tx, heads, pollID)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var rest []int // the heads left to the per-poll check
 	for i, h := range heads {
@@ -81,7 +81,7 @@ func (s *Store) verifyLogs(ctx context.Context, tx pgx.Tx, pollID string) ([]Log
 			continue
 		}
 		if out[i], err = checkLog(ctx, tx, LogCheck{PollID: h.poll, Size: h.size, Leaf: -1}, *hh, h.root, h.partial); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	workers := min(len(rest), runtime.GOMAXPROCS(0), int(s.pool.Config().MaxConns)-1)
@@ -89,17 +89,17 @@ func (s *Store) verifyLogs(ctx context.Context, tx pgx.Tx, pollID string) ([]Log
 		for _, i := range rest {
 			h := heads[i]
 			if out[i], err = verifyLog(ctx, tx, h.poll, h.size, h.root, h.partial); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 		}
-		return out, nil
+		return out, counts, nil
 	}
 	var snapshot string
 	if err := tx.QueryRow(ctx, `SELECT pg_export_snapshot()`).Scan(&snapshot); err != nil {
-		return nil, fmt.Errorf("export the snapshot for the logs' workers: %w", err)
+		return nil, nil, fmt.Errorf("export the snapshot for the logs' workers: %w", err)
 	}
 	if !snapshotID.MatchString(snapshot) {
-		return nil, fmt.Errorf("PostgreSQL exported a snapshot named %q, not of the expected form", snapshot)
+		return nil, nil, fmt.Errorf("PostgreSQL exported a snapshot named %q, not of the expected form", snapshot)
 	}
 	var next atomic.Int64
 	g, gctx := errgroup.WithContext(ctx)
@@ -126,9 +126,9 @@ func (s *Store) verifyLogs(ctx context.Context, tx pgx.Tx, pollID string) ([]Log
 		})
 	}
 	if err := g.Wait(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return out, nil
+	return out, counts, nil
 }
 
 // logHeadRow is a stored head, as verifyLogs reads it.

@@ -1,7 +1,10 @@
 package ledger
 
 import (
+	"cmp"
 	"context"
+	"slices"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -54,17 +57,20 @@ ORDER BY poll_id, candidate_id`
 // Rebuild recomputes every tally from the ledger (one poll when pollID is
 // not empty) in one REPEATABLE READ snapshot and sets it beside the
 // projection, and hashes each poll's rows again to check its log against
-// the stored head and tiles. It changes nothing.
+// the stored head and tiles. The recount is made by the pass that hashes
+// the rows (log_pass.go), which reads every row once for both. It changes
+// nothing.
 func (s *Store) Rebuild(ctx context.Context, pollID string) (Report, error) {
 	var rep Report
 	err := s.runTx(ctx, "rebuild", pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		var err error
-		if rep, err = recount(ctx, tx, pollID); err != nil {
+		logs, counts, err := s.verifyLogs(ctx, tx, pollID)
+		if err != nil {
 			return err
 		}
-		if rep.Logs, err = s.verifyLogs(ctx, tx, pollID); err != nil {
+		if rep, err = besideProjection(ctx, tx, pollID, counts); err != nil {
 			return err
 		}
+		rep.Logs = logs
 		for _, c := range rep.Logs {
 			if !c.OK() {
 				rep.LogProblems++
@@ -75,6 +81,49 @@ func (s *Store) Rebuild(ctx context.Context, pollID string) (Report, error) {
 	return rep, err
 }
 
+// besideProjection sets the ledger's counts beside the projection's rows
+// (one poll's when pollID is set), as rebuildSQL's full join does.
+func besideProjection(ctx context.Context, tx pgx.Tx, pollID string, counts map[tallyKey]int64) (Report, error) {
+	var p *string
+	if pollID != "" {
+		p = &pollID
+	}
+	rows, err := tx.Query(ctx, `SELECT poll_id, candidate_id, vote_count FROM poll_results WHERE $1::text IS NULL OR poll_id = $1`, p)
+	if err != nil {
+		return Report{}, err
+	}
+	proj := map[tallyKey]int64{}
+	var (
+		k tallyKey
+		n int64
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&k.poll, &k.cand, &n}, func() error { proj[k] = n; return nil }); err != nil {
+		return Report{}, err
+	}
+	var rep Report
+	for k, n := range counts {
+		rep.Rows = append(rep.Rows, TallyRow{PollID: k.poll, CandidateID: k.cand, Ledger: n, Projection: proj[k]})
+		rep.LedgerEvents += n
+	}
+	for k, n := range proj {
+		if _, ok := counts[k]; !ok {
+			rep.Rows = append(rep.Rows, TallyRow{PollID: k.poll, CandidateID: k.cand, Projection: n})
+		}
+	}
+	// Ids are COLLATE "C": byte order, as Go compares strings.
+	slices.SortFunc(rep.Rows, func(a, b TallyRow) int {
+		return cmp.Or(strings.Compare(a.PollID, b.PollID), strings.Compare(a.CandidateID, b.CandidateID))
+	})
+	for _, r := range rep.Rows {
+		if r.Differs() {
+			rep.Differing++
+		}
+	}
+	return rep, nil
+}
+
+// recount is the ledger's count beside the projection, in SQL, for
+// Repair.
 func recount(ctx context.Context, tx pgx.Tx, pollID string) (Report, error) {
 	var p *string
 	if pollID != "" {

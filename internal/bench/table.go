@@ -59,7 +59,7 @@ var ratios = []ratio{
 	{of: "H2A", to: "H2", target: "(two writers into a poll each against one hot poll)"},
 	{of: "SSE", to: "SSE0", target: "(intake's CPU with the live viewers against none)"},
 	{of: "MSSE", to: "MSSE0", target: "(intake's peak RSS with the live viewers against none)"},
-	{of: "R", to: "RG", target: "≤ 1.5×", atMost: 1.5},
+	{of: "R", to: "RG", target: "≤ 5×", atMost: 5},
 	{of: "PR", limit: 5, target: "< 5 ms", atMost: 1, asPercent: true},
 	{of: "AV", limit: 10, target: "< 10 s", atMost: 1, asPercent: true},
 	{of: "MB", limit: 150, target: "< 150 MB", atMost: 1, asPercent: true},
