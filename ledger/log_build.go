@@ -1,7 +1,6 @@
 package ledger
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"slices"
@@ -118,7 +117,7 @@ func hashRows(ctx context.Context, tx pgx.Tx, poll string) (hashed, error) {
 		case *rowPoll != poll:
 			return &LogError{PollID: poll, Leaf: leaf, Problem: fmt.Sprintf("its ledger row (seq %d) is poll %s's: the row was changed or the leaf moved", seq, *rowPoll)}
 		}
-		return lh.add(*cand, *pr, *key, *received, fp)
+		return lh.add(*cand, *pr, *key, *received, string(fp))
 	})
 	if err == nil {
 		err = lh.flush()
@@ -148,7 +147,7 @@ func newLeafHasher(poll string) *leafHasher {
 }
 
 // add hashes the row of the next leaf.
-func (lh *leafHasher) add(cand, pr, key string, received time.Time, fp []byte) error {
+func (lh *leafHasher) add(cand, pr, key string, received time.Time, fp string) error {
 	h, err := leafHash(Event{PollID: lh.poll, CandidateID: cand, PrincipalID: pr, ClientEventID: key, ReceivedAt: received})
 	if err != nil {
 		return fmt.Errorf("leaf %d: %w", lh.h.n, err)
@@ -158,7 +157,7 @@ func (lh *leafHasher) add(cand, pr, key string, received time.Time, fp []byte) e
 		want = vote.Fingerprint(lh.poll, cand)
 		lh.fps[cand] = want
 	}
-	if lh.h.badFP < 0 && !bytes.Equal(fp, want[:]) {
+	if lh.h.badFP < 0 && fp != string(want[:]) {
 		lh.h.badFP = lh.h.n
 	}
 	if lh.def != nil && lh.h.badDef < 0 {
