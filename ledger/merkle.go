@@ -90,83 +90,82 @@ var errOutsideEdge = errors.New("log: a hash the append needs is not in the part
 
 // extend returns the state after appending the leaves whose hashes are
 // leaves (leaf indexes s.size, s.size+1, ...) and the full tiles to write.
+//
+// It keeps the tree's frontier, the roots of the perfect subtrees that
+// make it from the largest (leftmost) on, as RFC 6962's incremental
+// builders do: a new leaf merges with the frontier's last root while they
+// are of the same height, which makes every hash the tree stores (those
+// tlog.StoredHashesForRecordHash gives, one node hash a leaf on average).
+// Each hash of a tile level (tree level 4L) goes into that level's tile,
+// which becomes a full tile at its 16th. The frontier at s.size is read
+// from the partial tiles (they hold the tree's right edge).
 func (s logState) extend(leaves []tlog.Hash) (logState, []fullTile, error) {
 	if len(leaves) == 0 {
 		return s, nil, nil
 	}
-	// The hashes stored for leaves s.size.. are the stored indexes from
-	// StoredHashIndex(0, s.size) on, contiguous and in order: a slice.
-	base := tlog.StoredHashIndex(0, s.size)
-	mem := &edgeReader{old: s, base: base,
-		new: make([]tlog.Hash, 0, tlog.StoredHashIndex(0, s.size+int64(len(leaves)))-base)}
-	for i, h := range leaves {
-		n := s.size + int64(i)
-		stored, err := tlog.StoredHashesForRecordHash(n, h, mem)
-		if err != nil {
-			return logState{}, nil, fmt.Errorf("log: hashes of leaf %d: %w", n, err)
-		}
-		mem.new = append(mem.new, stored...)
+	type node struct {
+		height int
+		hash   tlog.Hash
 	}
-	size := s.size + int64(len(leaves))
-	next := logState{size: size}
-	var full []fullTile
-	for _, t := range tlog.NewTiles(tileHeight, s.size, size) {
-		if t.W != tileWidth {
-			continue // a partial tile: kept in the head, below
-		}
-		data, err := tlog.ReadTileData(t, mem)
-		if err != nil {
-			return logState{}, nil, fmt.Errorf("log: tile %s: %w", t.Path(), err)
-		}
-		full = append(full, fullTile{level: t.L, idx: t.N, data: data})
-	}
-	for level := 0; size>>(tileHeight*level) > 0; level++ {
-		w := partialWidth(size, level)
-		if w == 0 {
-			next.partial = append(next.partial, nil)
-			continue
-		}
-		t := tlog.Tile{H: tileHeight, L: level, N: size >> (tileHeight * level) >> tileHeight, W: w}
-		data, err := tlog.ReadTileData(t, mem)
-		if err != nil {
-			return logState{}, nil, fmt.Errorf("log: tile %s: %w", t.Path(), err)
-		}
-		next.partial = append(next.partial, data)
-	}
-	root, err := tlog.TreeHash(size, mem)
-	if err != nil {
-		return logState{}, nil, fmt.Errorf("log: root of size %d: %w", size, err)
-	}
-	next.root = root
-	return next, full, nil
-}
-
-// edgeReader reads the hashes an append needs: the new ones (stored
-// indexes from base on) from new, the old ones from the old state's
-// partial tiles.
-type edgeReader struct {
-	old  logState
-	base int64
-	new  []tlog.Hash
-}
-
-func (r *edgeReader) ReadHashes(indexes []int64) ([]tlog.Hash, error) {
-	out := make([]tlog.Hash, len(indexes))
-	for i, x := range indexes {
-		if x >= r.base {
-			if x-r.base >= int64(len(r.new)) {
-				return nil, fmt.Errorf("log: stored hash %d is not made yet", x)
+	var frontier []node
+	for h := 62; h >= 0; h-- {
+		if s.size>>h&1 == 1 {
+			x, err := s.hashFromPartial(tlog.StoredHashIndex(h, s.size>>h-1))
+			if err != nil {
+				return logState{}, nil, fmt.Errorf("log: the right edge at size %d: %w", s.size, err)
 			}
-			out[i] = r.new[x-r.base]
-			continue
+			frontier = append(frontier, node{h, x})
 		}
-		h, err := r.old.hashFromPartial(x)
-		if err != nil {
-			return nil, err
-		}
-		out[i] = h
 	}
-	return out, nil
+	tiles := make([][]byte, len(s.partial))
+	for level, p := range s.partial {
+		tiles[level] = append([]byte(nil), p...)
+	}
+	var full []fullTile
+	// store adds a hash of tree level height, the count-th of its level
+	// (from 1), to its tile, if the level has tiles.
+	store := func(height int, count int64, h tlog.Hash) {
+		if height%tileHeight != 0 {
+			return
+		}
+		level := height / tileHeight
+		for len(tiles) <= level {
+			tiles = append(tiles, nil)
+		}
+		tiles[level] = append(tiles[level], h[:]...)
+		if len(tiles[level]) == tileWidth*hashSize {
+			full = append(full, fullTile{level: level, idx: count/tileWidth - 1, data: tiles[level]})
+			tiles[level] = nil
+		}
+	}
+	n := s.size
+	for _, h := range leaves {
+		n++
+		cur := node{0, h}
+		store(0, n, h)
+		for len(frontier) > 0 && frontier[len(frontier)-1].height == cur.height {
+			left := frontier[len(frontier)-1]
+			frontier = frontier[:len(frontier)-1]
+			cur = node{cur.height + 1, tlog.NodeHash(left.hash, cur.hash)}
+			store(cur.height, n>>cur.height, cur.hash)
+		}
+		frontier = append(frontier, cur)
+	}
+	next := logState{size: n, root: frontier[len(frontier)-1].hash}
+	for i := len(frontier) - 2; i >= 0; i-- {
+		next.root = tlog.NodeHash(frontier[i].hash, next.root)
+	}
+	for level := 0; n>>(tileHeight*level) > 0; level++ {
+		var p []byte
+		if level < len(tiles) && len(tiles[level]) > 0 {
+			p = tiles[level]
+		}
+		if len(p) != partialWidth(n, level)*hashSize {
+			return logState{}, nil, fmt.Errorf("log: the partial tile of level %d holds %d hashes at size %d", level, len(p)/hashSize, n)
+		}
+		next.partial = append(next.partial, p)
+	}
+	return next, full, nil
 }
 
 // hashFromPartial reads the stored hash x from the partial tiles, or
