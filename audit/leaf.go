@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -96,11 +97,14 @@ func DecodeLeaf(b []byte) (Leaf, error) {
 
 // LeafHash is the hash of l's leaf in its poll's tree: SHA-256(0x00 ||
 // EncodeLeaf(l)).
+//
+// It is tlog.RecordHash of the encoding, hashed from one buffer on the
+// stack: the rebuild hashes every leaf of the ledger.
 func LeafHash(l Leaf) (tlog.Hash, error) {
-	var buf [1 + 4*(1+vote.MaxIDLen) + 8]byte
-	b, err := EncodeLeaf(buf[:0], l)
+	var buf [1 + 1 + 4*(1+vote.MaxIDLen) + 8]byte // 0x00, then the leaf
+	b, err := EncodeLeaf(buf[1:1], l)
 	if err != nil {
 		return tlog.Hash{}, err
 	}
-	return tlog.RecordHash(b), nil
+	return sha256.Sum256(buf[:1+len(b)]), nil
 }
