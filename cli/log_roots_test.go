@@ -125,3 +125,47 @@ func TestRebuildFindsARewrittenRoot(t *testing.T) {
 		t.Fatalf("rebuild after the root was rewritten: want exit 1 and poll lunch's roots named, got %+v", r)
 	}
 }
+
+// A poll only listed principals may answer cannot be made from the export,
+// which holds its list by hash only: import stops and says to create it
+// first; created with the same definition, the import then reproduces
+// its log.
+func TestImportOfAListedPoll(t *testing.T) {
+	t.Parallel()
+	src, dst := testenv.Postgres(t), testenv.Postgres(t)
+	opens := time.Now().Add(-time.Hour).UTC().Truncate(time.Microsecond).Format(time.RFC3339Nano)
+	create := []string{"poll", "create", "team", "--title", "Thursdays?", "--choice", "yes", "--choice", "no",
+		"--eligible", "u1", "--eligible", "u2", "--opens-at", opens}
+	if r := tally(t, src.URL, create...); r.code != 0 {
+		t.Fatalf("poll create: %+v", r)
+	}
+	dir := t.TempDir()
+	in, export := filepath.Join(dir, "in.jsonl"), filepath.Join(dir, "export.jsonl")
+	write(t, in, `{"event_id":"e1","poll_id":"team","candidate_id":"yes","principal_id":"u1"}`+"\n"+
+		`{"event_id":"e1","poll_id":"team","candidate_id":"no","principal_id":"u2"}`+"\n")
+	if r := tally(t, src.URL, "import", in); r.code != 0 {
+		t.Fatalf("import into the source: %+v", r)
+	}
+	if r := tally(t, src.URL, "export", export); r.code != 0 {
+		t.Fatalf("export: %+v", r)
+	}
+	if r := tally(t, dst.URL, "import", export); r.code == 0 || !strings.Contains(r.stderr, "create the poll with tally poll create and its --eligible list") {
+		t.Fatalf("import of a listed poll into a database without it: %+v, want it refused, saying what to do", r)
+	}
+	if r := tally(t, dst.URL, create...); r.code != 0 {
+		t.Fatalf("poll create in the destination: %+v", r)
+	}
+	if r := tally(t, dst.URL, "import", export); r.code != 0 || !strings.Contains(r.stdout, "definitions: poll kept 1") {
+		t.Fatalf("import once the poll exists: %+v", r)
+	}
+	head := func(db testenv.DB) string {
+		var s string
+		if err := db.Pool.QueryRow(context.Background(), `SELECT concat_ws(' ', size, encode(root, 'hex')) FROM poll_log_heads WHERE poll_id = 'team'`).Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	if a, b := head(src), head(dst); a != b || !strings.HasPrefix(a, "3 ") {
+		t.Fatalf("team's head: source %s, destination %s; want the same 3 leaves", a, b)
+	}
+}
