@@ -99,19 +99,16 @@ type window struct {
 
 const windowsSQL = `SELECT id, opens_at, closes_at FROM polls WHERE id = ANY($1::text[])`
 
-// checkWindows reads the windows of polls (in a statement after the lock
-// of their heads, so it sees any close that committed before) and returns
-// errRedefined when a recorded vote falls outside its poll's.
-func checkWindows(ctx context.Context, tx pgx.Tx, polls []string, added map[string][]newLeaf, events []Event) error {
-	rows, err := tx.Query(ctx, windowsSQL, polls)
-	if err != nil {
-		return interpretError("append batch: read the polls' windows", err)
-	}
+// checkWindows reads the windows of the polls of an append (windowsSQL,
+// a statement after the lock of their heads, so that it sees any close
+// that committed before) and returns errRedefined when a recorded vote
+// falls outside its poll's.
+func checkWindows(rows pgx.Rows, added map[string][]newLeaf, events []Event) error {
 	var (
 		poll string
 		w    window
 	)
-	_, err = pgx.ForEachRow(rows, []any{&poll, &w.opens, &w.closes}, func() error {
+	_, err := pgx.ForEachRow(rows, []any{&poll, &w.opens, &w.closes}, func() error {
 		for _, l := range added[poll] {
 			at := events[l.event].ReceivedAt
 			if at.Before(w.opens) || w.closes != nil && !at.Before(*w.closes) {
@@ -120,5 +117,5 @@ func checkWindows(ctx context.Context, tx pgx.Tx, polls []string, added map[stri
 		}
 		return nil
 	})
-	return interpretError("append batch: read the polls' windows", err)
+	return err
 }

@@ -43,14 +43,49 @@ func lockHeads(ctx context.Context, tx pgx.Tx, polls []string) (map[string]*logH
 	if err != nil {
 		return nil, interpretError("append batch: lock log heads", err)
 	}
-	heads := make(map[string]*logHead, len(polls))
+	return readHeads(rows, len(polls))
+}
+
+// lockHeadsInWindows is lockHeads for an append, with the check of its
+// votes against their polls' windows (checkWindows) sent in the same
+// round trip: the check is a statement of its own, after the lock, so it
+// sees any close that committed while the lock waited.
+func lockHeadsInWindows(ctx context.Context, tx pgx.Tx, polls []string, added map[string][]newLeaf, events []Event) (map[string]*logHead, error) {
+	slices.Sort(polls)
+	polls = slices.Compact(polls)
+	var b pgx.Batch
+	b.Queue(lockHeadsSQL, polls)
+	b.Queue(windowsSQL, polls)
+	br := tx.SendBatch(ctx, &b)
+	defer br.Close()
+	rows, err := br.Query()
+	if err != nil {
+		return nil, interpretError("append batch: lock log heads", err)
+	}
+	heads, err := readHeads(rows, len(polls))
+	if err != nil {
+		return nil, err
+	}
+	rows, err = br.Query()
+	if err == nil {
+		err = checkWindows(rows, added, events)
+	}
+	if err != nil {
+		return nil, interpretError("append batch: read the polls' windows", err)
+	}
+	return heads, br.Close()
+}
+
+// readHeads reads the rows of lockHeadsSQL.
+func readHeads(rows pgx.Rows, n int) (map[string]*logHead, error) {
+	heads := make(map[string]*logHead, n)
 	var (
 		poll    string
 		size    int64
 		root    []byte
 		partial []byte
 	)
-	_, err = pgx.ForEachRow(rows, []any{&poll, &size, &root, &partial}, func() error {
+	_, err := pgx.ForEachRow(rows, []any{&poll, &size, &root, &partial}, func() error {
 		h, err := headFromRow(size, root, partial)
 		if err != nil {
 			return fmt.Errorf("poll %s: %w", poll, err)
@@ -186,11 +221,8 @@ func appendLogs(ctx context.Context, tx pgx.Tx, events []Event, outcomes []Outco
 	if len(polls) == 0 || logOff {
 		return nil
 	}
-	heads, err := lockHeads(ctx, tx, polls)
+	heads, err := lockHeadsInWindows(ctx, tx, polls, added, events)
 	if err != nil {
-		return err
-	}
-	if err := checkWindows(ctx, tx, polls, added, events); err != nil {
 		return err
 	}
 	var w logWrites
