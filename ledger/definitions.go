@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"golang.org/x/mod/sumdb/tlog"
@@ -14,13 +13,16 @@ import (
 
 // This file writes a poll's definition into its log (migration 00011,
 // docs/audit.md "The definition leaf"): CreatePoll and ClosePoll append
-// it in their transaction, under the poll's head lock, and an append
-// checks the votes it records against the window in force once it holds
-// that lock, so each vote's leaf follows a definition that takes it.
+// it in their transaction, under the poll's head lock. An append decides
+// its votes on the windows it read before it takes that lock; its write
+// of the logs (writeLogsSQL, a statement after the lock, which sees any
+// close that committed meanwhile) checks its votes' received_at against
+// the windows as they then stand, and writes no head when one is outside
+// (errRedefined): so each vote's leaf follows a definition that takes it.
 
 // errRedefined: a poll's window changed (tally poll close) between the
-// reading of an append's facts and the lock of its log head; what the
-// batch decided may be void, and the batch runs again.
+// reading of an append's facts and the lock of its log head, and a vote
+// the batch recorded is outside it: the batch runs again.
 var errRedefined = errors.New("a poll's window changed while the batch was decided")
 
 // definitionSQL reads a poll's definition as the catalog now holds it.
@@ -88,34 +90,4 @@ func lockHead(ctx context.Context, tx pgx.Tx, poll string) (*logHead, error) {
 		return nil, fmt.Errorf("poll %s: %w", poll, ErrNotFound)
 	}
 	return heads[poll], nil
-}
-
-// window is a poll's open window, as an append checks its votes against
-// it.
-type window struct {
-	opens  time.Time
-	closes *time.Time
-}
-
-const windowsSQL = `SELECT id, opens_at, closes_at FROM polls WHERE id = ANY($1::text[])`
-
-// checkWindows reads the windows of the polls of an append (windowsSQL,
-// a statement after the lock of their heads, so that it sees any close
-// that committed before) and returns errRedefined when a recorded vote
-// falls outside its poll's.
-func checkWindows(rows pgx.Rows, added map[string][]newLeaf, events []Event) error {
-	var (
-		poll string
-		w    window
-	)
-	_, err := pgx.ForEachRow(rows, []any{&poll, &w.opens, &w.closes}, func() error {
-		for _, l := range added[poll] {
-			at := events[l.event].ReceivedAt
-			if at.Before(w.opens) || w.closes != nil && !at.Before(*w.closes) {
-				return errRedefined
-			}
-		}
-		return nil
-	})
-	return err
 }

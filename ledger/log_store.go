@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"golang.org/x/mod/sumdb/tlog"
@@ -44,36 +45,6 @@ func lockHeads(ctx context.Context, tx pgx.Tx, polls []string) (map[string]*logH
 		return nil, interpretError("append batch: lock log heads", err)
 	}
 	return readHeads(rows, len(polls))
-}
-
-// lockHeadsInWindows is lockHeads for an append, with the check of its
-// votes against their polls' windows (checkWindows) sent in the same
-// round trip: the check is a statement of its own, after the lock, so it
-// sees any close that committed while the lock waited.
-func lockHeadsInWindows(ctx context.Context, tx pgx.Tx, polls []string, added map[string][]newLeaf, events []Event) (map[string]*logHead, error) {
-	slices.Sort(polls)
-	polls = slices.Compact(polls)
-	var b pgx.Batch
-	b.Queue(lockHeadsSQL, polls)
-	b.Queue(windowsSQL, polls)
-	br := tx.SendBatch(ctx, &b)
-	defer br.Close()
-	rows, err := br.Query()
-	if err != nil {
-		return nil, interpretError("append batch: lock log heads", err)
-	}
-	heads, err := readHeads(rows, len(polls))
-	if err != nil {
-		return nil, err
-	}
-	rows, err = br.Query()
-	if err == nil {
-		err = checkWindows(rows, added, events)
-	}
-	if err != nil {
-		return nil, interpretError("append batch: read the polls' windows", err)
-	}
-	return heads, br.Close()
 }
 
 // readHeads reads the rows of lockHeadsSQL.
@@ -117,7 +88,11 @@ func headFromRow(size int64, root, partial []byte) (*logHead, error) {
 }
 
 const writeLogsSQL = `
-WITH leaves AS (
+WITH outside AS (
+    SELECT 1 FROM unnest($14::text[], $15::timestamptz[], $16::timestamptz[]) AS v(poll_id, first_at, last_at)
+    JOIN polls p ON p.id = v.poll_id
+    WHERE v.first_at < p.opens_at OR v.last_at >= p.closes_at
+), leaves AS (
     INSERT INTO poll_log_leaves (poll_id, first_leaf, seqs, min_seq, max_seq)
     SELECT poll_id, first_leaf, seqs::bigint[], min_seq, max_seq
     FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bigint[], $5::bigint[]) AS l(poll_id, first_leaf, seqs, min_seq, max_seq)
@@ -128,7 +103,7 @@ WITH leaves AS (
 )
 UPDATE poll_log_heads h SET size = u.size, root = u.root, partial = u.partial, updated_at = now()
 FROM unnest($10::text[], $11::bigint[], $12::bytea[], $13::bytea[]) AS u(poll_id, size, root, partial)
-WHERE h.poll_id = u.poll_id`
+WHERE h.poll_id = u.poll_id AND NOT EXISTS (SELECT 1 FROM outside)`
 
 // logWrites gathers the leaves, tiles and heads of one append, for
 // writeLogsSQL. Each poll's new seqs go as one array literal: a text
@@ -148,6 +123,11 @@ type logWrites struct {
 	sizes     []int64
 	roots     [][]byte
 	partials  [][]byte
+	// The received_at span of the new votes of each poll (winPolls), which
+	// writeLogsSQL checks against the poll's window as it stands once the
+	// heads are held: see definitions.go.
+	winPolls        []string
+	firstAt, lastAt []time.Time
 }
 
 // addLeaves notes seqs as the leaves of poll from first on.
@@ -182,12 +162,27 @@ func (w *logWrites) add(poll string, s logState, full []fullTile) {
 	w.partials = append(w.partials, joinPartial(s.partial))
 }
 
+// addWindow notes the span of received_at of a poll's new votes.
+func (w *logWrites) addWindow(poll string, first, last time.Time) {
+	w.winPolls = append(w.winPolls, poll)
+	w.firstAt = append(w.firstAt, first)
+	w.lastAt = append(w.lastAt, last)
+}
+
+// exec writes the leaves, tiles and heads. When a new vote lies outside
+// its poll's window as it now stands (a close committed while the append
+// waited for the heads), no head is written, and it returns errRedefined:
+// the transaction rolls back and the batch runs again.
 func (w *logWrites) exec(ctx context.Context, tx pgx.Tx, what string) error {
 	if len(w.headPolls) == 0 {
 		return nil
 	}
-	_, err := tx.Exec(ctx, writeLogsSQL, w.leafPolls, w.firsts, w.seqs, w.minSeqs, w.maxSeqs,
-		w.tilePolls, w.levels, w.idxs, w.tiles, w.headPolls, w.sizes, w.roots, w.partials)
+	tag, err := tx.Exec(ctx, writeLogsSQL, w.leafPolls, w.firsts, w.seqs, w.minSeqs, w.maxSeqs,
+		w.tilePolls, w.levels, w.idxs, w.tiles, w.headPolls, w.sizes, w.roots, w.partials,
+		w.winPolls, w.firstAt, w.lastAt)
+	if err == nil && tag.RowsAffected() != int64(len(w.headPolls)) {
+		err = errRedefined
+	}
 	return interpretError(what, err)
 }
 
@@ -201,10 +196,9 @@ type newLeaf struct {
 // their polls' logs, in batch order (the stream's, or an import file's, so
 // an export imported elsewhere gets the same leaves): it locks the heads of
 // their polls,
-// checks the votes against their polls' windows as they stand once the
-// heads are held (a close commits under the same lock: see
-// definitions.go), notes the leaves, and writes them with the new tiles
-// and heads. A poll whose log is still to build is built with them.
+// notes the leaves, and writes them with the new tiles and heads, checking
+// the votes against their polls' windows as they stand once the heads are
+// held (a close commits under the same lock: see definitions.go). A poll whose log is still to build is built with them.
 func appendLogs(ctx context.Context, tx pgx.Tx, events []Event, outcomes []Outcome) error {
 	added := map[string][]newLeaf{}
 	var polls []string
@@ -221,7 +215,7 @@ func appendLogs(ctx context.Context, tx pgx.Tx, events []Event, outcomes []Outco
 	if len(polls) == 0 || logOff {
 		return nil
 	}
-	heads, err := lockHeadsInWindows(ctx, tx, polls, added, events)
+	heads, err := lockHeads(ctx, tx, polls)
 	if err != nil {
 		return err
 	}
@@ -240,12 +234,21 @@ func appendLogs(ctx context.Context, tx pgx.Tx, events []Event, outcomes []Outco
 		// leaves are in batch order already: outcomes are.
 		hashes := make([]tlog.Hash, len(leaves))
 		seqs := make([]int64, len(leaves))
+		first, last := events[leaves[0].event].ReceivedAt, events[leaves[0].event].ReceivedAt
 		for i, l := range leaves {
-			if hashes[i], err = leafHash(events[l.event]); err != nil {
+			e := events[l.event]
+			if hashes[i], err = leafHash(e); err != nil {
 				return fmt.Errorf("append batch: %w", err)
 			}
 			seqs[i] = l.seq
+			if e.ReceivedAt.Before(first) {
+				first = e.ReceivedAt
+			}
+			if e.ReceivedAt.After(last) {
+				last = e.ReceivedAt
+			}
 		}
+		w.addWindow(poll, first, last)
 		next, full, err := h.state.extend(hashes)
 		if err != nil {
 			return fmt.Errorf("append batch: poll %s: %w", poll, err)

@@ -80,6 +80,7 @@ type sizes struct {
 	wrkFor         time.Duration
 	e2eFor         time.Duration
 	importEvents   int
+	importRounds   int // IM and IMN, alternating
 	rebuildEvents  int
 	rebuildRounds  int
 	projectorLimit time.Duration
@@ -115,7 +116,7 @@ var full = sizes{
 	copyRows:  1_000_000,
 	wrkRounds: 5, wrkFor: 8 * time.Second,
 	e2eFor:        20 * time.Second,
-	importEvents:  1_000_000,
+	importEvents:  1_000_000, importRounds: 3,
 	rebuildEvents: 2_000_000, rebuildRounds: 3,
 	logLeaves: 1_000_000, proofs: 2_000,
 	clusterReplicas: 1,
@@ -131,7 +132,7 @@ var short = sizes{
 	copyRows:  50_000,
 	wrkRounds: 1, wrkFor: 2 * time.Second,
 	e2eFor:        3 * time.Second,
-	importEvents:  50_000,
+	importEvents:  50_000, importRounds: 1,
 	rebuildEvents: 200_000, rebuildRounds: 1,
 	logLeaves: 50_000, proofs: 200,
 	clusterReplicas: 0,

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -165,24 +166,49 @@ func measureEndToEnd(ctx context.Context, e *env, sz sizes, t *table) error {
 // measureImport: IM, tally import of a file.
 func measureImport(ctx context.Context, e *env, sz sizes, t *table) error {
 	load := loadAvg()
-	v, cmd, err := e.importFile(ctx, e.tally, "import", sz.importEvents)
-	if err != nil {
-		return err
+	var im, imn []float64
+	var cmd string
+	// IM and IMN alternate, so that a slower minute of the machine falls
+	// on both: one import each varied by a third from run to run here.
+	for range sz.importRounds {
+		v, c, err := e.importFile(ctx, e.tally, "import", sz.importEvents)
+		if err != nil {
+			return err
+		}
+		im, cmd = append(im, v), c
+		e.settle(ctx) // drops the round's database, whose name the next round takes
+		if e.noLog == "" {
+			continue
+		}
+		v, _, err = e.importFile(ctx, e.noLog, "importnolog", sz.importEvents)
+		if err != nil {
+			return err
+		}
+		imn = append(imn, v)
+		e.settle(ctx)
 	}
-	t.add(fig{id: "IM", what: fmt.Sprintf("import: tally import of a %s-event file", count(sz.importEvents)),
-		value: v, unit: "events/s", load: load, command: cmd})
-	if e.noLog == "" {
-		return nil
+	rounds := func(vs []float64) string {
+		var out []string
+		for _, v := range vs {
+			out = append(out, thousands(v))
+		}
+		return strings.Join(out, ", ")
 	}
-	e.settle(ctx)
-	load = loadAvg()
-	v, cmd, err = e.importFile(ctx, e.noLog, "importnolog", sz.importEvents)
-	if err != nil {
-		return err
+	t.add(fig{id: "IM", what: fmt.Sprintf("import: tally import of a %s-event file (median of %d round(s), alternating with IMN's)", count(sz.importEvents), len(im)),
+		value: medianFloat(im), unit: "events/s", extra: "rounds " + rounds(im) + " events/s", load: load, command: cmd})
+	if len(imn) > 0 {
+		t.add(fig{id: "IMN", what: "import as IM, built without the Merkle log (-tags tally_nolog)",
+			value: medianFloat(imn), unit: "events/s", extra: "rounds " + rounds(imn) + " events/s", load: load,
+			command: cmd + " (tally built with -tags tally_nolog)"})
 	}
-	t.add(fig{id: "IMN", what: "import as IM, built without the Merkle log (-tags tally_nolog)",
-		value: v, unit: "events/s", load: load, command: cmd + " (tally built with -tags tally_nolog)"})
 	return nil
+}
+
+// medianFloat is the median of vs (the upper one of an even count).
+func medianFloat(vs []float64) float64 {
+	s := slices.Clone(vs)
+	slices.Sort(s)
+	return s[len(s)/2]
 }
 
 // measureRebuild: R and RG, Store.Rebuild next to a plain GROUP BY.
