@@ -9,13 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/stdlib"
 	"golang.org/x/mod/sumdb/note"
 
 	"tally/audit"
-	"tally/internal/testenv"
 	"tally/ledger"
-	"tally/migrations"
 )
 
 // definitions reads a poll's definition leaves from its export, by leaf.
@@ -186,17 +183,8 @@ func TestCloseRacesAppends(t *testing.T) {
 // after them, and the checkpoint signed before still holds.
 func TestMigrationKeepsLogsFromBeforeDefinitions(t *testing.T) {
 	t.Parallel()
-	db := testenv.EmptyPostgres(t)
-	sqlDB := stdlib.OpenDBFromPool(db.Pool)
-	defer sqlDB.Close()
-	p, err := migrations.NewProvider(sqlDB)
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, _, p := migratedTo(t, 10)
 	ctx := context.Background()
-	if _, err := p.UpTo(ctx, 10); err != nil {
-		t.Fatal(err)
-	}
 	// Polls as tally poll create made them at migration 10: no definition.
 	if _, err := db.Pool.Exec(ctx, `
 INSERT INTO polls (id, title, opens_at) VALUES ('old', 'An old poll', '2020-01-01T00:00:00Z');

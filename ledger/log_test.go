@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
 	"golang.org/x/mod/sumdb/tlog"
 
 	"tally/internal/testenv"
@@ -256,17 +257,8 @@ func TestRebuildFindsARewrittenHead(t *testing.T) {
 // hashes to.
 func TestMigrationBuildsLogsOfExistingRows(t *testing.T) {
 	t.Parallel()
-	db := testenv.EmptyPostgres(t)
-	sqlDB := stdlib.OpenDBFromPool(db.Pool)
-	defer sqlDB.Close()
-	p, err := migrations.NewProvider(sqlDB)
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, sqlDB, p := migratedTo(t, 3)
 	ctx := context.Background()
-	if _, err := p.UpTo(ctx, 3); err != nil {
-		t.Fatal(err)
-	}
 	oldRows(t, sqlDB)
 	if _, err := p.Up(ctx); err != nil {
 		t.Fatal(err)
@@ -360,17 +352,8 @@ func TestRebuildFindsATamperedFingerprint(t *testing.T) {
 // to BuildLogs, and its Down gives leaf_index back as it was.
 func TestMigrationMovesLeafOrder(t *testing.T) {
 	t.Parallel()
-	db := testenv.EmptyPostgres(t)
-	sqlDB := stdlib.OpenDBFromPool(db.Pool)
-	defer sqlDB.Close()
-	p, err := migrations.NewProvider(sqlDB)
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, sqlDB, p := migratedTo(t, 3)
 	ctx := context.Background()
-	if _, err := p.UpTo(ctx, 3); err != nil {
-		t.Fatal(err)
-	}
 	oldRows(t, sqlDB)
 	if _, err := p.UpTo(ctx, 6); err != nil {
 		t.Fatal(err)
@@ -456,4 +439,21 @@ func TestMigrationRetilesTheLogs(t *testing.T) {
 	}
 	checkInvariants(t, b)
 	checkRootsMatchExport(t, b, "p", "q")
+}
+
+// migratedTo is a database of its own migrated up to version, with the
+// database/sql handle and the goose provider to go on.
+func migratedTo(t *testing.T, version int64) (testenv.DB, *sql.DB, *goose.Provider) {
+	t.Helper()
+	db := testenv.EmptyPostgres(t)
+	sqlDB := stdlib.OpenDBFromPool(db.Pool)
+	t.Cleanup(func() { sqlDB.Close() })
+	p, err := migrations.NewProvider(sqlDB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.UpTo(context.Background(), version); err != nil {
+		t.Fatal(err)
+	}
+	return db, sqlDB, p
 }
