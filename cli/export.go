@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -227,13 +229,23 @@ func printCounts(w io.Writer, counts map[string]int) {
 	}
 	t.row("total", strconv.Itoa(total))
 	t.flush()
-	var defs []string
+	var defs, differ []string
 	for _, k := range []string{"poll created", "poll kept", "poll closed", "unchanged"} {
 		if n := counts["definition: "+k]; n > 0 {
 			defs = append(defs, fmt.Sprintf("%s %d", k, n))
 		}
 	}
+	for _, k := range slices.Sorted(maps.Keys(counts)) {
+		if what, ok := strings.CutPrefix(k, "definition: poll kept, "); ok {
+			differ = append(differ, fmt.Sprintf("%d %s", counts[k], what))
+		}
+	}
 	if len(defs) > 0 {
 		fmt.Fprintf(w, "definitions: %s\n", strings.Join(defs, ", "))
+	}
+	if len(differ) > 0 {
+		fmt.Fprintf(w, "warning: polls kept as they are here, though their question differs from the export's (%s): "+
+			"their logs start with another definition, so no root of theirs is the export's; "+
+			"to reproduce the roots, import into a database without those polls\n", strings.Join(differ, "; "))
 	}
 }

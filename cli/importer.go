@@ -185,7 +185,9 @@ func (imp *importer) work(q <-chan importItem) {
 // apply applies a poll's definition: the first of the file (later false)
 // creates the poll when there is none of its id (an eligible list, which
 // the export holds only by hash, must be created first, with tally poll
-// create), or leaves the poll as it is; a later one closes the poll at its
+// create), or leaves the poll as it is, saying which field differs from
+// the export's, if one does (its log then starts with another leaf, and
+// no root will be the export's); a later one closes the poll at its
 // closing time. It says which it did.
 func (imp *importer) apply(d *audit.Definition, later bool) (string, error) {
 	if later {
@@ -194,8 +196,10 @@ func (imp *importer) apply(d *audit.Definition, later bool) (string, error) {
 		}
 		return "poll closed", imp.store.ClosePoll(imp.ctx, d.PollID, *d.ClosesAt)
 	}
-	_, err := imp.store.Poll(imp.ctx, d.PollID)
+	p, err := imp.store.Poll(imp.ctx, d.PollID)
 	switch {
+	case err == nil && differs(p, d) != "":
+		return "poll kept, differs in its " + differs(p, d), nil
 	case err == nil:
 		return "poll kept", nil
 	case !errors.Is(err, ledger.ErrNotFound):
@@ -227,4 +231,19 @@ func (imp *importer) append(batch []ledger.Event) ([]ledger.Outcome, error) {
 		return err
 	})
 	return outs, err
+}
+
+// differs names the first field of the question (title, opens_at,
+// choices, eligible_hash) in which the poll p differs from the
+// definition d, or "". The closing time is left out: the export's later
+// definitions close the poll as it was closed.
+func differs(p ledger.Poll, d *audit.Definition) string {
+	var hash *[32]byte
+	if p.Eligibility == ledger.EligibleList {
+		h := audit.EligibleListHash(p.Eligible)
+		hash = &h
+	}
+	here := audit.Definition{PollID: p.ID, Title: p.Title, OpensAt: p.OpensAt, ClosesAt: d.ClosesAt, EligibleHash: hash, Choices: p.Choices}
+	field, _ := d.Follows(here)
+	return field
 }

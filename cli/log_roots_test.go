@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -151,6 +152,15 @@ func TestImportOfAListedPoll(t *testing.T) {
 	}
 	if r := tally(t, dst.URL, "import", export); r.code == 0 || !strings.Contains(r.stderr, "create the poll with tally poll create and its --eligible list") {
 		t.Fatalf("import of a listed poll into a database without it: %+v, want it refused, saying what to do", r)
+	}
+	// Created with another list, it is kept, and the import says its log
+	// cannot be the export's.
+	other := testenv.Postgres(t)
+	if r := tally(t, other.URL, append(slices.Clone(create[:len(create)-2]), "--eligible", "u3", "--opens-at", opens)...); r.code != 0 {
+		t.Fatalf("poll create with another list: %+v", r)
+	}
+	if r := tally(t, other.URL, "import", export); r.code != 0 || !strings.Contains(r.stdout, "warning: polls kept as they are here, though their question differs from the export's (1 differs in its eligible_hash)") {
+		t.Fatalf("import into a poll of another list: %+v", r)
 	}
 	if r := tally(t, dst.URL, create...); r.code != 0 {
 		t.Fatalf("poll create in the destination: %+v", r)
