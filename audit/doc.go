@@ -4,8 +4,8 @@
 // Redis driver, so an auditor can read all of it, and it needs nothing but
 // the files it is given.
 //
-// Each poll's ledger rows, in ledger order, are the leaves 0..n-1 of an
-// RFC 6962 Merkle tree: a leaf's hash is SHA-256(0x00 || leaf), a node's
+// Each poll's ledger rows, in ledger order, with the poll's definitions
+// among them, are the leaves 0..n-1 of an RFC 6962 Merkle tree: a leaf's hash is SHA-256(0x00 || leaf), a node's
 // SHA-256(0x01 || left || right). The leaf is the canonical byte encoding
 // of the row that EncodeLeaf writes and docs/audit.md specifies, versioned
 // by its first byte. The tree and its proofs are golang.org/x/mod/sumdb/tlog's,
@@ -20,7 +20,12 @@
 //
 // The files:
 //
-//   - leaf.go: the leaf encoding (version 1) and its hash.
+//   - leaf.go: the leaf encoding of a vote (version 1) and its hash.
+//   - definition.go: a poll's definition as a leaf (version 2), and what
+//     it takes of a vote and of the definition after it.
+//   - export_line.go: the export's line, written and read strictly;
+//     export_definition.go, a definition's line; export_line_written.go,
+//     the fast path for a vote's line as tally writes it.
 //   - checkpoint.go: keys, signing and opening checkpoints, the
 //     checkpoints file (JSON lines of StoredCheckpoint), the errors callers
 //     branch on (ErrMalformed, ErrSignature, ErrOrigin, ErrProof).
@@ -28,8 +33,9 @@
 //   - tree.go: Tree, a poll's log in memory: roots at any size and proofs.
 //   - verify.go: VerifyExport, the audit of an export against checkpoints
 //     and published results, and its Report; its stages:
-//   - verify_rows.go: the export's rows (ExportRow) read into each poll's
-//     tree, and what one row can show checked;
+//   - verify_rows.go: the export's rows and definitions (ExportRow) read
+//     into each poll's tree, and what one line can show checked, each vote
+//     against the definition in force;
 //   - verify_checkpoints.go: each stored checkpoint opened
 //     (OpenPollCheckpoint) and compared with its poll's tree;
 //   - verify_results.go: published results read (ReadResults) and

@@ -70,12 +70,19 @@
 //   - log_store.go: the log kept in the append's transaction: after the
 //     inserts, heads locked, new rows numbered (poll_log_leaves), tiles and
 //     heads written; Head.
-//   - log_build.go: a poll's log hashed again from its rows in leaf order
-//     (rebuild's check), and BuildLogs for logs with no root yet.
+//   - log_build.go: a poll's log hashed again from its rows and
+//     definitions in leaf order (rebuild's check), and BuildLogs for logs
+//     with no root yet.
+//   - log_pass.go: the rebuild's one pass over the ledger: the recount and
+//     every poll's log hashed from one read of the rows.
 //   - log_verify.go: the rebuild's check of every log against its rows.
 //   - log_read.go: inclusion and consistency proofs from the stored tiles.
 //   - checkpoints.go: the signed checkpoints of each poll's log.
 //   - events.go: Events, many (principal, event id) records in one query.
-//   - export.go: Export, the ledger, each poll in its leaf order.
+//   - export.go: Export, the ledger, each poll in its leaf order, its
+//     definitions among its rows.
+//   - definitions.go: a poll's definition appended to its log by
+//     CreatePoll and ClosePoll, and the append's check of its votes
+//     against a close that committed while it waited.
 //   - errors.go: the package's errors and interpretError.
 package ledger
