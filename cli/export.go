@@ -104,13 +104,7 @@ func exportLines(c *ucli.Context, store *ledger.Store, w io.Writer, p *progress)
 			rows++
 		}
 		p.add(1)
-		row := audit.ExportRow{Seq: r.Seq, EventID: r.ClientEventID, PollID: r.PollID,
-			CandidateID: r.CandidateID, PrincipalID: r.PrincipalID, ReceivedAt: r.ReceivedAt, RecordedAt: r.RecordedAt,
-			Definition: r.Definition}
-		if r.LeafIndex >= 0 {
-			row.LeafIndex = &r.LeafIndex
-		}
-		buf = audit.AppendExportLine(buf[:0], row)
+		buf = audit.AppendExportLine(buf[:0], r.ExportRow())
 		_, err := w.Write(buf)
 		return err
 	})

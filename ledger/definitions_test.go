@@ -222,9 +222,7 @@ INSERT INTO poll_results (poll_id, candidate_id, vote_count) VALUES ('old', 'a',
 		var export bytes.Buffer
 		var cps []audit.StoredCheckpoint
 		err := store.Export(ctx, "", func(r ledger.LedgerRow) error {
-			row := audit.ExportRow{Seq: r.Seq, EventID: r.ClientEventID, PollID: r.PollID, CandidateID: r.CandidateID,
-				PrincipalID: r.PrincipalID, ReceivedAt: r.ReceivedAt, RecordedAt: r.RecordedAt, LeafIndex: &r.LeafIndex, Definition: r.Definition}
-			_, err := export.Write(audit.AppendExportLine(nil, row))
+			_, err := export.Write(audit.AppendExportLine(nil, r.ExportRow()))
 			return err
 		})
 		if err == nil {

@@ -31,6 +31,18 @@ func (r LedgerRow) Event() Event {
 		CandidateID: r.CandidateID, ReceivedAt: r.ReceivedAt}
 }
 
+// ExportRow is the row as an export line carries it (audit's form): the
+// line tally export writes for it.
+func (r LedgerRow) ExportRow() audit.ExportRow {
+	row := audit.ExportRow{Seq: r.Seq, EventID: r.ClientEventID, PollID: r.PollID, CandidateID: r.CandidateID,
+		PrincipalID: r.PrincipalID, ReceivedAt: r.ReceivedAt, RecordedAt: r.RecordedAt, Definition: r.Definition}
+	if r.LeafIndex >= 0 {
+		leaf := r.LeafIndex
+		row.LeafIndex = &leaf
+	}
+	return row
+}
+
 // LeafHash is the hash of the row's leaf in its poll's log: its
 // definition's, or its vote's.
 func (r LedgerRow) LeafHash() (tlog.Hash, error) {
