@@ -112,6 +112,7 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *ucli.App {
 			loadtestCommand(),
 			logCommand(),
 			auditCommand(),
+			adminCommand(),
 		},
 		ExitErrHandler:  func(*ucli.Context, error) {}, // Run reports errors
 		HideHelpCommand: true,

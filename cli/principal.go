@@ -26,6 +26,8 @@ func principalCommand() *ucli.Command {
 					"--from FILE (one name a line, - for standard input) adds them all in one transaction and writes\n" +
 					"name,principal_id,token as CSV, with that header line, to stdout or to --out FILE (mode 0600).",
 				Flags: commonFlags(&flagCredentialKey, &flagExpires,
+					&ucli.StringFlag{Name: "role", Value: ledger.RoleVoter, Usage: "`ROLE` of the principals: voter, or admin " +
+						"(may also create and close polls, add and revoke principals through intake's admin routes)"},
 					&ucli.StringFlag{Name: "from", Usage: "add a principal for each name in `FILE`, one a line (- for standard input)"},
 					&ucli.StringFlag{Name: "out", Usage: "with --from, write the CSV to `FILE` (mode 0600, not replaced) instead of stdout"}),
 				Action: principalAdd,
@@ -81,6 +83,10 @@ func principalAdd(c *ucli.Context) error {
 	case from == "":
 		names = []string{c.Args().First()}
 	}
+	role := c.String("role")
+	if role != ledger.RoleVoter && role != ledger.RoleAdmin {
+		return fmt.Errorf("--role %q: give voter or admin", role)
+	}
 	key, expires, err := tokenTerms(c)
 	if err != nil {
 		return err
@@ -91,19 +97,19 @@ func principalAdd(c *ucli.Context) error {
 		}
 	}
 	return withStore(c, func(store *ledger.Store) error {
-		ps, err := store.AddPrincipals(c.Context, names)
+		ps, err := store.AddPrincipals(c.Context, names, role)
 		if err != nil {
 			return err
 		}
 		tokens := make([]string, len(ps))
 		for i, p := range ps {
-			if tokens[i], err = key.Issue(p.ID, p.CreatedAt, expires); err != nil {
+			if tokens[i], err = key.IssueRole(p.ID, p.Role, p.CreatedAt, expires); err != nil {
 				return err
 			}
 		}
 		if from == "" {
 			fmt.Fprintln(c.App.Writer, tokens[0])
-			fmt.Fprintf(c.App.ErrWriter, "added principal %s (%s); its token is on stdout and is not shown again\n", ps[0].ID, ps[0].Name)
+			fmt.Fprintf(c.App.ErrWriter, "added principal %s (%s, %s); its token is on stdout and is not shown again\n", ps[0].ID, ps[0].Name, role)
 			return nil
 		}
 		out, err := principalsCSV(ps, tokens)
@@ -140,7 +146,7 @@ func principalReissue(c *ucli.Context) error {
 		if err != nil {
 			return err
 		}
-		token, err := key.Issue(p.ID, p.CreatedAt, expires)
+		token, err := key.IssueRole(p.ID, p.Role, p.CreatedAt, expires)
 		if err != nil {
 			return err
 		}
@@ -180,6 +186,7 @@ type principalJSON struct {
 	Name      string     `json:"name"`
 	CreatedAt time.Time  `json:"created_at"`
 	RevokedAt *time.Time `json:"revoked_at"`
+	Role      string     `json:"role"`
 }
 
 // principalList is tally principal list.
@@ -200,9 +207,9 @@ func principalList(c *ucli.Context) error {
 			}
 			return writeJSON(c.App.Writer, out)
 		}
-		t := newTable(c.App.Writer, "ID", "NAME", "CREATED", "REVOKED")
+		t := newTable(c.App.Writer, "ID", "NAME", "ROLE", "CREATED", "REVOKED")
 		for _, p := range ps {
-			t.row(p.ID, p.Name, p.CreatedAt.UTC().Format(time.RFC3339), fmtTimePtr(p.RevokedAt))
+			t.row(p.ID, p.Name, p.Role, p.CreatedAt.UTC().Format(time.RFC3339), fmtTimePtr(p.RevokedAt))
 		}
 		return t.flush()
 	})

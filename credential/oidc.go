@@ -43,6 +43,12 @@ type OIDCConfig struct {
 	// RetryMin is the wait after a failed fetch; it doubles with each
 	// failure in a row, up to Refresh, with jitter. Default 1 s.
 	RetryMin time.Duration
+	// AdminClaim, when set, is the claim whose value AdminValue makes the
+	// token's principal an admin (credential.RoleAdmin): a claim that is
+	// that string, or an array holding it ("groups": ["tally-admins"]).
+	// Default: no token of this issuer is an admin's.
+	AdminClaim string
+	AdminValue string
 	// CacheSize is how many verified tokens are remembered, by hash, until
 	// they expire, so that a token presented again is not checked again
 	// (while its key is still held). Default 16384; negative: none.
@@ -81,6 +87,8 @@ func (c OIDCConfig) validate() error {
 	switch {
 	case c.Audience == "":
 		return fmt.Errorf("OpenID Connect issuer %s: no audience: give the client id its tokens name in \"aud\"", c.Issuer)
+	case c.AdminClaim != "" && c.AdminValue == "":
+		return fmt.Errorf("OpenID Connect issuer %s: the admin claim %q has no value to match", c.Issuer, c.AdminClaim)
 	case c.Refresh < 0 || c.MinRefresh < 0 || c.RetryMin < 0:
 		return fmt.Errorf("OpenID Connect issuer %s: Refresh, MinRefresh and RetryMin must not be negative", c.Issuer)
 	}
@@ -218,6 +226,22 @@ func (o *OIDCIssuer) Run(ctx context.Context) error {
 	}
 }
 
+// claimHolds reports whether a claim's value is want, or an array that
+// holds it.
+func claimHolds(v any, want string) bool {
+	switch v := v.(type) {
+	case string:
+		return v == want
+	case []any:
+		for _, e := range v {
+			if s, ok := e.(string); ok && s == want {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // backoff is the wait after the n-th failure in a row: first doubled n-1
 // times, at most most, less up to half of it at random so that intakes
 // started together do not ask together.
@@ -266,7 +290,16 @@ func (o *OIDCIssuer) verify(ctx context.Context, token string) (Identity, error)
 	if t.Subject == "" {
 		return Identity{}, invalid("it names no subject")
 	}
-	id := Identity{PrincipalID: PrincipalIDFor(t.Issuer, t.Subject), Issuer: t.Issuer, KeyID: kid, ExpiresAt: t.Expiry}
+	id := Identity{PrincipalID: PrincipalIDFor(t.Issuer, t.Subject), Issuer: t.Issuer, KeyID: kid, ExpiresAt: t.Expiry, Role: RoleVoter}
+	if o.cfg.AdminClaim != "" {
+		var claims map[string]any
+		if err := t.Claims(&claims); err != nil {
+			return Identity{}, invalid("its claims cannot be read: %v", err)
+		}
+		if claimHolds(claims[o.cfg.AdminClaim], o.cfg.AdminValue) {
+			id.Role = RoleAdmin
+		}
+	}
 	o.cache.put(sum, id, t.Expiry.Add(Leeway))
 	return id, nil
 }

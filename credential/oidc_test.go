@@ -42,7 +42,7 @@ func TestOIDCTokenVerifies(t *testing.T) {
 		t.Fatalf("the provider's token says iss %v, sub %v", c["iss"], c["sub"])
 	}
 	want := credential.Identity{PrincipalID: credential.PrincipalIDFor(p.URL(), sub), Issuer: p.URL(),
-		KeyID: p.SigningKey().ID, ExpiresAt: time.Unix(int64(exp), 0)}
+		KeyID: p.SigningKey().ID, ExpiresAt: time.Unix(int64(exp), 0), Role: credential.RoleVoter}
 	if id != want {
 		t.Fatalf("identity %+v, want %+v", id, want)
 	}

@@ -43,22 +43,46 @@ type Identity struct {
 	Issuer string
 	// KeyID names the key that signed the token.
 	KeyID string
+	// Role is RoleAdmin for a principal that may manage polls and
+	// principals, else RoleVoter.
+	Role string
 }
+
+// The roles a token may grant: tally's own tokens name theirs ("role",
+// absent for a voter); an OpenID Connect token is an admin's when it
+// carries the claim OIDCConfig.AdminClaim names.
+const (
+	RoleVoter = "voter"
+	RoleAdmin = "admin"
+)
 
 // claims are the claims of tally's own tokens.
 type claims struct {
 	jwt.RegisteredClaims
 	Created int64 `json:"created"`
+	// Role is RoleAdmin, or absent for RoleVoter.
+	Role string `json:"role,omitempty"`
 }
 
-// Issue returns a token for principalID, created at createdAt, signed by
-// k. A zero expires issues a token without expiry.
+// Issue returns a voter's token for principalID, created at createdAt,
+// signed by k. A zero expires issues a token without expiry.
 func (k Key) Issue(principalID string, createdAt, expires time.Time) (string, error) {
+	return k.IssueRole(principalID, RoleVoter, createdAt, expires)
+}
+
+// IssueRole is Issue for a principal of role, RoleVoter or RoleAdmin.
+func (k Key) IssueRole(principalID, role string, createdAt, expires time.Time) (string, error) {
 	if !vote.ValidID(principalID) {
 		return "", fmt.Errorf("issue token: principal id %q is not 1-64 of [A-Za-z0-9_-]", principalID)
 	}
+	if role != RoleVoter && role != RoleAdmin {
+		return "", fmt.Errorf("issue token: the role is %q; it must be %s or %s", role, RoleVoter, RoleAdmin)
+	}
 	c := claims{RegisteredClaims: jwt.RegisteredClaims{Issuer: Issuer, Subject: principalID, IssuedAt: jwt.NewNumericDate(time.Now())},
 		Created: createdAt.Unix()}
+	if role == RoleAdmin {
+		c.Role = RoleAdmin
+	}
 	if !expires.IsZero() {
 		c.ExpiresAt = jwt.NewNumericDate(expires)
 	}
@@ -96,7 +120,15 @@ func (s *KeySet) verify(token string) (Identity, error) {
 	if !vote.ValidID(c.Subject) {
 		return Identity{}, invalid("its subject is not a principal id")
 	}
-	id := Identity{PrincipalID: c.Subject, CreatedAt: time.Unix(c.Created, 0), Issuer: Issuer, KeyID: kid}
+	role := RoleVoter
+	switch c.Role {
+	case "":
+	case RoleAdmin:
+		role = RoleAdmin
+	default:
+		return Identity{}, invalid("its role %.20q is not one tally grants", c.Role)
+	}
+	id := Identity{PrincipalID: c.Subject, CreatedAt: time.Unix(c.Created, 0), Issuer: Issuer, KeyID: kid, Role: role}
 	if c.ExpiresAt != nil {
 		id.ExpiresAt = c.ExpiresAt.Time
 	}

@@ -159,7 +159,7 @@ func signPrincipals(tb testing.TB, store *ledger.Store, key credential.Key, n in
 	for i := range names {
 		names[i] = fmt.Sprintf("voter %d", i)
 	}
-	ps, err := store.AddPrincipals(tb.Context(), names)
+	ps, err := store.AddPrincipals(tb.Context(), names, "")
 	if err != nil {
 		tb.Fatal(err)
 	}

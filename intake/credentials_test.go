@@ -40,7 +40,7 @@ func TestSignedBurstCostsNoQuery(t *testing.T) {
 	for i := range names {
 		names[i] = "burst"
 	}
-	ps, err := store.AddPrincipals(context.Background(), names)
+	ps, err := store.AddPrincipals(context.Background(), names, "")
 	if err != nil {
 		t.Fatal(err)
 	}

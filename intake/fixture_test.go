@@ -157,7 +157,7 @@ func (b *bundle) principal(t testing.TB, name string) (ledger.Principal, string)
 // the bundle's key, expiring at expires (zero: never).
 func (b *bundle) signed(t testing.TB, name string, expires time.Time) (ledger.Principal, string) {
 	t.Helper()
-	ps, err := b.store.AddPrincipals(context.Background(), []string{name})
+	ps, err := b.store.AddPrincipals(context.Background(), []string{name}, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -40,7 +40,8 @@ func (p Poll) OpenAt(t time.Time) bool {
 
 // CreatePoll creates a poll with its choices, eligibility list and a zero
 // tally for each choice. Eligibility is EligibleList when Eligible is not
-// empty.
+// empty. It is recorded in admin_actions as asked for by the principal of
+// ctx (ActingAs), as ClosePoll is.
 func (s *Store) CreatePoll(ctx context.Context, p Poll) error {
 	if err := p.validateNew(); err != nil {
 		return err
@@ -53,7 +54,7 @@ func (s *Store) CreatePoll(ctx context.Context, p Poll) error {
 	if !p.OpensAt.IsZero() {
 		opens = &p.OpensAt
 	}
-	return s.runTx(ctx, "create poll "+p.ID, pgx.TxOptions{}, func(tx pgx.Tx) error {
+	return s.adminTx(ctx, "create poll "+p.ID, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, createPollSQL, p.ID, p.Title, opens, p.ClosesAt, eligibility, p.PublicResults); err != nil {
 			return err
 		}
@@ -133,7 +134,7 @@ func (p Poll) validateNew() error {
 // head's lock, which appends take before they check their votes against
 // the window: no vote the new window refuses gets a leaf after it.
 func (s *Store) ClosePoll(ctx context.Context, id string, at time.Time) error {
-	return s.runTx(ctx, "close poll "+id, pgx.TxOptions{}, func(tx pgx.Tx) error {
+	return s.adminTx(ctx, "close poll "+id, func(tx pgx.Tx) error {
 		h, err := lockHead(ctx, tx, id)
 		if err != nil {
 			return err

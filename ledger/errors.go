@@ -24,6 +24,9 @@ var (
 	ErrBatchTooLarge = errors.New("batch too large")
 	// ErrInvalid: an argument is malformed; the message says which.
 	ErrInvalid = errors.New("invalid argument")
+	// ErrNotPermitted: the database login may not make this change (a
+	// daemon granted tally_daemon, not tally_admin, managing polls).
+	ErrNotPermitted = errors.New("the database login may not make this change")
 	// errRetryable marks errors after which the same work may succeed when
 	// tried again: deadlocks, serialization failures, lost connections.
 	errRetryable = errors.New("retryable")
@@ -81,6 +84,7 @@ func interpretError(what string, err error) error {
 			if pgErr.TableName == "poll_events" || pgErr.Where != "" {
 				return fmt.Errorf("%s: %w: %s", what, ErrAppendOnly, pgErr.Message)
 			}
+			return fmt.Errorf("%s: %w: %s (grant the login tally_admin, docs/operations.md)", what, ErrNotPermitted, pgErr.Message)
 		case codeSerializationFailure, codeDeadlockDetected, codeLockNotAvailable,
 			codeAdminShutdown, codeCrashShutdown, codeCannotConnectNow, codeTooManyConnections:
 			return &retryableError{fmt.Errorf("%s: %w", what, err)}

@@ -19,6 +19,7 @@ type Principal struct {
 	Name      string
 	CreatedAt time.Time
 	RevokedAt *time.Time
+	Role      string // RoleVoter or RoleAdmin
 }
 
 // LegacyTokenPrefix starts every token issued before signed credentials;
@@ -34,13 +35,21 @@ const MaxPrincipalsPerAdd = 100_000
 // maxNameLen bounds a principal's name, in bytes.
 const maxNameLen = 200
 
-// AddPrincipals creates one principal for each of names, in one statement,
-// and returns them in the order of names. They have no stored token: the
-// caller issues each a signed credential (package credential) naming its
-// id and creation time. Names need not be unique; ids are random.
-func (s *Store) AddPrincipals(ctx context.Context, names []string) ([]Principal, error) {
+// AddPrincipals creates one principal of role ("" for RoleVoter) for each
+// of names, in one statement, and returns them in the order of names. They
+// have no stored token: the caller issues each a signed credential
+// (package credential) naming its id, creation time and role. Names need
+// not be unique; ids are random. admin_actions records each as asked for
+// by the principal of ctx (ActingAs).
+func (s *Store) AddPrincipals(ctx context.Context, names []string, role string) ([]Principal, error) {
 	if len(names) == 0 || len(names) > MaxPrincipalsPerAdd {
 		return nil, fmt.Errorf("add principals: %w: give 1-%d names, not %d", ErrInvalid, MaxPrincipalsPerAdd, len(names))
+	}
+	if role == "" {
+		role = RoleVoter
+	}
+	if role != RoleVoter && role != RoleAdmin {
+		return nil, fmt.Errorf("add principals: %w: the role is %q; it must be %s or %s", ErrInvalid, role, RoleVoter, RoleAdmin)
 	}
 	ids := make([]string, len(names))
 	for i, name := range names {
@@ -54,15 +63,18 @@ func (s *Store) AddPrincipals(ctx context.Context, names []string) ([]Principal,
 		ids[i] = id
 	}
 	var createdAt time.Time
-	err := s.pool.QueryRow(ctx, `
-WITH added AS (INSERT INTO principals (id, name) SELECT * FROM unnest($1::text[], $2::text[]) RETURNING created_at)
-SELECT created_at FROM added LIMIT 1`, ids, names).Scan(&createdAt)
+	err := s.adminTx(ctx, "add principals", func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, `
+WITH added AS (INSERT INTO principals (id, name, role) SELECT id, name, $3 FROM unnest($1::text[], $2::text[]) AS t(id, name)
+               RETURNING created_at)
+SELECT created_at FROM added LIMIT 1`, ids, names, role).Scan(&createdAt)
+	})
 	if err != nil {
-		return nil, interpretError("add principals", err)
+		return nil, err
 	}
 	ps := make([]Principal, len(names))
 	for i := range names {
-		ps[i] = Principal{ID: ids[i], Name: names[i], CreatedAt: createdAt}
+		ps[i] = Principal{ID: ids[i], Name: names[i], CreatedAt: createdAt, Role: role}
 	}
 	return ps, nil
 }
@@ -79,8 +91,8 @@ func newPrincipalID() (string, error) {
 // Principal returns the principal of id, revoked or not.
 func (s *Store) Principal(ctx context.Context, id string) (Principal, error) {
 	var p Principal
-	err := s.pool.QueryRow(ctx, `SELECT id, name, created_at, revoked_at FROM principals WHERE id = $1`, id).
-		Scan(&p.ID, &p.Name, &p.CreatedAt, &p.RevokedAt)
+	err := s.pool.QueryRow(ctx, `SELECT id, name, created_at, revoked_at, role FROM principals WHERE id = $1`, id).
+		Scan(&p.ID, &p.Name, &p.CreatedAt, &p.RevokedAt, &p.Role)
 	return p, interpretError("principal "+id, err)
 }
 
@@ -91,8 +103,8 @@ func (s *Store) Principal(ctx context.Context, id string) (Principal, error) {
 func (s *Store) ForgetStoredToken(ctx context.Context, id string) (Principal, error) {
 	var p Principal
 	err := s.pool.QueryRow(ctx, `
-UPDATE principals SET token_sha256 = NULL WHERE id = $1 RETURNING id, name, created_at, revoked_at`, id).
-		Scan(&p.ID, &p.Name, &p.CreatedAt, &p.RevokedAt)
+UPDATE principals SET token_sha256 = NULL WHERE id = $1 RETURNING id, name, created_at, revoked_at, role`, id).
+		Scan(&p.ID, &p.Name, &p.CreatedAt, &p.RevokedAt, &p.Role)
 	if err != nil {
 		return Principal{}, interpretError("reissue principal "+id, err)
 	}
@@ -140,8 +152,10 @@ SELECT true, key_id FROM credential_key_retirements`)
 // the tokens it signed, as soon as it hears of it. Retiring a key twice
 // changes nothing.
 func (s *Store) RetireCredentialKey(ctx context.Context, id string) error {
-	_, err := s.pool.Exec(ctx, `INSERT INTO credential_key_retirements (key_id) VALUES ($1) ON CONFLICT DO NOTHING`, id)
-	return interpretError("retire credential key "+id, err)
+	return s.adminTx(ctx, "retire credential key "+id, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `INSERT INTO credential_key_retirements (key_id) VALUES ($1) ON CONFLICT DO NOTHING`, id)
+		return err
+	})
 }
 
 // AddPrincipal creates a principal named name with a fresh random bearer
@@ -181,26 +195,27 @@ const OIDCPrincipalPrefix = "o-"
 
 // RevokePrincipal revokes a principal: every token naming it is refused.
 // Its ledger rows stay. A principal of an OpenID Connect issuer, which has
-// no row, gets one, revoked.
+// no row, gets one, revoked. Revoking twice changes nothing the second
+// time. admin_actions records it as asked for by the principal of ctx
+// (ActingAs).
 func (s *Store) RevokePrincipal(ctx context.Context, id string) error {
 	sql := `UPDATE principals SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1`
 	if strings.HasPrefix(id, OIDCPrincipalPrefix) {
 		sql = `INSERT INTO principals (id, name, revoked_at) VALUES ($1, 'OpenID Connect subject', now())
 ON CONFLICT (id) DO UPDATE SET revoked_at = coalesce(principals.revoked_at, now())`
 	}
-	tag, err := s.pool.Exec(ctx, sql, id)
-	if err != nil {
-		return interpretError("revoke principal "+id, err)
-	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("revoke principal %s: %w", id, ErrNotFound)
-	}
-	return nil
+	return s.adminTx(ctx, "revoke principal "+id, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, sql, id)
+		if err == nil && tag.RowsAffected() == 0 {
+			return ErrNotFound
+		}
+		return err
+	})
 }
 
 // Principals lists every principal, oldest first.
 func (s *Store) Principals(ctx context.Context) ([]Principal, error) {
-	rows, err := s.pool.Query(ctx, `SELECT id, name, created_at, revoked_at FROM principals ORDER BY created_at, id`)
+	rows, err := s.pool.Query(ctx, `SELECT id, name, created_at, revoked_at, role FROM principals ORDER BY created_at, id`)
 	if err != nil {
 		return nil, interpretError("list principals", err)
 	}
@@ -214,8 +229,8 @@ func (s *Store) Authenticate(ctx context.Context, token string) (Principal, erro
 	h := TokenHash(token)
 	var p Principal
 	err := s.pool.QueryRow(ctx, `
-SELECT id, name, created_at, revoked_at FROM principals WHERE token_sha256 = $1 AND revoked_at IS NULL`,
-		h[:]).Scan(&p.ID, &p.Name, &p.CreatedAt, &p.RevokedAt)
+SELECT id, name, created_at, revoked_at, role FROM principals WHERE token_sha256 = $1 AND revoked_at IS NULL`,
+		h[:]).Scan(&p.ID, &p.Name, &p.CreatedAt, &p.RevokedAt, &p.Role)
 	if err != nil {
 		return Principal{}, interpretError("authenticate", err)
 	}

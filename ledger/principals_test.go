@@ -18,7 +18,7 @@ func TestAddPrincipals(t *testing.T) {
 	for i := range names {
 		names[i] = "voter " + strings.Repeat("x", i%5)
 	}
-	ps, err := b.store.AddPrincipals(b.ctx, names)
+	ps, err := b.store.AddPrincipals(b.ctx, names, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +41,7 @@ func TestAddPrincipals(t *testing.T) {
 		t.Fatalf("Principal: %+v, %v; want the creation time AddPrincipals gave, %s", got, err, ps[7].CreatedAt)
 	}
 	for _, bad := range [][]string{nil, {"ok", ""}, {strings.Repeat("n", 201)}} {
-		if _, err := b.store.AddPrincipals(b.ctx, bad); !errors.Is(err, ledger.ErrInvalid) {
+		if _, err := b.store.AddPrincipals(b.ctx, bad, ""); !errors.Is(err, ledger.ErrInvalid) {
 			t.Errorf("AddPrincipals(%d names): %v, want ErrInvalid", len(bad), err)
 		}
 	}
@@ -55,7 +55,7 @@ func TestAddPrincipals(t *testing.T) {
 func TestRevocations(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	ps, err := b.store.AddPrincipals(b.ctx, []string{"a", "b", "c"})
+	ps, err := b.store.AddPrincipals(b.ctx, []string{"a", "b", "c"}, "")
 	if err != nil {
 		t.Fatal(err)
 	}

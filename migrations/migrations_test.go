@@ -2,7 +2,9 @@ package migrations_test
 
 import (
 	"context"
+	"maps"
 	"os"
+	"slices"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -44,7 +46,7 @@ func TestUpResetUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"credential_key_retirements", "poll_choices", "poll_definitions", "poll_eligible", "poll_event_rejections", "poll_events", "poll_log_checkpoints", "poll_log_heads", "poll_log_leaves", "poll_log_tiles", "poll_results", "polls", "principals"}
+	want := []string{"admin_actions", "credential_key_retirements", "poll_choices", "poll_definitions", "poll_eligible", "poll_event_rejections", "poll_events", "poll_log_checkpoints", "poll_log_heads", "poll_log_leaves", "poll_log_tiles", "poll_results", "polls", "principals"}
 	for round := 0; round < 2; round++ {
 		if _, err := p.Up(ctx); err != nil {
 			t.Fatalf("round %d up: %v", round, err)
@@ -197,16 +199,17 @@ func TestDaemonRoleGrants(t *testing.T) {
 		t.Fatal(err)
 	}
 	// What tally_daemon may do to each table, as has_table_privilege says.
-	privileges := func() map[string]string {
+	// privileges are role's on each table; UPDATE is any column's.
+	privileges := func(role string) map[string]string {
 		rows, err := db.Pool.Query(ctx, `
 SELECT tablename,
-    concat_ws(',', CASE WHEN has_table_privilege('tally_daemon', c.oid, 'SELECT') THEN 'SELECT' END,
-        CASE WHEN has_table_privilege('tally_daemon', c.oid, 'INSERT') THEN 'INSERT' END,
-        CASE WHEN has_table_privilege('tally_daemon', c.oid, 'UPDATE') THEN 'UPDATE' END,
-        CASE WHEN has_table_privilege('tally_daemon', c.oid, 'DELETE') THEN 'DELETE' END,
-        CASE WHEN has_table_privilege('tally_daemon', c.oid, 'TRUNCATE') THEN 'TRUNCATE' END)
+    concat_ws(',', CASE WHEN has_table_privilege($1, c.oid, 'SELECT') THEN 'SELECT' END,
+        CASE WHEN has_table_privilege($1, c.oid, 'INSERT') THEN 'INSERT' END,
+        CASE WHEN has_any_column_privilege($1, c.oid, 'UPDATE') THEN 'UPDATE' END,
+        CASE WHEN has_table_privilege($1, c.oid, 'DELETE') THEN 'DELETE' END,
+        CASE WHEN has_table_privilege($1, c.oid, 'TRUNCATE') THEN 'TRUNCATE' END)
 FROM pg_tables t JOIN pg_class c ON c.relname = t.tablename AND c.relnamespace = 'public'::regnamespace
-WHERE schemaname = 'public' AND tablename <> 'goose_db_version'`)
+WHERE schemaname = 'public' AND tablename <> 'goose_db_version'`, role)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -230,16 +233,36 @@ WHERE schemaname = 'public' AND tablename <> 'goose_db_version'`)
 		"polls": "SELECT", "poll_choices": "SELECT", "poll_eligible": "SELECT", "principals": "SELECT", "credential_key_retirements": "SELECT",
 		"poll_events": "SELECT,INSERT", "poll_event_rejections": "SELECT,INSERT",
 		"poll_log_tiles": "SELECT,INSERT", "poll_log_checkpoints": "SELECT,INSERT", "poll_log_leaves": "SELECT,INSERT", "poll_definitions": "SELECT,INSERT",
-		"poll_results": "SELECT,INSERT,UPDATE", "poll_log_heads": "SELECT,INSERT,UPDATE",
+		"poll_results": "SELECT,INSERT,UPDATE", "poll_log_heads": "SELECT,INSERT,UPDATE", "admin_actions": "",
 	}
-	got := privileges()
-	if len(got) != len(want) {
-		t.Fatalf("tally_daemon's privileges %v, want %v", got, want)
-	}
-	for table, w := range want {
-		if got[table] != w {
-			t.Errorf("tally_daemon on %s: %q, want %q", table, got[table], w)
+	// tally_admin is tally_daemon that may also add polls and principals,
+	// close polls (UPDATE of closes_at alone), revoke principals (of
+	// revoked_at alone) and retire keys, and read admin_actions, which
+	// only the triggers write.
+	wantAdmin := maps.Clone(want)
+	maps.Copy(wantAdmin, map[string]string{
+		"polls": "SELECT,INSERT,UPDATE", "poll_choices": "SELECT,INSERT", "poll_eligible": "SELECT,INSERT",
+		"principals": "SELECT,INSERT,UPDATE", "credential_key_retirements": "SELECT,INSERT", "admin_actions": "SELECT",
+	})
+	for role, want := range map[string]map[string]string{"tally_daemon": want, "tally_admin": wantAdmin} {
+		got := privileges(role)
+		if len(got) != len(want) {
+			t.Fatalf("%s's privileges %v, want %v", role, got, want)
 		}
+		for table, w := range want {
+			if got[table] != w {
+				t.Errorf("%s on %s: %q, want %q", role, table, got[table], w)
+			}
+		}
+	}
+	var columns []string
+	if err := db.Pool.QueryRow(ctx, `
+SELECT array_agg(table_name || '.' || column_name ORDER BY 1) FROM information_schema.column_privileges
+WHERE grantee = 'tally_admin' AND privilege_type = 'UPDATE'`).Scan(&columns); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(columns, []string{"polls.closes_at", "principals.revoked_at"}) {
+		t.Errorf("tally_admin may UPDATE %v, want polls.closes_at and principals.revoked_at only", columns)
 	}
 	var owns bool
 	if err := db.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_class
@@ -249,7 +272,7 @@ WHERE schemaname = 'public' AND tablename <> 'goose_db_version'`)
 	if _, err := p.DownTo(ctx, 5); err != nil {
 		t.Fatal(err)
 	}
-	for table, privs := range privileges() {
+	for table, privs := range privileges("tally_daemon") {
 		if privs != "" {
 			t.Errorf("after migration 6 down, tally_daemon keeps %s on %s", privs, table)
 		}

@@ -221,7 +221,7 @@ func burstPrincipals(ctx context.Context, url, poll string, n int, age time.Dura
 		}
 		return tokens[:n], tokens[n], nil
 	}
-	ps, err := store.AddPrincipals(ctx, names)
+	ps, err := store.AddPrincipals(ctx, names, "")
 	if err != nil {
 		return nil, "", err
 	}
