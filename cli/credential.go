@@ -117,22 +117,9 @@ func tokenTerms(c *ucli.Context) (credential.Key, time.Time, error) {
 
 // expiry is --expires as a time, zero for none.
 func expiry(c *ucli.Context, now time.Time) (time.Time, error) {
-	v := c.String(flagExpires.Name)
-	if v == "" {
-		return time.Time{}, nil
-	}
-	if d, err := time.ParseDuration(v); err == nil {
-		if d <= 0 {
-			return time.Time{}, fmt.Errorf("--expires %s: give a positive duration", v)
-		}
-		return now.Add(d), nil
-	}
-	t, err := time.Parse(time.RFC3339, v)
+	t, err := credential.ParseExpiry(c.String(flagExpires.Name), now)
 	if err != nil {
-		return time.Time{}, fmt.Errorf("--expires %q: give a duration (720h) or an RFC 3339 time (2027-01-31T00:00:00Z)", v)
-	}
-	if !t.After(now) {
-		return time.Time{}, fmt.Errorf("--expires %s is in the past", v)
+		return time.Time{}, fmt.Errorf("--expires: %w", err)
 	}
 	return t, nil
 }

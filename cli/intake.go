@@ -79,7 +79,10 @@ func intakeEnqueueFlags(def intake.Config) []ucli.Flag {
 			Usage: "the audience (`AUD`) the tokens of the --oidc-issuer in the same position must name"},
 		&ucli.StringSliceFlag{Name: "credential-key", EnvVars: []string{"TALLY_CREDENTIAL_KEY"},
 			Usage: "a credential key `FILE` (tally credential key generate) whose tokens intake takes; repeat it for each key " +
-				"that verifies (the old and new keys while rotating)"},
+				"that verifies (the old and new keys while rotating). The first signs the tokens POST /v1/principals issues"},
+		&ucli.StringFlag{Name: "oidc-admin-claim", EnvVars: []string{"TALLY_INTAKE_OIDC_ADMIN_CLAIM"},
+			Usage: "`CLAIM=VALUE`: an OpenID Connect token whose CLAIM is VALUE, or an array holding it " +
+				"(groups=tally-admins), is an admin's, who may use the admin routes (default: none is)"},
 		&ucli.IntFlag{Name: "redis-wait-replicas", EnvVars: []string{"TALLY_INTAKE_REDIS_WAIT_REPLICAS"}, Value: def.WaitReplicas,
 			Usage: "answer 202 only after WAIT confirmed the vote on `N` replicas (0: off)"},
 		intakeDuration("redis-wait-timeout", "TALLY_INTAKE_REDIS_WAIT_TIMEOUT", def.WaitTimeout,
@@ -192,6 +195,13 @@ func runIntake(c *ucli.Context) error {
 	if cfg.Credentials, err = credentials(c, issuers); err != nil {
 		return err
 	}
+	if files := c.StringSlice("credential-key"); len(files) > 0 {
+		k, err := credential.ReadKeyFile(files[0])
+		if err != nil {
+			return fmt.Errorf("--credential-key: %w", err)
+		}
+		cfg.TokenKey = &k
+	}
 	setupDaemon(log)
 	cs, err := openConns(c, ledger.Config{Logger: log}, c.Duration(flagStartupWait.Name))
 	if err != nil {
@@ -282,9 +292,20 @@ func oidcIssuers(c *ucli.Context, log *slog.Logger) ([]*credential.OIDCIssuer, e
 	if len(urls) != len(auds) {
 		return nil, fmt.Errorf("%d --oidc-issuer and %d --oidc-audience: give one audience for each issuer, in the same order", len(urls), len(auds))
 	}
+	var claim, value string
+	if v := c.String("oidc-admin-claim"); v != "" {
+		var ok bool
+		if claim, value, ok = strings.Cut(v, "="); !ok || claim == "" || value == "" {
+			return nil, fmt.Errorf("--oidc-admin-claim %q: give CLAIM=VALUE, such as groups=tally-admins", v)
+		}
+		if len(urls) == 0 {
+			return nil, errors.New("--oidc-admin-claim needs an --oidc-issuer whose tokens carry the claim")
+		}
+	}
 	issuers := make([]*credential.OIDCIssuer, len(urls))
 	for i, u := range urls {
-		iss, err := credential.NewOIDCIssuer(credential.OIDCConfig{Issuer: u, Audience: auds[i], Logger: log})
+		iss, err := credential.NewOIDCIssuer(credential.OIDCConfig{Issuer: u, Audience: auds[i], Logger: log,
+			AdminClaim: claim, AdminValue: value})
 		if err != nil {
 			return nil, fmt.Errorf("--oidc-issuer %s: %w", u, err)
 		}

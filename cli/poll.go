@@ -144,7 +144,7 @@ func pollList(c *ucli.Context) error {
 		}
 		t := newTable(c.App.Writer, "ID", "STATE", "CLOSES", "ELIGIBLE", "CHOICES", "TITLE")
 		for _, p := range ps {
-			t.row(p.ID, pollState(p, time.Now()), fmtTimePtr(p.ClosesAt), eligibleText(p), strings.Join(p.Choices, ","), p.Title)
+			t.row(p.ID, p.State(time.Now()), fmtTimePtr(p.ClosesAt), eligibleText(p), strings.Join(p.Choices, ","), p.Title)
 		}
 		return t.flush()
 	})
@@ -181,7 +181,7 @@ func pollShow(c *ucli.Context) error {
 // printPoll prints a poll and its tallies for a person.
 func printPoll(w io.Writer, p ledger.Poll, res ledger.Results) error {
 	fmt.Fprintf(w, "poll      %s\ntitle     %s\nstate     %s\nopens     %s\ncloses    %s\neligible  %s\nresults   %s\n\n",
-		p.ID, p.Title, pollState(p, time.Now()), p.OpensAt.UTC().Format(time.RFC3339), fmtTimePtr(p.ClosesAt), eligibleText(p),
+		p.ID, p.Title, p.State(time.Now()), p.OpensAt.UTC().Format(time.RFC3339), fmtTimePtr(p.ClosesAt), eligibleText(p),
 		resultsText(p))
 	t := newTable(w, "CANDIDATE", "VOTES")
 	for _, r := range res.Results {
@@ -211,19 +211,8 @@ type pollJSON struct {
 }
 
 func toPollJSON(p ledger.Poll, res *ledger.Results) pollJSON {
-	return pollJSON{ID: p.ID, Title: p.Title, State: pollState(p, time.Now()), OpensAt: p.OpensAt, ClosesAt: p.ClosesAt,
+	return pollJSON{ID: p.ID, Title: p.Title, State: p.State(time.Now()), OpensAt: p.OpensAt, ClosesAt: p.ClosesAt,
 		Eligibility: p.Eligibility, Eligible: p.Eligible, Choices: p.Choices, PublicResults: p.PublicResults, Results: res}
-}
-
-func pollState(p ledger.Poll, now time.Time) string {
-	switch {
-	case now.Before(p.OpensAt):
-		return "scheduled"
-	case p.OpenAt(now):
-		return "open"
-	default:
-		return "closed"
-	}
 }
 
 func eligibleText(p ledger.Poll) string {

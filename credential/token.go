@@ -134,3 +134,26 @@ func (s *KeySet) verify(token string) (Identity, error) {
 	}
 	return id, nil
 }
+
+// ParseExpiry reads when a token should expire: a duration from now
+// ("720h") or an RFC 3339 time, in the future either way. "" is no
+// expiry (a zero time).
+func ParseExpiry(v string, now time.Time) (time.Time, error) {
+	if v == "" {
+		return time.Time{}, nil
+	}
+	if d, err := time.ParseDuration(v); err == nil {
+		if d <= 0 {
+			return time.Time{}, fmt.Errorf("expiry %s: give a positive duration", v)
+		}
+		return now.Add(d), nil
+	}
+	t, err := time.Parse(time.RFC3339, v)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("expiry %q: give a duration (720h) or an RFC 3339 time (2027-01-31T00:00:00Z)", v)
+	}
+	if !t.After(now) {
+		return time.Time{}, fmt.Errorf("expiry %s is in the past", v)
+	}
+	return t, nil
+}

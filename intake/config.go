@@ -126,6 +126,9 @@ type Config struct {
 	// taken. Serve runs its Run (the issuers' keys) beside its other
 	// background work: nothing else should run it, or its issuers' Run.
 	Credentials *credential.Verifier
+	// TokenKey signs the credentials POST /v1/principals issues. Default
+	// nil: that route adds nobody and answers 501 not-configured.
+	TokenKey *credential.Key
 
 	// LedgerCheck, when true, asks the ledger whether the event id of a
 	// new vote is new when Redis no longer holds the principal's records

@@ -64,7 +64,7 @@ func (s *Server) signedPrincipal(w http.ResponseWriter, r *http.Request, token s
 		return nil, false
 	}
 	s.metrics.credentials[credValid].Inc()
-	return newVoter(ledger.Principal{ID: id.PrincipalID, CreatedAt: id.CreatedAt}, s.keys), true
+	return newVoter(ledger.Principal{ID: id.PrincipalID, CreatedAt: id.CreatedAt, Role: id.Role}, s.keys), true
 }
 
 // refusedRevoked answers 401 when the principal principalID is revoked or

@@ -173,7 +173,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 // children the hot path uses without a label lookup.
 func (m *metrics) makeChildren() {
 	m.routes = map[string]*routeStats{}
-	for _, route := range []string{routeVotes, routeVote, routeResults, routeCheckpoint, routeConsistency, routeHealth, routeReady, routeMetrics, routeOpenAPI, routePage, routeLive, routeOther} {
+	for _, route := range []string{routeVotes, routeVote, routeResults, routeCheckpoint, routeConsistency, routeHealth, routeReady, routeMetrics, routeOpenAPI, routePage, routeLive,
+		routePolls, routePoll, routePollClose, routePrincipals, routePrincipalRevoke, routeOther} {
 		m.routes[route] = &routeStats{route: route, requests: m.requests, duration: &lazyObserver{vec: m.duration, label: route}}
 	}
 	m.credentials = map[string]prometheus.Counter{}

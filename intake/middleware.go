@@ -45,6 +45,11 @@ func (s *Server) routes() http.Handler {
 	mux.Handle(routeCheckpoint, allow(http.MethodGet, s.handleCheckpoint))
 	mux.Handle(routeConsistency, allow(http.MethodGet, s.handleConsistency))
 	mux.Handle(routeOpenAPI, allow(http.MethodGet, handleOpenAPI))
+	mux.Handle(routePolls, getOrPost(s.handleListPolls, s.handleCreatePoll))
+	mux.Handle(routePoll, allow(http.MethodGet, s.handleGetPoll))
+	mux.Handle(routePollClose, allow(http.MethodPost, s.handleClosePoll))
+	mux.Handle(routePrincipals, allow(http.MethodPost, s.handleAddPrincipals))
+	mux.Handle(routePrincipalRevoke, allow(http.MethodPost, s.handleRevokePrincipal))
 	lv := newLive(s)
 	mux.Handle(routePage, allow(http.MethodGet, lv.handlePage))
 	mux.Handle(routeLive, allow(http.MethodGet, lv.handleStream))
@@ -52,7 +57,9 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusNotFound, probNotFound,
 			"no such route: intake serves POST /v1/votes, GET /v1/votes/{event_id}, GET /v1/polls/{poll_id}/results, "+
-				"/checkpoint, /consistency and /live, GET /polls/{poll_id}, /healthz, /readyz, /metrics (unless on --admin-listen) and /openapi.json", 0)
+				"/checkpoint, /consistency and /live, GET /polls/{poll_id}, /healthz, /readyz, /metrics (unless on --admin-listen) and /openapi.json, "+
+				"and to admins GET and POST /v1/polls, GET /v1/polls/{poll_id}, POST /v1/polls/{poll_id}/close, "+
+				"POST /v1/principals and POST /v1/principals/{principal_id}/revoke", 0)
 	})
 	return s.instrument(canonical(framed(mux)))
 }
@@ -134,6 +141,23 @@ func allow(method string, h http.HandlerFunc) http.Handler {
 			return
 		}
 		h(w, r)
+	})
+}
+
+// getOrPost serves GET (and HEAD) with get, POST with post, and answers
+// 405 to any other method.
+func getOrPost(get, post http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.Method {
+		case http.MethodGet, http.MethodHead:
+			get(w, r)
+		case http.MethodPost:
+			post(w, r)
+		default:
+			w.Header().Set("Allow", "GET, POST")
+			writeProblem(w, http.StatusMethodNotAllowed, probMethod,
+				fmt.Sprintf("%s takes GET or POST, not %s", r.URL.Path, r.Method), 0)
+		}
 	})
 }
 
@@ -222,15 +246,24 @@ func (s *Server) principal(w http.ResponseWriter, r *http.Request) (*voter, bool
 	if !ok {
 		return nil, false
 	}
-	if wait, ok := s.limits.read(p.ID, time.Now()); !ok {
-		s.metrics.readLimited.Inc()
-		writeProblem(w, http.StatusTooManyRequests, probRateLimited, fmt.Sprintf(
-			"your principal may make %g reads per second (event status and results) with bursts of %d: "+
-				"retry after the Retry-After delay (votes have a limit of their own, untouched by reads)",
-			s.cfg.ReadRate, s.cfg.ReadBurst), wait)
+	if !s.spendRead(w, p) {
 		return nil, false
 	}
 	return p, true
+}
+
+// spendRead spends one of p's reads (Config.ReadRate), which admin
+// requests share, or answers 429 and returns false.
+func (s *Server) spendRead(w http.ResponseWriter, p *voter) bool {
+	wait, ok := s.limits.read(p.ID, time.Now())
+	if !ok {
+		s.metrics.readLimited.Inc()
+		writeProblem(w, http.StatusTooManyRequests, probRateLimited, fmt.Sprintf(
+			"your principal may make %g reads per second (event status, results and admin requests) with bursts of %d: "+
+				"retry after the Retry-After delay (votes have a limit of their own, untouched by reads)",
+			s.cfg.ReadRate, s.cfg.ReadBurst), wait)
+	}
+	return ok
 }
 
 // principalBy authenticates the request, or answers 400, 401, 429 or 503

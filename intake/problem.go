@@ -38,6 +38,14 @@ var (
 	probBacklog       = problemType{"backlog-full", "The queue is full"}
 	probUnavailable   = problemType{"unavailable", "Temporarily unavailable"}
 
+	// The admin routes' own: a voter's token on an admin route, a poll id
+	// taken by another definition, and an intake not set up to do what
+	// was asked (no key to sign tokens, or a database login that may not
+	// manage the catalog).
+	probForbidden     = problemType{"forbidden", "The principal may not do this"}
+	probPollExists    = problemType{"poll-exists", "A poll with this id exists with another definition"}
+	probNotConfigured = problemType{"not-configured", "This intake is not set up for this request"}
+
 	// auth-rate-limited: the client's address made too many failed
 	// authentications, so its requests are refused before their token is
 	// looked up (a token cached as valid still passes). rate-limited above

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
+	"tally/audit"
 	"tally/vote"
 
 	"github.com/jackc/pgx/v5"
@@ -36,6 +38,25 @@ type Poll struct {
 // OpenAt reports whether the poll takes votes received at t.
 func (p Poll) OpenAt(t time.Time) bool {
 	return !t.Before(p.OpensAt) && (p.ClosesAt == nil || t.Before(*p.ClosesAt))
+}
+
+// The states of a poll at a time (Poll.State).
+const (
+	StateScheduled = "scheduled" // it opens later
+	StateOpen      = "open"
+	StateClosed    = "closed"
+)
+
+// State is the poll's state at now.
+func (p Poll) State(now time.Time) string {
+	switch {
+	case now.Before(p.OpensAt):
+		return StateScheduled
+	case p.OpenAt(now):
+		return StateOpen
+	default:
+		return StateClosed
+	}
 }
 
 // CreatePoll creates a poll with its choices, eligibility list and a zero
@@ -95,35 +116,65 @@ INSERT INTO poll_eligible (poll_id, principal_id)
 SELECT DISTINCT $1, e FROM unnest($2::text[]) AS t(e)`
 )
 
-// validateNew checks a poll given to CreatePoll: valid ids, a title, at
-// least one choice and no choice twice, and no closing before opening.
+// FieldError is ErrInvalid for one field of what was asked: Field names
+// it as the HTTP API spells it (poll_id, title, choices, eligible,
+// closes_at, names, role), Reason says what is wrong with it.
+type FieldError struct {
+	Op     string // what was being done: "create poll lunch"
+	Field  string
+	Reason string
+}
+
+func (e *FieldError) Error() string { return e.Op + ": " + ErrInvalid.Error() + ": " + e.Reason }
+
+func (e *FieldError) Unwrap() error { return ErrInvalid }
+
+// maxChoices bounds a poll's choices, as its definition leaf does.
+const maxChoices = 1<<16 - 1
+
+// validateNew checks a poll given to CreatePoll: valid ids, a title a
+// definition leaf can hold, 1 to maxChoices choices and no choice twice,
+// and no closing before opening. Its error is a *FieldError.
 func (p Poll) validateNew() error {
+	bad := func(field, format string, args ...any) error {
+		op := "create poll"
+		if vote.ValidID(p.ID) {
+			op += " " + p.ID
+		}
+		return &FieldError{Op: op, Field: field, Reason: fmt.Sprintf(format, args...)}
+	}
 	if !vote.ValidID(p.ID) {
-		return fmt.Errorf("create poll: %w: poll id %q must be "+vote.IDRule, ErrInvalid, p.ID)
+		return bad("poll_id", "poll id %q must be "+vote.IDRule, p.ID)
 	}
-	if p.Title == "" {
-		return fmt.Errorf("create poll %s: %w: the title is empty", p.ID, ErrInvalid)
-	}
-	if len(p.Choices) < 1 {
-		return fmt.Errorf("create poll %s: %w: give at least one choice", p.ID, ErrInvalid)
+	switch {
+	case p.Title == "":
+		return bad("title", "the title is empty")
+	case len(p.Title) > audit.MaxTitleLen:
+		return bad("title", "the title is %d bytes; it may have at most %d", len(p.Title), audit.MaxTitleLen)
+	case !utf8.ValidString(p.Title):
+		return bad("title", "the title is not valid UTF-8")
+	case len(p.Choices) < 1:
+		return bad("choices", "give at least one choice")
+	case len(p.Choices) > maxChoices:
+		return bad("choices", "%d choices; a poll has at most %d", len(p.Choices), maxChoices)
 	}
 	dup := map[string]bool{}
 	for _, c := range p.Choices {
 		if !vote.ValidID(c) {
-			return fmt.Errorf("create poll %s: %w: choice %q must be "+vote.IDRule, p.ID, ErrInvalid, c)
+			return bad("choices", "choice %q must be "+vote.IDRule, c)
 		}
 		if dup[c] {
-			return fmt.Errorf("create poll %s: %w: choice %q is given twice", p.ID, ErrInvalid, c)
+			return bad("choices", "choice %q is given twice", c)
 		}
 		dup[c] = true
 	}
 	for _, e := range p.Eligible {
 		if !vote.ValidID(e) {
-			return fmt.Errorf("create poll %s: %w: eligible principal %q must be "+vote.IDRule, p.ID, ErrInvalid, e)
+			return bad("eligible", "eligible principal %q must be "+vote.IDRule, e)
 		}
 	}
 	if p.ClosesAt != nil && !p.OpensAt.IsZero() && p.ClosesAt.Before(p.OpensAt) {
-		return fmt.Errorf("create poll %s: %w: it closes before it opens", p.ID, ErrInvalid)
+		return bad("closes_at", "it closes before it opens")
 	}
 	return nil
 }

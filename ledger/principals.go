@@ -43,18 +43,19 @@ const maxNameLen = 200
 // by the principal of ctx (ActingAs).
 func (s *Store) AddPrincipals(ctx context.Context, names []string, role string) ([]Principal, error) {
 	if len(names) == 0 || len(names) > MaxPrincipalsPerAdd {
-		return nil, fmt.Errorf("add principals: %w: give 1-%d names, not %d", ErrInvalid, MaxPrincipalsPerAdd, len(names))
+		return nil, &FieldError{Op: "add principals", Field: "names", Reason: fmt.Sprintf("give 1-%d names, not %d", MaxPrincipalsPerAdd, len(names))}
 	}
 	if role == "" {
 		role = RoleVoter
 	}
 	if role != RoleVoter && role != RoleAdmin {
-		return nil, fmt.Errorf("add principals: %w: the role is %q; it must be %s or %s", ErrInvalid, role, RoleVoter, RoleAdmin)
+		return nil, &FieldError{Op: "add principals", Field: "role", Reason: fmt.Sprintf("the role is %q; it must be %s or %s", role, RoleVoter, RoleAdmin)}
 	}
 	ids := make([]string, len(names))
 	for i, name := range names {
 		if name == "" || len(name) > maxNameLen {
-			return nil, fmt.Errorf("add principals: %w: name %d (%.40q) must be 1-%d bytes", ErrInvalid, i+1, name, maxNameLen)
+			return nil, &FieldError{Op: "add principals", Field: "names",
+				Reason: fmt.Sprintf("name %d (%.40q) must be 1-%d bytes", i+1, name, maxNameLen)}
 		}
 		id, err := newPrincipalID()
 		if err != nil {

@@ -61,6 +61,22 @@ func (s *Store) Results(ctx context.Context, pollID string) (Results, error) {
 	return res, nil
 }
 
+// PollTotals reads the total of every poll's tallies, from the projection.
+func (s *Store) PollTotals(ctx context.Context) (map[string]int64, error) {
+	rows, err := s.pool.Query(ctx, `SELECT poll_id, sum(vote_count)::bigint FROM poll_results GROUP BY poll_id`)
+	if err != nil {
+		return nil, interpretError("read poll totals", err)
+	}
+	totals := map[string]int64{}
+	var id string
+	var n int64
+	_, err = pgx.ForEachRow(rows, []any{&id, &n}, func() error {
+		totals[id] = n
+		return nil
+	})
+	return totals, interpretError("read poll totals", err)
+}
+
 // EventRecord is what the ledger knows of one client event id.
 type EventRecord struct {
 	PrincipalID   string

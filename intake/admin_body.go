@@ -1,0 +1,147 @@
+package intake
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"tally/ledger"
+)
+
+// This file owns what the admin routes share: the admin's authentication
+// (a principal of role admin, within its reads' rate), the strict reading
+// of a request body into its struct, and the one table from the ledger's
+// errors to the answers of an admin write.
+
+// maxAdminBodyBytes bounds the body of an admin request: 10,000 names of
+// 200 bytes, with their quotes, fit.
+const maxAdminBodyBytes = 4 << 20
+
+// MaxPrincipalsPerRequest bounds the names one POST /v1/principals takes.
+const MaxPrincipalsPerRequest = 10_000
+
+// admin authenticates the request as a principal of role admin and spends
+// one of its reads (Config.ReadRate), or answers 400, 401, 403, 429 or
+// 503 and returns false.
+func (s *Server) admin(w http.ResponseWriter, r *http.Request) (*voter, bool) {
+	p, ok := s.principalBy(w, r, time.Time{})
+	if !ok {
+		return nil, false
+	}
+	if p.Role != ledger.RoleAdmin {
+		writeProblem(w, http.StatusForbidden, probForbidden,
+			"this route manages polls and principals and takes an admin's token; your principal is a voter: "+
+				"an operator issues admin tokens with tally principal add --role admin (or grants the role by the "+
+				"OpenID Connect claim of --oidc-admin-claim)", 0)
+		return nil, false
+	}
+	if !s.spendRead(w, p) {
+		return nil, false
+	}
+	return p, true
+}
+
+// readAdminBody reads the JSON object of the request into v, refusing
+// keys v does not have and anything after the object, or answers 413,
+// 415 or 400 naming what is wrong and returns false. An empty body is
+// taken as {} when empty is true.
+func readAdminBody(w http.ResponseWriter, r *http.Request, v any, shape string, empty bool) bool {
+	if r.ContentLength == 0 && empty {
+		return true
+	}
+	if !plainJSON(w, r) {
+		return false
+	}
+	if r.ContentLength > maxAdminBodyBytes {
+		writeProblem(w, http.StatusRequestEntityTooLarge, probTooLarge,
+			fmt.Sprintf("the body is %d bytes, but an admin request takes at most %d: split it", r.ContentLength, maxAdminBodyBytes), 0)
+		return false
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxAdminBodyBytes))
+	if err != nil {
+		answerReadError(w, err)
+		return false
+	}
+	if len(bytes.TrimSpace(body)) == 0 && empty {
+		return true
+	}
+	if err := decodeStrict(body, v); err != nil {
+		writeProblem(w, http.StatusBadRequest, probBadRequest, err.Error()+": send "+shape, 0)
+		return false
+	}
+	return true
+}
+
+// decodeStrict decodes one JSON object into v, naming the key at fault.
+func decodeStrict(body []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	var typeErr *json.UnmarshalTypeError
+	var syntaxErr *json.SyntaxError
+	switch {
+	case errors.As(err, &typeErr) && typeErr.Field != "":
+		return fmt.Errorf("the value of %q is %s, which does not fit", typeErr.Field, typeErr.Value)
+	case errors.As(err, &typeErr):
+		return fmt.Errorf("the body is %s, not a JSON object", typeErr.Value)
+	case errors.As(err, &syntaxErr):
+		return fmt.Errorf("the body is not JSON: %v, at byte %d", syntaxErr, syntaxErr.Offset)
+	case errors.Is(err, io.EOF):
+		return errors.New("the body is empty")
+	case err != nil:
+		// encoding/json says "json: unknown field \"x\"" and little else.
+		return fmt.Errorf("the body is refused: %s", bytes.TrimPrefix([]byte(err.Error()), []byte("json: ")))
+	}
+	if dec.More() {
+		return fmt.Errorf("the body goes on after the JSON object, at byte %d: send one object and nothing else", dec.InputOffset()+1)
+	}
+	return nil
+}
+
+// parseTimeField reads an RFC 3339 time of the body's key field; nil for
+// an absent or empty one.
+func parseTimeField(field string, v *string) (*time.Time, error) {
+	if v == nil || *v == "" {
+		return nil, nil
+	}
+	t, err := time.Parse(time.RFC3339, *v)
+	if err != nil {
+		return nil, &ledger.FieldError{Op: "read the body", Field: field,
+			Reason: fmt.Sprintf("%q is not an RFC 3339 time such as 2026-12-01T17:00:00Z", *v)}
+	}
+	return &t, nil
+}
+
+// adminWriteFailed answers the error of an admin write: 400 naming the
+// field at fault, 404, 501 when this intake's database login may not make
+// the change, 503 when PostgreSQL did not answer (nothing was stored, or
+// the write may have committed: sending it again is safe, as each write
+// is idempotent but principals', which names it), 500 otherwise.
+func (s *Server) adminWriteFailed(w http.ResponseWriter, r *http.Request, err error) {
+	var field *ledger.FieldError
+	switch {
+	case errors.As(err, &field):
+		writeProblem(w, http.StatusBadRequest, probBadRequest,
+			fmt.Sprintf("the field %q is invalid: %s", field.Field, field.Reason), 0)
+	case errors.Is(err, ledger.ErrNotPermitted):
+		s.failed(r, "admin write refused by the database", err)
+		writeProblem(w, http.StatusNotImplemented, probNotConfigured,
+			"this intake may not manage polls and principals: its database login is not granted tally_admin "+
+				"(an operator grants it, docs/operations.md); nothing was changed", 0)
+	case errors.Is(err, errPostgresDown) || ledger.IsRetryable(err) || r.Context().Err() != nil:
+		if !errors.Is(err, errPostgresDown) {
+			s.failed(r, "admin write failed", err)
+		}
+		writeProblem(w, http.StatusServiceUnavailable, probUnavailable,
+			"the database (PostgreSQL) did not answer, so the change may not be stored: "+
+				"send the same request again after the Retry-After delay", time.Second)
+	default:
+		s.failed(r, "admin write failed", err)
+		writeProblem(w, http.StatusInternalServerError, probInternal,
+			"intake failed on this request; it has been logged: retry later, and report it if it persists", 0)
+	}
+}

@@ -1,0 +1,233 @@
+package intake
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"tally/ledger"
+)
+
+// This file owns the admin routes of polls, for the applications that
+// host them: create (idempotent by poll id), close (idempotent), list and
+// read. Each write goes through the ledger's own function, the one tally
+// poll runs, so a poll created or closed here writes its definition leaf
+// and its admin_actions row exactly as the CLI's does. Reads ask
+// PostgreSQL, not the catalog intake holds, so that a poll just created
+// reads back at once.
+
+const (
+	routePolls     = "/v1/polls"
+	routePoll      = "/v1/polls/{poll_id}"
+	routePollClose = "/v1/polls/{poll_id}/close"
+)
+
+// pollRequest is the body of POST /v1/polls.
+type pollRequest struct {
+	PollID        string   `json:"poll_id"`
+	Title         string   `json:"title"`
+	Choices       []string `json:"choices"`
+	OpensAt       *string  `json:"opens_at"`
+	ClosesAt      *string  `json:"closes_at"`
+	Eligible      []string `json:"eligible"`
+	PublicResults bool     `json:"public_results"`
+}
+
+const pollShape = `{"poll_id", "title", "choices": [candidate ids], and optionally "opens_at", "closes_at" (RFC 3339), ` +
+	`"eligible": [principal ids], "public_results": true}`
+
+// poll is the ledger's poll of the request.
+func (q pollRequest) poll() (ledger.Poll, error) {
+	p := ledger.Poll{ID: q.PollID, Title: q.Title, Choices: q.Choices, Eligible: q.Eligible, PublicResults: q.PublicResults}
+	opens, err := parseTimeField("opens_at", q.OpensAt)
+	if err != nil {
+		return ledger.Poll{}, err
+	}
+	if opens != nil {
+		p.OpensAt = *opens
+	}
+	p.ClosesAt, err = parseTimeField("closes_at", q.ClosesAt)
+	return p, err
+}
+
+// pollAnswer is a poll as the admin routes answer it.
+type pollAnswer struct {
+	PollID        string     `json:"poll_id"`
+	Title         string     `json:"title"`
+	State         string     `json:"state"`
+	OpensAt       time.Time  `json:"opens_at"`
+	ClosesAt      *time.Time `json:"closes_at"`
+	Eligibility   string     `json:"eligibility"`
+	Eligible      []string   `json:"eligible,omitempty"`
+	Choices       []string   `json:"choices"`
+	PublicResults bool       `json:"public_results"`
+	CreatedAt     time.Time  `json:"created_at"`
+	Total         *int64     `json:"total,omitempty"`
+}
+
+func newPollAnswer(p ledger.Poll, now time.Time) pollAnswer {
+	return pollAnswer{PollID: p.ID, Title: p.Title, State: p.State(now), OpensAt: p.OpensAt, ClosesAt: p.ClosesAt,
+		Eligibility: p.Eligibility, Eligible: p.Eligible, Choices: p.Choices, PublicResults: p.PublicResults, CreatedAt: p.CreatedAt}
+}
+
+// handleCreatePoll takes POST /v1/polls: 201 with Location for a new poll,
+// 200 when the poll exists as asked, 409 poll-exists when it exists
+// otherwise.
+func (s *Server) handleCreatePoll(w http.ResponseWriter, r *http.Request) {
+	a, ok := s.admin(w, r)
+	if !ok {
+		return
+	}
+	var q pollRequest
+	if !readAdminBody(w, r, &q, pollShape, false) {
+		return
+	}
+	p, err := q.poll()
+	if err == nil {
+		err = s.askLedger(r, func() error {
+			created, err := s.store.EnsurePoll(ledger.ActingAs(r.Context(), a.ID), p)
+			if created {
+				w.Header().Set("Location", "/v1/polls/"+p.ID)
+			}
+			return err
+		})
+	}
+	var conflict *ledger.DefinitionConflict
+	switch {
+	case errors.As(err, &conflict):
+		writeProblem(w, http.StatusConflict, probPollExists, fmt.Sprintf(
+			"poll %q exists with another %s than this request's: choose another poll_id, or GET /v1/polls/%s to see it",
+			conflict.PollID, conflict.Field, conflict.PollID), 0)
+	case err != nil:
+		s.adminWriteFailed(w, r, err)
+	default:
+		status := http.StatusOK
+		if w.Header().Get("Location") != "" {
+			status = http.StatusCreated
+		}
+		s.writePoll(w, r, p.ID, status)
+	}
+}
+
+// handleClosePoll takes POST /v1/polls/{poll_id}/close, optionally
+// {"at"}: the poll closes then (default now), or at its earlier closing
+// time. Closing again changes nothing.
+func (s *Server) handleClosePoll(w http.ResponseWriter, r *http.Request) {
+	a, ok := s.admin(w, r)
+	if !ok {
+		return
+	}
+	id, ok := pathID(w, r, "poll_id", "poll id")
+	if !ok {
+		return
+	}
+	var q struct {
+		At *string `json:"at"`
+	}
+	if !readAdminBody(w, r, &q, `{"at": an RFC 3339 time}, or no body to close it now`, true) {
+		return
+	}
+	at, err := parseTimeField("at", q.At)
+	if err == nil {
+		if at == nil {
+			now := time.Now()
+			at = &now
+		}
+		err = s.askLedger(r, func() error { return s.store.ClosePoll(ledger.ActingAs(r.Context(), a.ID), id, *at) })
+	}
+	switch {
+	case errors.Is(err, ledger.ErrNotFound):
+		writeUnknownPoll(w, id)
+	case err != nil:
+		s.adminWriteFailed(w, r, err)
+	default:
+		s.writePoll(w, r, id, http.StatusOK)
+	}
+}
+
+// handleListPolls takes GET /v1/polls: every poll with its state and
+// total, oldest first.
+func (s *Server) handleListPolls(w http.ResponseWriter, r *http.Request) {
+	if _, ok := s.admin(w, r); !ok {
+		return
+	}
+	var polls []ledger.Poll
+	var totals map[string]int64
+	err := s.askLedger(r, func() error {
+		var err error
+		if polls, err = s.store.Polls(r.Context()); err == nil {
+			totals, err = s.store.PollTotals(r.Context())
+		}
+		return err
+	})
+	if err != nil {
+		s.ledgerFailed(w, r, "poll list failed", err)
+		return
+	}
+	now := time.Now()
+	out := struct {
+		Polls []pollAnswer `json:"polls"`
+	}{Polls: make([]pollAnswer, len(polls))}
+	for i, p := range polls {
+		a := newPollAnswer(p, now)
+		a.Eligible = nil // the list says "list"; GET /v1/polls/{poll_id} names them
+		total := totals[p.ID]
+		a.Total = &total
+		out.Polls[i] = a
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// handleGetPoll takes GET /v1/polls/{poll_id}: its definition and total.
+func (s *Server) handleGetPoll(w http.ResponseWriter, r *http.Request) {
+	if _, ok := s.admin(w, r); !ok {
+		return
+	}
+	id, ok := pathID(w, r, "poll_id", "poll id")
+	if !ok {
+		return
+	}
+	s.writePoll(w, r, id, http.StatusOK)
+}
+
+// writePoll answers poll id as it now stands, with status.
+func (s *Server) writePoll(w http.ResponseWriter, r *http.Request, id string, status int) {
+	var p ledger.Poll
+	var res ledger.Results
+	err := s.askLedger(r, func() error {
+		var err error
+		if p, err = s.store.Poll(r.Context(), id); err == nil {
+			res, err = s.store.Results(r.Context(), id)
+		}
+		return err
+	})
+	switch {
+	case errors.Is(err, ledger.ErrNotFound):
+		writeUnknownPoll(w, id)
+	case err != nil:
+		s.ledgerFailed(w, r, "poll lookup failed", err)
+	default:
+		a := newPollAnswer(p, time.Now())
+		a.Total = &res.Total
+		writeJSON(w, status, a)
+	}
+}
+
+// askLedger runs a read or write of the admin routes unless PostgreSQL is
+// known not to answer (then errPostgresDown), and tells pgState what it
+// learned: a refusal is PostgreSQL's answer, an invalid request none.
+func (s *Server) askLedger(r *http.Request, ask func() error) error {
+	if s.pg.skip(time.Now()) {
+		return errPostgresDown
+	}
+	err := ask()
+	switch {
+	case errors.Is(err, ledger.ErrInvalid):
+	case errors.Is(err, ledger.ErrExists) || errors.Is(err, ledger.ErrNotPermitted):
+		s.pg.observe(r.Context(), nil)
+	default:
+		s.pg.observe(r.Context(), err)
+	}
+	return err
+}

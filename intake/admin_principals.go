@@ -1,0 +1,136 @@
+package intake
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"tally/credential"
+	"tally/ledger"
+)
+
+// This file owns the admin routes of principals: add them in bulk, each
+// with its credential shown in that answer only, and revoke one. Adding
+// goes through the ledger's AddPrincipals and credential's IssueRole, as
+// tally principal add does; revoking through RevokePrincipal, as tally
+// principal revoke does, so every intake refuses the principal as soon as
+// the revocation's NOTIFY reaches it.
+
+const (
+	routePrincipals      = "/v1/principals"
+	routePrincipalRevoke = "/v1/principals/{principal_id}/revoke"
+)
+
+// principalsRequest is the body of POST /v1/principals.
+type principalsRequest struct {
+	Names   []string `json:"names"`
+	Role    string   `json:"role"`
+	Expires string   `json:"expires"`
+}
+
+const principalsShape = `{"names": [1 to 10000 names], and optionally "role": "voter" or "admin", ` +
+	`"expires": a duration such as "720h" or an RFC 3339 time}`
+
+// issuedPrincipal is one principal added, with its credential.
+type issuedPrincipal struct {
+	PrincipalID string    `json:"principal_id"`
+	Name        string    `json:"name"`
+	Role        string    `json:"role"`
+	CreatedAt   time.Time `json:"created_at"`
+	Token       string    `json:"token"`
+}
+
+// principalsAnswer is the answer of POST /v1/principals.
+type principalsAnswer struct {
+	Principals []issuedPrincipal `json:"principals"`
+	ExpiresAt  *time.Time        `json:"expires_at"`
+}
+
+// handleAddPrincipals takes POST /v1/principals: 201 with each principal
+// added and its credential, which no later answer shows again. Nothing is
+// stored when this intake has no key to sign the credentials with.
+func (s *Server) handleAddPrincipals(w http.ResponseWriter, r *http.Request) {
+	a, ok := s.admin(w, r)
+	if !ok {
+		return
+	}
+	var q principalsRequest
+	if !readAdminBody(w, r, &q, principalsShape, false) {
+		return
+	}
+	if s.cfg.TokenKey == nil {
+		writeProblem(w, http.StatusNotImplemented, probNotConfigured,
+			"this intake has no credential key to sign tokens with (tally intake --credential-key): "+
+				"nothing was added; ask an operator, or add principals with tally principal add", 0)
+		return
+	}
+	expires, err := credential.ParseExpiry(q.Expires, time.Now())
+	if err != nil {
+		s.adminWriteFailed(w, r, &ledger.FieldError{Field: "expires", Reason: err.Error()})
+		return
+	}
+	if len(q.Names) > MaxPrincipalsPerRequest {
+		s.adminWriteFailed(w, r, &ledger.FieldError{Field: "names",
+			Reason: fmt.Sprintf("%d names; one request adds at most %d: split them", len(q.Names), MaxPrincipalsPerRequest)})
+		return
+	}
+	var ps []ledger.Principal
+	err = s.askLedger(r, func() error {
+		var err error
+		ps, err = s.store.AddPrincipals(ledger.ActingAs(r.Context(), a.ID), q.Names, q.Role)
+		return err
+	})
+	if err != nil {
+		s.adminWriteFailed(w, r, err)
+		return
+	}
+	out := principalsAnswer{Principals: make([]issuedPrincipal, len(ps))}
+	if !expires.IsZero() {
+		out.ExpiresAt = &expires
+	}
+	for i, p := range ps {
+		token, err := s.cfg.TokenKey.IssueRole(p.ID, p.Role, p.CreatedAt, expires)
+		if err != nil {
+			s.adminWriteFailed(w, r, err)
+			return
+		}
+		out.Principals[i] = issuedPrincipal{PrincipalID: p.ID, Name: p.Name, Role: p.Role, CreatedAt: p.CreatedAt, Token: token}
+	}
+	writeJSON(w, http.StatusCreated, out)
+}
+
+// handleRevokePrincipal takes POST /v1/principals/{principal_id}/revoke:
+// 200 with the time it was revoked, the first time or any later one.
+func (s *Server) handleRevokePrincipal(w http.ResponseWriter, r *http.Request) {
+	a, ok := s.admin(w, r)
+	if !ok {
+		return
+	}
+	id, ok := pathID(w, r, "principal_id", "principal id")
+	if !ok {
+		return
+	}
+	var p ledger.Principal
+	err := s.askLedger(r, func() error {
+		if err := s.store.RevokePrincipal(ledger.ActingAs(r.Context(), a.ID), id); err != nil {
+			return err
+		}
+		var err error
+		p, err = s.store.Principal(r.Context(), id)
+		return err
+	})
+	switch {
+	case errors.Is(err, ledger.ErrNotFound):
+		writeProblem(w, http.StatusNotFound, probNotFound,
+			fmt.Sprintf("there is no principal %q: check the id (tally principal list shows them)", id), 0)
+	case err != nil:
+		s.adminWriteFailed(w, r, err)
+	default:
+		writeJSON(w, http.StatusOK, struct {
+			PrincipalID string     `json:"principal_id"`
+			Role        string     `json:"role"`
+			RevokedAt   *time.Time `json:"revoked_at"`
+		}{p.ID, p.Role, p.RevokedAt})
+	}
+}
