@@ -45,6 +45,7 @@ func (quietRedis) Printf(context.Context, string, ...any) {}
 // bundle is what one test needs: a served intake on a fresh database and a
 // unique Redis prefix, a principal and an open poll "p1" with choices a, b.
 type bundle struct {
+	db     testenv.DB // zero when the test gave setupStore its store
 	store  *ledger.Store
 	rdb    redis.UniversalClient
 	keys   stream.Keys
@@ -79,7 +80,9 @@ func setupOn(t testing.TB, db testenv.DB, rdb redis.UniversalClient, prefix stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	return setupStore(t, store, rdb, prefix, testLogger(), opts...)
+	b := setupStore(t, store, rdb, prefix, testLogger(), opts...)
+	b.db = db
+	return b
 }
 
 // setupStore is setupOn with a store and a logger of the test's own.
@@ -97,7 +100,7 @@ func setupStore(t testing.TB, store *ledger.Store, rdb redis.UniversalClient, pr
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := intake.Config{Rate: 1000, Burst: 1000, Credentials: credential.NewVerifier(keySet)}
+	cfg := intake.Config{Rate: 1000, Burst: 1000, Credentials: credential.NewVerifier(keySet), TokenKey: &key}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -166,6 +169,32 @@ func (b *bundle) signed(t testing.TB, name string, expires time.Time) (ledger.Pr
 		t.Fatal(err)
 	}
 	return ps[0], token
+}
+
+// admin adds a principal of role admin named name and issues it a token
+// signed with the bundle's key.
+func (b *bundle) admin(t testing.TB, name string) (ledger.Principal, string) {
+	t.Helper()
+	ps, err := b.store.AddPrincipals(context.Background(), []string{name}, ledger.RoleAdmin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	token, err := b.key.IssueRole(ps[0].ID, credential.RoleAdmin, ps[0].CreatedAt, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ps[0], token
+}
+
+// adminDo sends an admin request with a JSON body (none when body is
+// "").
+func (b *bundle) adminDo(t *testing.T, method, path, token, body string) reply {
+	t.Helper()
+	ct := ""
+	if body != "" {
+		ct = "application/json"
+	}
+	return b.do(t, method, path, token, ct, []byte(body))
 }
 
 // poll creates p and waits until the served intake's catalog holds it: a

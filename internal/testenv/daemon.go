@@ -15,13 +15,26 @@ import (
 // t ends, after the cleanups registered later (the daemons' stops).
 func DaemonLogin(t testing.TB, db DB) string {
 	t.Helper()
-	role := RandomName("tally_daemon_test_")
-	if _, err := db.Pool.Exec(context.Background(), `CREATE ROLE `+pgx.Identifier{role}.Sanitize()+` LOGIN IN ROLE tally_daemon`); err != nil {
-		t.Fatalf("create the daemons' login: %v", err)
+	return login(t, db, "tally_daemon")
+}
+
+// AdminLogin is DaemonLogin granted tally_admin (migration 00012): the
+// login of an intake that serves the admin routes.
+func AdminLogin(t testing.TB, db DB) string {
+	t.Helper()
+	return login(t, db, "tally_admin")
+}
+
+func login(t testing.TB, db DB, granted string) string {
+	t.Helper()
+	role := RandomName(granted + "_test_")
+	if _, err := db.Pool.Exec(context.Background(), `CREATE ROLE `+pgx.Identifier{role}.Sanitize()+` LOGIN IN ROLE `+
+		pgx.Identifier{granted}.Sanitize()); err != nil {
+		t.Fatalf("create a login granted %s: %v", granted, err)
 	}
 	t.Cleanup(func() {
 		if _, err := db.Pool.Exec(context.Background(), `DROP ROLE IF EXISTS `+pgx.Identifier{role}.Sanitize()); err != nil {
-			t.Logf("drop the daemons' login %s: %v", role, err)
+			t.Logf("drop the login %s: %v", role, err)
 		}
 	})
 	u, err := url.Parse(db.URL)

@@ -1,0 +1,193 @@
+package intake_test
+
+import (
+	"context"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"tally/ledger"
+)
+
+// This file tests the admin routes: who may use them, the idempotent
+// repeats, the validation that names the field, and a poll's life over
+// HTTP (create, vote, close) with what admin_actions records of it.
+
+// TestAdminRoutesWhoMay sends each admin route with no token (401), a
+// voter's (403, and nothing changes) and an admin's.
+func TestAdminRoutesWhoMay(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, voter := b.signed(t, "voter", time.Time{})
+	_, admin := b.admin(t, "app")
+	target, _ := b.signed(t, "target", time.Time{})
+	routes := []struct {
+		method, path, body string
+		admin              int
+	}{
+		{http.MethodPost, "/v1/polls", `{"poll_id":"new","title":"New?","choices":["x","y"]}`, http.StatusCreated},
+		{http.MethodGet, "/v1/polls", "", http.StatusOK},
+		{http.MethodGet, "/v1/polls/new", "", http.StatusOK},
+		{http.MethodPost, "/v1/polls/new/close", "", http.StatusOK},
+		{http.MethodPost, "/v1/principals", `{"names":["ann","bob"]}`, http.StatusCreated},
+		{http.MethodPost, "/v1/principals/" + target.ID + "/revoke", "", http.StatusOK},
+	}
+	for _, rt := range routes {
+		if r := b.adminDo(t, rt.method, rt.path, "", rt.body); r.code != http.StatusUnauthorized {
+			t.Errorf("%s %s without a token: %d %s, want 401", rt.method, rt.path, r.code, r.raw)
+		}
+		r := b.adminDo(t, rt.method, rt.path, voter, rt.body)
+		wantProblemType(t, r, http.StatusForbidden, "forbidden")
+		if !strings.Contains(r.str("detail"), "--role admin") {
+			t.Errorf("a voter's 403 says %q; want it to name how an admin token is issued", r.str("detail"))
+		}
+	}
+	if _, err := b.store.Poll(context.Background(), "new"); err == nil {
+		t.Fatal("a voter's POST /v1/polls created the poll")
+	}
+	if p, _ := b.store.Principal(context.Background(), target.ID); p.RevokedAt != nil {
+		t.Fatal("a voter's revoke revoked the principal")
+	}
+	for _, rt := range routes {
+		if r := b.adminDo(t, rt.method, rt.path, admin, rt.body); r.code != rt.admin {
+			t.Errorf("%s %s as an admin: %d %s, want %d", rt.method, rt.path, r.code, r.raw, rt.admin)
+		}
+	}
+}
+
+// TestAdminCreatePollRepeats: the same definition again answers 200, any
+// field changed 409 poll-exists naming it, and an invalid one 400 naming
+// the field, changing nothing.
+func TestAdminCreatePollRepeats(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, admin := b.admin(t, "app")
+	const def = `"poll_id":"topic","title":"Next topic?","choices":["api","cli"],"closes_at":"2030-01-01T00:00:00Z"`
+	r := b.adminDo(t, http.MethodPost, "/v1/polls", admin, `{`+def+`}`)
+	if r.code != http.StatusCreated || r.header.Get("Location") != "/v1/polls/topic" {
+		t.Fatalf("create: %d Location %q %s, want 201 with Location /v1/polls/topic", r.code, r.header.Get("Location"), r.raw)
+	}
+	if r.str("state") != "open" || r.str("poll_id") != "topic" {
+		t.Fatalf("create answered %s", r.raw)
+	}
+	if again := b.adminDo(t, http.MethodPost, "/v1/polls", admin, `{`+def+`}`); again.code != http.StatusOK || again.header.Get("Location") != "" {
+		t.Fatalf("the same create again: %d %s, want 200 without Location", again.code, again.raw)
+	}
+	for field, body := range map[string]string{
+		"title":          `{"poll_id":"topic","title":"Other?","choices":["api","cli"],"closes_at":"2030-01-01T00:00:00Z"}`,
+		"choices":        `{"poll_id":"topic","title":"Next topic?","choices":["cli","api"],"closes_at":"2030-01-01T00:00:00Z"}`,
+		"closes_at":      `{"poll_id":"topic","title":"Next topic?","choices":["api","cli"]}`,
+		"eligible":       `{` + def + `,"eligible":["p-1"]}`,
+		"public_results": `{` + def + `,"public_results":true}`,
+	} {
+		r := b.adminDo(t, http.MethodPost, "/v1/polls", admin, body)
+		wantProblemType(t, r, http.StatusConflict, "poll-exists")
+		if !strings.Contains(r.str("detail"), "another "+field) {
+			t.Errorf("a create differing in %s: detail %q, want it named", field, r.str("detail"))
+		}
+	}
+	for field, body := range map[string]string{
+		"poll_id":   `{"poll_id":"bad id","title":"T","choices":["a"]}`,
+		"title":     `{"poll_id":"t2","title":"","choices":["a"]}`,
+		"choices":   `{"poll_id":"t2","title":"T","choices":["a","a"]}`,
+		"eligible":  `{"poll_id":"t2","title":"T","choices":["a"],"eligible":["no good"]}`,
+		"opens_at":  `{"poll_id":"t2","title":"T","choices":["a"],"opens_at":"tomorrow"}`,
+		"closes_at": `{"poll_id":"t2","title":"T","choices":["a"],"opens_at":"2030-01-02T00:00:00Z","closes_at":"2030-01-01T00:00:00Z"}`,
+	} {
+		r := b.adminDo(t, http.MethodPost, "/v1/polls", admin, body)
+		wantProblemType(t, r, http.StatusBadRequest, "invalid-request")
+		if !strings.Contains(r.str("detail"), `"`+field+`"`) {
+			t.Errorf("an invalid %s: detail %q, want the field named", field, r.str("detail"))
+		}
+	}
+	for what, body := range map[string]string{
+		"an unknown key":  `{"poll_id":"t2","title":"T","choices":["a"],"colour":"red"}`,
+		"a wrong type":    `{"poll_id":"t2","title":"T","choices":"a"}`,
+		"trailing data":   `{"poll_id":"t2","title":"T","choices":["a"]} {}`,
+		"not JSON":        `poll_id=t2`,
+		"an empty object": `{}`,
+	} {
+		if r := b.adminDo(t, http.MethodPost, "/v1/polls", admin, body); r.code != http.StatusBadRequest {
+			t.Errorf("%s: %d %s, want 400", what, r.code, r.raw)
+		}
+	}
+	if _, err := b.store.Poll(context.Background(), "t2"); err == nil {
+		t.Fatal("a refused create stored poll t2")
+	}
+}
+
+// TestAdminPollLife creates a poll over HTTP, votes on it, closes it (a
+// new vote is then refused, a retry still accepted), reads it back, and
+// finds each action in admin_actions under the admin's id.
+func TestAdminPollLife(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	runProjector(t, b)
+	ctx := context.Background()
+	who, admin := b.admin(t, "app")
+	_, voter := b.signed(t, "voter", time.Time{})
+	if r := b.adminDo(t, http.MethodPost, "/v1/polls", admin, `{"poll_id":"lunch","title":"Lunch?","choices":["pizza","sushi"]}`); r.code != http.StatusCreated {
+		t.Fatalf("create: %d %s", r.code, r.raw)
+	}
+	b.waitCatalog(t, "lunch")
+	wantAccepted(t, b.vote(t, voter, "v1", "lunch", "sushi"), "v1", ledger.StatusPending)
+	within(t, 10*time.Second, "the vote on the poll created over HTTP recorded", func() bool {
+		return b.status(t, voter, "v1").str("status") == "recorded"
+	})
+
+	_, late := b.signed(t, "late", time.Time{})
+	wantAccepted(t, b.vote(t, late, "l1", "lunch", "pizza"), "l1", ledger.StatusPending)
+	r := b.adminDo(t, http.MethodPost, "/v1/polls/lunch/close", admin, "")
+	if r.code != http.StatusOK || r.str("state") != "closed" {
+		t.Fatalf("close: %d %s", r.code, r.raw)
+	}
+	closedAt := r.str("closes_at")
+	if again := b.adminDo(t, http.MethodPost, "/v1/polls/lunch/close", admin, `{"at":"2031-01-01T00:00:00Z"}`); again.code != http.StatusOK || again.str("closes_at") != closedAt {
+		t.Fatalf("close again, later: %d %s, want 200 keeping closes_at %s", again.code, again.raw, closedAt)
+	}
+	_, newcomer := b.signed(t, "newcomer", time.Time{})
+	within(t, time.Second, "a new vote on the closed poll refused", func() bool {
+		return b.vote(t, newcomer, "n1", "lunch", "pizza").code == http.StatusUnprocessableEntity
+	})
+	wantProblemType(t, b.vote(t, newcomer, "n2", "lunch", "pizza"), http.StatusUnprocessableEntity, "poll-closed")
+	if r := b.vote(t, late, "l1", "lunch", "pizza"); r.code != http.StatusAccepted {
+		t.Fatalf("a retry of a vote accepted before the close: %d %s, want 202", r.code, r.raw)
+	}
+
+	got := b.adminDo(t, http.MethodGet, "/v1/polls/lunch", admin, "")
+	if got.code != http.StatusOK || got.str("title") != "Lunch?" || got.str("state") != "closed" {
+		t.Fatalf("GET /v1/polls/lunch: %d %s", got.code, got.raw)
+	}
+	list := b.adminDo(t, http.MethodGet, "/v1/polls", admin, "")
+	polls, _ := list.body["polls"].([]any)
+	if list.code != http.StatusOK || len(polls) != 2 {
+		t.Fatalf("GET /v1/polls: %d %s, want p1 and lunch", list.code, list.raw)
+	}
+	if r := b.adminDo(t, http.MethodPost, "/v1/polls/nope/close", admin, ""); r.code != http.StatusNotFound {
+		t.Fatalf("close of an unknown poll: %d %s, want 404", r.code, r.raw)
+	}
+
+	acts, err := b.store.AdminActions(ctx, 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var byAdmin []string
+	for _, a := range acts {
+		if a.PrincipalID == who.ID {
+			byAdmin = append(byAdmin, a.Action+" "+a.Target)
+		}
+	}
+	if want := []string{"poll.create lunch", "poll.close lunch"}; !slices.Equal(byAdmin, want) {
+		t.Fatalf("admin_actions by the admin: %v, want %v (the second close changed nothing)", byAdmin, want)
+	}
+	var defs, closed int
+	if err := b.db.Pool.QueryRow(ctx, `SELECT count(*), count(closes_at) FROM poll_definitions WHERE poll_id = 'lunch'`).
+		Scan(&defs, &closed); err != nil {
+		t.Fatal(err)
+	}
+	if defs != 2 || closed != 1 {
+		t.Fatalf("poll lunch's log holds %d definitions, %d with a closing time; want the created one and the closed one", defs, closed)
+	}
+}
