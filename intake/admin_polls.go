@@ -1,6 +1,7 @@
 package intake
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -106,6 +107,7 @@ func (s *Server) handleCreatePoll(w http.ResponseWriter, r *http.Request) {
 		if w.Header().Get("Location") != "" {
 			status = http.StatusCreated
 		}
+		s.reloadAfter(r, "catalog", s.catalog.reload)
 		s.writePoll(w, r, p.ID, status)
 	}
 }
@@ -142,6 +144,7 @@ func (s *Server) handleClosePoll(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		s.adminWriteFailed(w, r, err)
 	default:
+		s.reloadAfter(r, "catalog", s.catalog.reload)
 		s.writePoll(w, r, id, http.StatusOK)
 	}
 }
@@ -211,6 +214,17 @@ func (s *Server) writePoll(w http.ResponseWriter, r *http.Request, id string, st
 		a := newPollAnswer(p, time.Now())
 		a.Total = &res.Total
 		writeJSON(w, status, a)
+	}
+}
+
+// reloadAfter reloads what this intake holds in memory after its own admin
+// write, so that the change holds here once it is answered (a poll created
+// takes votes, a revoked principal is refused); other intakes hear of it
+// by NOTIFY, within milliseconds. A failed reload is logged: the NOTIFY
+// and the periodic reload still come.
+func (s *Server) reloadAfter(r *http.Request, what string, reload func(context.Context) error) {
+	if err := reload(r.Context()); err != nil {
+		s.failed(r, "could not reload the "+what+" after an admin write; it follows within --catalog-refresh", err)
 	}
 }
 

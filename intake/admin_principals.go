@@ -127,6 +127,7 @@ func (s *Server) handleRevokePrincipal(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		s.adminWriteFailed(w, r, err)
 	default:
+		s.reloadAfter(r, "revocations", s.revoked.reload)
 		writeJSON(w, http.StatusOK, struct {
 			PrincipalID string     `json:"principal_id"`
 			Role        string     `json:"role"`

@@ -33,12 +33,14 @@ if [[ ! -f "$TALLY_CREDENTIAL_KEY" ]]; then
 	./tally credential key generate --out "$TALLY_CREDENTIAL_KEY" >/dev/null 2>&1
 fi
 
-# The daemons run as a login granted tally_daemon (migration 00006), which
-# may add rows but not change or delete them, nor switch the triggers off
-# (docs/operations.md, "Running the daemons with least privilege"). The
-# other commands here run as the owner. Where that login cannot be made or
-# used (a server with password authentication, say), the daemons run as
-# the owner, and the run says so.
+# The daemons run as a login granted tally_admin (migration 00012): it is
+# tally_daemon, which may add rows but not change or delete them, nor
+# switch the triggers off (docs/operations.md, "Running the daemons with
+# least privilege"), and may also create and close polls and add and
+# revoke principals, so that intake serves the admin routes. The other
+# commands here run as the owner. Where that login cannot be made or used
+# (a server with password authentication, say), the daemons run as the
+# owner, and the run says so.
 daemon_url="$(sed -E 's#^(postgres(ql)?://)[^@/]*@#\1tally_run@#' <<<"$TALLY_DATABASE_URL")"
 if psql -q "$TALLY_DATABASE_URL" -v ON_ERROR_STOP=1 >/dev/null 2>&1 <<'SQL' &&
 DO $$ BEGIN
@@ -46,9 +48,10 @@ DO $$ BEGIN
         CREATE ROLE tally_run LOGIN IN ROLE tally_daemon;
     END IF;
 END $$;
+GRANT tally_admin TO tally_run;
 SQL
 	[[ "$daemon_url" == *tally_run@* ]] && psql -q "$daemon_url" -c 'SELECT 1' >/dev/null 2>&1; then
-	daemon_as="tally_run (granted tally_daemon: append-only)"
+	daemon_as="tally_run (granted tally_admin: appends to the ledger, manages polls and principals, never rewrites)"
 else
 	daemon_url="$TALLY_DATABASE_URL"
 	daemon_as="the database owner (the least-privilege login could not be made or used)"
@@ -69,6 +72,8 @@ fi
 # a poll once).
 demo_token="$(./tally principal add "demo-$(date +%s)")"
 token="$(./tally principal add "you-$(date +%s)")"
+# An admin, for the admin routes (README, "Polls and voters over HTTP").
+admin_token="$(./tally principal add --role admin "app-$(date +%s)" 2>/dev/null)"
 
 pids=()
 # stop_daemons: SIGTERM to intake and projector, and wait for them.
@@ -152,6 +157,7 @@ tally is running.
   live page  http://$listen/polls/demo  (the demo poll's results, live; open it in a browser)
   projector  metrics on http://$metrics/metrics  (log: $logs/projector.log)
   token      $token
+  admin      $admin_token  (an admin's token: POST /v1/polls, /v1/principals; README "Polls and voters over HTTP")
   daemons connect to PostgreSQL as $daemon_as
 
 Cast a vote (each principal answers a poll once; use a new event_id for each try):
