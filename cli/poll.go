@@ -61,7 +61,8 @@ func pollCreateFlags() []ucli.Flag {
 	}
 }
 
-// pollCreate is tally poll create ID.
+// pollCreate is tally poll create ID. Run again with the same
+// definition it changes nothing and succeeds, as POST /v1/polls does.
 func pollCreate(c *ucli.Context) error {
 	if c.NArg() != 1 {
 		return errors.New("give the poll ID, e.g. tally poll create lunch --title 'Lunch?' --choice pizza --choice sushi")
@@ -71,13 +72,18 @@ func pollCreate(c *ucli.Context) error {
 		return err
 	}
 	return withStore(c, func(store *ledger.Store) error {
-		if err := store.CreatePoll(c.Context, p); err != nil {
-			if errors.Is(err, ledger.ErrExists) {
-				return fmt.Errorf("poll %s already exists (tally poll show %s)", p.ID, p.ID)
-			}
+		created, err := store.EnsurePoll(c.Context, p)
+		var conflict *ledger.DefinitionConflict
+		switch {
+		case errors.As(err, &conflict):
+			return fmt.Errorf("poll %s already exists with another %s (tally poll show %s): choose another ID", p.ID, conflict.Field, p.ID)
+		case err != nil:
 			return err
+		case !created:
+			fmt.Fprintf(c.App.ErrWriter, "poll %s exists already, as asked; nothing changed\n", p.ID)
+		default:
+			fmt.Fprintf(c.App.ErrWriter, "created poll %s with %d choices\n", p.ID, len(p.Choices))
 		}
-		fmt.Fprintf(c.App.ErrWriter, "created poll %s with %d choices\n", p.ID, len(p.Choices))
 		return nil
 	})
 }
