@@ -27,7 +27,7 @@ func TestPrincipalCommands(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stderr, "added principal ") {
 		t.Fatalf("principal add: %+v", r)
 	}
-	id := regexp.MustCompile(`added principal (\S+) \(ci-bot\)`).FindStringSubmatch(r.stderr)
+	id := regexp.MustCompile(`added principal (\S+) \(ci-bot, voter\)`).FindStringSubmatch(r.stderr)
 	if id == nil {
 		t.Fatalf("principal add named no id: %q", r.stderr)
 	}
@@ -38,7 +38,7 @@ func TestPrincipalCommands(t *testing.T) {
 		t.Fatalf("revoke of an unknown principal: %+v", r)
 	}
 	r = tally(t, db.URL, "principal", "list")
-	if r.code != 0 || !regexp.MustCompile(`(?m)^`+regexp.QuoteMeta(id[1])+`\s+ci-bot\s+\S+Z\s+\S+Z\s*$`).MatchString(r.stdout) {
+	if r.code != 0 || !regexp.MustCompile(`(?m)^`+regexp.QuoteMeta(id[1])+`\s+ci-bot\s+voter\s+\S+Z\s+\S+Z\s*$`).MatchString(r.stdout) {
 		t.Fatalf("principal list after revoke: %+v; want the principal with its revocation time", r)
 	}
 	r = tally(t, db.URL, "principal", "list", "--format", "json")
