@@ -109,11 +109,7 @@ func principalAdd(c *ucli.Context) error {
 		}
 		if from == "" {
 			fmt.Fprintln(c.App.Writer, tokens[0])
-			what := ps[0].Name
-			if role == ledger.RoleAdmin {
-				what += ", an admin"
-			}
-			fmt.Fprintf(c.App.ErrWriter, "added principal %s (%s); its token is on stdout and is not shown again\n", ps[0].ID, what)
+			fmt.Fprintf(c.App.ErrWriter, "added principal %s (%s, %s); its token is on stdout and is not shown again\n", ps[0].ID, ps[0].Name, role)
 			return nil
 		}
 		out, err := principalsCSV(ps, tokens)

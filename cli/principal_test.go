@@ -27,7 +27,7 @@ func TestPrincipalCommands(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stderr, "added principal ") {
 		t.Fatalf("principal add: %+v", r)
 	}
-	id := regexp.MustCompile(`added principal (\S+) \(ci-bot\)`).FindStringSubmatch(r.stderr)
+	id := regexp.MustCompile(`added principal (\S+) \(ci-bot, voter\)`).FindStringSubmatch(r.stderr)
 	if id == nil {
 		t.Fatalf("principal add named no id: %q", r.stderr)
 	}
