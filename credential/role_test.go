@@ -88,7 +88,7 @@ func TestRoleClaimRefused(t *testing.T) {
 	claims := func(role any) map[string]any {
 		return map[string]any{"iss": credential.Issuer, "sub": "p-alice", "created": time.Now().Unix(), "role": role}
 	}
-	for _, role := range []any{"boss", "ADMIN", "admin ", " admin", []string{"admin"}, 1, true, map[string]any{"admin": true}} {
+	for _, role := range []any{"boss", "ADMIN", "Voter", "admin ", " admin", []string{"admin"}, 1, true, map[string]any{"admin": true}} {
 		if id, err := v.Verify(context.Background(), signClaims(t, k, claims(role))); !errors.Is(err, credential.ErrInvalid) {
 			t.Errorf("role %#v: %+v, %v; want ErrInvalid", role, id, err)
 		}
@@ -97,6 +97,9 @@ func TestRoleClaimRefused(t *testing.T) {
 	// for the role.
 	if id, err := v.Verify(context.Background(), signClaims(t, k, claims(credential.RoleAdmin))); err != nil || id.Role != credential.RoleAdmin {
 		t.Errorf("role admin, signed alike: %+v, %v", id, err)
+	}
+	if id, err := v.Verify(context.Background(), signClaims(t, k, claims(credential.RoleVoter))); err != nil || id.Role != credential.RoleVoter {
+		t.Errorf("role voter named, signed alike: %+v, %v", id, err)
 	}
 	noRole := claims(nil)
 	delete(noRole, "role")

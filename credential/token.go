@@ -122,7 +122,7 @@ func (s *KeySet) verify(token string) (Identity, error) {
 	}
 	role := RoleVoter
 	switch c.Role {
-	case "":
+	case "", RoleVoter:
 	case RoleAdmin:
 		role = RoleAdmin
 	default:

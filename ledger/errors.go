@@ -18,8 +18,10 @@ var (
 	ErrNotFound = errors.New("not found")
 	// ErrExists: a poll or principal with that id already exists.
 	ErrExists = errors.New("already exists")
-	// ErrAppendOnly: something tried to change or remove a ledger row.
-	ErrAppendOnly = errors.New("poll_events is append-only")
+	// ErrAppendOnly: something tried to change or remove a row of an
+	// append-only table (the ledger, its log, admin_actions); the message
+	// names the table.
+	ErrAppendOnly = errors.New("append-only")
 	// ErrBatchTooLarge: Append was given more events than Config.MaxBatch.
 	ErrBatchTooLarge = errors.New("batch too large")
 	// ErrInvalid: an argument is malformed; the message says which.

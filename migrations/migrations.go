@@ -6,8 +6,9 @@
 // choices, principals, the append-only ledger poll_events (its trigger
 // refuses UPDATE, DELETE and TRUNCATE), the rejection records, the
 // poll_results projection, each poll's Merkle log and its signed
-// checkpoints, and the grants of the daemons' role tally_daemon (the role
-// itself is the server's, and stays).
+// checkpoints, the record of administrative actions, and the grants of
+// the daemons' roles tally_daemon and tally_admin (the roles themselves are
+// the server's, and stay).
 //
 // # Files
 //
@@ -38,6 +39,16 @@
 //   - 00009_log_tiles_height4.sql: the logs' tiles of height 4 instead of
 //     8; the tiles are made again by ledger.Store.BuildLogs (tally migrate
 //     up), to the same roots.
+//   - 00010_signed_credentials.sql: principals added from then on keep no
+//     token (their signed credentials name them); the retired credential
+//     keys, which every intake refuses.
+//   - 00011_poll_definitions.sql: each poll's definition, a leaf of its
+//     log (docs/audit.md); down is refused once one is logged.
+//   - 00012_admin.sql: principals' role (voter or admin); admin_actions,
+//     the record of every change to the catalog, written by triggers as
+//     the owner, append-only, its ids in commit order; the role
+//     tally_admin (tally_daemon, and may add and close polls, add and
+//     revoke principals). Down is refused once admin_actions holds a row.
 //   - migrations.go: the embedded files and goose's provider over them.
 package migrations
 
