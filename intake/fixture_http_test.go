@@ -38,6 +38,12 @@ func (r reply) str(key string) string { s, _ := r.body[key].(string); return s }
 
 func (b *bundle) do(t *testing.T, method, path, token, contentType string, body []byte) reply {
 	t.Helper()
+	return b.send(t, b.request(t, method, path, token, contentType, body))
+}
+
+// request is the request of do, to send with another client.
+func (b *bundle) request(t testing.TB, method, path, token, contentType string, body []byte) *http.Request {
+	t.Helper()
 	req, err := http.NewRequest(method, b.url+path, bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
@@ -48,7 +54,7 @@ func (b *bundle) do(t *testing.T, method, path, token, contentType string, body 
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
 	}
-	return b.send(t, req)
+	return req
 }
 
 // contract is intake's OpenAPI document, loaded once for every test.
@@ -94,11 +100,31 @@ func serve(t testing.TB, h http.Handler, req *http.Request) *httptest.ResponseRe
 	return w
 }
 
+// sampled is checked for a load of thousands of exchanges: of each kind
+// (route, method, status) it checks the first 20, then one in 100, since
+// a check costs milliseconds.
+func sampled(t testing.TB, client *http.Client) *http.Client {
+	t.Helper()
+	c, err := contract()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sampled := *client
+	sampled.Transport = c.SampledTransport(t, client.Transport, 20, 100)
+	return &sampled
+}
+
 // send sends req with the bundle's client, checked against the OpenAPI
 // document, and reads the whole answer.
 func (b *bundle) send(t *testing.T, req *http.Request) reply {
 	t.Helper()
-	resp, err := checked(t, b.client).Do(req)
+	return sendWith(t, checked(t, b.client), req)
+}
+
+// sendWith is send with client (checked or sampled).
+func sendWith(t *testing.T, client *http.Client, req *http.Request) reply {
+	t.Helper()
+	resp, err := client.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", req.Method, req.URL, err)
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
@@ -37,8 +38,8 @@ func (quietRedis) Printf(context.Context, string, ...any) {}
 // bundle is what one test needs: a served intake on a fresh database and a
 // unique Redis prefix, a principal and an open poll "p1" with choices a, b.
 type bundle struct {
-	db     testenv.DB // zero when the test gave setupStore its store
-	store  *ledger.Store
+	db     testenv.DB    // zero when the test gave setupStore its store
+	store  *ledger.Store // intake's too, but under setupAs
 	rdb    redis.UniversalClient
 	keys   stream.Keys
 	url    string
@@ -80,6 +81,36 @@ func setupOn(t testing.TB, db testenv.DB, rdb redis.UniversalClient, prefix stri
 // setupStore is setupOn with a store and a logger of the test's own.
 func setupStore(t testing.TB, store *ledger.Store, rdb redis.UniversalClient, prefix string, log *slog.Logger, opts ...option) *bundle {
 	t.Helper()
+	return setupStores(t, store, store, rdb, prefix, log, opts...)
+}
+
+// setupAs is setupOn with intake logged in to db as the login of url
+// (testenv.DaemonLogin, AdminLogin), as a deployed intake is; the
+// fixture's own writes (principals, poll p1) keep db's owner.
+func setupAs(t testing.TB, db testenv.DB, rdb redis.UniversalClient, prefix, url string, opts ...option) *bundle {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	intakeStore, err := ledger.New(pool, ledger.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := ledger.New(db.Pool, ledger.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := setupStores(t, store, intakeStore, rdb, prefix, testLogger(), opts...)
+	b.db = db
+	return b
+}
+
+// setupStores serves an intake on intakeStore, while the bundle's store,
+// which the fixture writes with, is store.
+func setupStores(t testing.TB, store, intakeStore *ledger.Store, rdb redis.UniversalClient, prefix string, log *slog.Logger, opts ...option) *bundle {
+	t.Helper()
 	keys, err := stream.NewKeys(prefix, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -96,7 +127,10 @@ func setupStore(t testing.TB, store *ledger.Store, rdb redis.UniversalClient, pr
 	for _, o := range opts {
 		o(&cfg)
 	}
-	srv, err := intake.New(cfg, store, rdb, keys, log, prometheus.NewRegistry())
+	if cfg.TokenKey != nil {
+		key = *cfg.TokenKey // an option's key (withKeyOf) signs the fixture's tokens too
+	}
+	srv, err := intake.New(cfg, intakeStore, rdb, keys, log, prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,8 +162,25 @@ func setupStore(t testing.TB, store *ledger.Store, rdb redis.UniversalClient, pr
 		b.adminURL = "http://" + admin.Addr().String()
 	}
 	b.who, b.token = b.principal(t, "voter")
-	b.poll(t, ledger.Poll{ID: "p1", Title: "Lunch", Choices: []string{"a", "b"}})
+	// p1 exists already when this is the second intake on the database.
+	if _, err := store.EnsurePoll(context.Background(), ledger.Poll{ID: "p1", Title: "Lunch", Choices: []string{"a", "b"}}); err != nil {
+		t.Fatal(err)
+	}
+	b.waitCatalog(t, "p1")
 	return b
+}
+
+// withKeyOf has intake take and issue the credentials of a's key, as the
+// intakes of one deployment share their --credential-key: each takes the
+// other's tokens.
+func withKeyOf(a *bundle) option {
+	return func(c *intake.Config) {
+		keySet, err := credential.NewKeySet(a.key)
+		if err != nil {
+			panic(err) // one key: NewKeySet refuses only an id given twice
+		}
+		c.Credentials, c.TokenKey = credential.NewVerifier(keySet), &a.key
+	}
 }
 
 func testLogger() *slog.Logger {
