@@ -84,9 +84,10 @@ func setupStore(t testing.TB, store *ledger.Store, rdb redis.UniversalClient, pr
 	return setupStores(t, store, store, rdb, prefix, log, opts...)
 }
 
-// setupAs is setupOn with intake logged in to db as the login of url
-// (testenv.DaemonLogin, AdminLogin), as a deployed intake is; the
-// fixture's own writes (principals, poll p1) keep db's owner.
+// setupAs is setupOn with intake on a pool of its own, on db by url:
+// logged in as testenv.DaemonLogin or AdminLogin, as a deployed intake
+// is, or with a pool of its own size. The fixture's own writes
+// (principals, poll p1) keep db's pool and owner.
 func setupAs(t testing.TB, db testenv.DB, rdb redis.UniversalClient, prefix, url string, opts ...option) *bundle {
 	t.Helper()
 	pool, err := pgxpool.New(context.Background(), url)
