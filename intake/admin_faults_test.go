@@ -85,6 +85,11 @@ func TestAdminPostgresDown(t *testing.T) {
 	for i, w := range writes {
 		wantRefused(w, replies[i])
 	}
+	// Adding principals is the one write a retry repeats: its answer says
+	// what a lost commit left.
+	if d := replies[2].str("detail"); !strings.Contains(d, "not idempotent") || !strings.Contains(d, "tally principal list") {
+		t.Fatalf("add: detail %q; want it to say a retry adds principals again, and how to find those of a lost answer", d)
+	}
 	// Sent again while it is stopped: intake knows, and asks it at most
 	// once a second.
 	for _, w := range writes {
