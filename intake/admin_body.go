@@ -133,12 +133,17 @@ func (s *Server) adminWriteFailed(w http.ResponseWriter, r *http.Request, err er
 			"this intake may not manage polls and principals: its database login is not granted tally_admin "+
 				"(an operator grants it, docs/operations.md); nothing was changed", 0)
 	case errors.Is(err, errPostgresDown) || ledger.IsRetryable(err) || r.Context().Err() != nil:
+		detail := "the database (PostgreSQL) did not answer, so the change may not be stored: " +
+			"send the same request again after the Retry-After delay"
 		if !errors.Is(err, errPostgresDown) {
 			s.failed(r, "admin write failed", err)
+			if r.Pattern == routePrincipals {
+				detail += "; adding principals is not idempotent: if this request was stored after all, " +
+					"the principals it added hold credentials nobody was shown (tally principal list shows them, " +
+					"tally principal revoke removes them)"
+			}
 		}
-		writeProblem(w, http.StatusServiceUnavailable, probUnavailable,
-			"the database (PostgreSQL) did not answer, so the change may not be stored: "+
-				"send the same request again after the Retry-After delay", time.Second)
+		writeProblem(w, http.StatusServiceUnavailable, probUnavailable, detail, time.Second)
 	default:
 		s.failed(r, "admin write failed", err)
 		writeProblem(w, http.StatusInternalServerError, probInternal,

@@ -1,28 +1,20 @@
 package intake_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
-	dto "github.com/prometheus/client_model/go"
 	"github.com/redis/go-redis/v9"
 
 	"tally/credential"
 	"tally/intake"
-	"tally/internal/apitest"
 	"tally/internal/testenv"
 	"tally/ledger"
 	"tally/stream"
@@ -39,14 +31,15 @@ type quietRedis struct{}
 func (quietRedis) Printf(context.Context, string, ...any) {}
 
 // This file holds the fixture of the HTTP tests: setup serves an intake on
-// a fresh database and Redis prefix, and the helpers send requests and read
+// a fresh database and Redis prefix, and the helpers make the principals
+// and polls a test needs; fixture_http_test.go sends requests and reads
 // answers and metrics.
 
 // bundle is what one test needs: a served intake on a fresh database and a
 // unique Redis prefix, a principal and an open poll "p1" with choices a, b.
 type bundle struct {
-	db     testenv.DB // zero when the test gave setupStore its store
-	store  *ledger.Store
+	db     testenv.DB    // zero when the test gave setupStore its store
+	store  *ledger.Store // intake's too, but under setupAs
 	rdb    redis.UniversalClient
 	keys   stream.Keys
 	url    string
@@ -88,6 +81,37 @@ func setupOn(t testing.TB, db testenv.DB, rdb redis.UniversalClient, prefix stri
 // setupStore is setupOn with a store and a logger of the test's own.
 func setupStore(t testing.TB, store *ledger.Store, rdb redis.UniversalClient, prefix string, log *slog.Logger, opts ...option) *bundle {
 	t.Helper()
+	return setupStores(t, store, store, rdb, prefix, log, opts...)
+}
+
+// setupAs is setupOn with intake on a pool of its own, on db by url:
+// logged in as testenv.DaemonLogin or AdminLogin, as a deployed intake
+// is, or with a pool of its own size. The fixture's own writes
+// (principals, poll p1) keep db's pool and owner.
+func setupAs(t testing.TB, db testenv.DB, rdb redis.UniversalClient, prefix, url string, opts ...option) *bundle {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	intakeStore, err := ledger.New(pool, ledger.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := ledger.New(db.Pool, ledger.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := setupStores(t, store, intakeStore, rdb, prefix, testLogger(), opts...)
+	b.db = db
+	return b
+}
+
+// setupStores serves an intake on intakeStore, while the bundle's store,
+// which the fixture writes with, is store.
+func setupStores(t testing.TB, store, intakeStore *ledger.Store, rdb redis.UniversalClient, prefix string, log *slog.Logger, opts ...option) *bundle {
+	t.Helper()
 	keys, err := stream.NewKeys(prefix, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -104,7 +128,10 @@ func setupStore(t testing.TB, store *ledger.Store, rdb redis.UniversalClient, pr
 	for _, o := range opts {
 		o(&cfg)
 	}
-	srv, err := intake.New(cfg, store, rdb, keys, log, prometheus.NewRegistry())
+	if cfg.TokenKey != nil {
+		key = *cfg.TokenKey // an option's key (withKeyOf) signs the fixture's tokens too
+	}
+	srv, err := intake.New(cfg, intakeStore, rdb, keys, log, prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,8 +163,25 @@ func setupStore(t testing.TB, store *ledger.Store, rdb redis.UniversalClient, pr
 		b.adminURL = "http://" + admin.Addr().String()
 	}
 	b.who, b.token = b.principal(t, "voter")
-	b.poll(t, ledger.Poll{ID: "p1", Title: "Lunch", Choices: []string{"a", "b"}})
+	// p1 exists already when this is the second intake on the database.
+	if _, err := store.EnsurePoll(context.Background(), ledger.Poll{ID: "p1", Title: "Lunch", Choices: []string{"a", "b"}}); err != nil {
+		t.Fatal(err)
+	}
+	b.waitCatalog(t, "p1")
 	return b
+}
+
+// withKeyOf has intake take and issue the credentials of a's key, as the
+// intakes of one deployment share their --credential-key: each takes the
+// other's tokens.
+func withKeyOf(a *bundle) option {
+	return func(c *intake.Config) {
+		keySet, err := credential.NewKeySet(a.key)
+		if err != nil {
+			panic(err) // one key: NewKeySet refuses only an id given twice
+		}
+		c.Credentials, c.TokenKey = credential.NewVerifier(keySet), &a.key
+	}
 }
 
 func testLogger() *slog.Logger {
@@ -221,160 +265,5 @@ func (b *bundle) waitCatalog(t testing.TB, id string) {
 			t.Fatalf("intake's catalog did not hold poll %s 10s after its creation", id)
 		}
 		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// reply is an HTTP answer with its body decoded.
-type reply struct {
-	code   int
-	header http.Header
-	body   map[string]any
-	raw    string
-	proto  int  // the HTTP major version it came in
-	tls    bool // it came over TLS
-}
-
-func (r reply) str(key string) string { s, _ := r.body[key].(string); return s }
-
-func (b *bundle) do(t *testing.T, method, path, token, contentType string, body []byte) reply {
-	t.Helper()
-	req, err := http.NewRequest(method, b.url+path, bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	if contentType != "" {
-		req.Header.Set("Content-Type", contentType)
-	}
-	return b.send(t, req)
-}
-
-// contract is intake's OpenAPI document, loaded once for every test.
-var contract = sync.OnceValues(func() (*apitest.Contract, error) {
-	return apitest.Load(intake.OpenAPIDocument())
-})
-
-// checked is client with every exchange checked against intake's OpenAPI
-// document: a request the document refuses that intake accepts, or an
-// answer the document does not give its route, fails t.
-func checked(t testing.TB, client *http.Client) *http.Client {
-	t.Helper()
-	c, err := contract()
-	if err != nil {
-		t.Fatal(err)
-	}
-	checked := *client
-	checked.Transport = c.Transport(t, client.Transport)
-	return &checked
-}
-
-// serve has h answer req without a server, as tests of a handler alone
-// do, and checks the exchange against the OpenAPI document.
-func serve(t testing.TB, h http.Handler, req *http.Request) *httptest.ResponseRecorder {
-	t.Helper()
-	var body []byte
-	if req.Body != nil {
-		var err error
-		if body, err = io.ReadAll(req.Body); err != nil {
-			t.Fatal(err)
-		}
-		req.Body = io.NopCloser(bytes.NewReader(body))
-	}
-	w := httptest.NewRecorder()
-	h.ServeHTTP(w, req)
-	api, err := contract()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := api.Check(req, body, w.Code, w.Header(), w.Body.Bytes()); err != nil {
-		t.Errorf("OpenAPI contract: %v", err)
-	}
-	return w
-}
-
-// send sends req with the bundle's client, checked against the OpenAPI
-// document, and reads the whole answer.
-func (b *bundle) send(t *testing.T, req *http.Request) reply {
-	t.Helper()
-	resp, err := checked(t, b.client).Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", req.Method, req.URL, err)
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := reply{code: resp.StatusCode, header: resp.Header, raw: string(raw), proto: resp.ProtoMajor, tls: resp.TLS != nil}
-	_ = json.Unmarshal(raw, &r.body)
-	return r
-}
-
-func voteBody(eventID, poll, cand string) []byte {
-	return []byte(fmt.Sprintf(`{"event_id":%q,"poll_id":%q,"candidate_id":%q}`, eventID, poll, cand))
-}
-
-func (b *bundle) vote(t *testing.T, token, eventID, poll, cand string) reply {
-	t.Helper()
-	return b.do(t, http.MethodPost, "/v1/votes", token, "application/json", voteBody(eventID, poll, cand))
-}
-
-func (b *bundle) xlen(t *testing.T) int64 {
-	t.Helper()
-	n, err := b.rdb.XLen(context.Background(), b.keys.Stream(0)).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
-// wantProblem checks r is a problem+json answer with status code.
-func wantProblem(t *testing.T, r reply, code int) {
-	t.Helper()
-	if r.code != code {
-		t.Fatalf("status %d, want %d: %s", r.code, code, r.raw)
-	}
-	if ct := r.header.Get("Content-Type"); ct != "application/problem+json" {
-		t.Fatalf("Content-Type %q, want application/problem+json", ct)
-	}
-	if r.str("type") == "" || r.str("title") == "" || r.str("detail") == "" || r.body["status"] != float64(code) {
-		t.Fatalf("incomplete problem document: %s", r.raw)
-	}
-}
-
-// wantProblemType is wantProblem with the problem's type, by its slug
-// (the part after "urn:tally:problem:").
-func wantProblemType(t *testing.T, r reply, code int, slug string) {
-	t.Helper()
-	wantProblem(t, r, code)
-	if got := r.str("type"); got != "urn:tally:problem:"+slug {
-		t.Fatalf("problem type %q, want urn:tally:problem:%s: %s", got, slug, r.raw)
-	}
-}
-
-// count is the value of a counter, to compare with what the test sent.
-func count(c prometheus.Collector) int { return int(testutil.ToFloat64(c)) }
-
-// observations is the number of samples of one child of a histogram.
-func observations(t *testing.T, vec *prometheus.HistogramVec, label string) uint64 {
-	t.Helper()
-	var m dto.Metric
-	if err := vec.WithLabelValues(label).(prometheus.Metric).Write(&m); err != nil {
-		t.Fatal(err)
-	}
-	return m.GetHistogram().GetSampleCount()
-}
-
-// eventually fails t unless ok holds within 5s. A request is counted
-// after its answer was written, so a client may see the answer first.
-func eventually(t *testing.T, what string, ok func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !ok(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("after 5s: %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
