@@ -1,11 +1,14 @@
 package ledger_test
 
 import (
+	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	"tally/internal/testenv"
+	"tally/ledger"
 )
 
 // TestAdminActionsFollowed: a reader that follows the record (each read
@@ -87,5 +90,51 @@ WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting)
 	}
 	if _, err := b.store.Principal(b.ctx, "p-first"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestAdminChangesAtOnce: changes of the catalog made at once, each
+// recorded, wait for each other and never deadlock: with one attempt a
+// transaction (no retry of a deadlock), every one succeeds and is
+// recorded once.
+func TestAdminChangesAtOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	once, err := ledger.New(b.db.Pool, ledger.Config{MaxAttempts: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps, err := b.store.AddPrincipals(b.ctx, []string{"a", "b", "c", "d", "e", "f", "g", "h"}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.poll(t, "open", "x")
+	errs := make(chan error, 3*len(ps))
+	var wg sync.WaitGroup
+	for i, p := range ps {
+		wg.Go(func() { errs <- once.RevokePrincipal(b.ctx, p.ID) })
+		wg.Go(func() {
+			_, err := once.AddPrincipals(b.ctx, []string{"more"}, "")
+			errs <- err
+		})
+		wg.Go(func() {
+			errs <- once.CreatePoll(b.ctx, ledger.Poll{ID: fmt.Sprintf("q%d", i), Title: "Q", Choices: []string{"x"}})
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Errorf("a change made at once with others: %v", err)
+		}
+	}
+	var revokes, adds, creates int
+	if err := b.db.Pool.QueryRow(b.ctx, `SELECT count(*) FILTER (WHERE action = 'principal.revoke'),
+       count(*) FILTER (WHERE action = 'principal.add'), count(*) FILTER (WHERE action = 'poll.create') FROM admin_actions`).
+		Scan(&revokes, &adds, &creates); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(ps); revokes != n || adds != 2*n || creates != n+1 {
+		t.Fatalf("admin_actions: %d revokes, %d adds, %d creates; want %d, %d, %d", revokes, adds, creates, n, 2*n, n+1)
 	}
 }

@@ -45,34 +45,24 @@ CREATE TRIGGER admin_actions_no_truncate
     BEFORE TRUNCATE ON admin_actions
     FOR EACH STATEMENT EXECUTE FUNCTION tally_append_only();
 
--- admin_actions' ids in the order their transactions commit, so that a
--- reader following the record (tally admin log --after ID, the id it saw
--- last) misses no action. An id is drawn when a change is recorded, but
--- seen when its transaction commits: of two changes made at once, the one
--- with the higher id could commit first, be read, and the other, once it
--- committed, be skipped for good. Each insert into admin_actions first
--- takes a lock no other insert shares, held until its transaction ends,
--- so no id is drawn while an earlier one is uncommitted. Readers do not
--- wait; writers of the record wait for each other from their first
--- recorded change to their commit (changes of the catalog are few).
--- +goose StatementBegin
-CREATE FUNCTION tally_admin_actions_in_commit_order() RETURNS trigger
-LANGUAGE plpgsql SET search_path = pg_catalog, public AS $$
-BEGIN
-    LOCK TABLE admin_actions IN SHARE ROW EXCLUSIVE MODE;
-    RETURN NULL;
-END;
-$$;
--- +goose StatementEnd
-CREATE TRIGGER admin_actions_in_commit_order BEFORE INSERT ON admin_actions
-    FOR EACH STATEMENT EXECUTE FUNCTION tally_admin_actions_in_commit_order();
-
 -- One function a kind of change; each reads the rows its statement changed
 -- (transition tables), so adding 10,000 principals is one insert here.
+--
+-- Each first locks admin_actions in a mode no other writer shares, held
+-- until its transaction ends, so that the ids are in the order the
+-- transactions commit and a reader following the record (tally admin log
+-- --after ID, the id it saw last) misses no action: without it, of two
+-- changes made at once the one with the higher id could commit first, be
+-- read, and the other be skipped for good. The lock comes before the
+-- INSERT, whose own lock it would otherwise have to be upgraded from (two
+-- writers holding that one and waiting for each other: a deadlock).
+-- Readers do not wait; writers of the record wait for each other until
+-- they commit (changes of the catalog are few).
 -- +goose StatementBegin
 CREATE FUNCTION tally_record_poll_create() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
 BEGIN
+    LOCK TABLE admin_actions IN SHARE ROW EXCLUSIVE MODE;
     INSERT INTO admin_actions (principal_id, db_user, action, target, detail)
     SELECT nullif(current_setting('tally.actor', true), ''), session_user, 'poll.create', n.id,
            jsonb_build_object('opens_at', n.opens_at, 'closes_at', n.closes_at,
@@ -84,6 +74,7 @@ $$;
 CREATE FUNCTION tally_record_poll_close() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
 BEGIN
+    LOCK TABLE admin_actions IN SHARE ROW EXCLUSIVE MODE;
     INSERT INTO admin_actions (principal_id, db_user, action, target, detail)
     SELECT nullif(current_setting('tally.actor', true), ''), session_user, 'poll.close', n.id,
            jsonb_build_object('closes_at', n.closes_at, 'was', o.closes_at)
@@ -95,6 +86,7 @@ $$;
 CREATE FUNCTION tally_record_principal_add() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
 BEGIN
+    LOCK TABLE admin_actions IN SHARE ROW EXCLUSIVE MODE;
     -- A revoked row inserted is an OpenID Connect subject's revocation.
     INSERT INTO admin_actions (principal_id, db_user, action, target, detail)
     SELECT nullif(current_setting('tally.actor', true), ''), session_user,
@@ -107,6 +99,7 @@ $$;
 CREATE FUNCTION tally_record_principal_revoke() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
 BEGIN
+    LOCK TABLE admin_actions IN SHARE ROW EXCLUSIVE MODE;
     INSERT INTO admin_actions (principal_id, db_user, action, target, detail)
     SELECT nullif(current_setting('tally.actor', true), ''), session_user, 'principal.revoke', n.id,
            jsonb_build_object('role', n.role)
@@ -118,6 +111,7 @@ $$;
 CREATE FUNCTION tally_record_key_retire() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
 BEGIN
+    LOCK TABLE admin_actions IN SHARE ROW EXCLUSIVE MODE;
     INSERT INTO admin_actions (principal_id, db_user, action, target)
     SELECT nullif(current_setting('tally.actor', true), ''), session_user, 'credential_key.retire', n.key_id
     FROM new_rows n;
@@ -192,6 +186,5 @@ DROP FUNCTION tally_record_principal_add();
 DROP FUNCTION tally_record_poll_close();
 DROP FUNCTION tally_record_poll_create();
 DROP TABLE admin_actions;
-DROP FUNCTION tally_admin_actions_in_commit_order();
 DROP FUNCTION tally_append_only();
 ALTER TABLE principals DROP COLUMN role;
