@@ -45,12 +45,13 @@ func (p *Projector) acknowledge(applyCtx context.Context, items []item, outcomes
 	for _, it := range items {
 		ids[it.msg.stream] = append(ids[it.msg.stream], it.msg.id)
 	}
-	err := p.ackDelete(ctx, ids)
+	unacked, err := p.ackDelete(ctx, ids)
 	if err != nil {
 		// The batch committed; its entries stay pending and come back as
 		// duplicates.
+		p.m.ackErrs.Add(float64(unacked))
 		p.log.LogAttrs(ctx, slog.LevelWarn, "acknowledge a committed batch failed; its entries will be delivered again and answer duplicate",
-			slog.Int("batch_size", len(items)), slog.String("error", err.Error()))
+			slog.Int("batch_size", len(items)), slog.Int("unacknowledged", unacked), slog.String("error", err.Error()))
 		return
 	}
 	p.log.LogAttrs(ctx, slog.LevelDebug, "batch applied",
@@ -62,8 +63,9 @@ func (p *Projector) acknowledge(applyCtx context.Context, items []item, outcomes
 // and XDEL in a MULTI, so that no entry is left acknowledged in its stream
 // (never delivered again, yet counted in the backlog). On one server one
 // MULTI holds every stream's; on a cluster, where a transaction cannot
-// span hash slots, each stream has its own, sent at once.
-func (p *Projector) ackDelete(ctx context.Context, ids map[string][]string) error {
+// span hash slots, each stream has its own, sent at once. It returns how
+// many entries were left unacknowledged, with the first error.
+func (p *Projector) ackDelete(ctx context.Context, ids map[string][]string) (unacked int, err error) {
 	queue := func(pipe redis.Pipeliner, s string, list []string) {
 		pipe.XAck(ctx, s, stream.Group, list...)
 		pipe.XDel(ctx, s, list...)
@@ -75,25 +77,39 @@ func (p *Projector) ackDelete(ctx context.Context, ids map[string][]string) erro
 			}
 			return nil
 		})
-		return err
+		if err != nil {
+			for _, list := range ids {
+				unacked += len(list)
+			}
+		}
+		return unacked, err
 	}
-	errs := make(chan error, len(ids))
+	type result struct {
+		entries int
+		err     error
+	}
+	results := make(chan result, len(ids))
 	for s, list := range ids {
 		go func() {
 			_, err := p.rdb.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
 				queue(pipe, s, list)
 				return nil
 			})
-			errs <- err
+			results <- result{len(list), err}
 		}()
 	}
 	var first error
 	for range ids {
-		if err := <-errs; err != nil && first == nil {
-			first = fmt.Errorf("%w (the other streams' entries were acknowledged)", err)
+		r := <-results
+		if r.err == nil {
+			continue
+		}
+		unacked += r.entries
+		if first == nil {
+			first = fmt.Errorf("%w (the other streams' entries were acknowledged)", r.err)
 		}
 	}
-	return first
+	return unacked, first
 }
 
 // countOutcomes adds the outcomes of a committed batch to the events

@@ -19,6 +19,7 @@ type metrics struct {
 	breaker    prometheus.Gauge
 	claimed    prometheus.Counter
 	lost       prometheus.Counter
+	ackErrs    prometheus.Counter
 
 	checkpoints    prometheus.Counter
 	checkpointErrs prometheus.Counter
@@ -84,10 +85,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "tally_projector_lost_total",
 			Help: "Pending entries Redis reported as deleted before they were applied: they cannot be recovered from the stream.",
 		}),
+		ackErrs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tally_projector_ack_errors_total",
+			Help: "Entries of committed batches whose acknowledgement failed; they stay pending, are claimed again after --min-idle and answer duplicate.",
+		}),
 	}
 	m.checkpoints, m.checkpointErrs = checkpointCounters()
 	if err := registerAll(reg, m.events, m.batchSize, m.applyTime, m.applyErrs, m.inFlight,
-		m.backlog, m.pending, m.oldest, m.deadLetter, m.breaker, m.claimed, m.lost, m.checkpoints, m.checkpointErrs); err != nil {
+		m.backlog, m.pending, m.oldest, m.deadLetter, m.breaker, m.claimed, m.lost, m.ackErrs, m.checkpoints, m.checkpointErrs); err != nil {
 		return nil, err
 	}
 	return m, nil
