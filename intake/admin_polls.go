@@ -85,12 +85,11 @@ func (s *Server) handleCreatePoll(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p, err := q.poll()
+	created := false
 	if err == nil {
 		err = s.askLedger(r, func() error {
-			created, err := s.store.EnsurePoll(ledger.ActingAs(r.Context(), a.ID), p)
-			if created {
-				w.Header().Set("Location", "/v1/polls/"+p.ID)
-			}
+			var err error
+			created, err = s.store.EnsurePoll(ledger.ActingAs(r.Context(), a.ID), p)
 			return err
 		})
 	}
@@ -103,12 +102,8 @@ func (s *Server) handleCreatePoll(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		s.adminWriteFailed(w, r, err)
 	default:
-		status := http.StatusOK
-		if w.Header().Get("Location") != "" {
-			status = http.StatusCreated
-		}
 		s.reloadAfter(r, "catalog", s.catalog.reload)
-		s.writePoll(w, r, p.ID, status)
+		s.writeCreated(w, r, p.ID, created)
 	}
 }
 
@@ -192,6 +187,30 @@ func (s *Server) handleGetPoll(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.writePoll(w, r, id, http.StatusOK)
+}
+
+// writeCreated answers poll id as it now stands: 201 with its Location
+// when this request created it, else 200.
+func (s *Server) writeCreated(w http.ResponseWriter, r *http.Request, id string, created bool) {
+	if !created {
+		s.writePoll(w, r, id, http.StatusOK)
+		return
+	}
+	s.writePoll(&locating{ResponseWriter: w, location: "/v1/polls/" + id}, r, id, http.StatusCreated)
+}
+
+// locating sets Location on a 201 only: a read that fails after the
+// create answers its problem without it.
+type locating struct {
+	http.ResponseWriter
+	location string
+}
+
+func (l *locating) WriteHeader(code int) {
+	if code == http.StatusCreated {
+		l.Header().Set("Location", l.location)
+	}
+	l.ResponseWriter.WriteHeader(code)
 }
 
 // writePoll answers poll id as it now stands, with status.

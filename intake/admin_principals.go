@@ -70,9 +70,9 @@ func (s *Server) handleAddPrincipals(w http.ResponseWriter, r *http.Request) {
 		s.adminWriteFailed(w, r, &ledger.FieldError{Field: "expires", Reason: err.Error()})
 		return
 	}
-	if len(q.Names) > MaxPrincipalsPerRequest {
+	if n := len(q.Names); n == 0 || n > MaxPrincipalsPerRequest {
 		s.adminWriteFailed(w, r, &ledger.FieldError{Field: "names",
-			Reason: fmt.Sprintf("%d names; one request adds at most %d: split them", len(q.Names), MaxPrincipalsPerRequest)})
+			Reason: fmt.Sprintf("%d names; one request adds 1 to %d (split more)", n, MaxPrincipalsPerRequest)})
 		return
 	}
 	var ps []ledger.Principal

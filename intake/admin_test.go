@@ -191,3 +191,41 @@ func TestAdminPollLife(t *testing.T) {
 		t.Fatalf("poll lunch's log holds %d definitions, %d with a closing time; want the created one and the closed one", defs, closed)
 	}
 }
+
+// TestAdminPrincipalsRefused: a POST /v1/principals with a field wrong
+// answers 400 naming it and adds nobody; a role and an expiry given are
+// in the tokens issued.
+func TestAdminPrincipalsRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	_, admin := b.admin(t, "app")
+	before, err := b.store.Principals(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for field, body := range map[string]string{
+		"names":   `{"names":[]}`,
+		"role":    `{"names":["x"],"role":"boss"}`,
+		"expires": `{"names":["x"],"expires":"yesterday"}`,
+	} {
+		r := b.adminDo(t, http.MethodPost, "/v1/principals", admin, body)
+		wantProblemType(t, r, http.StatusBadRequest, "invalid-request")
+		if !strings.Contains(r.str("detail"), `"`+field+`"`) {
+			t.Errorf("an invalid %s: detail %q, want the field named", field, r.str("detail"))
+		}
+	}
+	if after, err := b.store.Principals(ctx); err != nil || len(after) != len(before) {
+		t.Fatalf("refused requests added principals: %d before, %d after (%v)", len(before), len(after), err)
+	}
+	r := b.adminDo(t, http.MethodPost, "/v1/principals", admin, `{"names":["ops"],"role":"admin","expires":"1h"}`)
+	if r.code != http.StatusCreated || r.str("expires_at") == "" {
+		t.Fatalf("an admin with an expiry: %d %s", r.code, r.raw)
+	}
+	ps, _ := r.body["principals"].([]any)
+	p, _ := ps[0].(map[string]any)
+	token, _ := p["token"].(string)
+	if got := b.adminDo(t, http.MethodGet, "/v1/polls", token, ""); got.code != http.StatusOK {
+		t.Fatalf("the admin token issued over HTTP lists polls: %d %s, want 200", got.code, got.raw)
+	}
+}

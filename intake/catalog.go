@@ -75,6 +75,10 @@ type catalog struct {
 	onRefresh func()
 
 	polls atomic.Pointer[map[string]*pollInfo] // nil until the first load
+	// reloading orders the reloads: one that began reading earlier never
+	// stores after one that began later (an admin route's own reload after
+	// its commit, beside the background's).
+	reloading sync.Mutex
 
 	kick chan struct{} // a reload is wanted
 }
@@ -105,6 +109,8 @@ func (c *catalog) loaded() bool { return c.polls.Load() != nil }
 
 // reload replaces the whole catalog with what PostgreSQL holds now.
 func (c *catalog) reload(ctx context.Context) error {
+	c.reloading.Lock()
+	defer c.reloading.Unlock()
 	lctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	ps, err := c.store.Polls(lctx)

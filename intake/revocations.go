@@ -3,6 +3,7 @@ package intake
 import (
 	"context"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -28,6 +29,8 @@ type revocations struct {
 	timeout      time.Duration
 
 	cur  atomic.Pointer[ledger.Revocations] // nil until the first load
+	// reloading orders the reloads, as catalog's does.
+	reloading sync.Mutex
 	kick chan struct{}
 }
 
@@ -94,6 +97,8 @@ func (r *revocations) run(ctx context.Context) {
 }
 
 func (r *revocations) reload(ctx context.Context) error {
+	r.reloading.Lock()
+	defer r.reloading.Unlock()
 	lctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
 	rev, err := r.store.Revocations(lctx)
