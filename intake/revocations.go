@@ -28,10 +28,10 @@ type revocations struct {
 	retryEvery   time.Duration
 	timeout      time.Duration
 
-	cur  atomic.Pointer[ledger.Revocations] // nil until the first load
+	cur atomic.Pointer[ledger.Revocations] // nil until the first load
 	// reloading orders the reloads, as catalog's does.
 	reloading sync.Mutex
-	kick chan struct{}
+	kick      chan struct{}
 }
 
 func newRevocations(store *ledger.Store, log *slog.Logger, cfg Config, pg *pgState) *revocations {
