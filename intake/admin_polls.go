@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"time"
 
@@ -102,6 +103,9 @@ func (s *Server) handleCreatePoll(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		s.adminWriteFailed(w, r, err)
 	default:
+		if created {
+			s.logAdmin(r, a, "poll.create", p.ID)
+		}
 		s.reloadAfter(r, "catalog", s.catalog.reload)
 		s.writeCreated(w, r, p.ID, created)
 	}
@@ -139,6 +143,7 @@ func (s *Server) handleClosePoll(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		s.adminWriteFailed(w, r, err)
 	default:
+		s.logAdmin(r, a, "poll.close", id)
 		s.reloadAfter(r, "catalog", s.catalog.reload)
 		s.writePoll(w, r, id, http.StatusOK)
 	}
@@ -234,6 +239,13 @@ func (s *Server) writePoll(w http.ResponseWriter, r *http.Request, id string, st
 		a.Total = &res.Total
 		writeJSON(w, status, a)
 	}
+}
+
+// logAdmin logs an admin write that succeeded: who asked, what, on what
+// (admin_actions holds what it changed).
+func (s *Server) logAdmin(r *http.Request, a *voter, action, target string) {
+	s.log.LogAttrs(r.Context(), slog.LevelInfo, "admin write", slog.String("action", action),
+		slog.String("target", target), slog.String("principal", a.ID))
 }
 
 // reloadAfter reloads what this intake holds in memory after its own admin

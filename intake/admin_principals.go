@@ -85,6 +85,7 @@ func (s *Server) handleAddPrincipals(w http.ResponseWriter, r *http.Request) {
 		s.adminWriteFailed(w, r, err)
 		return
 	}
+	s.logAdmin(r, a, "principal.add", fmt.Sprintf("%d principals of role %s", len(ps), ps[0].Role))
 	out := principalsAnswer{Principals: make([]issuedPrincipal, len(ps))}
 	if !expires.IsZero() {
 		out.ExpiresAt = &expires
@@ -127,6 +128,7 @@ func (s *Server) handleRevokePrincipal(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		s.adminWriteFailed(w, r, err)
 	default:
+		s.logAdmin(r, a, "principal.revoke", id)
 		s.reloadAfter(r, "revocations", s.revoked.reload)
 		writeJSON(w, http.StatusOK, struct {
 			PrincipalID string     `json:"principal_id"`
