@@ -58,6 +58,9 @@ type PollSummary struct {
 	VotesWithoutDefinition int64   `json:"votes_without_definition"`
 	Tallies                []Tally `json:"tallies"`          // the recount, by candidate
 	ResultsCompared        int     `json:"results_compared"` // published results compared with the recount
+	// EligibleChecked: an eligible list was given for the poll and one of
+	// its definitions commits it, so its votes were checked against it.
+	EligibleChecked bool `json:"eligible_checked"`
 }
 
 // Discrepancy is one thing the audit found wrong. Leaves, when set, are
@@ -107,12 +110,37 @@ func (d Discrepancy) String() string {
 // and, when results is not nil, against published results. The error is
 // for input the audit cannot read; what does not verify is in the report.
 func VerifyExport(export io.Reader, checkpoints []StoredCheckpoint, verifiers []note.Verifier, results []PublishedResults) (Report, error) {
+	return Verify(export, Inputs{Checkpoints: checkpoints, Verifiers: verifiers, Results: results})
+}
+
+// Inputs are what an audit checks an export against besides itself.
+type Inputs struct {
+	Checkpoints []StoredCheckpoint
+	Verifiers   []note.Verifier
+	// Results, when not nil, are published results to compare with the
+	// recount.
+	Results []PublishedResults
+	// Eligible are the lists of principals of restricted polls: each is
+	// checked against its poll's definitions, and the votes against it
+	// (verify_eligible.go). A list for a poll the export lacks is an error.
+	Eligible []EligibleList
+}
+
+// Verify is VerifyExport with every input an audit takes.
+func Verify(export io.Reader, in Inputs) (Report, error) {
+	checkpoints, verifiers, results := in.Checkpoints, in.Verifiers, in.Results
 	if len(verifiers) == 0 && len(checkpoints) > 0 {
 		return Report{}, errors.New("audit: no verifier key to check the checkpoints with")
 	}
 	a := &auditor{polls: map[string]*pollLog{}, seqs: map[int64]int{}, keys: map[eventKey]int{}}
+	a.useEligible(in.Eligible)
 	if err := a.readExport(export); err != nil {
 		return Report{}, err
+	}
+	for _, l := range in.Eligible {
+		if a.polls[l.PollID] == nil {
+			return Report{}, fmt.Errorf("audit: an eligible list is given for poll %s, which the export does not hold", l.PollID)
+		}
 	}
 	a.checkCheckpoints(checkpoints, verifiers)
 	a.compareResults(results)
@@ -130,6 +158,8 @@ type auditor struct {
 	// polls: the ledger holds one row per pair.
 	keys  map[eventKey]int
 	found []Discrepancy
+	// eligible are the lists given, by poll (verify_eligible.go).
+	eligible map[string]*eligibility
 }
 
 // pollLog is one poll of the export: its tree and, per leaf, its
@@ -145,6 +175,7 @@ type pollLog struct {
 	// definition: a log from before definitions were logged.
 	undefined  int64
 	principals map[string]int64 // principal id to its leaf
+	eligible   *eligibility     // the list given for the poll, if any
 	verified   int
 	largest    int64
 	compared   int
@@ -153,7 +184,7 @@ type pollLog struct {
 func (a *auditor) poll(id string) *pollLog {
 	p, ok := a.polls[id]
 	if !ok {
-		p = &pollLog{codes: map[string]uint32{}, principals: map[string]int64{}}
+		p = &pollLog{codes: map[string]uint32{}, principals: map[string]int64{}, eligible: a.eligible[id]}
 		a.polls[id] = p
 		a.order = append(a.order, id)
 	}
@@ -177,7 +208,8 @@ func (a *auditor) report(checkpoints int) (Report, error) {
 		}
 		rep.Polls = append(rep.Polls, PollSummary{PollID: id, Leaves: p.tree.Size(), Root: root,
 			CheckpointsVerified: p.verified, LargestCheckpoint: p.largest, UnsignedLeaves: p.tree.Size() - p.largest,
-			VotesWithoutDefinition: p.votesWithoutDefinition(), Tallies: tallies, ResultsCompared: p.compared})
+			VotesWithoutDefinition: p.votesWithoutDefinition(), Tallies: tallies, ResultsCompared: p.compared,
+			EligibleChecked: p.eligible != nil && p.eligible.checked})
 	}
 	if rep.Discrepancies == nil {
 		rep.Discrepancies = []Discrepancy{}

@@ -39,6 +39,7 @@ func (a *auditor) readExport(r io.Reader) error {
 			p.candidates = append(p.candidates, row.CandidateID)
 		}
 		p.votes = append(p.votes, code)
+		a.checkEligibleVote(p, row.PollID, row.PrincipalID, index, n)
 		if p.def != nil {
 			if why := p.def.Refuses(row.CandidateID, row.ReceivedAt); why != "" {
 				field := "candidate_id"
@@ -126,6 +127,7 @@ func (a *auditor) readDefinition(row ExportRow, n int) error {
 		p.undefined = index
 	}
 	p.def, p.defLeaf = row.Definition, index
+	a.checkEligibleDefinition(p, row.Definition, index, n)
 	p.votes = append(p.votes, notVote)
 	return nil
 }

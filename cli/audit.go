@@ -9,11 +9,13 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"strings"
 
 	ucli "github.com/urfave/cli/v2"
 	"golang.org/x/mod/sumdb/note"
 
 	"tally/audit"
+	"tally/vote"
 )
 
 // maxPrinted bounds the discrepancies a table prints (--format json lists
@@ -39,6 +41,8 @@ func auditCommand() *ucli.Command {
 					&ucli.StringFlag{Name: "checkpoints", Required: true, Usage: "the stored checkpoints, JSON lines (`FILE`)"},
 					keyFlag,
 					&ucli.StringFlag{Name: "results", Usage: "published results to compare, JSON objects as GET /v1/polls/{id}/results answers (`FILE`)"},
+					&ucli.StringSliceFlag{Name: "eligible", Usage: "`POLL=FILE`: the principal ids a restricted poll takes, one a line; " +
+						"checked against the hash its definitions commit, and every vote against it (repeat for each poll)"},
 					formatFlag(),
 				},
 				Action: auditVerify,
@@ -87,9 +91,14 @@ func auditVerify(c *ucli.Context) error {
 			return err
 		}
 	}
+	eligible, err := eligibleLists(c.StringSlice("eligible"))
+	if err != nil {
+		return err
+	}
 	var rep audit.Report
 	if err := readFile("--export", c.String("export"), func(r io.Reader) (err error) {
-		rep, err = audit.VerifyExport(bufio.NewReaderSize(r, 1<<16), cps, verifiers, results)
+		rep, err = audit.Verify(bufio.NewReaderSize(r, 1<<16),
+			audit.Inputs{Checkpoints: cps, Verifiers: verifiers, Results: results, Eligible: eligible})
 		return err
 	}); err != nil {
 		return err
@@ -134,6 +143,16 @@ func printAudit(w io.Writer, rep audit.Report) error {
 		if n := rep.VotesWithoutDefinition(); n > 0 {
 			undefined = fmt.Sprintf("; %d votes come before any definition of their poll (a log from before definitions were logged): "+
 				"no definition checks their choice or time", n)
+		}
+		checked := 0
+		for _, p := range rep.Polls {
+			if p.EligibleChecked {
+				checked++
+			}
+		}
+		if checked > 0 {
+			undefined += fmt.Sprintf("; the votes of %d restricted polls are each of a principal on the eligible list given, "+
+				"which is the list their definitions commit", checked)
 		}
 		defs := ""
 		if rep.Definitions > 0 {
@@ -272,6 +291,26 @@ func statusOf(status string) string {
 		return ""
 	}
 	return " (the vote's status is " + status + ")"
+}
+
+// eligibleLists reads each --eligible POLL=FILE.
+func eligibleLists(flags []string) ([]audit.EligibleList, error) {
+	lists := make([]audit.EligibleList, 0, len(flags))
+	for _, f := range flags {
+		poll, path, ok := strings.Cut(f, "=")
+		if !ok || !vote.ValidID(poll) || path == "" {
+			return nil, fmt.Errorf("--eligible %q: give POLL=FILE, the poll's id and a file of its principal ids, one a line", f)
+		}
+		var l audit.EligibleList
+		if err := readFile("--eligible", path, func(r io.Reader) (err error) {
+			l, err = audit.ReadEligible(poll, r)
+			return err
+		}); err != nil {
+			return nil, err
+		}
+		lists = append(lists, l)
+	}
+	return lists, nil
 }
 
 // verifierKeys reads each --key: the key text itself, or a file holding
