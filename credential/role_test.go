@@ -6,9 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-jose/go-jose/v4"
-	"github.com/go-jose/go-jose/v4/jwt"
-
 	"tally/credential"
 	"tally/internal/oidctest"
 )
@@ -16,29 +13,6 @@ import (
 // This file tests the role a token grants: the "role" claim of tally's
 // own tokens, an OpenID Connect issuer's admin claim, and ParseExpiry,
 // which reads the expiry of the tokens the CLI issues.
-
-// signClaims signs claims with k's secret under its key id, as Issue
-// would, whatever the claims say.
-func signClaims(t testing.TB, k credential.Key, claims map[string]any) string {
-	t.Helper()
-	raw, err := k.MarshalJSON()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var jwk jose.JSONWebKey
-	if err := jwk.UnmarshalJSON(raw); err != nil {
-		t.Fatal(err)
-	}
-	sig, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.HS256, Key: jwk.Key}, (&jose.SignerOptions{}).WithHeader("kid", k.ID))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tok, err := jwt.Signed(sig).Claims(claims).Serialize()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tok
-}
 
 // TestIssueRole: an admin's token verifies as RoleAdmin and says so in
 // its claims; a voter's, by Issue or IssueRole, verifies as RoleVoter and
@@ -89,21 +63,21 @@ func TestRoleClaimRefused(t *testing.T) {
 		return map[string]any{"iss": credential.Issuer, "sub": "p-alice", "created": time.Now().Unix(), "role": role}
 	}
 	for _, role := range []any{"boss", "ADMIN", "Voter", "admin ", " admin", []string{"admin"}, 1, true, map[string]any{"admin": true}} {
-		if id, err := v.Verify(context.Background(), signClaims(t, k, claims(role))); !errors.Is(err, credential.ErrInvalid) {
+		if id, err := v.Verify(context.Background(), signWith(t, k, claims(role))); !errors.Is(err, credential.ErrInvalid) {
 			t.Errorf("role %#v: %+v, %v; want ErrInvalid", role, id, err)
 		}
 	}
 	// The same claims with the roles tally grants verify: the refusals are
 	// for the role.
-	if id, err := v.Verify(context.Background(), signClaims(t, k, claims(credential.RoleAdmin))); err != nil || id.Role != credential.RoleAdmin {
+	if id, err := v.Verify(context.Background(), signWith(t, k, claims(credential.RoleAdmin))); err != nil || id.Role != credential.RoleAdmin {
 		t.Errorf("role admin, signed alike: %+v, %v", id, err)
 	}
-	if id, err := v.Verify(context.Background(), signClaims(t, k, claims(credential.RoleVoter))); err != nil || id.Role != credential.RoleVoter {
+	if id, err := v.Verify(context.Background(), signWith(t, k, claims(credential.RoleVoter))); err != nil || id.Role != credential.RoleVoter {
 		t.Errorf("role voter named, signed alike: %+v, %v", id, err)
 	}
 	noRole := claims(nil)
 	delete(noRole, "role")
-	if id, err := v.Verify(context.Background(), signClaims(t, k, noRole)); err != nil || id.Role != credential.RoleVoter {
+	if id, err := v.Verify(context.Background(), signWith(t, k, noRole)); err != nil || id.Role != credential.RoleVoter {
 		t.Errorf("no role, signed alike: %+v, %v", id, err)
 	}
 }

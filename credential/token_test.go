@@ -203,8 +203,9 @@ func TestPrincipalIDFor(t *testing.T) {
 	}
 }
 
-// signWith signs c (with a created claim) by k, as Issue would.
-func signWith(t testing.TB, k credential.Key, c jwt.Claims) string {
+// signWith signs claims c (a jwt.Claims, a map: whatever they say) by
+// k under its key id, as Issue would.
+func signWith(t testing.TB, k credential.Key, c any) string {
 	t.Helper()
 	raw, err := k.MarshalJSON()
 	if err != nil {
