@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
+	"strings"
 	"time"
 
 	"tally/ledger"
@@ -96,8 +98,44 @@ func decodeStrict(body []byte, v any) error {
 		// encoding/json says "json: unknown field \"x\"" and little else.
 		return fmt.Errorf("the body is refused: %s", bytes.TrimPrefix([]byte(err.Error()), []byte("json: ")))
 	}
-	if dec.More() {
+	// More would miss a closing bracket after the object; a token would not.
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return fmt.Errorf("the body goes on after the JSON object, at byte %d: send one object and nothing else", dec.InputOffset()+1)
+	}
+	return exactKeys(body, v)
+}
+
+// exactKeys refuses a key of the body's object spelled otherwise than
+// v's json tag (encoding/json matches keys without regard to case) and a
+// key given twice (it keeps the last): the document names each key once,
+// in one spelling. body is one valid JSON object.
+func exactKeys(body []byte, v any) error {
+	known := map[string]bool{}
+	t := reflect.TypeOf(v).Elem()
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		known[name] = true
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.Token() // the opening brace
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return fmt.Errorf("the body is not JSON: %v", err)
+		}
+		key, _ := tok.(string)
+		switch {
+		case !known[key]:
+			return fmt.Errorf("the body has the key %s, which is not one of the route's (keys are lowercase, as documented)", quoteClip(key))
+		case seen[key]:
+			return fmt.Errorf("the body has the key %q twice: give each once", key)
+		}
+		seen[key] = true
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return fmt.Errorf("the body is not JSON: %v", err)
+		}
 	}
 	return nil
 }
