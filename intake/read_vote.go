@@ -65,12 +65,12 @@ func plainJSON(w http.ResponseWriter, r *http.Request) bool {
 			got = "Content-Type " + quoteClip(ct)
 		}
 		writeProblem(w, http.StatusUnsupportedMediaType, probMediaType,
-			"the request has "+got+": send the vote as Content-Type: application/json", 0)
+			"the request has "+got+": send the body as Content-Type: application/json", 0)
 		return false
 	case !isUTF8:
 		writeProblem(w, http.StatusUnsupportedMediaType, probMediaType,
 			"the request has Content-Type "+quoteClip(ct)+", but intake takes UTF-8 only: "+
-				"send the vote in UTF-8 as Content-Type: application/json, with charset=utf-8 or no charset", 0)
+				"send the body in UTF-8 as Content-Type: application/json, with charset=utf-8 or no charset", 0)
 		return false
 	}
 	return true
