@@ -4,10 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"time"
 
 	"tally/credential"
 	"tally/ledger"
+	"tally/vote"
 )
 
 // This file owns the admin routes of principals: add them in bulk, each
@@ -99,6 +101,77 @@ func (s *Server) handleAddPrincipals(w http.ResponseWriter, r *http.Request) {
 		out.Principals[i] = issuedPrincipal{PrincipalID: p.ID, Name: p.Name, Role: p.Role, CreatedAt: p.CreatedAt, Token: token}
 	}
 	writeJSON(w, http.StatusCreated, out)
+}
+
+// The page size of GET /v1/principals: by default, and at most.
+const (
+	principalsPage    = 100
+	principalsPageMax = 1000
+)
+
+// principalEntry is one principal as GET /v1/principals lists it.
+type principalEntry struct {
+	PrincipalID string     `json:"principal_id"`
+	Name        string     `json:"name"`
+	Role        string     `json:"role"`
+	CreatedAt   time.Time  `json:"created_at"`
+	RevokedAt   *time.Time `json:"revoked_at"`
+}
+
+// handleListPrincipals takes GET /v1/principals?after=ID&limit=N: a page
+// of the principals in id order, and the after of the next page while
+// there may be one.
+func (s *Server) handleListPrincipals(w http.ResponseWriter, r *http.Request) {
+	if _, ok := s.admin(w, r); !ok {
+		return
+	}
+	after, limit, ok := pageQuery(w, r)
+	if !ok {
+		return
+	}
+	var ps []ledger.Principal
+	err := s.askLedger(r, func() error {
+		var err error
+		ps, err = s.store.PrincipalsAfter(r.Context(), after, limit)
+		return err
+	})
+	if err != nil {
+		s.ledgerFailed(w, r, "principal list failed", err)
+		return
+	}
+	out := struct {
+		Principals []principalEntry `json:"principals"`
+		NextAfter  string           `json:"next_after,omitempty"`
+	}{Principals: make([]principalEntry, len(ps))}
+	for i, p := range ps {
+		out.Principals[i] = principalEntry{PrincipalID: p.ID, Name: p.Name, Role: p.Role, CreatedAt: p.CreatedAt, RevokedAt: p.RevokedAt}
+	}
+	if len(ps) == limit {
+		out.NextAfter = ps[len(ps)-1].ID
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// pageQuery reads ?after=ID&limit=N, or answers 400 naming the one that
+// is wrong and returns false.
+func pageQuery(w http.ResponseWriter, r *http.Request) (after string, limit int, ok bool) {
+	q := r.URL.Query()
+	after, limit = q.Get("after"), principalsPage
+	if after != "" && !vote.ValidID(after) {
+		writeProblem(w, http.StatusBadRequest, probBadRequest,
+			fmt.Sprintf("the query parameter \"after\" is %s: give the principal id next_after named, or none for the first page", describeID(after)), 0)
+		return "", 0, false
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > principalsPageMax {
+			writeProblem(w, http.StatusBadRequest, probBadRequest,
+				fmt.Sprintf("the query parameter \"limit\" is %s: give a whole number from 1 to %d", quoteClip(v), principalsPageMax), 0)
+			return "", 0, false
+		}
+		limit = n
+	}
+	return after, limit, true
 }
 
 // handleRevokePrincipal takes POST /v1/principals/{principal_id}/revoke:

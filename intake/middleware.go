@@ -48,7 +48,7 @@ func (s *Server) routes() http.Handler {
 	mux.Handle(routePolls, getOrPost(s.handleListPolls, s.handleCreatePoll))
 	mux.Handle(routePoll, allow(http.MethodGet, s.handleGetPoll))
 	mux.Handle(routePollClose, allow(http.MethodPost, s.handleClosePoll))
-	mux.Handle(routePrincipals, allow(http.MethodPost, s.handleAddPrincipals))
+	mux.Handle(routePrincipals, getOrPost(s.handleListPrincipals, s.handleAddPrincipals))
 	mux.Handle(routePrincipalRevoke, allow(http.MethodPost, s.handleRevokePrincipal))
 	lv := newLive(s)
 	mux.Handle(routePage, allow(http.MethodGet, lv.handlePage))
@@ -59,7 +59,7 @@ func (s *Server) routes() http.Handler {
 			"no such route: intake serves POST /v1/votes, GET /v1/votes/{event_id}, GET /v1/polls/{poll_id}/results, "+
 				"/checkpoint, /consistency and /live, GET /polls/{poll_id}, /healthz, /readyz, /metrics (unless on --admin-listen) and /openapi.json, "+
 				"and to admins GET and POST /v1/polls, GET /v1/polls/{poll_id}, POST /v1/polls/{poll_id}/close, "+
-				"POST /v1/principals and POST /v1/principals/{principal_id}/revoke", 0)
+				"GET and POST /v1/principals and POST /v1/principals/{principal_id}/revoke", 0)
 	})
 	return s.instrument(canonical(framed(mux)))
 }

@@ -224,6 +224,22 @@ func (s *Store) Principals(ctx context.Context) ([]Principal, error) {
 	return ps, interpretError("list principals", err)
 }
 
+// PrincipalsAfter lists at most limit principals whose ids come after
+// after (byte order; "" for the first), in that order: a page of a list
+// too long for one answer.
+func (s *Store) PrincipalsAfter(ctx context.Context, after string, limit int) ([]Principal, error) {
+	if limit <= 0 {
+		return nil, fmt.Errorf("list principals: %w: the limit must be positive, not %d", ErrInvalid, limit)
+	}
+	rows, err := s.pool.Query(ctx, `SELECT id, name, created_at, revoked_at, role FROM principals WHERE id > $1 ORDER BY id LIMIT $2`,
+		after, limit)
+	if err != nil {
+		return nil, interpretError("list principals", err)
+	}
+	ps, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Principal])
+	return ps, interpretError("list principals", err)
+}
+
 // Authenticate returns the principal whose token is token. An unknown or
 // revoked token gives ErrNotFound.
 func (s *Store) Authenticate(ctx context.Context, token string) (Principal, error) {
