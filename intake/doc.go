@@ -138,10 +138,15 @@
 //     and then a summary a minute.
 //   - tls.go: the TLS settings and the reloader of a rotated certificate.
 //   - middleware.go: the routes, the method check, the request deadline,
-//     panic recovery and request metrics (instrument), authentication
-//     (principal, its 401 challenges), the canonical-path check, closing
-//     the connection after a chunked request (framed), and the log line of
-//     a failed request.
+//     panic recovery and request metrics (instrument), the canonical-path
+//     check, closing the connection after a chunked request (framed), and
+//     the log line of a failed request; request_auth.go: authentication
+//     (the bearer token, its 401 challenges, the principal it names) and
+//     the spending of a principal's reads.
+//   - admin_body.go, admin_polls.go, admin_principals.go: the admin
+//     routes (an admin's authentication and the strict body reader; polls
+//     created, closed, listed and read; principals added, listed and
+//     revoked), each write through the ledger function the CLI runs.
 //   - limits.go: the limits kept in memory, of failed authentications per
 //     client address and of reads per principal.
 //   - credentials.go: the signed credentials, verified in memory, and the
