@@ -158,6 +158,8 @@ func TestAdminRevokeAtAnotherIntake(t *testing.T) {
 	if r.code != http.StatusOK || r.str("principal_id") != voter.ID || r.str("revoked_at") == "" {
 		t.Fatalf("revoke at intake A: %d %s, want 200 with revoked_at", r.code, r.raw)
 	}
+	// Intake A, which answered the revoke, refuses the voter at once.
+	wantInvalidToken(t, "the revoked voter at the intake that revoked it", a.vote(t, token, "e0", "p1", "a"))
 	if again := a.adminDo(t, http.MethodPost, path, admin, ""); again.code != http.StatusOK || again.str("revoked_at") != r.str("revoked_at") {
 		t.Fatalf("revoke again: %d %s, want 200 with revoked_at %s", again.code, again.raw, r.str("revoked_at"))
 	}

@@ -107,7 +107,11 @@ func (s *Server) handleCreatePoll(w http.ResponseWriter, r *http.Request) {
 			s.logAdmin(r, a, "poll.create", p.ID)
 		}
 		s.reloadAfter(r, "catalog", s.catalog.reload)
-		s.writeCreated(w, r, p.ID, created)
+		status := http.StatusOK
+		if created {
+			status = http.StatusCreated
+		}
+		s.writePoll(w, r, p.ID, status)
 	}
 }
 
@@ -194,31 +198,8 @@ func (s *Server) handleGetPoll(w http.ResponseWriter, r *http.Request) {
 	s.writePoll(w, r, id, http.StatusOK)
 }
 
-// writeCreated answers poll id as it now stands: 201 with its Location
-// when this request created it, else 200.
-func (s *Server) writeCreated(w http.ResponseWriter, r *http.Request, id string, created bool) {
-	if !created {
-		s.writePoll(w, r, id, http.StatusOK)
-		return
-	}
-	s.writePoll(&locating{ResponseWriter: w, location: "/v1/polls/" + id}, r, id, http.StatusCreated)
-}
-
-// locating sets Location on a 201 only: a read that fails after the
-// create answers its problem without it.
-type locating struct {
-	http.ResponseWriter
-	location string
-}
-
-func (l *locating) WriteHeader(code int) {
-	if code == http.StatusCreated {
-		l.Header().Set("Location", l.location)
-	}
-	l.ResponseWriter.WriteHeader(code)
-}
-
-// writePoll answers poll id as it now stands, with status.
+// writePoll answers poll id as it now stands, with status; a 201 with
+// the poll's Location.
 func (s *Server) writePoll(w http.ResponseWriter, r *http.Request, id string, status int) {
 	var p ledger.Poll
 	var res ledger.Results
@@ -237,6 +218,9 @@ func (s *Server) writePoll(w http.ResponseWriter, r *http.Request, id string, st
 	default:
 		a := newPollAnswer(p, time.Now())
 		a.Total = &res.Total
+		if status == http.StatusCreated {
+			w.Header().Set("Location", "/v1/polls/"+id)
+		}
 		writeJSON(w, status, a)
 	}
 }

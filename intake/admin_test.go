@@ -3,12 +3,19 @@ package intake_test
 import (
 	"context"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"tally/credential"
+	"tally/intake"
+	"tally/internal/testenv"
 	"tally/ledger"
+	"tally/stream"
 )
 
 // This file tests the admin routes: who may use them, the idempotent
@@ -132,7 +139,7 @@ func TestAdminPollLife(t *testing.T) {
 	if r := b.adminDo(t, http.MethodPost, "/v1/polls", admin, `{"poll_id":"lunch","title":"Lunch?","choices":["pizza","sushi"]}`); r.code != http.StatusCreated {
 		t.Fatalf("create: %d %s", r.code, r.raw)
 	}
-	b.waitCatalog(t, "lunch")
+	// The intake that answered 201 takes votes on the poll at once.
 	wantAccepted(t, b.vote(t, voter, "v1", "lunch", "sushi"), "v1", ledger.StatusPending)
 	within(t, 10*time.Second, "the vote on the poll created over HTTP recorded", func() bool {
 		return b.status(t, voter, "v1").str("status") == "recorded"
@@ -284,5 +291,45 @@ func TestAdminListPrincipals(t *testing.T) {
 	for _, q := range []string{"limit=0", "limit=1001", "limit=x", "after=not%20an%20id"} {
 		r := b.adminDo(t, http.MethodGet, "/v1/principals?"+q, admin, "")
 		wantProblemType(t, r, http.StatusBadRequest, "invalid-request")
+	}
+}
+
+// TestAdminWriteHoldsHereAtOnce: the intake that answered an admin write
+// holds its effect before answering, with no NOTIFY to tell it (its
+// handler is served without Serve, so it hears none): a poll created
+// takes votes, a principal revoked is refused.
+func TestAdminWriteHoldsHereAtOnce(t *testing.T) {
+	t.Parallel()
+	db := testenv.Postgres(t)
+	store, err := ledger.New(db.Pool, ledger.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb, prefix := testenv.Redis(t)
+	keys, _ := stream.NewKeys(prefix, 1)
+	key, _ := credential.GenerateKey()
+	set, _ := credential.NewKeySet(key)
+	cfg := intake.Config{Rate: 1000, Burst: 1000, Credentials: credential.NewVerifier(set), TokenKey: &key}
+	srv, err := intake.New(cfg, store, rdb, keys, testLogger(), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(srv.Handler())
+	t.Cleanup(ts.Close)
+	b := &bundle{store: store, rdb: rdb, keys: keys, url: ts.URL, client: ts.Client(), cfg: cfg, srv: srv, key: key, handlerOnly: true}
+	_, admin := b.admin(t, "app")
+	voter, token := b.signed(t, "voter", time.Time{})
+	if err := srv.Reload(context.Background()); err != nil { // what Serve loads at start
+		t.Fatal(err)
+	}
+	if r := b.adminDo(t, http.MethodPost, "/v1/polls", admin, `{"poll_id":"now","title":"Now?","choices":["y"]}`); r.code != http.StatusCreated {
+		t.Fatalf("create: %d %s", r.code, r.raw)
+	}
+	wantAccepted(t, b.vote(t, token, "v1", "now", "y"), "v1", ledger.StatusPending)
+	if r := b.adminDo(t, http.MethodPost, "/v1/principals/"+voter.ID+"/revoke", admin, ""); r.code != http.StatusOK {
+		t.Fatalf("revoke: %d %s", r.code, r.raw)
+	}
+	if r := b.vote(t, token, "v2", "now", "y"); r.code != http.StatusUnauthorized {
+		t.Fatalf("the principal just revoked here voted: %d %s, want 401", r.code, r.raw)
 	}
 }
