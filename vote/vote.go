@@ -1,6 +1,9 @@
 // Package vote owns the rules of one vote that every stage applies the same
-// way: the syntax of an id (poll, candidate, principal, client event id) and
-// the payload fingerprint that binds a client event id to one choice.
+// way: the syntax of an id (poll, candidate, principal, client event id),
+// the payload fingerprint that binds a client event id to one ballot, the
+// kinds of ballot a poll may ask for with their parameters and limits, a
+// ballot's canonical form and its check against its poll (ballot.go), and
+// what one ballot adds to its poll's figures (count.go).
 //
 // It is a leaf: it imports only the standard library, so ledger, stream,
 // intake and projector can all depend on it without depending on each other.
@@ -41,14 +44,16 @@ func IDChars[S ~string | ~[]byte](s S) bool {
 }
 
 // Fingerprint is the SHA-256 of a vote's payload, the part a client event id
-// must always carry the same: the poll and the candidate.
-func Fingerprint(pollID, candidateID string) [32]byte {
-	return sha256.Sum256([]byte(pollID + "\x00" + candidateID))
+// must always carry the same: the poll and the ballot's canonical form
+// (Ballot.Canonical; for a single choice, the candidate id), so a retry
+// that spells the same ballot in another key order is the same payload.
+func Fingerprint(pollID, ballot string) [32]byte {
+	return sha256.Sum256([]byte(pollID + "\x00" + ballot))
 }
 
 // FingerprintHex is Fingerprint in lowercase hex, as the stream carries it.
-func FingerprintHex(pollID, candidateID string) string {
-	fp := Fingerprint(pollID, candidateID)
+func FingerprintHex(pollID, ballot string) string {
+	fp := Fingerprint(pollID, ballot)
 	return hex.EncodeToString(fp[:])
 }
 
