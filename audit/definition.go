@@ -40,7 +40,8 @@ type Definition struct {
 	// EligibleHash is EligibleListHash of the principals a poll of
 	// eligibility "list" takes votes from; nil: any principal may vote.
 	EligibleHash *[32]byte
-	Choices      []string // candidate ids, in display order
+	Choices      []string   // candidate ids, in display order
+	Rules        vote.Rules // the ballot's kind and parameters and the answers mode; zero: vote.Single
 }
 
 // EligibleListHash is the hash a definition holds for a list of eligible

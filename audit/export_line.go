@@ -37,6 +37,7 @@ type ExportRow struct {
 	EventID     string
 	PollID      string
 	CandidateID string
+	Ballot      string // the canonical ballot of a poll of another kind than single; CandidateID is empty then
 	PrincipalID string
 	ReceivedAt  time.Time
 	RecordedAt  time.Time

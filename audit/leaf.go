@@ -27,6 +27,7 @@ type Leaf struct {
 	PrincipalID   string
 	ClientEventID string
 	ReceivedAt    time.Time
+	Ballot        string // the canonical ballot of a poll of another kind than single; CandidateID is empty then
 }
 
 // EncodeLeaf appends the canonical encoding of l to dst (version 1):

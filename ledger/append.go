@@ -32,8 +32,11 @@ func (s *Store) Append(ctx context.Context, events []Event) ([]Outcome, error) {
 	}
 	var outcomes []Outcome
 	err := s.runTx(ctx, "append batch", pgx.TxOptions{}, func(tx pgx.Tx) error {
-		var err error
-		outcomes, err = appendTx(ctx, tx, events, !s.fullPathOnly)
+		rules, err := s.rulesOf(ctx, tx, events)
+		if err != nil {
+			return err
+		}
+		outcomes, err = appendTx(ctx, tx, events, rules, !s.fullPathOnly)
 		return err
 	})
 	if err != nil {
@@ -64,8 +67,10 @@ var errRaced = errors.New("a concurrent append inserted the same key first")
 // principal). In the common case, a batch of new events, that one
 // statement is the whole append.
 //
-// After the second step it adds the new rows to their polls' logs, under
-// their heads, which it locks only then (log_store.go).
+// After the second step it adds the figures of the new rows' ballots of
+// other kinds than single to the projection (ballots.go; rules are their
+// polls'), and the new rows to their polls' logs, under their heads, which
+// it locks only then (log_store.go).
 //
 // Then the full rules (classify), for every event the first step did not
 // record. No event the first step left out could have claimed what an
@@ -73,12 +78,12 @@ var errRaced = errors.New("a concurrent append inserted the same key first")
 // claims nothing), invalid by the catalog (it claims nothing), or its
 // (poll, principal) came first in the batch, and then the event inserted
 // would have been left out instead.
-func appendTx(ctx context.Context, tx pgx.Tx, events []Event, fast bool) ([]Outcome, error) {
+func appendTx(ctx context.Context, tx pgx.Tx, events []Event, rules map[string]*pollRules, fast bool) ([]Outcome, error) {
 	outcomes := make([]Outcome, len(events))
-	fps := fingerprints(events)
+	in := appendInput{events: events, fps: fingerprints(events), ballotOK: ballotsValid(events, rules)}
 	rest := make([]int, 0, len(events))
 	if fast {
-		seqs, err := insertFresh(ctx, tx, events, fps, freshEvents(events))
+		seqs, err := insertFresh(ctx, tx, in, freshEvents(events))
 		if err != nil {
 			return nil, err
 		}
@@ -95,7 +100,18 @@ func appendTx(ctx context.Context, tx pgx.Tx, events []Event, fast bool) ([]Outc
 		}
 	}
 	if len(rest) > 0 {
-		if err := classify(ctx, tx, events, fps, rest, outcomes); err != nil {
+		if err := classify(ctx, tx, in, rest, outcomes); err != nil {
+			return nil, err
+		}
+	}
+	if len(rules) > 0 {
+		var recorded []int
+		for i, o := range outcomes {
+			if o.Status == StatusRecorded {
+				recorded = append(recorded, i)
+			}
+		}
+		if err := addFigures(ctx, tx, events, recorded, rules); err != nil {
 			return nil, err
 		}
 	}
@@ -109,7 +125,7 @@ func appendTx(ctx context.Context, tx pgx.Tx, events []Event, fast bool) ([]Outc
 func fingerprints(events []Event) [][32]byte {
 	fps := make([][32]byte, len(events))
 	for i, e := range events {
-		fps[i] = vote.Fingerprint(e.PollID, e.CandidateID)
+		fps[i] = vote.Fingerprint(e.PollID, e.Answer())
 	}
 	return fps
 }

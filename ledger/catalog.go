@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 	"unicode/utf8"
@@ -32,7 +33,19 @@ type Poll struct {
 	// intake's live results page and live stream. Otherwise only the
 	// principals that may vote on it see them.
 	PublicResults bool
-	CreatedAt     time.Time
+	// Rules are the poll's ballot kind, its parameters and its answers
+	// mode, fixed when it is created (vote.NewRules makes them); the zero
+	// value is vote.Single.
+	Rules     vote.Rules
+	CreatedAt time.Time
+}
+
+// BallotRules is p.Rules, vote.Single for the zero value.
+func (p Poll) BallotRules() vote.Rules {
+	if p.Rules == (vote.Rules{}) {
+		return vote.Single
+	}
+	return p.Rules
 }
 
 // OpenAt reports whether the poll takes votes received at t.
@@ -76,7 +89,8 @@ func (s *Store) CreatePoll(ctx context.Context, p Poll) error {
 		opens = &p.OpensAt
 	}
 	return s.adminTx(ctx, "create poll "+p.ID, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, createPollSQL, p.ID, p.Title, opens, p.ClosesAt, eligibility, p.PublicResults); err != nil {
+		args := append([]any{p.ID, p.Title, opens, p.ClosesAt, eligibility, p.PublicResults}, rulesArgs(p.BallotRules())...)
+		if _, err := tx.Exec(ctx, createPollSQL, args...); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, createChoicesSQL, p.ID, p.Choices); err != nil {
@@ -102,8 +116,9 @@ func (s *Store) CreatePoll(ctx context.Context, p Poll) error {
 // unless it says when.
 const (
 	createPollSQL = `
-INSERT INTO polls (id, title, opens_at, closes_at, eligibility, public_results)
-VALUES ($1, $2, coalesce($3, now()), $4, $5, $6)`
+INSERT INTO polls (id, title, opens_at, closes_at, eligibility, public_results,
+                   ballot_kind, min_choices, max_choices, max_score, budget, answers)
+VALUES ($1, $2, coalesce($3, now()), $4, $5, $6, $7, $8, $9, $10, $11, $12)`
 	createChoicesSQL = `
 INSERT INTO poll_choices (poll_id, candidate_id, position)
 SELECT $1, c, ord FROM unnest($2::text[]) WITH ORDINALITY AS t(c, ord)`
@@ -176,6 +191,16 @@ func (p Poll) validateNew() error {
 	if p.ClosesAt != nil && !p.OpensAt.IsZero() && p.ClosesAt.Before(p.OpensAt) {
 		return bad("closes_at", "it closes before it opens")
 	}
+	r := p.BallotRules()
+	if again, err := vote.NewRules(r.Spec(), len(p.Choices)); err != nil {
+		var re *vote.RuleError
+		if errors.As(err, &re) {
+			return bad(re.Field, "%s", re.Reason)
+		}
+		return bad("ballot", "%s", err)
+	} else if again != r {
+		return bad("ballot", "the ballot's rules are not complete: make them with vote.NewRules")
+	}
 	return nil
 }
 
@@ -204,7 +229,7 @@ RETURNING p.closes_at IS DISTINCT FROM old.closes_at`, id, at).Scan(&changed)
 }
 
 const pollsSQL = `
-SELECT p.id, p.title, p.opens_at, p.closes_at, p.eligibility, p.public_results, p.created_at,
+SELECT p.id, p.title, p.opens_at, p.closes_at, p.eligibility, p.public_results, p.created_at, ` + rulesColsP + `,
        coalesce((SELECT array_agg(c.candidate_id ORDER BY c.position) FROM poll_choices c WHERE c.poll_id = p.id), '{}'),
        coalesce((SELECT array_agg(e.principal_id ORDER BY e.principal_id) FROM poll_eligible e WHERE e.poll_id = p.id), '{}')
 FROM polls p
@@ -236,7 +261,10 @@ func (s *Store) queryPolls(ctx context.Context, id *string) ([]Poll, error) {
 	}
 	ps, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Poll, error) {
 		var p Poll
-		err := r.Scan(&p.ID, &p.Title, &p.OpensAt, &p.ClosesAt, &p.Eligibility, &p.PublicResults, &p.CreatedAt, &p.Choices, &p.Eligible)
+		var rr rulesRow
+		err := r.Scan(append(append([]any{&p.ID, &p.Title, &p.OpensAt, &p.ClosesAt, &p.Eligibility, &p.PublicResults, &p.CreatedAt},
+			rr.targets()...), &p.Choices, &p.Eligible)...)
+		p.Rules = rr.rules()
 		return p, err
 	})
 	return ps, interpretError("list polls", err)

@@ -58,6 +58,8 @@ func decide(f *facts, fp [32]byte, prior owner, owned, answered bool) decision {
 		reason = ReasonUnknownPoll
 	case !f.pollOpen:
 		reason = ReasonPollClosed
+	case !f.choiceValid && f.ballot:
+		reason = ReasonInvalidBallot
 	case !f.choiceValid:
 		reason = ReasonInvalidChoice
 	case !f.eligible:
@@ -82,13 +84,14 @@ func decide(f *facts, fp [32]byte, prior owner, owned, answered bool) decision {
 // transaction pre-empted one of its inserts (a unique violation), the
 // classification of the whole batch is void: classify returns errRaced and
 // runTx starts over.
-func classify(ctx context.Context, tx pgx.Tx, events []Event, fps [][32]byte, idx []int, outcomes []Outcome) error {
-	fs, err := loadFacts(ctx, tx, events, firstOfKeys(events, idx))
+func classify(ctx context.Context, tx pgx.Tx, in appendInput, idx []int, outcomes []Outcome) error {
+	events, fps := in.events, in.fps
+	fs, err := loadFacts(ctx, tx, in, firstOfKeys(events, idx))
 	if err != nil {
 		return err
 	}
 	inserts, rejections, owners := decideAll(events, fps, idx, fs, outcomes)
-	seqs, err := insertEvents(ctx, tx, insertEventsSQL, events, fps, inserts)
+	seqs, err := insertEvents(ctx, tx, insertEventsSQL, in, inserts)
 	if err != nil {
 		return err
 	}

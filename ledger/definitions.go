@@ -27,7 +27,7 @@ var errRedefined = errors.New("a poll's window changed while the batch was decid
 
 // definitionSQL reads a poll's definition as the catalog now holds it.
 const definitionSQL = `
-SELECT p.title, p.opens_at, p.closes_at, p.eligibility,
+SELECT p.title, p.opens_at, p.closes_at, p.eligibility, ` + rulesColsP + `,
        coalesce((SELECT array_agg(c.candidate_id ORDER BY c.position) FROM poll_choices c WHERE c.poll_id = p.id), '{}'),
        coalesce((SELECT array_agg(e.principal_id) FROM poll_eligible e WHERE e.poll_id = p.id), '{}')
 FROM polls p WHERE p.id = $1`
@@ -39,9 +39,12 @@ func appendDefinition(ctx context.Context, tx pgx.Tx, poll string, h *logHead) e
 	d := audit.Definition{PollID: poll}
 	var eligibility string
 	var eligible []string
-	if err := tx.QueryRow(ctx, definitionSQL, poll).Scan(&d.Title, &d.OpensAt, &d.ClosesAt, &eligibility, &d.Choices, &eligible); err != nil {
+	var rr rulesRow
+	targets := append(append([]any{&d.Title, &d.OpensAt, &d.ClosesAt, &eligibility}, rr.targets()...), &d.Choices, &eligible)
+	if err := tx.QueryRow(ctx, definitionSQL, poll).Scan(targets...); err != nil {
 		return interpretError(what, err)
 	}
+	d.Rules = rr.rules()
 	if eligibility == EligibleList {
 		hash := audit.EligibleListHash(eligible)
 		d.EligibleHash = &hash
@@ -61,8 +64,10 @@ func appendDefinition(ctx context.Context, tx pgx.Tx, poll string, h *logHead) e
 		hash = d.EligibleHash[:]
 	}
 	if err := tx.QueryRow(ctx, `
-INSERT INTO poll_definitions (poll_id, title, opens_at, closes_at, eligible_hash, choices)
-VALUES ($1, $2, $3, $4, $5, $6) RETURNING id`, poll, d.Title, d.OpensAt, d.ClosesAt, hash, d.Choices).Scan(&id); err != nil {
+INSERT INTO poll_definitions (poll_id, title, opens_at, closes_at, eligible_hash, choices,
+                              ballot_kind, min_choices, max_choices, max_score, budget, answers)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) RETURNING id`,
+		append([]any{poll, d.Title, d.OpensAt, d.ClosesAt, hash, d.Choices}, rulesArgs(d.Rules)...)...).Scan(&id); err != nil {
 		return interpretError(what, err)
 	}
 	next, full, err := h.state.extend([]tlog.Hash{leaf})

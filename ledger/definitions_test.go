@@ -189,7 +189,11 @@ func TestMigrationKeepsLogsFromBeforeDefinitions(t *testing.T) {
 	if _, err := db.Pool.Exec(ctx, `
 INSERT INTO polls (id, title, opens_at) VALUES ('old', 'An old poll', '2020-01-01T00:00:00Z');
 INSERT INTO poll_choices (poll_id, candidate_id, position) VALUES ('old', 'a', 1), ('old', 'b', 2);
-INSERT INTO poll_results (poll_id, candidate_id, vote_count) VALUES ('old', 'a', 0), ('old', 'b', 0)`); err != nil {
+INSERT INTO poll_results (poll_id, candidate_id, vote_count) VALUES ('old', 'a', 0), ('old', 'b', 0);
+-- The columns of migration 00013 that today's append reads, for the
+-- appends made here, at migration 10; dropped before migrating up.
+ALTER TABLE polls ADD COLUMN ballot_kind text NOT NULL DEFAULT 'single';
+ALTER TABLE poll_events ADD COLUMN ballot text;`); err != nil {
 		t.Fatal(err)
 	}
 	store, err := ledger.New(db.Pool, ledger.Config{})
@@ -210,6 +214,9 @@ INSERT INTO poll_results (poll_id, candidate_id, vote_count) VALUES ('old', 'a',
 	}
 	signHead(t, b, head)
 
+	if _, err := db.Pool.Exec(ctx, `ALTER TABLE polls DROP COLUMN ballot_kind; ALTER TABLE poll_events DROP COLUMN ballot`); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := p.Up(ctx); err != nil {
 		t.Fatal(err)
 	}

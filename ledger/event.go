@@ -8,14 +8,44 @@ import (
 )
 
 // Event is one vote to append: the authenticated principal, the client's
-// idempotency key (scoped to the principal), the choice, and when intake
-// received it.
+// idempotency key (scoped to the principal), the ballot, and when intake
+// received it. A single choice is CandidateID; a ballot of any other kind
+// is Ballot, in its canonical form (vote.Ballot.Canonical), with
+// CandidateID empty.
 type Event struct {
 	PrincipalID   string
 	ClientEventID string
 	PollID        string
 	CandidateID   string
+	Ballot        string
 	ReceivedAt    time.Time
+}
+
+// Answer is the event's ballot in canonical form, whatever its kind: the
+// candidate id of a single choice. The fingerprint binds it.
+func (e Event) Answer() string {
+	if e.Ballot != "" {
+		return e.Ballot
+	}
+	return e.CandidateID
+}
+
+// EventOf is the event of a ballot in canonical form (Answer's inverse).
+func EventOf(principal, key, poll, answer string, received time.Time) Event {
+	e := Event{PrincipalID: principal, ClientEventID: key, PollID: poll, ReceivedAt: received}
+	if vote.ValidID(answer) {
+		e.CandidateID = answer
+	} else {
+		e.Ballot = answer
+	}
+	return e
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }
 
 // Status is where an event stands.
@@ -41,6 +71,7 @@ const (
 	ReasonKeyReused        Reason = "key_reused"
 	ReasonPollClosed       Reason = "poll_closed"
 	ReasonInvalidChoice    Reason = "invalid_choice"
+	ReasonInvalidBallot    Reason = "invalid_ballot" // a ballot its poll's rules refuse, or of another kind
 	ReasonUnknownPoll      Reason = "unknown_poll"
 	ReasonNotEligible      Reason = "not_eligible"
 )
@@ -68,7 +99,7 @@ type InvalidEventError struct {
 }
 
 func (e *InvalidEventError) Error() string {
-	return fmt.Sprintf("event %d: %s %q is invalid: ids are "+vote.IDRule+" and received_at must be set", e.Index, e.Field, e.Value)
+	return fmt.Sprintf("event %d: %s %q is invalid: ids are "+vote.IDRule+", a ballot is in canonical form (with no candidate_id) and received_at must be set", e.Index, e.Field, e.Value)
 }
 
 func (e *InvalidEventError) Unwrap() error { return ErrInvalid }
@@ -78,11 +109,16 @@ func validateEvent(i int, e Event) error {
 		{"principal_id", e.PrincipalID},
 		{"event_id", e.ClientEventID},
 		{"poll_id", e.PollID},
-		{"candidate_id", e.CandidateID},
 	} {
 		if !vote.ValidID(f.v) {
 			return &InvalidEventError{Index: i, Field: f.name, Value: f.v}
 		}
+	}
+	switch {
+	case e.Ballot == "" && !vote.ValidID(e.CandidateID):
+		return &InvalidEventError{Index: i, Field: "candidate_id", Value: e.CandidateID}
+	case e.Ballot != "" && (e.CandidateID != "" || vote.ValidID(e.Ballot) || !vote.ValidCanonical(e.Ballot)):
+		return &InvalidEventError{Index: i, Field: "ballot", Value: e.Ballot}
 	}
 	if e.ReceivedAt.IsZero() {
 		return &InvalidEventError{Index: i, Field: "received_at", Value: ""}

@@ -16,6 +16,7 @@ type LedgerRow struct {
 	ClientEventID string
 	PollID        string
 	CandidateID   string
+	Ballot        string // a ballot of another kind than single, canonical; CandidateID is empty then
 	PrincipalID   string
 	ReceivedAt    time.Time
 	RecordedAt    time.Time
@@ -28,14 +29,14 @@ type LedgerRow struct {
 // Event returns the row as an Event, the form Append takes back.
 func (r LedgerRow) Event() Event {
 	return Event{PrincipalID: r.PrincipalID, ClientEventID: r.ClientEventID, PollID: r.PollID,
-		CandidateID: r.CandidateID, ReceivedAt: r.ReceivedAt}
+		CandidateID: r.CandidateID, Ballot: r.Ballot, ReceivedAt: r.ReceivedAt}
 }
 
 // ExportRow is the row as an export line carries it (audit's form): the
 // line tally export writes for it.
 func (r LedgerRow) ExportRow() audit.ExportRow {
 	row := audit.ExportRow{Seq: r.Seq, EventID: r.ClientEventID, PollID: r.PollID, CandidateID: r.CandidateID,
-		PrincipalID: r.PrincipalID, ReceivedAt: r.ReceivedAt, RecordedAt: r.RecordedAt, Definition: r.Definition}
+		Ballot: r.Ballot, PrincipalID: r.PrincipalID, ReceivedAt: r.ReceivedAt, RecordedAt: r.RecordedAt, Definition: r.Definition}
 	if r.LeafIndex >= 0 {
 		leaf := r.LeafIndex
 		row.LeafIndex = &leaf
@@ -57,8 +58,8 @@ func (r LedgerRow) LeafHash() (tlog.Hash, error) {
 // negative seq) among the rows, and then the rows in no leaf (a log still
 // to build, or rows inserted outside an append), in seq order.
 const exportSQL = `
-(SELECT s.seq, e.client_event_id, l.poll_id, e.candidate_id, e.principal_id, e.received_at, coalesce(e.recorded_at, d.recorded_at), l.first_leaf + s.ord - 1,
-        d.poll_id, d.title, d.opens_at, d.closes_at, d.eligible_hash, d.choices
+(SELECT s.seq, e.client_event_id, l.poll_id, e.candidate_id, e.ballot, e.principal_id, e.received_at, coalesce(e.recorded_at, d.recorded_at), l.first_leaf + s.ord - 1,
+        ` + definitionCols + `
 FROM poll_log_leaves l
 CROSS JOIN LATERAL unnest(l.seqs) WITH ORDINALITY AS s(seq, ord)
 LEFT JOIN poll_events e ON s.seq > 0 AND e.seq = s.seq AND e.poll_id = l.poll_id
@@ -66,8 +67,8 @@ LEFT JOIN poll_definitions d ON s.seq < 0 AND d.id = -s.seq AND d.poll_id = l.po
 WHERE ($1::text IS NULL OR l.poll_id = $1) AND (e.seq IS NOT NULL OR d.id IS NOT NULL)
  ORDER BY l.id, s.ord)
 UNION ALL
-(SELECT e.seq, e.client_event_id, e.poll_id, e.candidate_id, e.principal_id, e.received_at, e.recorded_at, NULL,
-        NULL, NULL, NULL, NULL, NULL, NULL
+(SELECT e.seq, e.client_event_id, e.poll_id, e.candidate_id, e.ballot, e.principal_id, e.received_at, e.recorded_at, NULL,
+        NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
  FROM poll_events e
  LEFT JOIN (SELECT unnest(seqs) AS seq FROM poll_log_leaves WHERE $1::text IS NULL OR poll_id = $1) l ON l.seq = e.seq
  WHERE ($1::text IS NULL OR e.poll_id = $1) AND l.seq IS NULL
@@ -92,11 +93,12 @@ func (s *Store) Export(ctx context.Context, pollID string, fn func(LedgerRow) er
 		r             LedgerRow
 		leaf          *int64
 		key, cand, pr *string
+		ballot        *string
 		received      *time.Time
 		def           definitionRow
 	)
-	_, err = pgx.ForEachRow(rows, []any{&r.Seq, &key, &r.PollID, &cand, &pr, &received, &r.RecordedAt, &leaf,
-		&def.poll, &def.title, &def.opens, &def.closes, &def.eligible, &def.choices},
+	_, err = pgx.ForEachRow(rows, append([]any{&r.Seq, &key, &r.PollID, &cand, &ballot, &pr, &received, &r.RecordedAt, &leaf},
+		def.targets()...),
 		func() error {
 			r.LeafIndex = -1
 			if leaf != nil {
@@ -105,11 +107,11 @@ func (s *Store) Export(ctx context.Context, pollID string, fn func(LedgerRow) er
 			if def.poll != nil {
 				d := def.definition()
 				r.Seq, r.Definition = 0, &d
-				r.ClientEventID, r.CandidateID, r.PrincipalID, r.ReceivedAt = "", "", "", time.Time{}
+				r.ClientEventID, r.CandidateID, r.Ballot, r.PrincipalID, r.ReceivedAt = "", "", "", "", time.Time{}
 				return fn(r)
 			}
 			r.Definition = nil
-			r.ClientEventID, r.CandidateID, r.PrincipalID, r.ReceivedAt = *key, *cand, *pr, *received
+			r.ClientEventID, r.CandidateID, r.Ballot, r.PrincipalID, r.ReceivedAt = *key, *cand, deref(ballot), *pr, *received
 			return fn(r)
 		})
 	return interpretError("export ledger", err)

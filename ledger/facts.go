@@ -13,6 +13,7 @@ import (
 // they are zero.
 type facts struct {
 	pollExists, pollOpen, choiceValid, eligible bool
+	ballot                                      bool // the event is a ballot of another kind than single
 	keySeq                                      *int64 // ledger row with the same (principal, key)
 	keyFP                                       [32]byte
 	rejReason                                   *string // rejection record with the same (principal, key)
@@ -29,33 +30,37 @@ const loadFactsSQL = `
 SELECT i.ord,
        p.id IS NOT NULL,
        coalesce(p.opens_at <= i.received_at AND (p.closes_at IS NULL OR i.received_at < p.closes_at), false),
-       EXISTS (SELECT 1 FROM poll_choices c WHERE c.poll_id = i.poll_id AND c.candidate_id = i.candidate_id),
+       i.ballot_ok OR coalesce(p.ballot_kind = 'single', false) AND NOT i.ballot
+           AND EXISTS (SELECT 1 FROM poll_choices c WHERE c.poll_id = i.poll_id AND c.candidate_id = i.candidate_id),
        coalesce(p.eligibility = 'any', false)
            OR EXISTS (SELECT 1 FROM poll_eligible el WHERE el.poll_id = i.poll_id AND el.principal_id = i.principal_id),
        k.seq, k.fingerprint,
        r.reason, r.fingerprint,
        (SELECT a.seq FROM poll_events a WHERE a.poll_id = i.poll_id AND a.principal_id = i.principal_id LIMIT 1)
-FROM unnest($1::int[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[])
-       AS i(ord, principal_id, client_event_id, poll_id, candidate_id, received_at)
+FROM unnest($1::int[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[], $7::bool[], $8::bool[])
+       AS i(ord, principal_id, client_event_id, poll_id, candidate_id, received_at, ballot, ballot_ok)
 LEFT JOIN LATERAL (SELECT seq, fingerprint FROM poll_events
                    WHERE principal_id = i.principal_id AND client_event_id = i.client_event_id LIMIT 1) k ON true
 LEFT JOIN LATERAL (SELECT reason, fingerprint FROM poll_event_rejections
                    WHERE principal_id = i.principal_id AND client_event_id = i.client_event_id LIMIT 1) r ON true
-LEFT JOIN LATERAL (SELECT id, opens_at, closes_at, eligibility FROM polls WHERE id = i.poll_id LIMIT 1) p ON true`
+LEFT JOIN LATERAL (SELECT id, opens_at, closes_at, eligibility, ballot_kind FROM polls WHERE id = i.poll_id LIMIT 1) p ON true`
 
 // loadFacts returns the facts of events[idx], by index into events; the
 // others are not loaded.
-func loadFacts(ctx context.Context, tx pgx.Tx, events []Event, idx []int) ([]facts, error) {
+func loadFacts(ctx context.Context, tx pgx.Tx, in appendInput, idx []int) ([]facts, error) {
+	events := in.events
 	n := len(idx)
 	ords := make([]int32, n)
 	principals, keys, polls, candidates := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	received := make([]time.Time, n)
+	isBallot, ok := make([]bool, n), make([]bool, n)
 	for j, i := range idx {
 		e := events[i]
 		ords[j] = int32(i)
 		principals[j], keys[j], polls[j], candidates[j], received[j] = e.PrincipalID, e.ClientEventID, e.PollID, e.CandidateID, e.ReceivedAt
+		isBallot[j], ok[j] = e.Ballot != "", in.ballotOK[i]
 	}
-	rows, err := tx.Query(ctx, loadFactsSQL, ords, principals, keys, polls, candidates, received)
+	rows, err := tx.Query(ctx, loadFactsSQL, ords, principals, keys, polls, candidates, received, isBallot, ok)
 	if err != nil {
 		return nil, interpretError("append batch: load facts", err)
 	}
@@ -80,6 +85,7 @@ func loadFacts(ctx context.Context, tx pgx.Tx, events []Event, idx []int) ([]fac
 		if ord < 0 || int(ord) >= len(out) {
 			return nil, fmt.Errorf("append batch: load facts: row for event %d of %d", ord, len(out))
 		}
+		f.ballot = events[ord].Ballot != ""
 		out[ord] = f
 	}
 	if err := rows.Err(); err != nil {

@@ -9,53 +9,65 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// The two inserts of Append's steps append ledger rows chosen from the
-// batch and, in the same statement, add them to the projection, per (poll,
-// candidate) in a fixed order. They do not number the rows in their polls'
-// logs: the append does that after both steps, under the polls' log heads
+// The two inserts of Append's steps are one statement (insertSQL) that
+// differs only in which rows of the batch it keeps: they append ledger
+// rows chosen from the batch and, in the same statement, add the single
+// choices among them to the projection, per (poll, candidate) in a fixed
+// order (the figures of other ballots are added by the statement after
+// it: ballots.go). They do not number the rows in their polls' logs: the
+// append does that after both steps, under the polls' log heads
 // (log_store.go), so concurrent appends to one poll overlap here and meet
 // only on its poll_results rows, from the insert to the commit, as before
-// the log. Two appends meet on the unique indexes only through a principal
-// in both batches, which the projector's lanes make rare; both insert in
-// the order of (principal, key), so that two appends that do meet there
-// take the index entries in the same order rather than deadlock (one that
-// PostgreSQL still reports is retried). Insert order is not leaf order:
-// the append numbers its rows in batch order. The two differ only in which
-// rows of the batch they keep.
+// the log. Two appends meet on the unique indexes only through a
+// principal in both batches, which the projector's lanes make rare; both
+// insert in the order of (principal, key), so that two appends that do
+// meet there take the index entries in the same order rather than
+// deadlock (one that PostgreSQL still reports is retried). Insert order
+// is not leaf order: the append numbers its rows in batch order.
+//
+// $8 says, per event, that its ballot (of another kind than single) is one
+// its poll's rules take (ballotsValid): a single choice is checked against
+// poll_choices here, and only in a poll of kind single.
 
-// freshSQL is the optimistic step of appendTx: it inserts the events that
-// are valid by the catalog and whose key has no rejection record. It is
-// stricter than the full rules, never looser: an event it skips gets the
-// full rules. ledgerProbes is the part that also leaves out the events
-// that conflict with a ledger row; without it a conflict is a unique
-// violation.
-func freshSQL(ledgerProbes string) string {
+// insertSQL is the insert of the rows keep chooses from the batch's input.
+func insertSQL(keep string) string {
 	return `
 WITH input AS (
-    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::timestamptz[]) WITH ORDINALITY
-        AS i(principal_id, client_event_id, poll_id, candidate_id, fingerprint, received_at, ord)
-), keep AS (
-    SELECT i.*
-    FROM input i
-    CROSS JOIN LATERAL (SELECT opens_at, closes_at, eligibility FROM polls WHERE id = i.poll_id LIMIT 1) p
-    WHERE p.eligibility = 'any'
-      AND p.opens_at <= i.received_at AND (p.closes_at IS NULL OR i.received_at < p.closes_at)
-      AND EXISTS (SELECT 1 FROM poll_choices c WHERE c.poll_id = i.poll_id AND c.candidate_id = i.candidate_id)
-      AND (SELECT 1 FROM poll_event_rejections r
-           WHERE r.principal_id = i.principal_id AND r.client_event_id = i.client_event_id LIMIT 1) IS NULL` + ledgerProbes + `
+    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::timestamptz[], $7::text[], $8::bool[]) WITH ORDINALITY
+        AS i(principal_id, client_event_id, poll_id, candidate_id, fingerprint, received_at, ballot, ballot_ok, ord)
+), keep AS (` + keep + `
 ), ins AS (
-    INSERT INTO poll_events (poll_id, candidate_id, principal_id, client_event_id, fingerprint, received_at)
-    SELECT poll_id, candidate_id, principal_id, client_event_id, fingerprint, received_at
+    INSERT INTO poll_events (poll_id, candidate_id, ballot, principal_id, client_event_id, fingerprint, received_at)
+    SELECT poll_id, candidate_id, ballot, principal_id, client_event_id, fingerprint, received_at
     FROM keep
     ORDER BY principal_id, client_event_id
-    RETURNING seq, principal_id, client_event_id, poll_id, candidate_id
+    RETURNING seq, principal_id, client_event_id, poll_id, candidate_id, ballot
 ), proj AS (
     INSERT INTO poll_results AS r (poll_id, candidate_id, vote_count)
-    SELECT poll_id, candidate_id, count(*) FROM ins
+    SELECT poll_id, candidate_id, count(*) FROM ins WHERE ballot IS NULL
     GROUP BY poll_id, candidate_id ORDER BY poll_id, candidate_id
     ON CONFLICT (poll_id, candidate_id) DO UPDATE SET vote_count = r.vote_count + EXCLUDED.vote_count
 )
 SELECT principal_id, client_event_id, seq FROM ins`
+}
+
+// freshKeep is the optimistic step's choice: the events that are valid
+// by the catalog and whose key has no rejection record. It is stricter
+// than the full rules, never looser: an event it skips gets the full
+// rules. ledgerProbes is the part that also leaves out the events that
+// conflict with a ledger row; without it a conflict is a unique
+// violation.
+func freshKeep(ledgerProbes string) string {
+	return `
+    SELECT i.*
+    FROM input i
+    CROSS JOIN LATERAL (SELECT opens_at, closes_at, eligibility, ballot_kind FROM polls WHERE id = i.poll_id LIMIT 1) p
+    WHERE p.eligibility = 'any'
+      AND p.opens_at <= i.received_at AND (p.closes_at IS NULL OR i.received_at < p.closes_at)
+      AND (i.ballot_ok OR p.ballot_kind = 'single' AND i.ballot IS NULL
+           AND EXISTS (SELECT 1 FROM poll_choices c WHERE c.poll_id = i.poll_id AND c.candidate_id = i.candidate_id))
+      AND (SELECT 1 FROM poll_event_rejections r
+           WHERE r.principal_id = i.principal_id AND r.client_event_id = i.client_event_id LIMIT 1) IS NULL` + ledgerProbes
 }
 
 // insertNewSQL is the optimistic step for a batch none of whose keys and
@@ -64,7 +76,7 @@ SELECT principal_id, client_event_id, seq FROM ins`
 // fail (insertFresh then runs insertFreshSQL instead). Probing both
 // indexes before the insert, which probes them again, was about a fifth of
 // PostgreSQL's CPU per event of an append (BENCHMARKS.md).
-var insertNewSQL = freshSQL("")
+var insertNewSQL = insertSQL(freshKeep(""))
 
 // insertFreshSQL is the optimistic step for a batch that met the ledger:
 // correlated LIMIT 1 probes of both unique indexes, like loadFactsSQL's,
@@ -73,59 +85,53 @@ var insertNewSQL = freshSQL("")
 // the ledger. A concurrent append that committed the same (principal, key)
 // or (poll, principal) after the probe makes a unique violation, reported
 // as errRaced, and the batch runs again.
-var insertFreshSQL = freshSQL(`
+var insertFreshSQL = insertSQL(freshKeep(`
       AND (SELECT 1 FROM poll_events k
            WHERE k.principal_id = i.principal_id AND k.client_event_id = i.client_event_id LIMIT 1) IS NULL
-      AND (SELECT 1 FROM poll_events a WHERE a.poll_id = i.poll_id AND a.principal_id = i.principal_id LIMIT 1) IS NULL`)
+      AND (SELECT 1 FROM poll_events a WHERE a.poll_id = i.poll_id AND a.principal_id = i.principal_id LIMIT 1) IS NULL`))
 
 // insertFresh is the optimistic step: insertNewSQL under a savepoint, and
 // insertFreshSQL after rolling back to it if a ledger row was in the way
 // (a redelivered entry, or a principal that answered before). The
 // savepoint stays open to the commit: releasing it would cost a round trip
 // and change nothing.
-func insertFresh(ctx context.Context, tx pgx.Tx, events []Event, fps [][32]byte, idx []int) (map[int]int64, error) {
+func insertFresh(ctx context.Context, tx pgx.Tx, in appendInput, idx []int) (map[int]int64, error) {
 	if len(idx) == 0 {
 		return nil, nil
 	}
 	if _, err := tx.Exec(ctx, "SAVEPOINT append_new"); err != nil {
 		return nil, interpretError("append batch: savepoint", err)
 	}
-	seqs, err := insertEvents(ctx, tx, insertNewSQL, events, fps, idx)
+	seqs, err := insertEvents(ctx, tx, insertNewSQL, in, idx)
 	if !errors.Is(err, errRaced) {
 		return seqs, err
 	}
 	if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT append_new"); err != nil {
 		return nil, interpretError("append batch: roll back to savepoint", err)
 	}
-	return insertEvents(ctx, tx, insertFreshSQL, events, fps, idx)
+	return insertEvents(ctx, tx, insertFreshSQL, in, idx)
 }
 
-// insertEventsSQL is the full rules' insert. It is a plain INSERT, not ON
-// CONFLICT DO NOTHING: the facts read before it already showed every key
-// and (poll, principal) free, so a unique violation can only come from a
-// concurrent transaction that committed the same key in between, and
-// insertEvents reports it as errRaced.
-const insertEventsSQL = `
-WITH input AS (
-    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::timestamptz[]) WITH ORDINALITY
-        AS i(principal_id, client_event_id, poll_id, candidate_id, fingerprint, received_at, ord)
-), ins AS (
-    INSERT INTO poll_events (poll_id, candidate_id, principal_id, client_event_id, fingerprint, received_at)
-    SELECT i.poll_id, i.candidate_id, i.principal_id, i.client_event_id, i.fingerprint, i.received_at
-    FROM input i
-    ORDER BY i.principal_id, i.client_event_id
-    RETURNING seq, principal_id, client_event_id, poll_id, candidate_id
-), proj AS (
-    INSERT INTO poll_results AS r (poll_id, candidate_id, vote_count)
-    SELECT poll_id, candidate_id, count(*) FROM ins
-    GROUP BY poll_id, candidate_id ORDER BY poll_id, candidate_id
-    ON CONFLICT (poll_id, candidate_id) DO UPDATE SET vote_count = r.vote_count + EXCLUDED.vote_count
-)
-SELECT principal_id, client_event_id, seq FROM ins`
+// insertEventsSQL is the full rules' insert, of every event it is given.
+// It is a plain INSERT, not ON CONFLICT DO NOTHING: the facts read before
+// it already showed every key and (poll, principal) free, so a unique
+// violation can only come from a concurrent transaction that committed
+// the same key in between, and insertEvents reports it as errRaced.
+var insertEventsSQL = insertSQL(`
+    SELECT * FROM input`)
+
+// appendInput is a batch as the statements take it: the events, their
+// fingerprints and, for each, whether it carries a ballot its poll's rules
+// take (ballotsValid).
+type appendInput struct {
+	events   []Event
+	fps      [][32]byte
+	ballotOK []bool
+}
 
 // insertEvents inserts events[idx] and returns the seq of each one
 // inserted, by index. An index missing from the map was left out.
-func insertEvents(ctx context.Context, tx pgx.Tx, sql string, events []Event, fps [][32]byte, idx []int) (map[int]int64, error) {
+func insertEvents(ctx context.Context, tx pgx.Tx, sql string, in appendInput, idx []int) (map[int]int64, error) {
 	if len(idx) == 0 {
 		return nil, nil
 	}
@@ -133,14 +139,19 @@ func insertEvents(ctx context.Context, tx pgx.Tx, sql string, events []Event, fp
 	principals, keys, polls, candidates := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	fpb := make([][]byte, n)
 	received := make([]time.Time, n)
+	ballots, ok := make([]*string, n), make([]bool, n)
 	byKey := make(map[keyOf]int, n)
 	for j, i := range idx {
-		e := events[i]
+		e := &in.events[i]
 		principals[j], keys[j], polls[j], candidates[j], received[j] = e.PrincipalID, e.ClientEventID, e.PollID, e.CandidateID, e.ReceivedAt
-		fpb[j] = fps[i][:]
+		if e.Ballot != "" {
+			ballots[j] = &e.Ballot
+		}
+		ok[j] = in.ballotOK[i]
+		fpb[j] = in.fps[i][:]
 		byKey[keyOf{e.PrincipalID, e.ClientEventID}] = i
 	}
-	rows, err := tx.Query(ctx, sql, principals, keys, polls, candidates, fpb, received)
+	rows, err := tx.Query(ctx, sql, principals, keys, polls, candidates, fpb, received, ballots, ok)
 	if err != nil {
 		return nil, insertError(err)
 	}
@@ -169,8 +180,8 @@ func insertError(err error) error {
 }
 
 const insertRejectionsSQL = `
-INSERT INTO poll_event_rejections (principal_id, client_event_id, poll_id, candidate_id, fingerprint, reason, received_at)
-SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::text[], $7::timestamptz[])
+INSERT INTO poll_event_rejections (principal_id, client_event_id, poll_id, candidate_id, fingerprint, reason, received_at, ballot)
+SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::text[], $7::timestamptz[], $8::text[])
 ORDER BY 1, 2
 ON CONFLICT DO NOTHING`
 
@@ -185,6 +196,7 @@ func insertRejections(ctx context.Context, tx pgx.Tx, rs []rejection) error {
 	var principals, keys, polls, candidates, reasons []string
 	var fpb [][]byte
 	var received []time.Time
+	var ballots []*string
 	for i := range rs {
 		r := &rs[i]
 		k := keyOf{r.e.PrincipalID, r.e.ClientEventID}
@@ -199,7 +211,12 @@ func insertRejections(ctx context.Context, tx pgx.Tx, rs []rejection) error {
 		fpb = append(fpb, r.fp[:])
 		reasons = append(reasons, string(r.reason))
 		received = append(received, r.e.ReceivedAt)
+		var b *string
+		if r.e.Ballot != "" {
+			b = &r.e.Ballot
+		}
+		ballots = append(ballots, b)
 	}
-	_, err := tx.Exec(ctx, insertRejectionsSQL, principals, keys, polls, candidates, fpb, reasons, received)
+	_, err := tx.Exec(ctx, insertRejectionsSQL, principals, keys, polls, candidates, fpb, reasons, received, ballots)
 	return interpretError("append batch: record rejections", err)
 }

@@ -55,6 +55,7 @@ type Store struct {
 	// fullPathOnly turns off Append's optimistic step, so tests can hold
 	// the two steps to the same outcomes.
 	fullPathOnly bool
+	rules        rulesCache // ballots.go
 }
 
 // New returns a Store on pool. The schema must be migrated (package

@@ -24,8 +24,8 @@ const buildChunk = 1 << 16
 // logRowsSQL reads a poll's leaves in leaf order, each with its ledger
 // row, or its definition for a negative seq: NULLs where the row is gone.
 const logRowsSQL = `
-SELECT l.first_leaf + s.ord - 1, s.seq, e.poll_id, e.candidate_id, e.principal_id, e.client_event_id, e.received_at, e.fingerprint,
-       d.poll_id, d.title, d.opens_at, d.closes_at, d.eligible_hash, d.choices
+SELECT l.first_leaf + s.ord - 1, s.seq, e.poll_id, e.candidate_id, e.ballot, e.principal_id, e.client_event_id, e.received_at, e.fingerprint,
+       ` + definitionCols + `
 FROM poll_log_leaves l
 CROSS JOIN LATERAL unnest(l.seqs) WITH ORDINALITY AS s(seq, ord)
 LEFT JOIN poll_events e ON s.seq > 0 AND e.seq = s.seq
@@ -92,13 +92,13 @@ func hashRows(ctx context.Context, tx pgx.Tx, poll string) (hashed, error) {
 	var (
 		leaf, seq         int64
 		rowPoll, cand, pr *string
-		key               *string
+		key, ballot       *string
 		received          *time.Time
 		fp                []byte
 		def               definitionRow
 	)
-	_, err = pgx.ForEachRow(rows, []any{&leaf, &seq, &rowPoll, &cand, &pr, &key, &received, &fp,
-		&def.poll, &def.title, &def.opens, &def.closes, &def.eligible, &def.choices}, func() error {
+	_, err = pgx.ForEachRow(rows, append([]any{&leaf, &seq, &rowPoll, &cand, &ballot, &pr, &key, &received, &fp},
+		def.targets()...), func() error {
 		if leaf != lh.h.n {
 			return &LogError{PollID: poll, Leaf: lh.h.n, Problem: leafGap(lh.h.n, leaf)}
 		}
@@ -117,7 +117,7 @@ func hashRows(ctx context.Context, tx pgx.Tx, poll string) (hashed, error) {
 		case *rowPoll != poll:
 			return &LogError{PollID: poll, Leaf: leaf, Problem: fmt.Sprintf("its ledger row (seq %d) is poll %s's: the row was changed or the leaf moved", seq, *rowPoll)}
 		}
-		return lh.add(*cand, *pr, *key, *received, string(fp))
+		return lh.add(EventOf(*pr, *key, poll, *cand+deref(ballot), *received), string(fp))
 	})
 	if err == nil {
 		err = lh.flush()
@@ -141,27 +141,35 @@ type leafHasher struct {
 	chunk []tlog.Hash       // hashed, not yet in the tree
 }
 
+// maxFingerprintsHeld bounds the fingerprints a leafHasher keeps, one per
+// distinct ballot: a poll of few choices has few, but ballots of other
+// kinds than single can be as many as the votes.
+const maxFingerprintsHeld = 4096
+
 func newLeafHasher(poll string) *leafHasher {
 	return &leafHasher{poll: poll, h: hashed{state: emptyLog(), badFP: -1, badDef: -1}, fps: map[string][32]byte{},
 		chunk: make([]tlog.Hash, 0, buildChunk)}
 }
 
-// add hashes the row of the next leaf.
-func (lh *leafHasher) add(cand, pr, key string, received time.Time, fp string) error {
-	h, err := leafHash(Event{PollID: lh.poll, CandidateID: cand, PrincipalID: pr, ClientEventID: key, ReceivedAt: received})
+// add hashes the row of the next leaf, e (of lh's poll).
+func (lh *leafHasher) add(e Event, fp string) error {
+	h, err := leafHash(e)
 	if err != nil {
 		return fmt.Errorf("leaf %d: %w", lh.h.n, err)
 	}
-	want, ok := lh.fps[cand]
+	answer := e.Answer()
+	want, ok := lh.fps[answer]
 	if !ok {
-		want = vote.Fingerprint(lh.poll, cand)
-		lh.fps[cand] = want
+		want = vote.Fingerprint(lh.poll, answer)
+		if len(lh.fps) < maxFingerprintsHeld {
+			lh.fps[answer] = want
+		}
 	}
 	if lh.h.badFP < 0 && fp != string(want[:]) {
 		lh.h.badFP = lh.h.n
 	}
 	if lh.def != nil && lh.h.badDef < 0 {
-		if why := lh.def.Refuses(cand, received); why != "" {
+		if why := lh.def.Refuses(answer, e.ReceivedAt); why != "" {
 			lh.h.badDef, lh.h.defProblem = lh.h.n, why
 		}
 	}
@@ -268,10 +276,20 @@ type definitionRow struct {
 	closes      *time.Time
 	eligible    []byte
 	choices     []string
+	rules       rulesRow
+}
+
+// definitionCols are the columns definitionRow.targets scans, of
+// poll_definitions d.
+const definitionCols = `d.poll_id, d.title, d.opens_at, d.closes_at, d.eligible_hash, d.choices, ` + rulesColsD
+
+// targets are the scan targets of definitionCols.
+func (r *definitionRow) targets() []any {
+	return append([]any{&r.poll, &r.title, &r.opens, &r.closes, &r.eligible, &r.choices}, r.rules.targets()...)
 }
 
 func (r definitionRow) definition() audit.Definition {
-	d := audit.Definition{PollID: *r.poll, Title: *r.title, OpensAt: *r.opens, Choices: slices.Clone(r.choices)}
+	d := audit.Definition{PollID: *r.poll, Title: *r.title, OpensAt: *r.opens, Choices: slices.Clone(r.choices), Rules: r.rules.rules()}
 	if r.closes != nil {
 		t := *r.closes
 		d.ClosesAt = &t

@@ -39,7 +39,7 @@ const passBatch = 1 << 12
 // of one, a row's one allocation (passRows).
 type passRow struct {
 	seq      int64
-	cand     string
+	cand     string // the ballot, canonical (Event.Answer)
 	pr       string
 	key      string
 	received time.Time
@@ -190,8 +190,8 @@ WHERE $1::text IS NULL OR poll_id = $1 ORDER BY poll_id, first_leaf`, pollID)
 // set), by id.
 func passDefinitions(ctx context.Context, tx pgx.Tx, pollID *string) (map[int64]*audit.Definition, error) {
 	rows, err := tx.Query(ctx, `
-SELECT id, poll_id, title, opens_at, closes_at, eligible_hash, choices FROM poll_definitions
-WHERE $1::text IS NULL OR poll_id = $1`, pollID)
+SELECT d.id, `+definitionCols+` FROM poll_definitions d
+WHERE $1::text IS NULL OR d.poll_id = $1`, pollID)
 	if err != nil {
 		return nil, interpretError("read the polls' definitions", err)
 	}
@@ -200,7 +200,7 @@ WHERE $1::text IS NULL OR poll_id = $1`, pollID)
 		id  int64
 		def definitionRow
 	)
-	_, err = pgx.ForEachRow(rows, []any{&id, &def.poll, &def.title, &def.opens, &def.closes, &def.eligible, &def.choices}, func() error {
+	_, err = pgx.ForEachRow(rows, append([]any{&id}, def.targets()...), func() error {
 		d := def.definition()
 		out[id] = &d
 		return nil
@@ -298,7 +298,7 @@ func (pp *passPoll) hash() {
 			if r.def != nil {
 				pp.err = lh.addDefinition(*r.def)
 			} else {
-				pp.err = lh.add(r.cand, r.pr, r.key, r.received, r.fp)
+				pp.err = lh.add(EventOf(r.pr, r.key, pp.id, r.cand, r.received), r.fp)
 			}
 		}
 	}
@@ -311,7 +311,7 @@ func (pp *passPoll) hash() {
 // passRowsSQL reads the ledger's rows (one poll's when $1 is set) in seq
 // order, as the pass wants them.
 const passRowsSQL = `
-SELECT seq, poll_id, candidate_id, principal_id, client_event_id, received_at, fingerprint FROM poll_events
+SELECT seq, poll_id, coalesce(ballot, candidate_id), principal_id, client_event_id, received_at, fingerprint FROM poll_events
 WHERE $1::text IS NULL OR poll_id = $1 ORDER BY seq`
 
 // pgEpoch is PostgreSQL's epoch, 2000-01-01T00:00:00Z, in Unix

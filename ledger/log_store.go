@@ -261,7 +261,7 @@ func appendLogs(ctx context.Context, tx pgx.Tx, events []Event, outcomes []Outco
 }
 
 func leafHash(e Event) (tlog.Hash, error) {
-	return audit.LeafHash(audit.Leaf{PollID: e.PollID, CandidateID: e.CandidateID, PrincipalID: e.PrincipalID,
+	return audit.LeafHash(audit.Leaf{PollID: e.PollID, CandidateID: e.CandidateID, Ballot: e.Ballot, PrincipalID: e.PrincipalID,
 		ClientEventID: e.ClientEventID, ReceivedAt: e.ReceivedAt})
 }
 

@@ -205,6 +205,22 @@ func NewRules(spec Spec, nChoices int) (Rules, error) {
 	return r, nil
 }
 
+// Spec is r as it would be asked for, every parameter of its kind given:
+// NewRules(r.Spec(), n) is r again for a poll of n choices r fits.
+func (r Rules) Spec() Spec {
+	s := Spec{Kind: string(r.Kind), Answers: string(r.Answers)}
+	switch r.Kind {
+	case KindMultiple:
+		s.MinChoices, s.MaxChoices = &r.MinChoices, &r.MaxChoices
+	case KindScore:
+		s.MaxScore = &r.MaxScore
+		if r.Budget > 0 {
+			s.Budget = &r.Budget
+		}
+	}
+	return s
+}
+
 func kindList() string {
 	s := make([]string, len(Kinds))
 	for i, k := range Kinds {
