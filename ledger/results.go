@@ -2,25 +2,43 @@ package ledger
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"tally/audit"
+	"tally/vote"
 )
 
-// CandidateVotes is one candidate's tally.
+// CandidateVotes is one candidate's tally: Votes for every kind (see
+// vote/count.go for what it counts), and the figures of its poll's kind,
+// nil for the others.
 type CandidateVotes struct {
 	CandidateID string `json:"candidate_id"`
 	Votes       int64  `json:"votes"`
+	Yes         *int64 `json:"yes,omitempty"`     // approve
+	No          *int64 `json:"no,omitempty"`      // approve
+	Abstain     *int64 `json:"abstain,omitempty"` // approve
+	Score       *int64 `json:"score,omitempty"`   // score: the sum of its scores
+	Borda       *int64 `json:"borda,omitempty"`   // ranked
 }
 
 // Results are a poll's tallies from the projection.
 type Results struct {
 	PollID  string           `json:"poll_id"`
+	Kind    vote.Kind        `json:"kind"`
 	Results []CandidateVotes `json:"results"`
-	Total   int64            `json:"total"`
+	Total   int64            `json:"total"`   // the sum of votes
+	Ballots int64            `json:"ballots"` // the ballots counted, one per principal
+	// Pairwise (ranked) is Pairwise[a][b], the ballots that rank a above
+	// b, for every two choices; CondorcetWinner the choice that beats every
+	// other, or nil. Both are absent for the other kinds.
+	Pairwise        map[string]map[string]int64 `json:"pairwise,omitempty"`
+	CondorcetWinner Winner                      `json:"condorcet_winner,omitzero"`
 	// TreeSize is the size of the poll's log these tallies are the count
 	// of: its first TreeSize leaves, which a signed checkpoint of that
 	// size covers.
@@ -32,8 +50,12 @@ type Results struct {
 // one snapshot: the projection and the head are written in one transaction,
 // and so the size is the very number of leaves the tallies count.
 const resultsSQL = `
-SELECT c.candidate_id, coalesce(r.vote_count, 0), now(), coalesce(h.size, 0)
+SELECT c.candidate_id, coalesce(r.vote_count, 0), coalesce(r.yes_count, 0), coalesce(r.no_count, 0),
+       coalesce(r.abstain_count, 0), coalesce(r.score_sum, 0), coalesce(r.borda_sum, 0),
+       now(), coalesce(h.size, 0), p.ballot_kind, coalesce((SELECT ballots FROM poll_ballots b WHERE b.poll_id = c.poll_id), 0),
+       coalesce((SELECT array_agg(w.winner || '>' || w.loser || '>' || w.ballots) FROM poll_pairwise w WHERE w.poll_id = c.poll_id), '{}')
 FROM poll_choices c
+JOIN polls p ON p.id = c.poll_id
 LEFT JOIN poll_results r ON r.poll_id = c.poll_id AND r.candidate_id = c.candidate_id
 LEFT JOIN poll_log_heads h ON h.poll_id = c.poll_id
 WHERE c.poll_id = $1
@@ -45,20 +67,119 @@ func (s *Store) Results(ctx context.Context, pollID string) (Results, error) {
 	if err != nil {
 		return Results{}, interpretError("read results", err)
 	}
-	res := Results{PollID: pollID, Results: []CandidateVotes{}}
-	var cv CandidateVotes
-	_, err = pgx.ForEachRow(rows, []any{&cv.CandidateID, &cv.Votes, &res.AsOf, &res.TreeSize}, func() error {
-		res.Results = append(res.Results, cv)
-		res.Total += cv.Votes
+	var (
+		choices  []string
+		figs     []vote.Figures
+		id       string
+		f        vote.Figures
+		kind     vote.Kind
+		ballots  int64
+		pairwise []string
+		asOf     time.Time
+		size     int64
+	)
+	_, err = pgx.ForEachRow(rows, []any{&id, &f.Votes, &f.Yes, &f.No, &f.Abstain, &f.Score, &f.Borda,
+		&asOf, &size, &kind, &ballots, &pairwise}, func() error {
+		choices, figs = append(choices, id), append(figs, f)
 		return nil
 	})
 	if err != nil {
 		return Results{}, interpretError("read results", err)
 	}
-	if len(res.Results) == 0 {
+	if len(figs) == 0 {
 		return Results{}, fmt.Errorf("read results of poll %s: %w", pollID, ErrNotFound)
 	}
+	c := vote.NewCount(kind, choices)
+	copy(c.Figures, figs)
+	c.Ballots = ballots
+	if kind == vote.KindSingle {
+		c.Ballots = c.Total()
+	}
+	if err := setPairwise(c, pairwise); err != nil {
+		return Results{}, fmt.Errorf("read results of poll %s: %w", pollID, err)
+	}
+	res := ResultsOf(pollID, c)
+	res.AsOf, res.TreeSize = asOf, size
 	return res, nil
+}
+
+// Winner is a ranked poll's Condorcet winner: its id, or "" when no choice
+// beats every other; the zero value is a poll of another kind, whose
+// results have no such field. In JSON a string, or null.
+type Winner struct {
+	Ranked bool
+	ID     string
+}
+
+func (w Winner) IsZero() bool { return !w.Ranked }
+
+func (w Winner) MarshalJSON() ([]byte, error) {
+	if w.ID == "" {
+		return []byte("null"), nil
+	}
+	return json.Marshal(w.ID)
+}
+
+func (w *Winner) UnmarshalJSON(b []byte) error {
+	w.Ranked = true
+	if string(b) == "null" {
+		w.ID = ""
+		return nil
+	}
+	return json.Unmarshal(b, &w.ID)
+}
+
+// setPairwise sets c's pairwise cells from poll_pairwise's rows, each as
+// "winner>loser>ballots".
+func setPairwise(c *vote.Count, cells []string) error {
+	for _, cell := range cells {
+		parts := strings.Split(cell, ">")
+		if len(parts) != 3 || c.Pairwise == nil {
+			return fmt.Errorf("a pairwise cell %q of a poll of kind %s", cell, c.Kind)
+		}
+		i, j := c.Index(parts[0]), c.Index(parts[1])
+		n, err := strconv.ParseInt(parts[2], 10, 64)
+		if i < 0 || j < 0 || err != nil {
+			continue // a choice the poll no longer has: rebuild reports it
+		}
+		c.Pairwise[i*len(c.Choices)+j] = n
+	}
+	return nil
+}
+
+// ResultsOf is the results a count makes: every choice's votes, the
+// figures of the count's kind, and for ranked the pairwise matrix and the
+// Condorcet winner.
+func ResultsOf(pollID string, c *vote.Count) Results {
+	res := Results{PollID: pollID, Kind: c.Kind, Results: make([]CandidateVotes, len(c.Choices)), Total: c.Total(), Ballots: c.Ballots}
+	for i, id := range c.Choices {
+		f := c.Figures[i]
+		cv := CandidateVotes{CandidateID: id, Votes: f.Votes}
+		switch c.Kind {
+		case vote.KindApprove:
+			cv.Yes, cv.No, cv.Abstain = &f.Yes, &f.No, &f.Abstain
+		case vote.KindScore:
+			cv.Score = &f.Score
+		case vote.KindRanked:
+			cv.Borda = &f.Borda
+		}
+		res.Results[i] = cv
+	}
+	if c.Kind == vote.KindRanked {
+		res.Pairwise = make(map[string]map[string]int64, len(c.Choices))
+		for i, a := range c.Choices {
+			row := make(map[string]int64, len(c.Choices)-1)
+			for j, b := range c.Choices {
+				if i != j {
+					row[b] = c.Beats(i, j)
+				}
+			}
+			res.Pairwise[a] = row
+		}
+		res.CondorcetWinner.Ranked = true
+		res.CondorcetWinner.ID, _ = c.CondorcetWinner()
+	}
+	return res
 }
 
 // PollTotals reads the total of every poll's tallies, from the projection.
@@ -83,6 +204,7 @@ type EventRecord struct {
 	ClientEventID string
 	PollID        string
 	CandidateID   string
+	Ballot        string // a ballot of another kind than single, canonical; CandidateID is empty then
 	Status        Status // recorded or rejected
 	Reason        Reason // for rejected
 	Seq           int64  // for recorded
@@ -96,14 +218,14 @@ type EventRecord struct {
 // poll_log_leaves row that holds its seq (-1 for a row in no leaf, which
 // rebuild reports).
 const eventSQL = `
-SELECT poll_id, candidate_id, status, reason, seq, leaf_index, received_at, recorded_at FROM (
-    SELECT 1 AS pri, poll_id, candidate_id, 'recorded' AS status, '' AS reason, seq, coalesce((
+SELECT poll_id, candidate_id, coalesce(ballot, ''), status, reason, seq, leaf_index, received_at, recorded_at FROM (
+    SELECT 1 AS pri, poll_id, candidate_id, ballot, 'recorded' AS status, '' AS reason, seq, coalesce((
         SELECT l.first_leaf + array_position(l.seqs, e.seq) - 1 FROM poll_log_leaves l
         WHERE l.poll_id = e.poll_id AND l.max_seq >= e.seq AND l.min_seq <= e.seq AND e.seq = ANY (l.seqs)
         ORDER BY l.max_seq LIMIT 1), -1) AS leaf_index, received_at, recorded_at
     FROM poll_events e WHERE principal_id = $1 AND client_event_id = $2
     UNION ALL
-    SELECT 2, poll_id, candidate_id, 'rejected', reason, 0, -1, received_at, recorded_at
+    SELECT 2, poll_id, candidate_id, ballot, 'rejected', reason, 0, -1, received_at, recorded_at
     FROM poll_event_rejections WHERE principal_id = $1 AND client_event_id = $2
 ) e ORDER BY pri LIMIT 1`
 
@@ -114,7 +236,7 @@ SELECT poll_id, candidate_id, status, reason, seq, leaf_index, received_at, reco
 func (s *Store) Event(ctx context.Context, principalID, clientEventID string) (EventRecord, error) {
 	r := EventRecord{PrincipalID: principalID, ClientEventID: clientEventID}
 	err := s.pool.QueryRow(ctx, eventSQL, principalID, clientEventID).
-		Scan(&r.PollID, &r.CandidateID, &r.Status, &r.Reason, &r.Seq, &r.LeafIndex, &r.ReceivedAt, &r.RecordedAt)
+		Scan(&r.PollID, &r.CandidateID, &r.Ballot, &r.Status, &r.Reason, &r.Seq, &r.LeafIndex, &r.ReceivedAt, &r.RecordedAt)
 	if err != nil {
 		return EventRecord{}, interpretError("read event", err)
 	}
@@ -124,6 +246,6 @@ func (s *Store) Event(ctx context.Context, principalID, clientEventID string) (E
 // Leaf is the log leaf of a recorded event: the fields its leaf hash is
 // the hash of.
 func (r EventRecord) Leaf() audit.Leaf {
-	return audit.Leaf{PollID: r.PollID, CandidateID: r.CandidateID, PrincipalID: r.PrincipalID,
+	return audit.Leaf{PollID: r.PollID, CandidateID: r.CandidateID, Ballot: r.Ballot, PrincipalID: r.PrincipalID,
 		ClientEventID: r.ClientEventID, ReceivedAt: r.ReceivedAt}
 }
