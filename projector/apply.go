@@ -67,7 +67,7 @@ func (p *Projector) triageBatch(msgs []message) ([]item, []deadItem) {
 		}
 		items = append(items, item{msg: m, event: ledger.Event{
 			PrincipalID: e.PrincipalID, ClientEventID: e.ClientEventID,
-			PollID: e.PollID, CandidateID: e.CandidateID, ReceivedAt: e.ReceivedAt,
+			PollID: e.PollID, CandidateID: e.CandidateID, Ballot: e.Ballot, ReceivedAt: e.ReceivedAt,
 		}})
 	}
 	return items, dead
@@ -92,7 +92,7 @@ func (p *Projector) triage(m message) (stream.Entry, deadItem, bool) {
 	if err != nil {
 		return e, deadItem{msg: m, reason: ReasonUndecodable, detail: err.Error()}, true
 	}
-	if want := vote.FingerprintHex(e.PollID, e.CandidateID); e.Fingerprint != want {
+	if want := vote.FingerprintHex(e.PollID, e.Answer()); e.Fingerprint != want {
 		return e, deadItem{msg: m, reason: ReasonFingerprintMismatch, detail: fmt.Sprintf("fingerprint %s does not match the payload's %s", e.Fingerprint, want)}, true
 	}
 	return e, deadItem{}, false

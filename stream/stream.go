@@ -123,14 +123,28 @@ func (k Keys) RateLimit(principalID string) string {
 // records are gone.
 func (k Keys) Epoch(shard int) string { return k.tag(shard) + ":epoch" }
 
-// Entry is one accepted vote as it travels through the stream.
+// Entry is one accepted vote as it travels through the stream. Its ballot
+// is CandidateID for a single choice, else Ballot (canonical, see
+// vote.Ballot.Canonical); both travel in the candidate field, which holds
+// the ballot's canonical form whatever its kind: an id is a single
+// choice, anything else a ballot of another kind.
 type Entry struct {
 	PrincipalID   string    // authenticated principal (never from the request body)
 	ClientEventID string    // the client's idempotency key, scoped to PrincipalID
 	PollID        string    //
-	CandidateID   string    //
-	Fingerprint   string    // vote.FingerprintHex of the payload
+	CandidateID   string    // a single choice
+	Ballot        string    // a ballot of another kind, canonical; CandidateID is empty then
+	Fingerprint   string    // vote.FingerprintHex of the poll and the ballot's canonical form
 	ReceivedAt    time.Time // intake's clock when the request arrived
+}
+
+// Answer is the entry's ballot in canonical form: what the candidate
+// field carries.
+func (e Entry) Answer() string {
+	if e.Ballot != "" {
+		return e.Ballot
+	}
+	return e.CandidateID
 }
 
 // Field names of an encoded entry. The version field lets a later format be
@@ -154,7 +168,7 @@ func (e Entry) Values() []string {
 		FieldPrincipal, e.PrincipalID,
 		FieldEventID, e.ClientEventID,
 		FieldPoll, e.PollID,
-		FieldCandidate, e.CandidateID,
+		FieldCandidate, e.Answer(),
 		FieldFingerprint, e.Fingerprint,
 		FieldReceivedAt, strconv.FormatInt(e.ReceivedAt.UnixMicro(), 10),
 	}
@@ -206,7 +220,6 @@ func Decode(values map[string]any) (Entry, error) {
 		{FieldPrincipal, &e.PrincipalID},
 		{FieldEventID, &e.ClientEventID},
 		{FieldPoll, &e.PollID},
-		{FieldCandidate, &e.CandidateID},
 	} {
 		s, err := get(f.name)
 		if err != nil {
@@ -216,6 +229,18 @@ func Decode(values map[string]any) (Entry, error) {
 			return Entry{}, fmt.Errorf("%w: field %q is %q, want "+vote.IDRule, ErrUndecodable, f.name, s)
 		}
 		*f.dst = s
+	}
+	answer, err := get(FieldCandidate)
+	if err != nil {
+		return Entry{}, err
+	}
+	switch {
+	case vote.ValidID(answer):
+		e.CandidateID = answer
+	case vote.ValidCanonical(answer):
+		e.Ballot = answer
+	default:
+		return Entry{}, fmt.Errorf("%w: field %q is %q, want a candidate id ("+vote.IDRule+") or a ballot in canonical form", ErrUndecodable, FieldCandidate, answer)
 	}
 	fp, err := get(FieldFingerprint)
 	if err != nil {
