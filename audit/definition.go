@@ -225,7 +225,15 @@ func DefinitionHash(d Definition) (tlog.Hash, error) {
 // received, or "" when it does: the choice is not offered, or the vote was
 // received before the poll opened or from its closing on.
 func (d Definition) Refuses(candidate string, received time.Time) string {
-	if !slices.Contains(d.Choices, candidate) {
+	if k := d.Rules.Kind; k != "" && k != vote.KindSingle {
+		b, err := vote.ParseCanonical(k, candidate)
+		if err == nil {
+			err = d.Rules.Check(d.Choices, b)
+		}
+		if err != nil {
+			return fmt.Sprintf("the ballot %s is not one the poll's definition in force takes: %v", candidate, err)
+		}
+	} else if !slices.Contains(d.Choices, candidate) {
 		return fmt.Sprintf("the vote is for %s, which the poll's definition in force does not offer", candidate)
 	}
 	if received.Before(d.OpensAt) {

@@ -44,6 +44,9 @@ type Leaf struct {
 // holds any of them; an id outside that rule is an error, not a leaf.
 // received_at is truncated to the microsecond, PostgreSQL's precision.
 func EncodeLeaf(dst []byte, l Leaf) ([]byte, error) {
+	if l.Ballot != "" {
+		return encodeBallotLeaf(dst, l)
+	}
 	dst = append(dst, LeafVersion)
 	for _, f := range [...]struct{ name, v string }{
 		{"poll_id", l.PollID}, {"candidate_id", l.CandidateID},
@@ -102,10 +105,43 @@ func DecodeLeaf(b []byte) (Leaf, error) {
 // It is tlog.RecordHash of the encoding, hashed from one buffer on the
 // stack: the rebuild hashes every leaf of the ledger.
 func LeafHash(l Leaf) (tlog.Hash, error) {
-	var buf [1 + 1 + 4*(1+vote.MaxIDLen) + 8]byte // 0x00, then the leaf
+	var buf [1 + 1 + 3*(1+vote.MaxIDLen) + 2 + vote.MaxCanonicalLen + 8]byte // 0x00, then the leaf
 	b, err := EncodeLeaf(buf[1:1], l)
 	if err != nil {
 		return tlog.Hash{}, err
 	}
 	return sha256.Sum256(buf[:1+len(b)]), nil
+}
+
+// BallotLeafVersion is the first byte of the leaf of a vote whose ballot is
+// of another kind than single.
+const BallotLeafVersion = 4
+
+// encodeBallotLeaf is EncodeLeaf for a ballot (version 4): as version 1,
+// with the ballot's canonical form, its length in 2 bytes big-endian
+// before it, in the candidate's place.
+func encodeBallotLeaf(dst []byte, l Leaf) ([]byte, error) {
+	if l.CandidateID != "" || vote.ValidID(l.Ballot) || !vote.ValidCanonical(l.Ballot) {
+		return nil, fmt.Errorf("leaf: ballot %q is not a ballot in canonical form with no candidate_id", l.Ballot)
+	}
+	dst = append(dst, BallotLeafVersion)
+	for i, f := range [...]struct{ name, v string }{
+		{"poll_id", l.PollID}, {"ballot", l.Ballot},
+		{"principal_id", l.PrincipalID}, {"client_event_id", l.ClientEventID},
+	} {
+		if i == 1 {
+			dst = binary.BigEndian.AppendUint16(dst, uint16(len(f.v)))
+			dst = append(dst, f.v...)
+			continue
+		}
+		if !vote.ValidID(f.v) {
+			return nil, fmt.Errorf("leaf: %s %q is invalid: ids are "+vote.IDRule, f.name, f.v)
+		}
+		dst = append(dst, byte(len(f.v)))
+		dst = append(dst, f.v...)
+	}
+	if l.ReceivedAt.IsZero() {
+		return nil, errors.New("leaf: received_at is not set")
+	}
+	return binary.BigEndian.AppendUint64(dst, uint64(l.ReceivedAt.UnixMicro())), nil
 }

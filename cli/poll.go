@@ -11,6 +11,7 @@ import (
 	ucli "github.com/urfave/cli/v2"
 
 	"tally/ledger"
+	"tally/vote"
 )
 
 func pollCommand() *ucli.Command {
@@ -58,7 +59,42 @@ func pollCreateFlags() []ucli.Flag {
 		&ucli.StringSliceFlag{Name: "eligible", Usage: "a principal `ID` allowed to answer; repeat for each (default: any principal)"},
 		&ucli.BoolFlag{Name: "public-results", Usage: "anyone may see the results without a token: intake's live page /polls/ID " +
 			"and its stream /v1/polls/ID/live (default: only the principals that may answer)"},
+		&ucli.StringFlag{Name: "kind", Value: string(vote.KindSingle), Usage: "the ballot's `KIND`: single (one choice), multiple (a set of choices), " +
+			"approve (yes/no/abstain per choice), score (0 to --max-score per choice) or ranked (choices in order of preference)"},
+		&ucli.IntFlag{Name: "min-choices", Usage: "multiple: the fewest choices a ballot holds; 0 lets an empty ballot abstain (default: 1)"},
+		&ucli.IntFlag{Name: "max-choices", Usage: "multiple: the most choices a ballot holds (default: every choice)"},
+		&ucli.IntFlag{Name: "max-score", Usage: "score: the highest score of one choice (required for score)"},
+		&ucli.IntFlag{Name: "budget", Usage: "score: the most points one ballot spends in all (default: no budget)"},
+		&ucli.StringFlag{Name: "answers", Value: string(vote.AnswersFinal), Usage: "`MODE`: final (the first ballot counts) or latest " +
+			"(a new ballot replaces the principal's last one until the poll closes)"},
 	}
+}
+
+// ruleFlags names the flag of each field of a definition's ballot rules.
+var ruleFlags = map[string]string{
+	"ballot.kind": "kind", "ballot.min_choices": "min-choices", "ballot.max_choices": "max-choices",
+	"ballot.max_score": "max-score", "ballot.budget": "budget", "answers": "answers", "choices": "choice",
+}
+
+// rulesFromFlags are the ballot rules tally poll create's flags ask for,
+// for a poll of n choices; an error names the flag.
+func rulesFromFlags(c *ucli.Context, n int) (vote.Rules, error) {
+	spec := vote.Spec{Kind: c.String("kind"), Answers: c.String("answers")}
+	for _, f := range []struct {
+		name string
+		dst  **int
+	}{{"min-choices", &spec.MinChoices}, {"max-choices", &spec.MaxChoices}, {"max-score", &spec.MaxScore}, {"budget", &spec.Budget}} {
+		if c.IsSet(f.name) {
+			v := c.Int(f.name)
+			*f.dst = &v
+		}
+	}
+	r, err := vote.NewRules(spec, n)
+	var re *vote.RuleError
+	if errors.As(err, &re) {
+		return vote.Rules{}, fmt.Errorf("--%s: %s", ruleFlags[re.Field], re.Reason)
+	}
+	return r, err
 }
 
 // pollCreate is tally poll create ID. Run again with the same
@@ -102,6 +138,9 @@ func pollFromFlags(c *ucli.Context) (ledger.Poll, error) {
 	}
 	if !closes.IsZero() {
 		p.ClosesAt = &closes
+	}
+	if p.Rules, err = rulesFromFlags(c, len(p.Choices)); err != nil {
+		return ledger.Poll{}, err
 	}
 	return p, nil
 }
@@ -186,19 +225,67 @@ func pollShow(c *ucli.Context) error {
 
 // printPoll prints a poll and its tallies for a person.
 func printPoll(w io.Writer, p ledger.Poll, res ledger.Results) error {
-	fmt.Fprintf(w, "poll      %s\ntitle     %s\nstate     %s\nopens     %s\ncloses    %s\neligible  %s\nresults   %s\n\n",
+	fmt.Fprintf(w, "poll      %s\ntitle     %s\nstate     %s\nopens     %s\ncloses    %s\neligible  %s\nballot    %s\nresults   %s\n\n",
 		p.ID, p.Title, p.State(time.Now()), p.OpensAt.UTC().Format(time.RFC3339), fmtTimePtr(p.ClosesAt), eligibleText(p),
-		resultsText(p))
-	t := newTable(w, "CANDIDATE", "VOTES")
-	for _, r := range res.Results {
-		t.row(r.CandidateID, strconv.FormatInt(r.Votes, 10))
-	}
-	t.row("total", strconv.FormatInt(res.Total, 10))
-	if err := t.flush(); err != nil {
+		p.BallotRules(), resultsText(p))
+	if err := printResults(w, res); err != nil {
 		return err
 	}
 	fmt.Fprintf(w, "\nas of %s, from the projection (tally rebuild --poll %s verifies it against the ledger)\n",
 		res.AsOf.UTC().Format(time.RFC3339), p.ID)
+	return nil
+}
+
+// printResults prints a poll's tallies as a table, with the columns of
+// its kind, and for ranked the Condorcet winner.
+func printResults(w io.Writer, res ledger.Results) error {
+	cols := []string{"CANDIDATE", "VOTES"}
+	switch res.Kind {
+	case vote.KindApprove:
+		cols = append(cols, "YES", "NO", "ABSTAIN")
+	case vote.KindScore:
+		cols = append(cols, "SCORE", "MEAN")
+	case vote.KindRanked:
+		cols = []string{"CANDIDATE", "FIRST", "BORDA"}
+	}
+	t := newTable(w, cols...)
+	itoa := func(p *int64) string {
+		if p == nil {
+			return "0"
+		}
+		return strconv.FormatInt(*p, 10)
+	}
+	for _, r := range res.Results {
+		row := []string{r.CandidateID, strconv.FormatInt(r.Votes, 10)}
+		switch res.Kind {
+		case vote.KindApprove:
+			row = append(row, itoa(r.Yes), itoa(r.No), itoa(r.Abstain))
+		case vote.KindScore:
+			mean := "-"
+			if r.Votes > 0 && r.Score != nil {
+				mean = strconv.FormatFloat(float64(*r.Score)/float64(r.Votes), 'f', 2, 64)
+			}
+			row = append(row, itoa(r.Score), mean)
+		case vote.KindRanked:
+			row = append(row, itoa(r.Borda))
+		}
+		t.row(row...)
+	}
+	if res.Ballots == nil {
+		t.row("total", strconv.FormatInt(res.Total, 10))
+	} else {
+		t.row("ballots", strconv.FormatInt(*res.Ballots, 10))
+	}
+	if err := t.flush(); err != nil {
+		return err
+	}
+	if res.Kind == vote.KindRanked {
+		winner := "none (no choice beats every other)"
+		if res.CondorcetWinner.ID != "" {
+			winner = res.CondorcetWinner.ID
+		}
+		fmt.Fprintf(w, "\nCondorcet winner: %s\n", winner)
+	}
 	return nil
 }
 
@@ -213,12 +300,15 @@ type pollJSON struct {
 	Choices     []string   `json:"choices"`
 	// PublicResults: anyone may see the results, without a token.
 	PublicResults bool            `json:"public_results"`
+	Ballot        vote.Spec       `json:"ballot"`
+	Answers       vote.Answers    `json:"answers"`
 	Results       *ledger.Results `json:"results,omitempty"`
 }
 
 func toPollJSON(p ledger.Poll, res *ledger.Results) pollJSON {
 	return pollJSON{ID: p.ID, Title: p.Title, State: p.State(time.Now()), OpensAt: p.OpensAt, ClosesAt: p.ClosesAt,
-		Eligibility: p.Eligibility, Eligible: p.Eligible, Choices: p.Choices, PublicResults: p.PublicResults, Results: res}
+		Eligibility: p.Eligibility, Eligible: p.Eligible, Choices: p.Choices, PublicResults: p.PublicResults,
+		Ballot: p.BallotRules().Spec(), Answers: p.BallotRules().Answers, Results: res}
 }
 
 func eligibleText(p ledger.Poll) string {

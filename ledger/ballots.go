@@ -174,9 +174,16 @@ type figureRows struct {
 	ballots                               []int64
 }
 
-func (f *figureRows) add(poll string, c *vote.Count) {
+// add adds c's figures that are not zero, as deltas.
+func (f *figureRows) add(poll string, c *vote.Count) { f.rows(poll, c, false) }
+
+// addAll adds every figure of c, zeros too but for the pairwise cells: a
+// poll's figures whole, as Repair sets them.
+func (f *figureRows) addAll(poll string, c *vote.Count) { f.rows(poll, c, true) }
+
+func (f *figureRows) rows(poll string, c *vote.Count, all bool) {
 	for i, fig := range c.Figures {
-		if fig == (vote.Figures{}) {
+		if fig == (vote.Figures{}) && !all {
 			continue
 		}
 		f.polls, f.cands = append(f.polls, poll), append(f.cands, c.Choices[i])
@@ -191,7 +198,7 @@ func (f *figureRows) add(poll string, c *vote.Count) {
 			f.pwBallots = append(f.pwBallots, v)
 		}
 	}
-	if c.Ballots != 0 {
+	if c.Ballots != 0 || all {
 		f.bPolls, f.ballots = append(f.bPolls, poll), append(f.ballots, c.Ballots)
 	}
 }

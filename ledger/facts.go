@@ -13,7 +13,7 @@ import (
 // they are zero.
 type facts struct {
 	pollExists, pollOpen, choiceValid, eligible bool
-	ballot                                      bool // the event is a ballot of another kind than single
+	ballot                                      bool   // the event is a ballot of another kind than single
 	keySeq                                      *int64 // ledger row with the same (principal, key)
 	keyFP                                       [32]byte
 	rejReason                                   *string // rejection record with the same (principal, key)

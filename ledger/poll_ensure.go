@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"tally/audit"
+	"tally/vote"
 )
 
 // This file owns the repeat of a poll's creation: a client that did not
@@ -67,16 +68,18 @@ func (s *Store) firstDefinition(ctx context.Context, id string) (createdPoll, er
 	var hash []byte
 	var eligibility string
 	var eligible []string
+	var rr rulesRow
 	err := s.pool.QueryRow(ctx, `
-SELECT d.id IS NOT NULL, coalesce(d.title, p.title), coalesce(d.opens_at, p.opens_at),
+SELECT d.id IS NOT NULL, coalesce(d.title, p.title), coalesce(d.opens_at, p.opens_at), `+rulesColsP+`,
        CASE WHEN d.id IS NULL THEN p.closes_at ELSE d.closes_at END, d.eligible_hash,
        coalesce(d.choices, (SELECT array_agg(c.candidate_id ORDER BY c.position) FROM poll_choices c WHERE c.poll_id = p.id)),
        p.public_results, p.eligibility,
        coalesce((SELECT array_agg(e.principal_id) FROM poll_eligible e WHERE e.poll_id = p.id), '{}')
 FROM polls p
 LEFT JOIN LATERAL (SELECT * FROM poll_definitions d WHERE d.poll_id = p.id ORDER BY d.id LIMIT 1) d ON true
-WHERE p.id = $1`, id).Scan(&logged, &c.def.Title, &c.def.OpensAt, &c.def.ClosesAt, &hash, &c.def.Choices,
-		&c.publicResults, &eligibility, &eligible)
+WHERE p.id = $1`, id).Scan(append(append([]any{&logged, &c.def.Title, &c.def.OpensAt}, rr.targets()...), &c.def.ClosesAt, &hash, &c.def.Choices,
+		&c.publicResults, &eligibility, &eligible)...)
+	c.def.Rules = rr.rules()
 	if err != nil {
 		return createdPoll{}, interpretError("read poll "+id, err)
 	}
@@ -100,6 +103,10 @@ func (c createdPoll) differs(p Poll) string {
 		return "title"
 	case !slices.Equal(d.Choices, p.Choices):
 		return "choices"
+	case !sameBallot(d.Rules, p.BallotRules()):
+		return "ballot"
+	case d.Rules.Answers != p.BallotRules().Answers:
+		return "answers"
 	case !p.OpensAt.IsZero() && !d.OpensAt.Equal(p.OpensAt):
 		return "opens_at"
 	case !sameTime(d.ClosesAt, p.ClosesAt):
@@ -110,6 +117,13 @@ func (c createdPoll) differs(p Poll) string {
 		return "public_results"
 	}
 	return ""
+}
+
+// sameBallot reports whether a and b ask for the same ballot, whatever
+// their answers modes.
+func sameBallot(a, b vote.Rules) bool {
+	a.Answers, b.Answers = "", ""
+	return a == b
 }
 
 func sameTime(a, b *time.Time) bool {

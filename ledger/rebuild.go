@@ -9,11 +9,14 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// TallyRow compares one (poll, candidate) tally: the count of ledger rows
-// and the projection's vote_count.
+// TallyRow compares one figure of a poll: the recount of the ledger and
+// the projection's. Figure is FigureVotes ("", left out of the JSON) for a
+// candidate's votes (the count of a single choice's ledger rows), else one
+// of the Figure constants (rebuild_figures.go).
 type TallyRow struct {
 	PollID      string `json:"poll_id"`
 	CandidateID string `json:"candidate_id"`
+	Figure      string `json:"figure,omitempty"`
 	Ledger      int64  `json:"ledger"`
 	Projection  int64  `json:"projection"`
 }
@@ -47,12 +50,8 @@ func (r Report) Diffs() []TallyRow {
 // rebuildSQL recounts the ledger and sets it beside the projection. $1 NULL
 // means every poll.
 const rebuildSQL = `
-SELECT poll_id, candidate_id, coalesce(l.n, 0), coalesce(r.vote_count, 0)
-FROM (SELECT poll_id, candidate_id, count(*) AS n FROM poll_events
-      WHERE $1::text IS NULL OR poll_id = $1 GROUP BY poll_id, candidate_id) l
-FULL JOIN (SELECT poll_id, candidate_id, vote_count FROM poll_results
-      WHERE $1::text IS NULL OR poll_id = $1) r USING (poll_id, candidate_id)
-ORDER BY poll_id, candidate_id`
+SELECT poll_id, coalesce(ballot, candidate_id), count(*) FROM poll_events
+WHERE $1::text IS NULL OR poll_id = $1 GROUP BY 1, 2`
 
 // Rebuild recomputes every tally from the ledger (one poll when pollID is
 // not empty) in one REPEATABLE READ snapshot and sets it beside the
@@ -83,10 +82,18 @@ func (s *Store) Rebuild(ctx context.Context, pollID string) (Report, error) {
 
 // besideProjection sets the ledger's counts beside the projection's rows
 // (one poll's when pollID is set), as rebuildSQL's full join does.
+//
+// counts are the ledger's rows by (poll, canonical ballot): for a poll of
+// kind single that is by candidate, and the count is its votes; the polls
+// of other kinds are folded into their figures (rebuild_figures.go).
 func besideProjection(ctx context.Context, tx pgx.Tx, pollID string, counts map[tallyKey]int64) (Report, error) {
 	var p *string
 	if pollID != "" {
 		p = &pollID
+	}
+	rules, err := ballotPolls(ctx, tx, p)
+	if err != nil {
+		return Report{}, err
 	}
 	rows, err := tx.Query(ctx, `SELECT poll_id, candidate_id, vote_count FROM poll_results WHERE $1::text IS NULL OR poll_id = $1`, p)
 	if err != nil {
@@ -97,22 +104,35 @@ func besideProjection(ctx context.Context, tx pgx.Tx, pollID string, counts map[
 		k tallyKey
 		n int64
 	)
-	if _, err := pgx.ForEachRow(rows, []any{&k.poll, &k.cand, &n}, func() error { proj[k] = n; return nil }); err != nil {
+	if _, err := pgx.ForEachRow(rows, []any{&k.poll, &k.cand, &n}, func() error {
+		if rules[k.poll] == nil {
+			proj[k] = n
+		}
+		return nil
+	}); err != nil {
 		return Report{}, err
 	}
 	var rep Report
 	for k, n := range counts {
-		rep.Rows = append(rep.Rows, TallyRow{PollID: k.poll, CandidateID: k.cand, Ledger: n, Projection: proj[k]})
 		rep.LedgerEvents += n
+		if rules[k.poll] == nil {
+			rep.Rows = append(rep.Rows, TallyRow{PollID: k.poll, CandidateID: k.cand, Ledger: n, Projection: proj[k]})
+		}
 	}
 	for k, n := range proj {
 		if _, ok := counts[k]; !ok {
 			rep.Rows = append(rep.Rows, TallyRow{PollID: k.poll, CandidateID: k.cand, Projection: n})
 		}
 	}
+	projFigures, err := projectionFigures(ctx, tx, rules)
+	if err != nil {
+		return Report{}, err
+	}
+	figures := figureRowsOf(ledgerFigures(counts, rules), projFigures)
+	rep.Rows = append(rep.Rows, figures...)
 	// Ids are COLLATE "C": byte order, as Go compares strings.
 	slices.SortFunc(rep.Rows, func(a, b TallyRow) int {
-		return cmp.Or(strings.Compare(a.PollID, b.PollID), strings.Compare(a.CandidateID, b.CandidateID))
+		return cmp.Or(strings.Compare(a.PollID, b.PollID), strings.Compare(a.CandidateID, b.CandidateID), strings.Compare(a.Figure, b.Figure))
 	})
 	for _, r := range rep.Rows {
 		if r.Differs() {
@@ -122,29 +142,32 @@ func besideProjection(ctx context.Context, tx pgx.Tx, pollID string, counts map[
 	return rep, nil
 }
 
-// recount is the ledger's count beside the projection, in SQL, for
-// Repair.
-func recount(ctx context.Context, tx pgx.Tx, pollID string) (Report, error) {
+// recount is the ledger's count, grouped in SQL, beside the projection,
+// for Repair: the report, the counts and the rules of the polls of other
+// kinds than single.
+func recount(ctx context.Context, tx pgx.Tx, pollID string) (Report, map[tallyKey]int64, map[string]*pollRules, error) {
 	var p *string
 	if pollID != "" {
 		p = &pollID
 	}
 	rows, err := tx.Query(ctx, rebuildSQL, p)
 	if err != nil {
-		return Report{}, err
+		return Report{}, nil, nil, err
 	}
-	rs, err := pgx.CollectRows(rows, pgx.RowToStructByPos[TallyRow])
+	counts := map[tallyKey]int64{}
+	var (
+		k tallyKey
+		n int64
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&k.poll, &k.cand, &n}, func() error { counts[k] = n; return nil }); err != nil {
+		return Report{}, nil, nil, err
+	}
+	rep, err := besideProjection(ctx, tx, pollID, counts)
 	if err != nil {
-		return Report{}, err
+		return Report{}, nil, nil, err
 	}
-	rep := Report{Rows: rs}
-	for _, r := range rs {
-		rep.LedgerEvents += r.Ledger
-		if r.Differs() {
-			rep.Differing++
-		}
-	}
-	return rep, nil
+	rules, err := ballotPolls(ctx, tx, p)
+	return rep, counts, rules, err
 }
 
 // Repair rewrites the projection from the ledger (one poll when pollID is
@@ -159,25 +182,31 @@ func recount(ctx context.Context, tx pgx.Tx, pollID string) (Report, error) {
 func (s *Store) Repair(ctx context.Context, pollID string) ([]TallyRow, error) {
 	var changed []TallyRow
 	err := s.runTx(ctx, "repair projection", pgx.TxOptions{}, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `LOCK TABLE poll_results IN EXCLUSIVE MODE`); err != nil {
+		if _, err := tx.Exec(ctx, `LOCK TABLE poll_results, poll_pairwise, poll_ballots IN EXCLUSIVE MODE`); err != nil {
 			return err
 		}
-		rep, err := recount(ctx, tx, pollID)
+		rep, counts, rules, err := recount(ctx, tx, pollID)
 		if err != nil {
 			return err
 		}
 		changed = rep.Diffs()
-		if len(changed) == 0 {
-			return nil
+		if err := repairFigures(ctx, tx, counts, rules, changed); err != nil {
+			return err
 		}
-		polls, cands, counts := make([]string, len(changed)), make([]string, len(changed)), make([]int64, len(changed))
-		for i, r := range changed {
-			polls[i], cands[i], counts[i] = r.PollID, r.CandidateID, r.Ledger
+		var polls, cands []string
+		var votes []int64
+		for _, r := range changed {
+			if rules[r.PollID] == nil {
+				polls, cands, votes = append(polls, r.PollID), append(cands, r.CandidateID), append(votes, r.Ledger)
+			}
+		}
+		if len(polls) == 0 {
+			return nil
 		}
 		_, err = tx.Exec(ctx, `
 INSERT INTO poll_results AS r (poll_id, candidate_id, vote_count)
 SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[])
-ON CONFLICT (poll_id, candidate_id) DO UPDATE SET vote_count = EXCLUDED.vote_count`, polls, cands, counts)
+ON CONFLICT (poll_id, candidate_id) DO UPDATE SET vote_count = EXCLUDED.vote_count`, polls, cands, votes)
 		return err
 	})
 	if err != nil {

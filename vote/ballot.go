@@ -39,6 +39,10 @@ const (
 	KindRanked   Kind = "ranked"   // distinct choices, most preferred first
 )
 
+// IsZero reports whether k is single, the default: what a definition, a
+// poll's JSON or its results leave out.
+func (k Kind) IsZero() bool { return k == KindSingle || k == "" }
+
 // Kinds lists every kind, in the order the documents list them.
 var Kinds = []Kind{KindSingle, KindMultiple, KindApprove, KindScore, KindRanked}
 
@@ -91,13 +95,15 @@ func (r Rules) IsDefault() bool { return r == Single }
 
 // Spec is a poll's ballot as it was asked for: each parameter nil when not
 // given, so that a parameter of another kind can be told from one left out.
+// In JSON it is the "ballot" object of a poll's definition; the answers
+// mode is a field of the definition beside it.
 type Spec struct {
-	Kind       string // "" is single
-	MinChoices *int
-	MaxChoices *int
-	MaxScore   *int
-	Budget     *int
-	Answers    string // "" is final
+	Kind       string `json:"kind"` // "" is single
+	MinChoices *int   `json:"min_choices,omitempty"`
+	MaxChoices *int   `json:"max_choices,omitempty"`
+	MaxScore   *int   `json:"max_score,omitempty"`
+	Budget     *int   `json:"budget,omitempty"`
+	Answers    string `json:"-"` // "" is final
 }
 
 // RuleError is a definition, or a ballot, that breaks a rule. Field names
@@ -219,6 +225,21 @@ func (r Rules) Spec() Spec {
 		}
 	}
 	return s
+}
+
+// String says r in words: "multiple, 1 to 2 choices, answers final".
+func (r Rules) String() string {
+	s := string(r.Kind)
+	switch r.Kind {
+	case KindMultiple:
+		s += fmt.Sprintf(", %d to %d choices", r.MinChoices, r.MaxChoices)
+	case KindScore:
+		s += fmt.Sprintf(", 0 to %d a choice", r.MaxScore)
+		if r.Budget > 0 {
+			s += fmt.Sprintf(", at most %d in all", r.Budget)
+		}
+	}
+	return s + ", answers " + string(r.Answers)
 }
 
 func kindList() string {
