@@ -80,7 +80,7 @@ var errRaced = errors.New("a concurrent append inserted the same key first")
 // would have been left out instead.
 func appendTx(ctx context.Context, tx pgx.Tx, events []Event, rules map[string]*pollRules, fast bool) ([]Outcome, error) {
 	outcomes := make([]Outcome, len(events))
-	in := appendInput{events: events, fps: fingerprints(events), ballotOK: ballotsValid(events, rules)}
+	in := appendInput{events: events, fps: fingerprints(events), ballotOK: ballotsValid(events, rules), latest: latestOf(events, rules)}
 	rest := make([]int, 0, len(events))
 	if fast {
 		seqs, err := insertFresh(ctx, tx, in, freshEvents(events))
@@ -104,16 +104,8 @@ func appendTx(ctx context.Context, tx pgx.Tx, events []Event, rules map[string]*
 			return nil, err
 		}
 	}
-	if len(rules) > 0 {
-		var recorded []int
-		for i, o := range outcomes {
-			if o.Status == StatusRecorded {
-				recorded = append(recorded, i)
-			}
-		}
-		if err := addFigures(ctx, tx, events, recorded, rules); err != nil {
-			return nil, err
-		}
+	if err := addFigures(ctx, tx, in, outcomes, rules); err != nil {
+		return nil, err
 	}
 	if err := appendLogs(ctx, tx, events, outcomes); err != nil {
 		return nil, err

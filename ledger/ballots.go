@@ -9,13 +9,17 @@ import (
 	"tally/vote"
 )
 
-// This file owns the append's part for ballots of other kinds than single
-// (vote/ballot.go): each such event checked against its poll's rules,
-// which the Store reads once per poll (a poll's kind, parameters and
-// choices never change once it is created), and the figures of the ballots
-// the append recorded added to the projection in the same transaction
-// (addFigures). A single choice is counted by the insert's own statement
-// (insert.go), as before kinds.
+// This file owns the append's part for the polls whose rules are not
+// vote.Single (vote/ballot.go): each ballot of another kind than single
+// checked against its poll's rules, which the Store reads once per poll (a
+// poll's kind, parameters, answers mode and choices never change once it
+// is created), and the figures of the ballots the append recorded added to
+// the projection in the same transaction (addFigures). In a poll of
+// answers latest, a principal's new ballot replaces its last one: the
+// principal's row of poll_voters is replaced under its lock, and the old
+// ballot's figures are taken out as the new one's go in. A single choice
+// of a final poll is counted by the insert's own statement (insert.go),
+// as before kinds.
 
 // pollRules are what a poll's ballots are checked and counted against.
 type pollRules struct {
@@ -29,17 +33,13 @@ type rulesCache struct {
 	polls map[string]*pollRules
 }
 
-// rulesOf returns the rules of the polls of events that carry a ballot,
-// by poll id, reading those it does not hold in tx; a poll that does not
-// exist is absent.
+// rulesOf returns the rules of the polls of events, by poll id, reading
+// those it does not hold in tx; a poll that does not exist is absent.
 func (s *Store) rulesOf(ctx context.Context, tx pgx.Tx, events []Event) (map[string]*pollRules, error) {
 	out := map[string]*pollRules{}
 	var missing []string
 	s.rules.mu.Lock()
 	for _, e := range events {
-		if e.Ballot == "" {
-			continue
-		}
 		if _, ok := out[e.PollID]; ok {
 			continue
 		}
@@ -103,30 +103,70 @@ func ballotsValid(events []Event, rules map[string]*pollRules) []bool {
 	return ok
 }
 
-// addFigures adds the figures of the ballots of events[idx] (recorded by
-// this append; ballotsValid took them) to the projection: poll_results'
-// figures per choice, poll_pairwise's cells, poll_ballots' count, each in
-// a fixed order, in one statement.
-func addFigures(ctx context.Context, tx pgx.Tx, events []Event, idx []int, rules map[string]*pollRules) error {
+// latestOf reports, for each event, whether its poll's answers are
+// latest.
+func latestOf(events []Event, rules map[string]*pollRules) []bool {
+	latest := make([]bool, len(events))
+	for i, e := range events {
+		if pr := rules[e.PollID]; pr != nil {
+			latest[i] = pr.rules.Answers == vote.AnswersLatest
+		}
+	}
+	return latest
+}
+
+// addFigures adds to the projection the figures of the ballots this
+// append recorded that the insert's statement did not count: ballots of
+// other kinds than single, and every ballot of a poll of answers latest,
+// whose principal's last ballot before it (poll_voters) is taken out. It
+// adds poll_results' figures per choice, poll_pairwise's cells and
+// poll_ballots' count, each in a fixed order, in one statement.
+func addFigures(ctx context.Context, tx pgx.Tx, in appendInput, outcomes []Outcome, rules map[string]*pollRules) error {
 	counts := map[string]*vote.Count{}
 	var polls []string
-	for _, i := range idx {
-		e := events[i]
-		pr := rules[e.PollID]
-		if e.Ballot == "" || pr == nil {
-			continue
-		}
-		b, err := vote.ParseCanonical(pr.rules.Kind, e.Ballot)
+	count := func(poll string, answer string, sign int64) {
+		pr := rules[poll]
+		b, err := vote.ParseCanonical(pr.rules.Kind, answer)
 		if err != nil {
-			continue // ballotsValid refused it: not recorded
+			return // not a ballot of the poll: never recorded
 		}
-		c := counts[e.PollID]
+		c := counts[poll]
 		if c == nil {
 			c = vote.NewCount(pr.rules.Kind, pr.choices)
-			counts[e.PollID] = c
-			polls = append(polls, e.PollID)
+			counts[poll] = c
+			polls = append(polls, poll)
 		}
-		c.Add(b, 1)
+		c.Add(b, sign)
+	}
+	var latest []int // the last recorded event of each (poll, principal)
+	last := map[pollPrincipal]int{}
+	for i, e := range in.events {
+		switch {
+		case outcomes[i].Status != StatusRecorded || rules[e.PollID] == nil:
+		case in.latest[i]:
+			pp := pollPrincipal{e.PollID, e.PrincipalID}
+			if j, ok := last[pp]; ok {
+				latest[j] = i
+			} else {
+				last[pp] = len(latest)
+				latest = append(latest, i)
+			}
+		case e.Ballot != "":
+			count(e.PollID, e.Ballot, 1)
+		}
+	}
+	if len(latest) > 0 {
+		replaced, err := replaceVoters(ctx, tx, in.events, outcomes, latest)
+		if err != nil {
+			return err
+		}
+		for _, i := range latest {
+			e := in.events[i]
+			count(e.PollID, e.Answer(), 1)
+			if old, ok := replaced[pollPrincipal{e.PollID, e.PrincipalID}]; ok {
+				count(e.PollID, old, -1)
+			}
+		}
 	}
 	if len(counts) == 0 {
 		return nil
@@ -139,28 +179,106 @@ func addFigures(ctx context.Context, tx pgx.Tx, events []Event, idx []int, rules
 	return interpretError("append batch: count the ballots", err)
 }
 
-// addFiguresSQL adds figure deltas to the projection; every delta may be
-// negative (a replaced ballot taken out), and the sorted arrays keep the
-// order in which concurrent appends lock rows the same.
+// The statements of replaceVoters. lockVotersSQL locks and reads the rows
+// of poll_voters of the new ballots' principals (in key order), so that a
+// concurrent append of the same principal is waited for and its ballot is
+// the one replaced; writeVotersSQL then inserts the rows it did not find
+// and updates those it did. A row that a concurrent append inserted in
+// between makes the insert do nothing for it: the batch runs again
+// (errRaced).
+const (
+	lockVotersSQL = `
+SELECT v.poll_id, v.principal_id, v.ballot
+FROM poll_voters v JOIN unnest($1::text[], $2::text[]) AS n(poll_id, principal_id) USING (poll_id, principal_id)
+ORDER BY 1, 2 FOR UPDATE OF v`
+	writeVotersSQL = `
+WITH new AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::bool[]) AS n(poll_id, principal_id, seq, ballot, found)
+), ins AS (
+    INSERT INTO poll_voters (poll_id, principal_id, seq, ballot)
+    SELECT poll_id, principal_id, seq, ballot FROM new WHERE NOT found ORDER BY 1, 2
+    ON CONFLICT DO NOTHING
+    RETURNING 1
+), upd AS (
+    UPDATE poll_voters v SET seq = n.seq, ballot = n.ballot
+    FROM new n WHERE n.found AND v.poll_id = n.poll_id AND v.principal_id = n.principal_id
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM ins), (SELECT count(*) FROM upd)`
+)
+
+// replaceVoters records events[idx] (one per (poll, principal), each
+// recorded) as their principals' ballots in poll_voters, and returns the
+// ballots they replaced.
+func replaceVoters(ctx context.Context, tx pgx.Tx, events []Event, outcomes []Outcome, idx []int) (map[pollPrincipal]string, error) {
+	const what = "append batch: replace the principals' ballots"
+	n := len(idx)
+	polls, principals, ballots := make([]string, n), make([]string, n), make([]string, n)
+	seqs := make([]int64, n)
+	for j, i := range idx {
+		e := events[i]
+		polls[j], principals[j], seqs[j], ballots[j] = e.PollID, e.PrincipalID, outcomes[i].Seq, e.Answer()
+	}
+	rows, err := tx.Query(ctx, lockVotersSQL, polls, principals)
+	if err != nil {
+		return nil, interpretError(what, err)
+	}
+	old := map[pollPrincipal]string{}
+	var (
+		pp     pollPrincipal
+		ballot string
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&pp.poll, &pp.principal, &ballot}, func() error { old[pp] = ballot; return nil }); err != nil {
+		return nil, interpretError(what, err)
+	}
+	found := make([]bool, n)
+	for j := range idx {
+		_, found[j] = old[pollPrincipal{polls[j], principals[j]}]
+	}
+	var inserted, updated int
+	if err := tx.QueryRow(ctx, writeVotersSQL, polls, principals, seqs, ballots, found).Scan(&inserted, &updated); err != nil {
+		return nil, interpretError(what, err)
+	}
+	if inserted+updated != n {
+		return nil, errRaced
+	}
+	return old, nil
+}
+
+// addFiguresSQL adds figure deltas to the projection, in sorted order so
+// that concurrent appends lock rows in the same order. A delta may be
+// negative (a replaced ballot taken out), which an INSERT's row would not
+// pass the tables' CHECKs with even on its way to ON CONFLICT: so the rows
+// are updated, and CreatePoll made every one of them (createFiguresSQL).
 const addFiguresSQL = `
 WITH results AS (
-    INSERT INTO poll_results AS r (poll_id, candidate_id, vote_count, yes_count, no_count, abstain_count, score_sum, borda_sum)
-    SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[])
-    ORDER BY 1, 2
-    ON CONFLICT (poll_id, candidate_id) DO UPDATE SET
-        vote_count = r.vote_count + EXCLUDED.vote_count, yes_count = r.yes_count + EXCLUDED.yes_count,
-        no_count = r.no_count + EXCLUDED.no_count, abstain_count = r.abstain_count + EXCLUDED.abstain_count,
-        score_sum = r.score_sum + EXCLUDED.score_sum, borda_sum = r.borda_sum + EXCLUDED.borda_sum
+    UPDATE poll_results r SET
+        vote_count = r.vote_count + d.votes, yes_count = r.yes_count + d.yes, no_count = r.no_count + d.no,
+        abstain_count = r.abstain_count + d.abstain, score_sum = r.score_sum + d.score, borda_sum = r.borda_sum + d.borda
+    FROM (SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[])
+          AS d(poll_id, candidate_id, votes, yes, no, abstain, score, borda) ORDER BY 1, 2) d
+    WHERE r.poll_id = d.poll_id AND r.candidate_id = d.candidate_id
 ), pairwise AS (
-    INSERT INTO poll_pairwise AS w (poll_id, winner, loser, ballots)
-    SELECT * FROM unnest($9::text[], $10::text[], $11::text[], $12::bigint[])
-    ORDER BY 1, 2, 3
-    ON CONFLICT (poll_id, winner, loser) DO UPDATE SET ballots = w.ballots + EXCLUDED.ballots
+    UPDATE poll_pairwise w SET ballots = w.ballots + d.ballots
+    FROM (SELECT * FROM unnest($9::text[], $10::text[], $11::text[], $12::bigint[]) AS d(poll_id, winner, loser, ballots) ORDER BY 1, 2, 3) d
+    WHERE w.poll_id = d.poll_id AND w.winner = d.winner AND w.loser = d.loser
 )
-INSERT INTO poll_ballots AS b (poll_id, ballots)
-SELECT * FROM unnest($13::text[], $14::bigint[])
-ORDER BY 1
-ON CONFLICT (poll_id) DO UPDATE SET ballots = b.ballots + EXCLUDED.ballots`
+UPDATE poll_ballots b SET ballots = b.ballots + d.ballots
+FROM (SELECT * FROM unnest($13::text[], $14::bigint[]) AS d(poll_id, ballots) ORDER BY 1) d
+WHERE b.poll_id = d.poll_id`
+
+// createFiguresSQL makes the projection's rows of a poll's figures beyond
+// poll_results' (createZeroResultsSQL): its count of ballots and, for
+// ranked, every cell of its pairwise matrix, at zero, so that appends
+// only update them.
+const createFiguresSQL = `
+WITH ballots AS (
+    INSERT INTO poll_ballots (poll_id, ballots) VALUES ($1, 0) ON CONFLICT DO NOTHING
+)
+INSERT INTO poll_pairwise (poll_id, winner, loser, ballots)
+SELECT $1, a, b, 0 FROM unnest($2::text[]) AS a CROSS JOIN unnest($2::text[]) AS b
+WHERE $3 AND a <> b
+ON CONFLICT DO NOTHING`
 
 // figureRows are counts as the arrays of addFiguresSQL (and of Repair):
 // the choices with a figure not zero, the pairwise cells not zero, each
@@ -177,8 +295,8 @@ type figureRows struct {
 // add adds c's figures that are not zero, as deltas.
 func (f *figureRows) add(poll string, c *vote.Count) { f.rows(poll, c, false) }
 
-// addAll adds every figure of c, zeros too but for the pairwise cells: a
-// poll's figures whole, as Repair sets them.
+// addAll adds every figure of c, zeros too: a poll's figures whole, as
+// Repair sets them.
 func (f *figureRows) addAll(poll string, c *vote.Count) { f.rows(poll, c, true) }
 
 func (f *figureRows) rows(poll string, c *vote.Count, all bool) {
@@ -192,7 +310,7 @@ func (f *figureRows) rows(poll string, c *vote.Count, all bool) {
 	}
 	n := len(c.Choices)
 	for k, v := range c.Pairwise {
-		if v != 0 {
+		if v != 0 || all && k/n != k%n {
 			f.pwPolls = append(f.pwPolls, poll)
 			f.winners, f.losers = append(f.winners, c.Choices[k/n]), append(f.losers, c.Choices[k%n])
 			f.pwBallots = append(f.pwBallots, v)

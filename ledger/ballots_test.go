@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -213,6 +214,116 @@ func TestBallotOfTheWrongKind(t *testing.T) {
 	}
 	if !slices.Equal(outs, want) {
 		t.Fatalf("outcomes %v, want %v", outs, want)
+	}
+	checkInvariants(t, b)
+}
+
+// In polls of answers latest, of every kind: random ballots of a few
+// principals, several of one principal in a batch too (whose seqs are not
+// in batch order: the insert orders by key). Each valid ballot is
+// recorded, the one that counts is the principal's last in batch order,
+// the results are vote.Count of those, each earlier ballot reads as
+// superseded by the last, a retry changes nothing, and rebuild (which
+// finds the last in log order) agrees.
+func TestLatestBallotsReplace(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	specs := map[vote.Kind]vote.Spec{
+		vote.KindSingle:   {Answers: "latest"},
+		vote.KindMultiple: {Kind: "multiple", MinChoices: intp(0), MaxChoices: intp(2), Answers: "latest"},
+		vote.KindApprove:  {Kind: "approve", Answers: "latest"},
+		vote.KindScore:    {Kind: "score", MaxScore: intp(5), Budget: intp(8), Answers: "latest"},
+		vote.KindRanked:   {Kind: "ranked", Answers: "latest"},
+	}
+	polls := map[vote.Kind]ledger.Poll{}
+	for k, spec := range specs {
+		polls[k] = b.ballotPoll(t, "l"+string(k), spec, 4)
+	}
+	type counted struct {
+		key    string
+		ballot vote.Ballot
+	}
+	last := map[string]counted{} // poll/principal -> the ballot that counts
+	var keys []ledger.EventKey   // every recorded ballot
+	n := 0
+	rapid.Check(t, func(rt *rapid.T) {
+		kind := rapid.SampledFrom(vote.Kinds).Draw(rt, "kind")
+		p := polls[kind]
+		var batch []ledger.Event
+		var ballots []vote.Ballot
+		for range rapid.IntRange(1, 6).Draw(rt, "size") {
+			n++
+			principal := fmt.Sprintf("u%d", rapid.IntRange(0, 3).Draw(rt, "principal"))
+			var bal vote.Ballot
+			if kind == vote.KindSingle {
+				bal = vote.Ballot{Kind: vote.KindSingle, Choices: []string{rapid.SampledFrom(p.Choices).Draw(rt, "choice")}}
+			} else {
+				bal = drawBallot(rt, p)
+			}
+			// Keys that sort against batch order: the insert orders by key.
+			e := ledger.EventOf(principal, fmt.Sprintf("k%06d", 1_000_000-n), p.ID, bal.Canonical(), time.Now())
+			batch = append(batch, e)
+			ballots = append(ballots, bal)
+		}
+		outs, err := b.store.Append(b.ctx, batch)
+		if err != nil {
+			rt.Fatal(err)
+		}
+		for i, o := range outs {
+			valid := p.Rules.Check(p.Choices, ballots[i]) == nil
+			want := ledger.Outcome{Status: ledger.StatusRecorded}
+			if !valid {
+				want = ledger.Outcome{Status: ledger.StatusRejected, Reason: ledger.ReasonInvalidBallot}
+			} else {
+				last[p.ID+"/"+batch[i].PrincipalID] = counted{batch[i].ClientEventID, ballots[i]}
+				keys = append(keys, ledger.EventKey{PrincipalID: batch[i].PrincipalID, ClientEventID: batch[i].ClientEventID})
+			}
+			if o.Status != want.Status || o.Reason != want.Reason {
+				rt.Fatalf("event %d (%s by %s): %v, want %v", i, batch[i].Answer(), batch[i].PrincipalID, o, want)
+			}
+		}
+		if again, err := b.store.Append(b.ctx, batch); err != nil {
+			rt.Fatal(err)
+		} else {
+			for i, o := range again {
+				if outs[i].Status == ledger.StatusRecorded && o.Status != ledger.StatusDuplicate {
+					rt.Fatalf("retry of event %d: %v, want duplicate", i, o)
+				}
+			}
+		}
+		model := vote.NewCount(kind, p.Choices)
+		for k, c := range last {
+			if strings.HasPrefix(k, p.ID+"/") {
+				model.Add(c.ballot, 1)
+			}
+		}
+		res, err := b.store.Results(b.ctx, p.ID)
+		if err != nil {
+			rt.Fatal(err)
+		}
+		want := ledger.ResultsOf(p.ID, model)
+		want.AsOf, want.TreeSize = res.AsOf, res.TreeSize
+		if got, want := jsonOf(rt, res), jsonOf(rt, want); got != want {
+			rt.Fatalf("results of %s\n got %s\nwant %s", p.ID, got, want)
+		}
+	})
+	recs, err := b.store.Events(b.ctx, keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		r := recs[k]
+		c := last[r.PollID+"/"+k.PrincipalID]
+		wantStatus, wantBy := ledger.StatusSuperseded, c.key
+		if c.key == k.ClientEventID {
+			wantStatus, wantBy = ledger.StatusRecorded, ""
+		}
+		if r.Status != wantStatus || r.SupersededBy != wantBy {
+			t.Fatalf("event %s of %s: %s by %q, want %s by %q", k.ClientEventID, k.PrincipalID, r.Status, r.SupersededBy, wantStatus, wantBy)
+		}
+		if one, err := b.store.Event(b.ctx, k.PrincipalID, k.ClientEventID); err != nil || one.Status != r.Status || one.SupersededBy != r.SupersededBy {
+			t.Fatalf("Event(%v) = %+v, %v; Events said %+v", k, one, err, r)
+		}
 	}
 	checkInvariants(t, b)
 }

@@ -99,6 +99,11 @@ func (s *Store) CreatePoll(ctx context.Context, p Poll) error {
 		if _, err := tx.Exec(ctx, createZeroResultsSQL, p.ID, p.Choices); err != nil {
 			return err
 		}
+		if r := p.BallotRules(); !r.IsDefault() {
+			if _, err := tx.Exec(ctx, createFiguresSQL, p.ID, p.Choices, r.Kind == vote.KindRanked); err != nil {
+				return err
+			}
+		}
 		if len(p.Eligible) > 0 {
 			if _, err := tx.Exec(ctx, createEligibleSQL, p.ID, p.Eligible); err != nil {
 				return err

@@ -64,7 +64,7 @@ func decide(f *facts, fp [32]byte, prior owner, owned, answered bool) decision {
 		reason = ReasonInvalidChoice
 	case !f.eligible:
 		reason = ReasonNotEligible
-	case f.answeredSeq != nil || answered:
+	case !f.latest && (f.answeredSeq != nil || answered):
 		reason = ReasonAlreadyResponded
 	}
 	if reason != "" {

@@ -192,8 +192,9 @@ INSERT INTO poll_choices (poll_id, candidate_id, position) VALUES ('old', 'a', 1
 INSERT INTO poll_results (poll_id, candidate_id, vote_count) VALUES ('old', 'a', 0), ('old', 'b', 0);
 -- The columns of migration 00013 that today's append reads, for the
 -- appends made here, at migration 10; dropped before migrating up.
-ALTER TABLE polls ADD COLUMN ballot_kind text NOT NULL DEFAULT 'single';
-ALTER TABLE poll_events ADD COLUMN ballot text;`); err != nil {
+ALTER TABLE polls ADD COLUMN ballot_kind text NOT NULL DEFAULT 'single', ADD COLUMN min_choices int,
+    ADD COLUMN max_choices int, ADD COLUMN max_score int, ADD COLUMN budget int, ADD COLUMN answers text NOT NULL DEFAULT 'final';
+ALTER TABLE poll_events ADD COLUMN ballot text, ADD COLUMN latest bool NOT NULL DEFAULT false;`); err != nil {
 		t.Fatal(err)
 	}
 	store, err := ledger.New(db.Pool, ledger.Config{})
@@ -214,7 +215,9 @@ ALTER TABLE poll_events ADD COLUMN ballot text;`); err != nil {
 	}
 	signHead(t, b, head)
 
-	if _, err := db.Pool.Exec(ctx, `ALTER TABLE polls DROP COLUMN ballot_kind; ALTER TABLE poll_events DROP COLUMN ballot`); err != nil {
+	if _, err := db.Pool.Exec(ctx, `ALTER TABLE polls DROP COLUMN ballot_kind, DROP COLUMN min_choices, DROP COLUMN max_choices,
+    DROP COLUMN max_score, DROP COLUMN budget, DROP COLUMN answers;
+ALTER TABLE poll_events DROP COLUMN ballot, DROP COLUMN latest`); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := p.Up(ctx); err != nil {

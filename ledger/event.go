@@ -58,6 +58,10 @@ const (
 	StatusRecorded  Status = "recorded"
 	StatusDuplicate Status = "duplicate"
 	StatusRejected  Status = "rejected"
+	// StatusSuperseded is a ballot of a poll of answers latest that a later
+	// ballot of its principal replaced: it is in the ledger and its poll's
+	// log, and no longer counts. Append never returns it; reads do.
+	StatusSuperseded Status = "superseded"
 )
 
 // Reason says why an event was rejected.

@@ -16,13 +16,14 @@ type EventKey struct {
 // eventsSQL is eventSQL for many keys at once: one index lookup per key
 // and table, the ledger row preferred over a rejection record.
 const eventsSQL = `
-SELECT k.principal_id, k.client_event_id, e.poll_id, e.candidate_id, coalesce(e.ballot, ''), e.status, e.reason, e.seq, e.received_at, e.recorded_at
+SELECT k.principal_id, k.client_event_id, e.poll_id, e.candidate_id, coalesce(e.ballot, ''), e.status, e.superseded_by, e.reason, e.seq, e.received_at, e.recorded_at
 FROM unnest($1::text[], $2::text[]) AS k(principal_id, client_event_id)
 CROSS JOIN LATERAL (
-    SELECT 1 AS pri, poll_id, candidate_id, ballot, 'recorded' AS status, '' AS reason, seq, received_at, recorded_at
-    FROM poll_events WHERE principal_id = k.principal_id AND client_event_id = k.client_event_id
+    SELECT 1 AS pri, poll_id, candidate_id, ballot, s.status, s.superseded_by, '' AS reason, seq, received_at, recorded_at
+    FROM poll_events e CROSS JOIN LATERAL (` + supersededSQL + `) s
+    WHERE principal_id = k.principal_id AND client_event_id = k.client_event_id
     UNION ALL
-    SELECT 2, poll_id, candidate_id, ballot, 'rejected', reason, 0, received_at, recorded_at
+    SELECT 2, poll_id, candidate_id, ballot, 'rejected', '', reason, 0, received_at, recorded_at
     FROM poll_event_rejections WHERE principal_id = k.principal_id AND client_event_id = k.client_event_id
     ORDER BY pri LIMIT 1
 ) e`
@@ -46,7 +47,7 @@ func (s *Store) Events(ctx context.Context, keys []EventKey) (map[EventKey]Event
 	found := make(map[EventKey]EventRecord, len(keys))
 	var r EventRecord
 	_, err = pgx.ForEachRow(rows, []any{&r.PrincipalID, &r.ClientEventID, &r.PollID, &r.CandidateID, &r.Ballot,
-		&r.Status, &r.Reason, &r.Seq, &r.ReceivedAt, &r.RecordedAt}, func() error {
+		&r.Status, &r.SupersededBy, &r.Reason, &r.Seq, &r.ReceivedAt, &r.RecordedAt}, func() error {
 		r.LeafIndex = -1
 		found[EventKey{r.PrincipalID, r.ClientEventID}] = r
 		return nil

@@ -14,6 +14,7 @@ import (
 type facts struct {
 	pollExists, pollOpen, choiceValid, eligible bool
 	ballot                                      bool   // the event is a ballot of another kind than single
+	latest                                      bool   // its poll's answers are latest: answeredSeq does not count
 	keySeq                                      *int64 // ledger row with the same (principal, key)
 	keyFP                                       [32]byte
 	rejReason                                   *string // rejection record with the same (principal, key)
@@ -36,7 +37,7 @@ SELECT i.ord,
            OR EXISTS (SELECT 1 FROM poll_eligible el WHERE el.poll_id = i.poll_id AND el.principal_id = i.principal_id),
        k.seq, k.fingerprint,
        r.reason, r.fingerprint,
-       (SELECT a.seq FROM poll_events a WHERE a.poll_id = i.poll_id AND a.principal_id = i.principal_id LIMIT 1)
+       (SELECT a.seq FROM poll_events a WHERE a.poll_id = i.poll_id AND a.principal_id = i.principal_id AND NOT a.latest LIMIT 1)
 FROM unnest($1::int[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[], $7::bool[], $8::bool[])
        AS i(ord, principal_id, client_event_id, poll_id, candidate_id, received_at, ballot, ballot_ok)
 LEFT JOIN LATERAL (SELECT seq, fingerprint FROM poll_events
@@ -85,7 +86,7 @@ func loadFacts(ctx context.Context, tx pgx.Tx, in appendInput, idx []int) ([]fac
 		if ord < 0 || int(ord) >= len(out) {
 			return nil, fmt.Errorf("append batch: load facts: row for event %d of %d", ord, len(out))
 		}
-		f.ballot = events[ord].Ballot != ""
+		f.ballot, f.latest = events[ord].Ballot != "", in.latest[ord]
 		out[ord] = f
 	}
 	if err := rows.Err(); err != nil {

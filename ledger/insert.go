@@ -27,24 +27,27 @@ import (
 //
 // $8 says, per event, that its ballot (of another kind than single) is one
 // its poll's rules take (ballotsValid): a single choice is checked against
-// poll_choices here, and only in a poll of kind single.
+// poll_choices here, and only in a poll of kind single. $9 says that its
+// poll's answers are latest: the row is marked so, it may follow another
+// of its principal in the poll, and its figures are added with the old
+// ballot's taken out (ballots.go), not here.
 
 // insertSQL is the insert of the rows keep chooses from the batch's input.
 func insertSQL(keep string) string {
 	return `
 WITH input AS (
-    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::timestamptz[], $7::text[], $8::bool[]) WITH ORDINALITY
-        AS i(principal_id, client_event_id, poll_id, candidate_id, fingerprint, received_at, ballot, ballot_ok, ord)
+    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::timestamptz[], $7::text[], $8::bool[], $9::bool[]) WITH ORDINALITY
+        AS i(principal_id, client_event_id, poll_id, candidate_id, fingerprint, received_at, ballot, ballot_ok, latest, ord)
 ), keep AS (` + keep + `
 ), ins AS (
-    INSERT INTO poll_events (poll_id, candidate_id, ballot, principal_id, client_event_id, fingerprint, received_at)
-    SELECT poll_id, candidate_id, ballot, principal_id, client_event_id, fingerprint, received_at
+    INSERT INTO poll_events (poll_id, candidate_id, ballot, principal_id, client_event_id, fingerprint, received_at, latest)
+    SELECT poll_id, candidate_id, ballot, principal_id, client_event_id, fingerprint, received_at, latest
     FROM keep
     ORDER BY principal_id, client_event_id
-    RETURNING seq, principal_id, client_event_id, poll_id, candidate_id, ballot
+    RETURNING seq, principal_id, client_event_id, poll_id, candidate_id, ballot, latest
 ), proj AS (
     INSERT INTO poll_results AS r (poll_id, candidate_id, vote_count)
-    SELECT poll_id, candidate_id, count(*) FROM ins WHERE ballot IS NULL
+    SELECT poll_id, candidate_id, count(*) FROM ins WHERE ballot IS NULL AND NOT latest
     GROUP BY poll_id, candidate_id ORDER BY poll_id, candidate_id
     ON CONFLICT (poll_id, candidate_id) DO UPDATE SET vote_count = r.vote_count + EXCLUDED.vote_count
 )
@@ -88,7 +91,8 @@ var insertNewSQL = insertSQL(freshKeep(""))
 var insertFreshSQL = insertSQL(freshKeep(`
       AND (SELECT 1 FROM poll_events k
            WHERE k.principal_id = i.principal_id AND k.client_event_id = i.client_event_id LIMIT 1) IS NULL
-      AND (SELECT 1 FROM poll_events a WHERE a.poll_id = i.poll_id AND a.principal_id = i.principal_id LIMIT 1) IS NULL`))
+      AND (i.latest OR (SELECT 1 FROM poll_events a
+                        WHERE a.poll_id = i.poll_id AND a.principal_id = i.principal_id AND NOT a.latest LIMIT 1) IS NULL)`))
 
 // insertFresh is the optimistic step: insertNewSQL under a savepoint, and
 // insertFreshSQL after rolling back to it if a ledger row was in the way
@@ -127,6 +131,7 @@ type appendInput struct {
 	events   []Event
 	fps      [][32]byte
 	ballotOK []bool
+	latest   []bool // its poll's answers are latest
 }
 
 // insertEvents inserts events[idx] and returns the seq of each one
@@ -139,7 +144,7 @@ func insertEvents(ctx context.Context, tx pgx.Tx, sql string, in appendInput, id
 	principals, keys, polls, candidates := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	fpb := make([][]byte, n)
 	received := make([]time.Time, n)
-	ballots, ok := make([]*string, n), make([]bool, n)
+	ballots, ok, latest := make([]*string, n), make([]bool, n), make([]bool, n)
 	byKey := make(map[keyOf]int, n)
 	for j, i := range idx {
 		e := &in.events[i]
@@ -147,11 +152,11 @@ func insertEvents(ctx context.Context, tx pgx.Tx, sql string, in appendInput, id
 		if e.Ballot != "" {
 			ballots[j] = &e.Ballot
 		}
-		ok[j] = in.ballotOK[i]
+		ok[j], latest[j] = in.ballotOK[i], in.latest[i]
 		fpb[j] = in.fps[i][:]
 		byKey[keyOf{e.PrincipalID, e.ClientEventID}] = i
 	}
-	rows, err := tx.Query(ctx, sql, principals, keys, polls, candidates, fpb, received, ballots, ok)
+	rows, err := tx.Query(ctx, sql, principals, keys, polls, candidates, fpb, received, ballots, ok, latest)
 	if err != nil {
 		return nil, insertError(err)
 	}

@@ -95,6 +95,13 @@ func besideProjection(ctx context.Context, tx pgx.Tx, pollID string, counts map[
 	if err != nil {
 		return Report{}, err
 	}
+	rep := Report{}
+	for _, n := range counts {
+		rep.LedgerEvents += n
+	}
+	if err := countLatest(ctx, tx, counts, rules); err != nil {
+		return Report{}, err
+	}
 	rows, err := tx.Query(ctx, `SELECT poll_id, candidate_id, vote_count FROM poll_results WHERE $1::text IS NULL OR poll_id = $1`, p)
 	if err != nil {
 		return Report{}, err
@@ -112,9 +119,7 @@ func besideProjection(ctx context.Context, tx pgx.Tx, pollID string, counts map[
 	}); err != nil {
 		return Report{}, err
 	}
-	var rep Report
 	for k, n := range counts {
-		rep.LedgerEvents += n
 		if rules[k.poll] == nil {
 			rep.Rows = append(rep.Rows, TallyRow{PollID: k.poll, CandidateID: k.cand, Ledger: n, Projection: proj[k]})
 		}

@@ -3,19 +3,22 @@ package ledger
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 
 	"tally/vote"
 )
 
-// This file owns the recount of the polls whose ballots are of another
-// kind than single: the ledger's rows of such a poll, grouped by their
+// This file owns the recount of the polls whose rules are not vote.Single
+// (ballots of another kind than single, or answers latest): the ledger's
+// rows of such a poll that count (all of them, or in a poll of answers
+// latest each principal's last in the poll's log), grouped by their
 // canonical ballot, folded with vote.Count (the rule the projection adds
 // by, in the append), beside the projection's figures read into a count of
 // the same shape; and the repair that writes the ledger's figures into the
-// projection. A single choice is recounted by candidate, as before kinds
-// (rebuild.go).
+// projection. A single choice of a final poll is recounted by candidate,
+// as before kinds (rebuild.go).
 
 // The Figure of a TallyRow for the figures beyond votes. A pairwise cell
 // is "above:" and the other choice's id.
@@ -37,12 +40,12 @@ const (
 // figureKey is one figure of a poll.
 type figureKey struct{ poll, cand, figure string }
 
-// ballotPolls reads the rules of every poll of another kind than single
-// (one poll's when pollID is set), in tx.
+// ballotPolls reads the rules of every poll whose rules are not
+// vote.Single (one poll's when pollID is set), in tx.
 func ballotPolls(ctx context.Context, tx pgx.Tx, pollID *string) (map[string]*pollRules, error) {
 	rows, err := tx.Query(ctx, `
 SELECT p.id, `+rulesColsP+`, coalesce((SELECT array_agg(c.candidate_id ORDER BY c.position) FROM poll_choices c WHERE c.poll_id = p.id), '{}')
-FROM polls p WHERE p.ballot_kind <> 'single' AND ($1::text IS NULL OR p.id = $1)`, pollID)
+FROM polls p WHERE (p.ballot_kind <> 'single' OR p.answers <> 'final') AND ($1::text IS NULL OR p.id = $1)`, pollID)
 	if err != nil {
 		return nil, interpretError("read the polls' ballot rules", err)
 	}
@@ -57,6 +60,48 @@ FROM polls p WHERE p.ballot_kind <> 'single' AND ($1::text IS NULL OR p.id = $1)
 		return nil
 	})
 	return out, interpretError("read the polls' ballot rules", err)
+}
+
+// latestSQL reads the ballot that counts of each principal of the polls
+// of answers latest in $1: its last row in the poll's log (in leaf order,
+// which is not always seq order), grouped by canonical ballot.
+const latestSQL = `
+SELECT poll_id, answer, count(*) FROM (
+    SELECT DISTINCT ON (e.poll_id, e.principal_id) e.poll_id, coalesce(e.ballot, e.candidate_id) AS answer
+    FROM poll_log_leaves l
+    CROSS JOIN LATERAL unnest(l.seqs) WITH ORDINALITY AS s(seq, ord)
+    JOIN poll_events e ON s.seq > 0 AND e.seq = s.seq AND e.poll_id = l.poll_id
+    WHERE l.poll_id = ANY($1) AND e.latest
+    ORDER BY e.poll_id, e.principal_id, l.first_leaf + s.ord DESC
+) last GROUP BY 1, 2`
+
+// countLatest replaces, in counts, the rows of each poll of answers latest
+// in rules by the principals' last ballots.
+func countLatest(ctx context.Context, tx pgx.Tx, counts map[tallyKey]int64, rules map[string]*pollRules) error {
+	var polls []string
+	for p, pr := range rules {
+		if pr.rules.Answers == vote.AnswersLatest {
+			polls = append(polls, p)
+		}
+	}
+	if len(polls) == 0 {
+		return nil
+	}
+	for k := range counts {
+		if slices.Contains(polls, k.poll) {
+			delete(counts, k)
+		}
+	}
+	rows, err := tx.Query(ctx, latestSQL, polls)
+	if err != nil {
+		return interpretError("read the principals' last ballots", err)
+	}
+	var (
+		k tallyKey
+		n int64
+	)
+	_, err = pgx.ForEachRow(rows, []any{&k.poll, &k.cand, &n}, func() error { counts[k] = n; return nil })
+	return interpretError("read the principals' last ballots", err)
 }
 
 // ledgerFigures folds counts, the ledger's rows by (poll, canonical

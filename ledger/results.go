@@ -29,7 +29,7 @@ type CandidateVotes struct {
 
 // Results are a poll's tallies from the projection.
 type Results struct {
-	PollID  string           `json:"poll_id"`
+	PollID string `json:"poll_id"`
 	// Kind and Ballots (the ballots counted, one per principal) are left
 	// out of the JSON of a single-choice poll, whose results keep the
 	// shape they had before kinds: its ballots are its total.
@@ -212,7 +212,8 @@ type EventRecord struct {
 	PollID        string
 	CandidateID   string
 	Ballot        string // a ballot of another kind than single, canonical; CandidateID is empty then
-	Status        Status // recorded or rejected
+	Status        Status // recorded, superseded or rejected
+	SupersededBy  string // for superseded: the client event id of the principal's ballot that counts
 	Reason        Reason // for rejected
 	Seq           int64  // for recorded
 	LeafIndex     int64  // for recorded: its leaf in its poll's log (-1: none known)
@@ -220,19 +221,29 @@ type EventRecord struct {
 	RecordedAt    time.Time
 }
 
+// supersededSQL is the status of a ledger row e: superseded when it is a
+// ballot of a poll of answers latest and poll_voters names another of its
+// principal's rows, with that row's client event id; else recorded.
+const supersededSQL = `
+SELECT coalesce(CASE WHEN v.seq <> e.seq THEN 'superseded' END, 'recorded') AS status,
+       coalesce(CASE WHEN v.seq <> e.seq THEN (SELECT n.client_event_id FROM poll_events n WHERE n.seq = v.seq) END, '') AS superseded_by
+FROM (SELECT 1) one
+LEFT JOIN poll_voters v ON e.latest AND v.poll_id = e.poll_id AND v.principal_id = e.principal_id`
+
 // eventSQL prefers the ledger row: a key_reused rejection can sit beside
 // the ledger row of the same key. A row's leaf is found in the
 // poll_log_leaves row that holds its seq (-1 for a row in no leaf, which
 // rebuild reports).
 const eventSQL = `
-SELECT poll_id, candidate_id, coalesce(ballot, ''), status, reason, seq, leaf_index, received_at, recorded_at FROM (
-    SELECT 1 AS pri, poll_id, candidate_id, ballot, 'recorded' AS status, '' AS reason, seq, coalesce((
+SELECT poll_id, candidate_id, coalesce(ballot, ''), status, reason, superseded_by, seq, leaf_index, received_at, recorded_at FROM (
+    SELECT 1 AS pri, poll_id, candidate_id, ballot, s.status, '' AS reason, s.superseded_by, seq, coalesce((
         SELECT l.first_leaf + array_position(l.seqs, e.seq) - 1 FROM poll_log_leaves l
         WHERE l.poll_id = e.poll_id AND l.max_seq >= e.seq AND l.min_seq <= e.seq AND e.seq = ANY (l.seqs)
         ORDER BY l.max_seq LIMIT 1), -1) AS leaf_index, received_at, recorded_at
-    FROM poll_events e WHERE principal_id = $1 AND client_event_id = $2
+    FROM poll_events e CROSS JOIN LATERAL (` + supersededSQL + `) s
+    WHERE principal_id = $1 AND client_event_id = $2
     UNION ALL
-    SELECT 2, poll_id, candidate_id, ballot, 'rejected', reason, 0, -1, received_at, recorded_at
+    SELECT 2, poll_id, candidate_id, ballot, 'rejected', reason, '', 0, -1, received_at, recorded_at
     FROM poll_event_rejections WHERE principal_id = $1 AND client_event_id = $2
 ) e ORDER BY pri LIMIT 1`
 
@@ -243,7 +254,7 @@ SELECT poll_id, candidate_id, coalesce(ballot, ''), status, reason, seq, leaf_in
 func (s *Store) Event(ctx context.Context, principalID, clientEventID string) (EventRecord, error) {
 	r := EventRecord{PrincipalID: principalID, ClientEventID: clientEventID}
 	err := s.pool.QueryRow(ctx, eventSQL, principalID, clientEventID).
-		Scan(&r.PollID, &r.CandidateID, &r.Ballot, &r.Status, &r.Reason, &r.Seq, &r.LeafIndex, &r.ReceivedAt, &r.RecordedAt)
+		Scan(&r.PollID, &r.CandidateID, &r.Ballot, &r.Status, &r.Reason, &r.SupersededBy, &r.Seq, &r.LeafIndex, &r.ReceivedAt, &r.RecordedAt)
 	if err != nil {
 		return EventRecord{}, interpretError("read event", err)
 	}

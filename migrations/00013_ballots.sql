@@ -27,6 +27,28 @@ ALTER TABLE poll_definitions
 -- and no ballot.
 ALTER TABLE poll_events ADD COLUMN ballot text COLLATE "C"
     CHECK (ballot IS NULL OR (candidate_id = '' AND ballot ~ '^[\[{]'));
+
+-- A poll of answers "latest" takes a new ballot of a principal until it
+-- closes, each one a ledger row marked latest; the ballot that counts is
+-- the principal's last in the poll's log, the one poll_voters names. The
+-- rule of one row per (poll, principal) holds for the other rows, those
+-- of polls whose first answer is final.
+ALTER TABLE poll_events ADD COLUMN latest boolean NOT NULL DEFAULT false,
+    DROP CONSTRAINT poll_events_poll_principal_uniq;
+CREATE UNIQUE INDEX poll_events_poll_principal_uniq ON poll_events (poll_id, principal_id) WHERE NOT latest;
+
+-- The ballot that counts of each principal of a poll of answers "latest":
+-- its ledger row and its canonical ballot. An append that records a new
+-- ballot replaces the row under its lock, takes the old ballot's figures
+-- out of the projection and adds the new one's, in one transaction.
+CREATE TABLE poll_voters (
+    poll_id      text COLLATE "C" NOT NULL,
+    principal_id text COLLATE "C" NOT NULL,
+    seq          bigint NOT NULL,
+    ballot       text COLLATE "C" NOT NULL,
+    PRIMARY KEY (poll_id, principal_id)
+);
+
 ALTER TABLE poll_event_rejections ADD COLUMN ballot text COLLATE "C",
     DROP CONSTRAINT poll_event_rejections_reason_check,
     ADD CONSTRAINT poll_event_rejections_reason_check CHECK (reason IN
@@ -58,7 +80,7 @@ CREATE TABLE poll_ballots (
     ballots bigint NOT NULL CHECK (ballots >= 0)
 );
 
-GRANT SELECT, INSERT, UPDATE ON poll_pairwise, poll_ballots TO tally_daemon;
+GRANT SELECT, INSERT, UPDATE ON poll_pairwise, poll_ballots, poll_voters TO tally_daemon;
 
 -- +goose Down
 -- +goose StatementBegin
@@ -71,7 +93,11 @@ BEGIN
 END;
 $$;
 -- +goose StatementEnd
-REVOKE ALL ON poll_pairwise, poll_ballots FROM tally_daemon;
+REVOKE ALL ON poll_pairwise, poll_ballots, poll_voters FROM tally_daemon;
+DROP TABLE poll_voters;
+DROP INDEX poll_events_poll_principal_uniq;
+ALTER TABLE poll_events DROP COLUMN latest,
+    ADD CONSTRAINT poll_events_poll_principal_uniq UNIQUE (poll_id, principal_id);
 DROP TABLE poll_ballots;
 DROP TABLE poll_pairwise;
 ALTER TABLE poll_results

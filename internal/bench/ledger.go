@@ -131,8 +131,8 @@ func prepareLedger(ctx context.Context, pool *pgxpool.Pool, polls int) error {
 	if err := createPolls(ctx, pool, polls); err != nil {
 		return err
 	}
-	_, err := pool.Exec(ctx, `ALTER TABLE poll_events DROP CONSTRAINT poll_events_principal_key_uniq,
-		DROP CONSTRAINT poll_events_poll_principal_uniq`)
+	_, err := pool.Exec(ctx, `ALTER TABLE poll_events DROP CONSTRAINT poll_events_principal_key_uniq;
+		DROP INDEX poll_events_poll_principal_uniq`)
 	return err
 }
 
