@@ -208,7 +208,8 @@ func (imp *importer) apply(d *audit.Definition, later bool) (string, error) {
 		return "", fmt.Errorf("poll %s takes votes from a list of principals, which the export holds only by its hash: "+
 			"create the poll with tally poll create and its --eligible list, then import again", d.PollID)
 	}
-	err = imp.store.CreatePoll(imp.ctx, ledger.Poll{ID: d.PollID, Title: d.Title, OpensAt: d.OpensAt, ClosesAt: d.ClosesAt, Choices: d.Choices})
+	err = imp.store.CreatePoll(imp.ctx, ledger.Poll{ID: d.PollID, Title: d.Title, OpensAt: d.OpensAt, ClosesAt: d.ClosesAt, Choices: d.Choices,
+		Rules: rulesOf(d)})
 	return "poll created", err
 }
 
@@ -243,7 +244,19 @@ func differs(p ledger.Poll, d *audit.Definition) string {
 		h := audit.EligibleListHash(p.Eligible)
 		hash = &h
 	}
-	here := audit.Definition{PollID: p.ID, Title: p.Title, OpensAt: p.OpensAt, ClosesAt: d.ClosesAt, EligibleHash: hash, Choices: p.Choices}
-	field, _ := d.Follows(here)
+	here := audit.Definition{PollID: p.ID, Title: p.Title, OpensAt: p.OpensAt, ClosesAt: d.ClosesAt, EligibleHash: hash, Choices: p.Choices,
+		Rules: p.BallotRules()}
+	there := *d
+	there.Rules = rulesOf(d)
+	field, _ := there.Follows(here)
 	return field
+}
+
+// rulesOf is d's ballot rules, vote.Single for a definition that gives
+// none (a version 2 leaf).
+func rulesOf(d *audit.Definition) vote.Rules {
+	if d.Rules == (vote.Rules{}) {
+		return vote.Single
+	}
+	return d.Rules
 }

@@ -28,7 +28,7 @@ func parseImportLine(line []byte, now time.Time) (ledger.Event, *audit.Definitio
 		return ledger.Event{}, r.Definition, nil
 	}
 	e := ledger.Event{PrincipalID: r.PrincipalID, ClientEventID: r.EventID, PollID: r.PollID,
-		CandidateID: r.CandidateID, ReceivedAt: now}
+		CandidateID: r.CandidateID, Ballot: r.Ballot, ReceivedAt: now}
 	if !r.ReceivedAt.IsZero() {
 		if r.ReceivedAt.After(now.Add(maxReceivedSkew)) {
 			return ledger.Event{}, nil, fmt.Errorf(`field "received_at" is %s, later than the time of the import (%s) plus %s: `+
