@@ -15,6 +15,7 @@ import (
 
 	"tally/internal/loadtest"
 	"tally/ledger"
+	"tally/vote"
 )
 
 func loadtestCommand() *ucli.Command {
@@ -52,7 +53,11 @@ func loadtestCommand() *ucli.Command {
 			&ucli.IntFlag{Name: "principals", EnvVars: env("PRINCIPALS"), Value: 1000,
 				Usage: "principals to create; each answers each poll once"},
 			&ucli.IntFlag{Name: "poll-choices", EnvVars: env("POLL_CHOICES"), Value: 4,
-				Usage: "choices of each poll (2 to 64)"},
+				Usage: "choices of each poll (2 to 64; ranked: to 16)"},
+			&ucli.StringFlag{Name: "kind", EnvVars: env("KIND"), Value: "single",
+				Usage: "the polls' ballot `KIND`: single, multiple (at most 2 choices), approve, score (0-5, budget 8) or ranked; every kind but single is sent as a ballot"},
+			&ucli.StringFlag{Name: "answers", EnvVars: env("ANSWERS"), Value: "final",
+				Usage: "the polls' answers `MODE`: final, or latest (a second response replaces the principal's ballot; the one counted is its last in the log)"},
 			share("retry-share", "RETRY_SHARE", 0.05, "exact retries of an accepted vote (same key, same payload: 202 again, one effect)"),
 			share("key-reuse-share", "KEY_REUSE_SHARE", 0.02, "key reuse (an accepted key with another candidate: 409, no effect)"),
 			share("second-response-share", "SECOND_RESPONSE_SHARE", 0.05,
@@ -138,6 +143,8 @@ func loadtestConfig(c *ucli.Context, log *slog.Logger) (loadtest.Config, error) 
 		Concurrency:         c.Int("concurrency"),
 		Principals:          c.Int("principals"),
 		PollChoices:         c.Int("poll-choices"),
+		Kind:                vote.Kind(c.String("kind")),
+		Answers:             vote.Answers(c.String("answers")),
 		RetryShare:          c.Float64("retry-share"),
 		KeyReuseShare:       c.Float64("key-reuse-share"),
 		SecondResponseShare: c.Float64("second-response-share"),

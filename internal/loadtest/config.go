@@ -56,6 +56,13 @@ type Config struct {
 	// PollChoices is the number of choices of each poll, 2 to
 	// MaxPollChoices. Default 4.
 	PollChoices int
+	// Kind is the ballot kind of the polls (vote.Kinds); default single.
+	// Every kind but single is sent as a "ballot" body, drawn from a fixed
+	// set of valid ballots (ballots.go). Answers is their answers mode:
+	// with latest, a second response replaces the principal's ballot, and
+	// the one counted is its last in the poll's log. Default final.
+	Kind    vote.Kind
+	Answers vote.Answers
 
 	// RetryShare, KeyReuseShare and SecondResponseShare are the fractions
 	// of the votes that are exact retries, key reuse and second responses
@@ -124,6 +131,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.PollChoices == 0 {
 		c.PollChoices = 4
+	}
+	if c.Kind == "" {
+		c.Kind = vote.KindSingle
+	}
+	if c.Answers == "" {
+		c.Answers = vote.AnswersFinal
 	}
 	setDur := func(d *time.Duration, def time.Duration) {
 		if *d == 0 {
@@ -207,6 +220,9 @@ func (c Config) validateLoad(p *problems) {
 func (c Config) validateVotes(p *problems) {
 	if c.Principals < 1 || c.Principals > MaxPrincipals {
 		p.add("principals must be between 1 and %d, got %d", MaxPrincipals, c.Principals)
+	}
+	if _, err := pollRules(c); err != nil {
+		p.add("%v", err)
 	}
 	if c.PollChoices < 2 || c.PollChoices > MaxPollChoices {
 		p.add("poll choices must be between 2 and %d, got %d", MaxPollChoices, c.PollChoices)

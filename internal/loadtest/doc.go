@@ -27,6 +27,16 @@
 // depends on was answered 202, so the response each principal should have
 // counted is known: the first one accepted.
 //
+// Config.Kind and Config.Answers set the polls' ballot kind and answers
+// mode (ballots.go): every kind but single sends a "ballot" from a fixed
+// set of valid ballots, and the tallies checked are every figure of the
+// kind (ledger.ResultsOf of the ballots that count). With answers latest a
+// second response is recorded and replaces the principal's ballot: the one
+// counted is its last in the poll's log, which must hold its ballots in
+// the order they were sent (a ballot sent after another was answered 202
+// comes after it), and each ballot but the last must read superseded, by
+// the last.
+//
 // A request that gets no answer (connection refused or reset, timeout) is
 // sent again with the same key, as a real client would, and 429 and 503 are
 // sent again after their Retry-After; both a bounded number of times
@@ -85,6 +95,7 @@
 //   - send.go: Send, its workers and their schedule, and one vote's
 //     requests until it has a final answer (the backoff between them);
 //   - post.go: one POST /v1/votes and how its answer is read;
+//   - ballots.go: the polls' rules and the ballots sent, by kind;
 //   - truth.go: the ground truth: the votes planned, every key sent and
 //     what intake answered;
 //   - drain.go: Drain, the wait for the queue to empty;

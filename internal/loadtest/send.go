@@ -2,7 +2,6 @@ package loadtest
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -109,7 +108,7 @@ var errNoFinalAnswer = errors.New("no final answer")
 // after voteBackoff; each request goes to the next target.
 func (s *Session) send(ctx context.Context, tk task, turn int) {
 	p := s.principals[tk.principal]
-	body, _ := json.Marshal(voteBody{EventID: keyID(tk.key), PollID: s.pollID(int(tk.round)), CandidateID: candidateID(int(tk.candidate))})
+	body := s.ballots.body(keyID(tk.key), s.pollID(int(tk.round)), int(tk.candidate))
 	var (
 		a         answer
 		ambiguous bool

@@ -44,6 +44,7 @@ type Session struct {
 
 	principals []principal
 	truth      *truth
+	ballots    *ballotSet
 
 	roundsMu sync.Mutex
 	rounds   []*round
@@ -86,15 +87,20 @@ func New(cfg Config, deps Deps) (*Session, error) {
 	if seed == 0 {
 		seed = binary.LittleEndian.Uint64(b[:])
 	}
+	ballots, err := newBallotSet(cfg)
+	if err != nil {
+		return nil, err
+	}
 	client, own := deps.Client, false
 	if client == nil {
 		client, own = newClient(cfg), true
 	}
 	s := &Session{
 		cfg: cfg, store: deps.Store, queue: deps.Queue, client: client, own: own,
-		log:    cfg.Logger.With(slog.String("component", "loadtest"), slog.String("polls", prefix)),
-		prefix: prefix,
-		truth:  newTruth(cfg, seed),
+		log:     cfg.Logger.With(slog.String("component", "loadtest"), slog.String("polls", prefix)),
+		prefix:  prefix,
+		truth:   newTruth(cfg, seed),
+		ballots: ballots,
 	}
 	s.phase.Store("new")
 	return s, nil

@@ -176,17 +176,14 @@ func (s *Session) prefetchRound(ctx context.Context, r int) {
 // transiently (retryTransient). A poll found to exist after a failed try
 // was created by that try.
 func (s *Session) createPoll(ctx context.Context, r int) error {
-	choices := make([]string, s.cfg.PollChoices)
-	for i := range choices {
-		choices[i] = candidateID(i)
-	}
 	p := ledger.Poll{
+		Rules: s.ballots.rules,
 		ID:    s.pollID(r),
 		Title: fmt.Sprintf("loadtest %s round %d", s.prefix, r),
 		// Opened a minute ago, so a clock a little behind on intake's host
 		// does not find it closed.
 		OpensAt: time.Now().Add(-time.Minute),
-		Choices: choices,
+		Choices: s.ballots.choices,
 	}
 	tries := 0
 	_, err := retryTransient(ctx, func(ctx context.Context) (struct{}, error) {

@@ -46,6 +46,7 @@ type key struct {
 	status     keyStatus
 	ambiguous  bool  // a request for it got no definite answer
 	accepts    int32 // 202 answers
+	plannedAt  int64 // unix nanoseconds of its planning, before its first request
 	acceptedAt int64 // unix nanoseconds of the first 202
 }
 
@@ -145,7 +146,7 @@ func (t *truth) next(maxRounds int) (task, bool) {
 		fk := t.keys[f]
 		i := uint32(len(t.keys))
 		c := t.otherCandidate(fk.candidate)
-		t.keys = append(t.keys, key{principal: fk.principal, round: fk.round, first: f, candidate: c, altCand: -1, kind: kindSecond})
+		t.keys = append(t.keys, key{principal: fk.principal, round: fk.round, first: f, candidate: c, altCand: -1, kind: kindSecond, plannedAt: time.Now().UnixNano()})
 		tk = task{kind: kindSecond, key: i, principal: fk.principal, round: fk.round, candidate: c}
 	default:
 		round := t.nextFirst / t.principals
@@ -156,7 +157,7 @@ func (t *truth) next(maxRounds int) (task, bool) {
 		t.nextFirst++
 		i := uint32(len(t.keys))
 		c := uint8(t.rng.IntN(t.choices))
-		t.keys = append(t.keys, key{principal: p, round: int32(round), first: i, candidate: c, altCand: -1, kind: kindFirst})
+		t.keys = append(t.keys, key{principal: p, round: int32(round), first: i, candidate: c, altCand: -1, kind: kindFirst, plannedAt: time.Now().UnixNano()})
 		tk = task{kind: kindFirst, key: i, principal: p, round: int32(round), candidate: c}
 	}
 	t.attempted[tk.kind]++

@@ -1,7 +1,9 @@
 package loadtest
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -10,6 +12,7 @@ import (
 	"time"
 
 	"tally/ledger"
+	"tally/vote"
 )
 
 // Markers of verification.rowCand and verification.ppRow, beside
@@ -21,8 +24,9 @@ const (
 
 // verification is the state of one Verify.
 type verification struct {
-	rowCand   []int16 // by key: the candidate of its ledger row, noRow or notCandidate
-	ppRow     []int64 // by first response of a principal and poll: the key recorded for them, or -1
+	rowCand   []int16             // by key: the ballot (index) of its ledger row, noRow or notCandidate
+	ppRow     []int64             // by first response of a principal and poll: the key recorded for them (answers latest: the last in the log), or -1
+	ppRows    map[uint32][]uint32 // answers latest: by first response, the keys recorded, in log order
 	rejected  map[string]int64
 	recLatUS  []uint32
 	anomalies anomalies
@@ -46,6 +50,11 @@ func (s *Session) Verify(ctx context.Context) (Report, error) {
 	if err := s.checkRows(ctx, v, rounds); err != nil {
 		return Report{}, err
 	}
+	// 1b. Answers latest: the ballots of each principal are in the log in
+	// the order they were sent, and each but the last reads superseded.
+	if err := s.checkLatest(ctx, v); err != nil {
+		return Report{}, err
+	}
 	// 2. Every accepted key without a ledger row must be rejected, for the
 	// reason its kind expects; without a record it is lost.
 	if err := s.checkUnrecorded(ctx, v); err != nil {
@@ -61,7 +70,7 @@ func (s *Session) Verify(ctx context.Context) (Report, error) {
 }
 
 func newVerification(keys int) *verification {
-	v := &verification{rowCand: make([]int16, keys), ppRow: make([]int64, keys), rejected: map[string]int64{}}
+	v := &verification{rowCand: make([]int16, keys), ppRow: make([]int64, keys), ppRows: map[uint32][]uint32{}, rejected: map[string]int64{}}
 	for i := range keys {
 		v.rowCand[i], v.ppRow[i] = noRow, -1
 	}
@@ -91,7 +100,8 @@ func (s *Session) checkRows(ctx context.Context, v *verification, rounds int) er
 }
 
 // checkTallies compares, poll by poll, the projection with the ground
-// truth and rebuild with the projection, and returns the differences.
+// truth (every figure of its kind: ledger.ResultsOf of the ballots that
+// count) and rebuild with the projection, and returns the differences.
 func (s *Session) checkTallies(ctx context.Context, v *verification, rounds int) (tallyDiffs, rebuildDiffs []string, err error) {
 	expected := s.expectedTallies(v, rounds)
 	for r := range rounds {
@@ -100,34 +110,22 @@ func (s *Session) checkTallies(ctx context.Context, v *verification, rounds int)
 		if err != nil {
 			return nil, nil, fmt.Errorf("loadtest verify: read the results of %s: %w", poll, err)
 		}
-		for _, cv := range res.Results {
-			want := int64(0)
-			if c, ok := candidateIndex(cv.CandidateID, s.cfg.PollChoices); ok {
-				want = expected[r][c]
-			}
-			if cv.Votes != want {
-				tallyDiffs = append(tallyDiffs, fmt.Sprintf("%s %s: %d votes, ground truth %d", poll, cv.CandidateID, cv.Votes, want))
-			}
+		want := ledger.ResultsOf(poll, s.ballots.count(expected[r]))
+		want.AsOf, want.TreeSize = res.AsOf, res.TreeSize
+		got, _ := json.Marshal(res)
+		exp, _ := json.Marshal(want)
+		if !bytes.Equal(got, exp) {
+			tallyDiffs = append(tallyDiffs, fmt.Sprintf("%s: projection %s, ground truth %s", poll, got, exp))
 		}
 		rep, err := s.store.Rebuild(ctx, poll)
 		if err != nil {
 			return nil, nil, fmt.Errorf("loadtest verify: rebuild %s: %w", poll, err)
 		}
 		for _, d := range rep.Diffs() {
-			rebuildDiffs = append(rebuildDiffs, fmt.Sprintf("%s %s: ledger %d, projection %d", d.PollID, d.CandidateID, d.Ledger, d.Projection))
+			rebuildDiffs = append(rebuildDiffs, fmt.Sprintf("%s %s %s: ledger %d, projection %d", d.PollID, d.CandidateID, d.Figure, d.Ledger, d.Projection))
 		}
 	}
 	return tallyDiffs, rebuildDiffs, nil
-}
-
-// candidateIndex is the inverse of candidateID.
-func candidateIndex(id string, choices int) (int, bool) {
-	for c := range choices {
-		if candidateID(c) == id {
-			return c, true
-		}
-	}
-	return 0, false
 }
 
 // checkRow checks one ledger row of round r's poll.
@@ -147,7 +145,8 @@ func (s *Session) checkRow(v *verification, r int32, byID map[string]int32, row 
 		v.anomalies.add("counted twice: a second ledger row for one key (I2)", "seq %d: %s", row.Seq, row.ClientEventID)
 		return
 	}
-	c, okC := candidateIndex(row.CandidateID, s.cfg.PollChoices)
+	answer := row.Event().Answer()
+	c, okC := s.ballots.index[answer]
 	cand := int16(notCandidate)
 	if okC {
 		cand = int16(c)
@@ -164,7 +163,13 @@ func (s *Session) checkRow(v *verification, r int32, byID map[string]int32, row 
 	if !okC || (cand != int16(k.candidate) && cand != k.altCand) {
 		v.wrongPayload++
 		v.anomalies.add("a ledger row with a payload the key was never accepted with", "%s sent with %s, recorded with %s",
-			keyID(idx), candidateID(int(k.candidate)), row.CandidateID)
+			keyID(idx), s.ballots.list[k.candidate], answer)
+	}
+	if s.cfg.Answers == vote.AnswersLatest {
+		v.ppRows[k.first] = append(v.ppRows[k.first], idx)
+		v.ppRow[k.first] = int64(idx)
+		v.recorded++
+		return
 	}
 	if other := v.ppRow[k.first]; other >= 0 {
 		v.countedTwice++
@@ -174,6 +179,50 @@ func (s *Session) checkRow(v *verification, r int32, byID map[string]int32, row 
 	}
 	v.ppRow[k.first] = int64(idx)
 	v.recorded++
+}
+
+// checkLatest checks, in a poll of answers latest, each principal's
+// ballots in the log: no ballot sent after another was answered 202 comes
+// before it (unless AllowReorder), and each but the last reads superseded,
+// by the last, which reads recorded.
+func (s *Session) checkLatest(ctx context.Context, v *verification) error {
+	t := s.truth
+	var keys []ledger.EventKey
+	for _, rows := range v.ppRows {
+		for a, ka := range rows {
+			for _, kb := range rows[a+1:] {
+				if acc := t.keys[kb].acceptedAt; !s.cfg.AllowReorder && acc != 0 && t.keys[ka].plannedAt > acc {
+					v.reordered++
+					v.anomalies.add("reordered: a ballot sent after another was answered 202 is before it in the poll's log",
+						"%s before %s in %s", keyID(ka), keyID(kb), s.pollID(int(t.keys[ka].round)))
+				}
+			}
+		}
+		for _, k := range rows {
+			keys = append(keys, ledger.EventKey{PrincipalID: s.principals[t.keys[k].principal].id, ClientEventID: keyID(k)})
+		}
+	}
+	for len(keys) > 0 {
+		n := min(len(keys), 1000)
+		recs, err := s.store.Events(ctx, keys[:n])
+		if err != nil {
+			return fmt.Errorf("loadtest verify: read the ballots' statuses: %w", err)
+		}
+		for _, k := range keys[:n] {
+			idx, _ := parseKeyID(k.ClientEventID)
+			last := v.ppRow[t.keys[idx].first]
+			want, by := ledger.StatusSuperseded, keyID(uint32(last))
+			if int64(idx) == last {
+				want, by = ledger.StatusRecorded, ""
+			}
+			if r := recs[k]; r.Status != want || r.SupersededBy != by {
+				v.anomalies.add("a ballot of a poll of answers latest reads another status than its place in the log says",
+					"%s reads %s %q, want %s %q", k.ClientEventID, r.Status, r.SupersededBy, want, by)
+			}
+		}
+		keys = keys[n:]
+	}
+	return nil
 }
 
 // checkUnrecorded looks up, in the ledger, every key answered 202 (or
@@ -272,17 +321,16 @@ func (s *Session) judgeUnrecorded(v *verification, i uint32, found lookup) error
 	return nil
 }
 
-// expectedTallies is the ground truth: for each principal and poll, the
-// candidate of the first response accepted. A principal whose only
+// expectedTallies is the ground truth: for each poll, the ballots (by
+// index) that count: for each principal, the ballot of its first response
+// accepted (answers latest: of its last ballot in the log, which
+// checkLatest held to the order the ballots were sent in). A principal whose only
 // response is uncertain counts when the ledger recorded it. With
 // AllowReorder, a later accepted response the ledger recorded counts
 // instead of the first.
-func (s *Session) expectedTallies(v *verification, rounds int) [][]int64 {
+func (s *Session) expectedTallies(v *verification, rounds int) [][]int {
 	t := s.truth
-	out := make([][]int64, rounds)
-	for r := range out {
-		out[r] = make([]int64, s.cfg.PollChoices)
-	}
+	out := make([][]int, rounds)
 	for i := range t.keys {
 		k := &t.keys[i]
 		if k.kind != kindFirst || int(k.round) >= rounds {
@@ -291,6 +339,10 @@ func (s *Session) expectedTallies(v *verification, rounds int) [][]int64 {
 		winner := v.ppRow[i]
 		cand := -1
 		switch {
+		case s.cfg.Answers == vote.AnswersLatest:
+			if winner >= 0 && v.rowCand[winner] >= 0 {
+				cand = int(v.rowCand[winner])
+			}
 		case k.status == keyAccepted:
 			cand = int(k.candidate)
 			if winner >= 0 && s.cfg.AllowReorder && winner != int64(i) && t.keys[winner].status == keyAccepted {
@@ -302,7 +354,7 @@ func (s *Session) expectedTallies(v *verification, rounds int) [][]int64 {
 			}
 		}
 		if cand >= 0 {
-			out[k.round][cand]++
+			out[k.round] = append(out[k.round], cand)
 		}
 	}
 	return out
