@@ -57,7 +57,7 @@ func TestParseExportLineStrict(t *testing.T) {
 		{"a key spelt in another case beside the key", `{` + ids + `,"Candidate_ID":"d"}`, `unknown field "Candidate_ID"`},
 		{"a key only in another case", `{"EVENT_ID":"e","poll_id":"p","candidate_id":"c","principal_id":"u"}`, `unknown field "EVENT_ID"`},
 		{"a duplicate key", `{` + ids + `,"candidate_id":"d"}`, `field "candidate_id" is given twice`},
-		{"an unknown key", `{` + ids + `,"ballot":"x"}`, `unknown field "ballot"`},
+		{"an unknown key", `{` + ids + `,"weight":2}`, `unknown field "weight"`},
 		{"a vote's field in a definition", `{` + def + `,"candidate_id":"c"}`, `unknown field "candidate_id" in a definition line`},
 		{"a kind this version does not know", `{"kind":"amendment","poll_id":"p"}`, `this version reads kind "definition" only`},
 		{"a definition without choices", `{"kind":"definition","poll_id":"p","title":"T","opens_at":"2026-12-02T07:00:00.000000Z"}`, `field "choices" is missing`},
