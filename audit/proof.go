@@ -118,7 +118,7 @@ func (r Receipt) MarshalJSON() ([]byte, error) {
 // ParseReceipt reads a receipt in JSON, refusing unknown fields, so that a
 // misspelt field is named rather than read as missing.
 func ParseReceipt(b []byte) (Receipt, error) {
-	if _, err := checkKeys(b, receiptKeys, ""); err != nil {
+	if _, err := checkKeys(b, receiptKeys); err != nil {
 		return Receipt{}, fmt.Errorf("%w receipt: %v", ErrMalformed, err)
 	}
 	var r receiptJSON
