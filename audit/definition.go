@@ -386,39 +386,39 @@ func (d Definition) Refuses(candidate string, received time.Time) string {
 // (received_at). The ballot is read by the audit's own reading
 // (ballot.go), not by package vote's.
 func (d Definition) RefusesVote(l Leaf) (field, why string) {
-	_, field, why = d.judge(l)
+	_, _, field, why = d.judge(l)
 	return field, why
 }
 
-// judge is RefusesVote, with the ballot's items when they can be read
-// and the ballot keeps its poll's rules (whether or not it came in the
-// window).
-func (d Definition) judge(l Leaf) (items []ballotItem, field, why string) {
+// judge is RefusesVote, with the ballot's items and ok when they can be
+// read and the ballot keeps its poll's rules (whether or not it came in
+// the window).
+func (d Definition) judge(l Leaf) (items []ballotItem, ok bool, field, why string) {
 	rules := d.BallotRules()
 	switch {
 	case rules.Kind == vote.KindSingle && l.Ballot != "":
-		return nil, "ballot", fmt.Sprintf("the vote carries a ballot, %s, but the poll is single-choice: its votes carry candidate_id", quoteShort(l.Ballot))
+		return nil, false, "ballot", fmt.Sprintf("the vote carries a ballot, %s, but the poll is single-choice: its votes carry candidate_id", quoteShort(l.Ballot))
 	case rules.Kind != vote.KindSingle && l.Ballot == "":
-		return nil, "candidate_id", fmt.Sprintf("the vote is of one choice (candidate_id %s), but the poll's ballot is %s: its votes carry a ballot", l.CandidateID, rules.Kind)
+		return nil, false, "candidate_id", fmt.Sprintf("the vote is of one choice (candidate_id %s), but the poll's ballot is %s: its votes carry a ballot", l.CandidateID, rules.Kind)
 	case l.Ballot == "":
 		if !slices.Contains(d.Choices, l.CandidateID) {
-			return nil, "candidate_id", fmt.Sprintf("the vote is for %s, which the poll's definition in force does not offer", l.CandidateID)
+			return nil, false, "candidate_id", fmt.Sprintf("the vote is for %s, which the poll's definition in force does not offer", l.CandidateID)
 		}
 		items = []ballotItem{{choice: slices.Index(d.Choices, l.CandidateID)}}
 	default:
 		if items, why = readBallot(&d, l.Ballot); why != "" {
-			return nil, "ballot", why
+			return nil, false, "ballot", why
 		}
 	}
 	if l.ReceivedAt.Before(d.OpensAt) {
-		return items, "received_at", fmt.Sprintf("the vote was received at %s, before the poll opened at %s",
+		return items, true, "received_at", fmt.Sprintf("the vote was received at %s, before the poll opened at %s",
 			l.ReceivedAt.UTC().Format(TimeFormat), d.OpensAt.UTC().Format(TimeFormat))
 	}
 	if d.ClosesAt != nil && !l.ReceivedAt.Before(*d.ClosesAt) {
-		return items, "received_at", fmt.Sprintf("the vote was received at %s, once the poll had closed at %s",
+		return items, true, "received_at", fmt.Sprintf("the vote was received at %s, once the poll had closed at %s",
 			l.ReceivedAt.UTC().Format(TimeFormat), d.ClosesAt.UTC().Format(TimeFormat))
 	}
-	return items, "", ""
+	return items, true, "", ""
 }
 
 // Follows says why d may not follow prev in a poll's log, and the field

@@ -95,11 +95,11 @@ func (p *pollLog) readVote(row ExportRow) (field, why string) {
 		return "", ""
 	}
 	lv.latest = p.def.BallotRules().Answers == vote.AnswersLatest
-	items, field, why := p.def.judge(row.Leaf())
+	items, ok, field, why := p.def.judge(row.Leaf())
 	switch {
 	case p.def.BallotRules().Kind == vote.KindSingle && row.Ballot == "":
 		lv.what, lv.code = leafCandidate, p.code(row.CandidateID)
-	case items != nil && row.Ballot != "":
+	case ok && row.Ballot != "":
 		codes := p.defCodes[lv.def]
 		coded := make([]ballotItem, len(items))
 		for i, it := range items {
