@@ -2,6 +2,8 @@ package audit_test
 
 import (
 	"encoding/hex"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -364,5 +366,21 @@ func definitionRefusedOrOther(t *rapid.T, b, was []byte) {
 	}
 	if string(again) == string(was) {
 		t.Fatalf("%x decodes to the definition it was changed from", b)
+	}
+}
+
+// docs/audit.md gives the examples' bytes, hashes and lines that these
+// tests pin, so that a reader of it alone can check a verifier.
+func TestDocGivesBallotExamples(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "docs", "audit.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	def := audit.AppendExportLine(nil, audit.ExportRow{PollID: "lunch", RecordedAt: time.Date(2026, 3, 1, 11, 59, 0, 0, time.UTC),
+		LeafIndex: new(int64), Definition: &exampleRulesDefinition})
+	for _, want := range []string{exampleBallotBytes, exampleBallotHash, exampleRulesBytes, exampleRulesHash, strings.TrimSuffix(string(def), "\n")} {
+		if !strings.Contains(string(doc), want) {
+			t.Errorf("docs/audit.md does not give %s", want)
+		}
 	}
 }
