@@ -80,12 +80,7 @@ func (p *pollLog) addDefinition(d *Definition, index int64) {
 // and says why the definition in force does not take it, with the field
 // at fault ("" when it does).
 func (p *pollLog) readVote(row ExportRow) (field, why string) {
-	voter, ok := p.voters[row.PrincipalID]
-	if !ok {
-		voter = uint32(len(p.voters))
-		p.voters[row.PrincipalID] = voter
-	}
-	lv := leafVote{what: leafUncounted, def: int32(len(p.defs) - 1), principal: voter}
+	lv := leafVote{what: leafUncounted, def: int32(len(p.defs) - 1), principal: p.voters[row.PrincipalID]} // checkRow gave it its code
 	defer func() { p.leaves = append(p.leaves, lv) }()
 	if p.def == nil {
 		if row.Ballot != "" {

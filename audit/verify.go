@@ -192,19 +192,19 @@ type pollLog struct {
 	defLeaf    int64             // def's leaf
 	// undefined is the number of votes before the poll's first
 	// definition: a log from before definitions were logged.
-	undefined  int64
-	principals map[string]int64  // principal id to its first leaf
-	voters     map[string]uint32 // principal id to code
-	eligible   *eligibility      // the list given for the poll, if any
-	verified   int
-	largest    int64
-	compared   int
+	undefined int64
+	voters    map[string]uint32 // principal id to code
+	firstLeaf []int64           // by principal code: its first vote's leaf
+	eligible  *eligibility      // the list given for the poll, if any
+	verified  int
+	largest   int64
+	compared  int
 }
 
 func (a *auditor) poll(id string) *pollLog {
 	p, ok := a.polls[id]
 	if !ok {
-		p = &pollLog{codes: map[string]uint32{}, principals: map[string]int64{}, voters: map[string]uint32{}, eligible: a.eligible[id]}
+		p = &pollLog{codes: map[string]uint32{}, voters: map[string]uint32{}, eligible: a.eligible[id]}
 		a.polls[id] = p
 		a.order = append(a.order, id)
 	}

@@ -81,15 +81,26 @@ func (a *auditor) checkRow(p *pollLog, row ExportRow, index int64, n int) {
 	} else {
 		a.keys[key] = n
 	}
+	code, seen := p.voter(row.PrincipalID, index)
 	if p.def != nil && p.def.BallotRules().Answers == vote.AnswersLatest {
 		return // each new ballot replaces the one before (recount.go)
 	}
-	if first, ok := p.principals[row.PrincipalID]; ok {
+	if seen {
 		a.discrepancy(Discrepancy{PollID: row.PollID, Leaves: leaf, Field: "principal_id", ExportLine: n,
-			Detail: fmt.Sprintf("principal %s already answered this poll at leaf %d; the ledger holds one answer per principal and poll", row.PrincipalID, first)})
-	} else {
-		p.principals[row.PrincipalID] = index
+			Detail: fmt.Sprintf("principal %s already answered this poll at leaf %d; the ledger holds one answer per principal and poll", row.PrincipalID, p.firstLeaf[code])})
 	}
+}
+
+// voter is the code of principal id in p, and whether it voted before
+// index; a principal first seen at index gets a new code.
+func (p *pollLog) voter(id string, index int64) (uint32, bool) {
+	if code, ok := p.voters[id]; ok {
+		return code, true
+	}
+	code := uint32(len(p.firstLeaf))
+	p.voters[id] = code
+	p.firstLeaf = append(p.firstLeaf, index)
+	return code, false
 }
 
 // readDefinition appends the definition of line n to its poll's tree; it
