@@ -3,6 +3,7 @@ package audit
 import (
 	"encoding/json"
 	"errors"
+	"iter"
 	"slices"
 	"strings"
 
@@ -131,14 +132,13 @@ func (p *pollLog) recount(size int64) pollCount {
 	if last != nil {
 		c.kind = last.BallotRules().Kind
 	}
-	counted := p.counted(size)
 	figs := make([]figures, len(p.candidates))
 	n := len(p.candidates)
 	var pw []int64
 	if c.kind == vote.KindRanked {
 		pw = make([]int64, n*n)
 	}
-	for _, i := range counted {
+	for i := range p.counted(size) {
 		lv := p.leaves[i]
 		c.ballots++
 		if lv.what == leafCandidate {
@@ -166,25 +166,27 @@ func (p *pollLog) recount(size int64) pollCount {
 	return c
 }
 
-// counted are the leaves below size whose votes count, in leaf order.
-func (p *pollLog) counted(size int64) []int {
+// counted yields the leaves below size whose votes count, in leaf order.
+func (p *pollLog) counted(size int64) iter.Seq[int] {
 	lastOf := map[uint32]int{}
 	for i, lv := range p.leaves[:size] {
 		if lv.latest && (lv.what == leafCandidate || lv.what == leafBallot) {
 			lastOf[lv.principal] = i
 		}
 	}
-	var out []int
-	for i, lv := range p.leaves[:size] {
-		if lv.what != leafCandidate && lv.what != leafBallot {
-			continue
+	return func(yield func(int) bool) {
+		for i, lv := range p.leaves[:size] {
+			if lv.what != leafCandidate && lv.what != leafBallot {
+				continue
+			}
+			if lv.latest && lastOf[lv.principal] != i {
+				continue // replaced by the principal's later ballot
+			}
+			if !yield(i) {
+				return
+			}
 		}
-		if lv.latest && lastOf[lv.principal] != i {
-			continue // replaced by the principal's later ballot
-		}
-		out = append(out, i)
 	}
-	return out
 }
 
 // fold adds the ballot of leaf lv to figs and, ranked, to the n-by-n
