@@ -14,7 +14,8 @@ import (
 // audit's own copy of what package vote's ParseCanonical and Rules.Check
 // decide, written apart on purpose: an auditor reads the rules here, and
 // a mistake in vote's reading cannot hide in the audit that checks it. It
-// uses only vote's id rule and the names of the kinds.
+// uses only vote's id rule, the names of the kinds and of the approve
+// marks, and vote.Shape's words in its messages.
 
 // ballotItem is one choice of a read ballot: the choice's position among
 // the definition's choices, and its value (approve: 0 yes, 1 no, 2

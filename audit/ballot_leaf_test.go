@@ -378,6 +378,9 @@ func TestDocGivesBallotExamples(t *testing.T) {
 	}
 	def := audit.AppendExportLine(nil, audit.ExportRow{PollID: "lunch", RecordedAt: time.Date(2026, 3, 1, 11, 59, 0, 0, time.UTC),
 		LeafIndex: new(int64), Definition: &exampleRulesDefinition})
+	if vote.MaxCanonicalLen != 4866 {
+		t.Errorf("docs/audit.md says a canonical ballot is at most 4,866 bytes; vote.MaxCanonicalLen is %d", vote.MaxCanonicalLen)
+	}
 	for _, want := range []string{exampleBallotBytes, exampleBallotHash, exampleRulesBytes, exampleRulesHash, strings.TrimSuffix(string(def), "\n")} {
 		if !strings.Contains(string(doc), want) {
 			t.Errorf("docs/audit.md does not give %s", want)
