@@ -226,7 +226,7 @@ func ReadCheckpoints(r io.Reader) ([]StoredCheckpoint, error) {
 	checkpointKeys := []string{"poll_id", "size", "checkpoint"}
 	var out []StoredCheckpoint
 	err := eachLine(r, func(line []byte, n int) error {
-		if _, err := checkKeys(line, checkpointKeys, ""); err != nil {
+		if _, err := checkKeys(line, checkpointKeys); err != nil {
 			return fmt.Errorf("checkpoints line %d: %v", n, err)
 		}
 		var c StoredCheckpoint

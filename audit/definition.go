@@ -15,8 +15,10 @@ import (
 	"tally/vote"
 )
 
-// This file owns the leaf of version 2: a poll's definition, committed in
-// its own log (docs/audit.md, "The definition leaf"). A poll's log starts
+// This file owns the leaves of versions 2 and 3: a poll's definition,
+// committed in its own log (docs/audit.md, "The definition leaf"), version
+// 3 being version 2 followed by the poll's ballot rules when they are not
+// vote.Single's. A poll's log starts
 // with its definition, and every change that matters to the count (the
 // poll closed, or closing earlier) appends the whole definition again. A
 // vote is checked against the last definition before its leaf: its
@@ -24,8 +26,19 @@ import (
 // before definitions were logged starts with votes, which no definition
 // covers.
 
-// DefinitionVersion is the first byte of a definition leaf.
+// DefinitionVersion is the first byte of the definition leaf of a poll
+// whose rules are vote.Single.
 const DefinitionVersion = 2
+
+// RulesDefinitionVersion is the first byte of the definition leaf of a
+// poll with any other rules: version 2's fields, then the rules.
+const RulesDefinitionVersion = 3
+
+// The kind byte of a version 3 definition leaf, by vote.Kind.
+var kindBytes = map[vote.Kind]byte{vote.KindSingle: 0, vote.KindMultiple: 1, vote.KindApprove: 2, vote.KindScore: 3, vote.KindRanked: 4}
+
+// The answers byte of a version 3 definition leaf, by vote.Answers.
+var answersBytes = map[vote.Answers]byte{vote.AnswersFinal: 0, vote.AnswersLatest: 1}
 
 // MaxTitleLen is the longest title a definition leaf holds, in bytes.
 const MaxTitleLen = 1<<16 - 1
@@ -40,8 +53,18 @@ type Definition struct {
 	// EligibleHash is EligibleListHash of the principals a poll of
 	// eligibility "list" takes votes from; nil: any principal may vote.
 	EligibleHash *[32]byte
-	Choices      []string   // candidate ids, in display order
-	Rules        vote.Rules // the ballot's kind and parameters and the answers mode; zero: vote.Single
+	Choices      []string // candidate ids, in display order
+	// Rules are the poll's ballot kind, its parameters and its answers
+	// mode, as vote.NewRules makes them; the zero value is vote.Single.
+	Rules vote.Rules
+}
+
+// BallotRules are d's rules, vote.Single when d leaves them zero.
+func (d Definition) BallotRules() vote.Rules {
+	if d.Rules == (vote.Rules{}) {
+		return vote.Single
+	}
+	return d.Rules
 }
 
 // EligibleListHash is the hash a definition holds for a list of eligible
@@ -73,11 +96,27 @@ func EligibleListHash(ids []string) [32]byte {
 //	                 EligibleListHash
 //	len(choices)     2 bytes big-endian, then each choice: 1 length byte
 //	                 and its id
+//
+// A definition whose rules are not vote.Single (BallotRules) is of
+// version 3 instead: 0x03, the fields of version 2, then
+//
+//	kind             1 byte: 0 single, 1 multiple, 2 approve, 3 score, 4 ranked
+//	multiple:        min_choices, max_choices: 2 bytes big-endian each
+//	score:           max_score, budget: 4 bytes big-endian each (budget 0: none)
+//	answers          1 byte: 0 final, 1 latest
+//
+// (the other kinds have no parameter), so that the leaf of every poll
+// that came before kinds stays the same bytes.
 func EncodeDefinition(dst []byte, d Definition) ([]byte, error) {
 	if err := d.Check(); err != nil {
 		return nil, err
 	}
-	dst = append(dst, DefinitionVersion, byte(len(d.PollID)))
+	rules := d.BallotRules()
+	version := byte(DefinitionVersion)
+	if !rules.IsDefault() {
+		version = RulesDefinitionVersion
+	}
+	dst = append(dst, version, byte(len(d.PollID)))
 	dst = append(dst, d.PollID...)
 	dst = binary.BigEndian.AppendUint16(dst, uint16(len(d.Title)))
 	dst = append(dst, d.Title...)
@@ -96,7 +135,19 @@ func EncodeDefinition(dst []byte, d Definition) ([]byte, error) {
 	for _, c := range d.Choices {
 		dst = append(append(dst, byte(len(c))), c...)
 	}
-	return dst, nil
+	if rules.IsDefault() {
+		return dst, nil
+	}
+	dst = append(dst, kindBytes[rules.Kind])
+	switch rules.Kind {
+	case vote.KindMultiple:
+		dst = binary.BigEndian.AppendUint16(dst, uint16(rules.MinChoices))
+		dst = binary.BigEndian.AppendUint16(dst, uint16(rules.MaxChoices))
+	case vote.KindScore:
+		dst = binary.BigEndian.AppendUint32(dst, uint32(rules.MaxScore))
+		dst = binary.BigEndian.AppendUint32(dst, uint32(rules.Budget))
+	}
+	return append(dst, answersBytes[rules.Answers]), nil
 }
 
 // Check reports what makes d no definition a leaf can hold: an id outside
@@ -130,16 +181,55 @@ func (d Definition) Check() error {
 		}
 		seen[c] = true
 	}
+	return checkRules(d.BallotRules(), len(d.Choices))
+}
+
+// checkRules says what makes r no rules of a poll of n choices: what
+// vote.NewRules would refuse of the spec r was made from, or a parameter
+// NewRules would not have set (one of another kind, a budget out of
+// range).
+func checkRules(r vote.Rules, n int) error {
+	spec := vote.Spec{Kind: string(r.Kind), Answers: string(r.Answers)}
+	switch r.Kind {
+	case vote.KindMultiple:
+		spec.MinChoices, spec.MaxChoices = &r.MinChoices, &r.MaxChoices
+	case vote.KindScore:
+		spec.MaxScore = &r.MaxScore
+		if r.Budget != 0 {
+			spec.Budget = &r.Budget
+		}
+	}
+	if r.Kind == "" || r.Answers == "" {
+		return fmt.Errorf("definition: its rules name no kind or no answers mode (%+v): give both, or leave the rules zero for a single-choice poll", r)
+	}
+	got, err := vote.NewRules(spec, n)
+	if err != nil {
+		return fmt.Errorf("definition: %s: %w", ruleField(err), err)
+	}
+	if got != r {
+		return fmt.Errorf("definition: its rules %+v set a parameter its kind has not (a %s ballot's rules are %+v)", r, r.Kind, got)
+	}
 	return nil
 }
 
-// DecodeDefinition reads a leaf EncodeDefinition wrote. It refuses
-// another version, bytes cut short or left over, and a definition Check
-// refuses.
+// ruleField is the field a vote.RuleError names, "ballot" otherwise.
+func ruleField(err error) string {
+	var re *vote.RuleError
+	if errors.As(err, &re) {
+		return re.Field
+	}
+	return "ballot"
+}
+
+// DecodeDefinition reads a leaf EncodeDefinition wrote, of version 2 or
+// 3. It refuses another version, bytes cut short or left over, a
+// definition Check refuses, and a version 3 leaf of the rules vote.Single
+// (whose leaf is of version 2: one definition has one encoding). A
+// version 2 leaf's Rules are left zero.
 func DecodeDefinition(b []byte) (Definition, error) {
 	var d Definition
-	if len(b) == 0 || b[0] != DefinitionVersion {
-		return d, errors.New("definition: not a version 2 leaf")
+	if len(b) == 0 || b[0] != DefinitionVersion && b[0] != RulesDefinitionVersion {
+		return d, errors.New("definition: not a version 2 or 3 leaf")
 	}
 	r := bytes.NewReader(b[1:])
 	short := errors.New("definition: cut short")
@@ -205,10 +295,65 @@ func DecodeDefinition(b []byte) (Definition, error) {
 		}
 		d.Choices = append(d.Choices, string(c))
 	}
+	if b[0] == RulesDefinitionVersion {
+		rules, err := decodeRules(r)
+		if err != nil {
+			return d, err
+		}
+		d.Rules = rules
+	}
 	if r.Len() != 0 {
 		return d, fmt.Errorf("definition: %d bytes are left over", r.Len())
 	}
 	return d, d.Check()
+}
+
+// decodeRules reads the rules of a version 3 leaf from r.
+func decodeRules(r *bytes.Reader) (vote.Rules, error) {
+	short := errors.New("definition: its rules are cut short")
+	var rules vote.Rules
+	k, err := r.ReadByte()
+	if err != nil {
+		return rules, short
+	}
+	for kind, v := range kindBytes {
+		if v == k {
+			rules.Kind = kind
+		}
+	}
+	if rules.Kind == "" {
+		return rules, fmt.Errorf("definition: ballot kind byte %d is not known (0 single, 1 multiple, 2 approve, 3 score, 4 ranked)", k)
+	}
+	switch rules.Kind {
+	case vote.KindMultiple:
+		var p [2]uint16
+		if binary.Read(r, binary.BigEndian, &p) != nil {
+			return rules, short
+		}
+		rules.MinChoices, rules.MaxChoices = int(p[0]), int(p[1])
+	case vote.KindScore:
+		var p [2]uint32
+		if binary.Read(r, binary.BigEndian, &p) != nil {
+			return rules, short
+		}
+		rules.MaxScore, rules.Budget = int(p[0]), int(p[1])
+	}
+	a, err := r.ReadByte()
+	if err != nil {
+		return rules, short
+	}
+	for answers, v := range answersBytes {
+		if v == a {
+			rules.Answers = answers
+		}
+	}
+	if rules.Answers == "" {
+		return rules, fmt.Errorf("definition: answers byte %d is not known (0 final, 1 latest)", a)
+	}
+	if rules.IsDefault() {
+		return rules, errors.New("definition: a version 3 leaf of the default rules (single, final), which is written as version 2: not canonical")
+	}
+	return rules, nil
 }
 
 // DefinitionHash is the hash of d's leaf in its poll's tree:
@@ -223,36 +368,65 @@ func DefinitionHash(d Definition) (tlog.Hash, error) {
 
 // Refuses says why d does not take a vote for candidate received at
 // received, or "" when it does: the choice is not offered, or the vote was
-// received before the poll opened or from its closing on.
+// received before the poll opened or from its closing on. It is
+// RefusesVote of a vote of one choice.
 func (d Definition) Refuses(candidate string, received time.Time) string {
-	if k := d.Rules.Kind; k != "" && k != vote.KindSingle {
-		b, err := vote.ParseCanonical(k, candidate)
-		if err == nil {
-			err = d.Rules.Check(d.Choices, b)
+	_, why := d.RefusesVote(Leaf{CandidateID: candidate, ReceivedAt: received})
+	return why
+}
+
+// RefusesVote says why d does not take the vote l, and the field of its
+// line at fault, or "", "" when it does: a vote of one choice
+// (candidate_id) for a poll whose ballot is of another kind, or a ballot
+// for a single-choice poll (field candidate_id or ballot); a choice d does
+// not offer (candidate_id); a ballot not in its kind's canonical form, or
+// that breaks d's rules: a choice twice, fewer or more choices than the
+// poll takes, a score over max_score, a ballot over budget (ballot); a
+// vote received before the poll opened or from its closing on
+// (received_at). The ballot is read by the audit's own reading
+// (ballot.go), not by package vote's.
+func (d Definition) RefusesVote(l Leaf) (field, why string) {
+	_, _, field, why = d.judge(l)
+	return field, why
+}
+
+// judge is RefusesVote, with the ballot's items and ok when they can be
+// read and the ballot keeps its poll's rules (whether or not it came in
+// the window).
+func (d Definition) judge(l Leaf) (items []ballotItem, ok bool, field, why string) {
+	rules := d.BallotRules()
+	switch {
+	case rules.Kind == vote.KindSingle && l.Ballot != "":
+		return nil, false, "ballot", fmt.Sprintf("the vote carries a ballot, %s, but the poll is single-choice: its votes carry candidate_id", quoteShort(l.Ballot))
+	case rules.Kind != vote.KindSingle && l.Ballot == "":
+		return nil, false, "candidate_id", fmt.Sprintf("the vote is of one choice (candidate_id %s), but the poll's ballot is %s: its votes carry a ballot", l.CandidateID, rules.Kind)
+	case l.Ballot == "":
+		if !slices.Contains(d.Choices, l.CandidateID) {
+			return nil, false, "candidate_id", fmt.Sprintf("the vote is for %s, which the poll's definition in force does not offer", l.CandidateID)
 		}
-		if err != nil {
-			return fmt.Sprintf("the ballot %s is not one the poll's definition in force takes: %v", candidate, err)
+		items = []ballotItem{{choice: slices.Index(d.Choices, l.CandidateID)}}
+	default:
+		if items, why = readBallot(&d, l.Ballot); why != "" {
+			return nil, false, "ballot", why
 		}
-	} else if !slices.Contains(d.Choices, candidate) {
-		return fmt.Sprintf("the vote is for %s, which the poll's definition in force does not offer", candidate)
 	}
-	if received.Before(d.OpensAt) {
-		return fmt.Sprintf("the vote was received at %s, before the poll opened at %s",
-			received.UTC().Format(TimeFormat), d.OpensAt.UTC().Format(TimeFormat))
+	if l.ReceivedAt.Before(d.OpensAt) {
+		return items, true, "received_at", fmt.Sprintf("the vote was received at %s, before the poll opened at %s",
+			l.ReceivedAt.UTC().Format(TimeFormat), d.OpensAt.UTC().Format(TimeFormat))
 	}
-	if d.ClosesAt != nil && !received.Before(*d.ClosesAt) {
-		return fmt.Sprintf("the vote was received at %s, once the poll had closed at %s",
-			received.UTC().Format(TimeFormat), d.ClosesAt.UTC().Format(TimeFormat))
+	if d.ClosesAt != nil && !l.ReceivedAt.Before(*d.ClosesAt) {
+		return items, true, "received_at", fmt.Sprintf("the vote was received at %s, once the poll had closed at %s",
+			l.ReceivedAt.UTC().Format(TimeFormat), d.ClosesAt.UTC().Format(TimeFormat))
 	}
-	return ""
+	return items, true, "", ""
 }
 
 // Follows says why d may not follow prev in a poll's log, and the field
 // that changed, or "" when it may: a later definition changes only the
 // closing time, and only to close earlier (or at all), as tally poll
-// close does. Anything else (another choice, title, opening or
-// eligibility, a later closing) is a change to the question after it was
-// asked.
+// close does. Anything else (another choice, title, opening, eligibility,
+// ballot or answers mode, a later closing) is a change to the question
+// after it was asked.
 func (d Definition) Follows(prev Definition) (field, why string) {
 	switch {
 	case d.PollID != prev.PollID:
@@ -265,6 +439,10 @@ func (d Definition) Follows(prev Definition) (field, why string) {
 		return "choices", "the definition changes the poll's choices"
 	case (d.EligibleHash == nil) != (prev.EligibleHash == nil) || d.EligibleHash != nil && *d.EligibleHash != *prev.EligibleHash:
 		return "eligible_hash", "the definition changes who may vote"
+	case d.BallotRules().Answers != prev.BallotRules().Answers:
+		return "answers", "the definition changes which of a principal's ballots counts"
+	case d.BallotRules() != prev.BallotRules():
+		return "ballot", "the definition changes the poll's ballot"
 	case d.ClosesAt == nil && prev.ClosesAt != nil:
 		return "closes_at", "the definition reopens a closed poll"
 	case d.ClosesAt != nil && prev.ClosesAt != nil && d.ClosesAt.After(*prev.ClosesAt):

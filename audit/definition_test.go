@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"tally/audit"
+	"tally/vote"
 )
 
 // exampleDefinition is the example of docs/audit.md, "The definition
@@ -132,6 +133,17 @@ func FuzzDecodeDefinition(f *testing.F) {
 	good, _ := audit.EncodeDefinition(nil, exampleDefinition)
 	f.Add(good)
 	f.Add([]byte{2})
+	for _, r := range []vote.Rules{
+		{Kind: vote.KindMultiple, MinChoices: 1, MaxChoices: 2, Answers: vote.AnswersFinal},
+		{Kind: vote.KindApprove, Answers: vote.AnswersLatest},
+		{Kind: vote.KindScore, MaxScore: 5, Budget: 6, Answers: vote.AnswersLatest},
+		{Kind: vote.KindRanked, Answers: vote.AnswersFinal},
+	} {
+		d := exampleDefinition
+		d.Rules = r
+		b, _ := audit.EncodeDefinition(nil, d)
+		f.Add(b)
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		d, err := audit.DecodeDefinition(b)
 		if err != nil {

@@ -20,9 +20,14 @@
 //
 // The files:
 //
-//   - leaf.go: the leaf encoding of a vote (version 1) and its hash.
-//   - definition.go: a poll's definition as a leaf (version 2), and what
-//     it takes of a vote and of the definition after it.
+//   - leaf.go: the leaf encoding of a vote (version 1: one choice;
+//     version 4: a ballot of another kind, in its canonical form) and its
+//     hash.
+//   - definition.go: a poll's definition as a leaf (version 2; version 3
+//     when its ballot rules are not vote.Single's), and what it takes of
+//     a vote and of the definition after it.
+//   - ballot.go: the audit's own reading of a canonical ballot against
+//     the definition in force, apart from package vote's on purpose.
 //   - export_line.go: the export's line, written and read strictly;
 //     export_definition.go, a definition's line; export_line_written.go,
 //     the fast path for a vote's line as tally writes it.
@@ -38,6 +43,11 @@
 //     against the definition in force;
 //   - verify_checkpoints.go: each stored checkpoint opened
 //     (OpenPollCheckpoint) and compared with its poll's tree;
+//   - recount.go: which votes count (a principal's first, or in a poll
+//     of latest answers its last) and what each adds to its poll's
+//     figures, for every ballot kind: the audit's own fold, an
+//     independent twin of vote's Count, so that the audit does not share
+//     the mistakes of what it checks;
 //   - verify_results.go: published results read (ReadResults) and
-//     compared with the recount.
+//     compared with the recount, figure by figure.
 package audit

@@ -36,8 +36,10 @@ type ExportRow struct {
 	Seq         int64
 	EventID     string
 	PollID      string
-	CandidateID string
-	Ballot      string // the canonical ballot of a poll of another kind than single; CandidateID is empty then
+	CandidateID string // a vote of one choice; empty when Ballot is set
+	// Ballot is the canonical form of a ballot of another kind than
+	// single (Leaf.Ballot), written raw: "ballot":["a","c"].
+	Ballot      string
 	PrincipalID string
 	ReceivedAt  time.Time
 	RecordedAt  time.Time
@@ -50,13 +52,15 @@ type ExportRow struct {
 
 // Leaf is the row's leaf in its poll's log.
 func (r ExportRow) Leaf() Leaf {
-	return Leaf{PollID: r.PollID, CandidateID: r.CandidateID, PrincipalID: r.PrincipalID, ClientEventID: r.EventID, ReceivedAt: r.ReceivedAt}
+	return Leaf{PollID: r.PollID, CandidateID: r.CandidateID, Ballot: r.Ballot, PrincipalID: r.PrincipalID, ClientEventID: r.EventID, ReceivedAt: r.ReceivedAt}
 }
 
 // AppendExportLine appends r's line to b, newline included: its fields in
 // the order seq, event_id, poll_id, candidate_id, principal_id,
 // received_at, recorded_at, leaf_index, those it does not carry left out,
-// no space, times in TimeFormat.
+// no space, times in TimeFormat. A row with a Ballot has "ballot" in
+// candidate_id's place, its value the canonical ballot as it is (an array
+// or an object, not a string).
 func AppendExportLine(b []byte, r ExportRow) []byte {
 	if r.Definition != nil {
 		return appendDefinitionLine(b, r)
@@ -72,6 +76,11 @@ func AppendExportLine(b []byte, r ExportRow) []byte {
 	} {
 		if i > 0 {
 			b = append(b, ',')
+		}
+		if f.k == "candidate_id" && r.Ballot != "" {
+			b = append(b, `"ballot":`...)
+			b = append(b, r.Ballot...)
+			continue
 		}
 		b = append(b, '"')
 		b = append(b, f.k...)
@@ -118,15 +127,16 @@ func appendJSONString(b []byte, s string) []byte {
 
 // exportFields are the keys of an export line, each spelt exactly.
 var exportFields = map[string]bool{
-	"seq": true, "event_id": true, "poll_id": true, "candidate_id": true, "principal_id": true,
+	"seq": true, "event_id": true, "poll_id": true, "candidate_id": true, "ballot": true, "principal_id": true,
 	"received_at": true, "recorded_at": true, "leaf_index": true,
 }
 
 // ParseExportLine reads one line of an export strictly: one JSON object,
 // nothing after it; keys spelt exactly (not matched regardless of case, as
 // encoding/json would), none twice, none unknown (a line of a kind this
-// version does not know is refused, never read as a vote); the four ids
-// present and valid; seq, when given, from 1, and leaf_index from 0, both
+// version does not know is refused, never read as a vote); the ids
+// present and valid, and either candidate_id or a ballot, written
+// exactly in its canonical form; seq, when given, from 1, and leaf_index from 0, both
 // below 2^63; times RFC 3339 with at most six fractional digits (finer
 // would be lost in the ledger, and the leaf is of microseconds). A null
 // received_at, recorded_at or leaf_index is as if the line did not carry
@@ -167,7 +177,7 @@ func parseStrict(line []byte) (ExportRow, error) {
 	for _, f := range fields {
 		key, raw := f.key, f.raw
 		if !exportFields[key] {
-			return r, fmt.Errorf("unknown field %q; the fields of a vote's line are seq, event_id, poll_id, candidate_id, principal_id, received_at, recorded_at "+
+			return r, fmt.Errorf("unknown field %q; the fields of a vote's line are seq, event_id, poll_id, candidate_id or ballot, principal_id, received_at, recorded_at "+
 				"and leaf_index, spelt exactly, and a definition's carries \"kind\":\"definition\" (docs/audit.md, \"The export\")", key)
 		}
 		if err := r.setField(key, raw); err != nil {
@@ -228,6 +238,8 @@ func (r *ExportRow) setField(key string, raw json.RawMessage) error {
 		}
 		r.LeafIndex = &n
 		return err
+	case "ballot":
+		return r.setBallot(raw)
 	case "received_at", "recorded_at":
 		if null {
 			return nil
@@ -257,11 +269,46 @@ func (r *ExportRow) setField(key string, raw json.RawMessage) error {
 	return nil
 }
 
-// checkIDs checks that every id of r is present and valid.
+// setBallot sets r's ballot from the value raw of its "ballot" field,
+// which must be a ballot's canonical form, byte for byte.
+func (r *ExportRow) setBallot(raw json.RawMessage) error {
+	s := string(raw)
+	if len(s) == 0 || s[0] != '[' && s[0] != '{' {
+		return fmt.Errorf("field \"ballot\" is %s: a vote's ballot is an array or an object in canonical form (docs/audit.md, \"A vote's line\"); "+
+			"a vote of one choice carries candidate_id instead", quoteShort(s))
+	}
+	if len(s) > vote.MaxCanonicalLen || !vote.ValidCanonical(s) {
+		for _, k := range vote.Kinds[1:] {
+			if b, err := vote.ParseBallot(k, raw); err == nil && len(b.Canonical()) <= vote.MaxCanonicalLen && vote.ValidCanonical(b.Canonical()) {
+				return fmt.Errorf("field \"ballot\" is %s, not in canonical form: as a %s ballot it is written %s, byte for byte", quoteShort(s), k, quoteShort(b.Canonical()))
+			}
+		}
+		return fmt.Errorf("field \"ballot\" is %s, which is no ballot in canonical form: %s, or %s, with no space (docs/audit.md, \"A vote's line\")",
+			quoteShort(s), vote.Shape(vote.KindMultiple), vote.Shape(vote.KindScore))
+	}
+	r.Ballot = s
+	return nil
+}
+
+// checkIDs checks that every id of r is present and valid, and that it
+// has a candidate_id or a ballot, not both.
 func (r ExportRow) checkIDs() error {
+	if r.Ballot != "" && r.CandidateID != "" {
+		return errors.New("the line has both candidate_id and ballot: a vote of one choice carries candidate_id, any other a ballot")
+	}
+	cand := "candidate_id"
+	if r.Ballot != "" {
+		cand = ""
+	}
 	for _, f := range []struct{ name, v string }{
-		{"event_id", r.EventID}, {"poll_id", r.PollID}, {"candidate_id", r.CandidateID}, {"principal_id", r.PrincipalID},
+		{"event_id", r.EventID}, {"poll_id", r.PollID}, {cand, r.CandidateID}, {"principal_id", r.PrincipalID},
 	} {
+		if f.name == "" {
+			continue
+		}
+		if f.v == "" && f.name == "candidate_id" {
+			return errors.New("field \"candidate_id\" is missing or empty, and there is no ballot: a vote's line carries one of them")
+		}
 		if f.v == "" {
 			return fmt.Errorf("field %q is missing or empty", f.name)
 		}

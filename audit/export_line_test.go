@@ -57,7 +57,7 @@ func TestParseExportLineStrict(t *testing.T) {
 		{"a key spelt in another case beside the key", `{` + ids + `,"Candidate_ID":"d"}`, `unknown field "Candidate_ID"`},
 		{"a key only in another case", `{"EVENT_ID":"e","poll_id":"p","candidate_id":"c","principal_id":"u"}`, `unknown field "EVENT_ID"`},
 		{"a duplicate key", `{` + ids + `,"candidate_id":"d"}`, `field "candidate_id" is given twice`},
-		{"an unknown key", `{` + ids + `,"ballot":"x"}`, `unknown field "ballot"`},
+		{"an unknown key", `{` + ids + `,"weight":2}`, `unknown field "weight"`},
 		{"a vote's field in a definition", `{` + def + `,"candidate_id":"c"}`, `unknown field "candidate_id" in a definition line`},
 		{"a kind this version does not know", `{"kind":"amendment","poll_id":"p"}`, `this version reads kind "definition" only`},
 		{"a definition without choices", `{"kind":"definition","poll_id":"p","title":"T","opens_at":"2026-12-02T07:00:00.000000Z"}`, `field "choices" is missing`},
@@ -88,7 +88,7 @@ func TestParseExportLineStrict(t *testing.T) {
 
 // sameRow reports whether a and b are the same row.
 func sameRow(a, b audit.ExportRow) bool {
-	return a.Seq == b.Seq && a.EventID == b.EventID && a.PollID == b.PollID && a.CandidateID == b.CandidateID &&
+	return a.Seq == b.Seq && a.EventID == b.EventID && a.PollID == b.PollID && a.CandidateID == b.CandidateID && a.Ballot == b.Ballot &&
 		a.PrincipalID == b.PrincipalID && a.ReceivedAt.Equal(b.ReceivedAt) && a.RecordedAt.Equal(b.RecordedAt) &&
 		(a.LeafIndex == nil) == (b.LeafIndex == nil) && (a.LeafIndex == nil || *a.LeafIndex == *b.LeafIndex)
 }
@@ -102,6 +102,14 @@ func FuzzParseExportLine(f *testing.F) {
 	f.Add(`{"seq":42,"event_id":"e-1","poll_id":"lunch","candidate_id":"soup","principal_id":"p_7","received_at":"2026-12-02T06:00:00.000120Z","recorded_at":"2026-12-02T06:00:01.000000Z","leaf_index":3}`)
 	f.Add(`{"kind":"definition","poll_id":"lunch","title":"Lunch?","opens_at":"2026-03-01T12:00:00.000000Z","closes_at":"2026-03-01T13:00:00.000000Z",` +
 		`"eligible_hash":"bc9e0e736c717ee924b2ba01a004dba8d023b4a76271e88473f955eb3a5115f0","choices":["soup","salad"],"recorded_at":"2026-03-01T11:59:00.000000Z","leaf_index":0}`)
+	f.Add(`{"seq":43,"event_id":"e-2","poll_id":"lunch","ballot":{"salad":2,"soup":3},"principal_id":"p-7","received_at":"2026-03-01T12:00:00.123456Z","leaf_index":1}`)
+	f.Add(`{"event_id":"e","poll_id":"p","ballot":["c","a"],"principal_id":"u"}`)
+	f.Add(`{"event_id":"e","poll_id":"p","ballot":{"a":"yes","b":"abstain"},"principal_id":"u"}`)
+	f.Add(`{"event_id":"e","poll_id":"p","ballot":[ "a" ],"principal_id":"u"}`)
+	f.Add(`{"kind":"definition","poll_id":"lunch","title":"Lunch?","opens_at":"2026-03-01T12:00:00.000000Z","choices":["soup","salad"],` +
+		`"ballot":{"kind":"score","max_score":5,"budget":6},"answers":"latest","leaf_index":0}`)
+	f.Add(`{"kind":"definition","poll_id":"p","title":"T","opens_at":"2026-03-01T12:00:00.000000Z","choices":["a","b"],` +
+		`"ballot":{"kind":"multiple","min_choices":0,"max_choices":2},"answers":"final"}`)
 	f.Fuzz(func(t *testing.T, line string) {
 		r, err := audit.ParseExportLine([]byte(line))
 		if err != nil {

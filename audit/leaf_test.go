@@ -104,6 +104,14 @@ func FuzzDecodeLeaf(f *testing.F) {
 	good, _ := audit.EncodeLeaf(nil, exampleLeaf)
 	f.Add(good)
 	f.Add([]byte{1})
+	ballot, _ := audit.EncodeLeaf(nil, exampleBallotLeaf)
+	f.Add(ballot)
+	for _, b := range []string{`["a","b"]`, `["b","a"]`, `{"a":"yes","b":"no"}`, `[]`, `{}`} {
+		l := exampleBallotLeaf
+		l.Ballot = b
+		enc, _ := audit.EncodeLeaf(nil, l)
+		f.Add(enc)
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		l, err := audit.DecodeLeaf(b)
 		if err != nil {

@@ -65,10 +65,13 @@ func VerifyConsistency(older, newer Checkpoint, proof tlog.TreeProof) error {
 // Receipt is what a voter keeps to check, offline, that their vote is a
 // leaf of the poll's log: the leaf's fields, its index and hash, and its
 // inclusion proof against a signed checkpoint. In JSON received_at is
-// RFC 3339 in UTC with microseconds and hashes are base64.
+// RFC 3339 in UTC with microseconds and hashes are base64. A vote of
+// one choice has a CandidateID, any other a Ballot (Leaf.Ballot), which
+// JSON carries raw, as the export does: "ballot":["a","c"].
 type Receipt struct {
 	PollID         string           `json:"poll_id"`
-	CandidateID    string           `json:"candidate_id"`
+	CandidateID    string           `json:"candidate_id,omitempty"`
+	Ballot         string           `json:"-"`
 	PrincipalID    string           `json:"principal_id"`
 	EventID        string           `json:"event_id"` // the client's event id, as in the leaf
 	ReceivedAt     time.Time        `json:"received_at"`
@@ -91,41 +94,58 @@ func NewReceipt(l Leaf, index int64, treeSize int64, checkpoint []byte, proof tl
 	if err != nil {
 		return Receipt{}, err
 	}
-	return Receipt{PollID: l.PollID, CandidateID: l.CandidateID, PrincipalID: l.PrincipalID, EventID: l.ClientEventID,
+	return Receipt{PollID: l.PollID, CandidateID: l.CandidateID, Ballot: l.Ballot, PrincipalID: l.PrincipalID, EventID: l.ClientEventID,
 		ReceivedAt: l.ReceivedAt.UTC().Truncate(time.Microsecond), LeafIndex: index, LeafHash: h, TreeSize: treeSize,
 		Checkpoint: string(checkpoint), InclusionProof: proof}, nil
 }
 
 // Leaf is the leaf the receipt's fields describe.
 func (r Receipt) Leaf() Leaf {
-	return Leaf{PollID: r.PollID, CandidateID: r.CandidateID, PrincipalID: r.PrincipalID, ClientEventID: r.EventID, ReceivedAt: r.ReceivedAt}
+	return Leaf{PollID: r.PollID, CandidateID: r.CandidateID, Ballot: r.Ballot, PrincipalID: r.PrincipalID, ClientEventID: r.EventID, ReceivedAt: r.ReceivedAt}
 }
 
 type receiptJSON Receipt // Receipt's fields without its methods
 
-// MarshalJSON writes received_at with ReceivedAtLayout and an empty proof
-// as [] rather than null.
+// MarshalJSON writes received_at with ReceivedAtLayout, the ballot raw
+// after poll_id, and an empty proof as [] rather than null.
 func (r Receipt) MarshalJSON() ([]byte, error) {
 	if r.InclusionProof == nil {
 		r.InclusionProof = tlog.RecordProof{}
 	}
+	var ballot json.RawMessage
+	if r.Ballot != "" {
+		ballot = json.RawMessage(r.Ballot)
+	}
 	return json.Marshal(struct {
+		PollID string          `json:"poll_id"`
+		Ballot json.RawMessage `json:"ballot,omitempty"`
 		receiptJSON
 		ReceivedAt string `json:"received_at"`
-	}{receiptJSON(r), r.ReceivedAt.UTC().Format(ReceivedAtLayout)})
+	}{r.PollID, ballot, receiptJSON(r), r.ReceivedAt.UTC().Format(ReceivedAtLayout)})
 }
 
 // ParseReceipt reads a receipt in JSON, refusing unknown fields, so that a
 // misspelt field is named rather than read as missing.
 func ParseReceipt(b []byte) (Receipt, error) {
-	if _, err := checkKeys(b, receiptKeys, ""); err != nil {
+	if _, err := checkKeys(b, receiptKeys); err != nil {
 		return Receipt{}, fmt.Errorf("%w receipt: %v", ErrMalformed, err)
 	}
-	var r receiptJSON
+	var rb struct {
+		receiptJSON
+		Ballot json.RawMessage `json:"ballot"`
+	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&r); err != nil {
+	if err := dec.Decode(&rb); err != nil {
 		return Receipt{}, fmt.Errorf("%w receipt: %v", ErrMalformed, err)
+	}
+	r := rb.receiptJSON
+	if rb.Ballot != nil {
+		var row ExportRow
+		if err := row.setBallot(rb.Ballot); err != nil {
+			return Receipt{}, fmt.Errorf("%w receipt: %v", ErrMalformed, err)
+		}
+		r.Ballot = row.Ballot
 	}
 	if dec.More() {
 		return Receipt{}, fmt.Errorf("%w receipt: data follows the JSON object", ErrMalformed)
@@ -143,7 +163,7 @@ func ParseReceipt(b []byte) (Receipt, error) {
 // (ParseReceipt): encoding/json alone would read "Candidate_ID" beside
 // "candidate_id", or the last of two, as another vote than a reader that
 // matches exactly.
-var receiptKeys = []string{"poll_id", "candidate_id", "principal_id", "event_id", "received_at",
+var receiptKeys = []string{"poll_id", "candidate_id", "ballot", "principal_id", "event_id", "received_at",
 	"leaf_index", "leaf_hash", "tree_size", "checkpoint", "inclusion_proof"}
 
 // VerifyReceipt checks r: the leaf hash is the hash of the receipt's

@@ -8,6 +8,8 @@ import (
 
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
+
+	"tally/vote"
 )
 
 // This file owns the audit of an export as a whole: VerifyExport, which
@@ -55,9 +57,19 @@ type PollSummary struct {
 	// VotesWithoutDefinition are the votes before the poll's first
 	// definition leaf (all of them in a log that has none): a log from
 	// before definitions were logged. No definition checks them.
-	VotesWithoutDefinition int64   `json:"votes_without_definition"`
-	Tallies                []Tally `json:"tallies"`          // the recount, by candidate
-	ResultsCompared        int     `json:"results_compared"` // published results compared with the recount
+	VotesWithoutDefinition int64 `json:"votes_without_definition"`
+	// Kind is the poll's ballot kind, that of its last definition
+	// (single for a log without one).
+	Kind vote.Kind `json:"kind"`
+	// Ballots are the votes the recount counted (recount.go).
+	Ballots int64   `json:"ballots"`
+	Tallies []Tally `json:"tallies"` // the recount, by candidate
+	// Pairwise and CondorcetWinner are a ranked poll's: the ballots that
+	// rank one choice above another, by the two, and the choice that
+	// beats every other (null when none does).
+	Pairwise        map[string]map[string]int64 `json:"pairwise,omitempty"`
+	CondorcetWinner *Winner                     `json:"condorcet_winner,omitempty"`
+	ResultsCompared int                         `json:"results_compared"` // published results compared with the recount
 	// EligibleChecked: an eligible list was given for the poll and one of
 	// its definitions commits it, so its votes were checked against it.
 	EligibleChecked bool `json:"eligible_checked"`
@@ -143,7 +155,9 @@ func Verify(export io.Reader, in Inputs) (Report, error) {
 		}
 	}
 	a.checkCheckpoints(checkpoints, verifiers)
-	a.compareResults(results)
+	if err := a.compareResults(results); err != nil {
+		return Report{}, err
+	}
 	return a.report(len(checkpoints))
 }
 
@@ -162,29 +176,35 @@ type auditor struct {
 	eligible map[string]*eligibility
 }
 
-// pollLog is one poll of the export: its tree and, per leaf, its
-// candidate (as a small code, so a recount at any size is cheap).
+// pollLog is one poll of the export: its tree and, per leaf, what the
+// recount needs of it (recount.go), so that a recount at any size is
+// cheap.
 type pollLog struct {
 	tree       Tree
-	candidates []string          // by code
+	candidates []string          // by code: every candidate and choice id seen
 	codes      map[string]uint32 // candidate id to code
-	votes      []uint32          // code of each leaf's candidate, notVote for a definition
+	leaves     []leafVote        // per leaf
+	ballots    [][]ballotItem    // the counted ballots' items, their choices as codes
+	defs       []*Definition     // every definition read, in leaf order
+	defLeaves  []int64           // the leaf of each
+	defCodes   [][]uint32        // the codes of each one's choices
 	def        *Definition       // in force: the last definition read
 	defLeaf    int64             // def's leaf
 	// undefined is the number of votes before the poll's first
 	// definition: a log from before definitions were logged.
-	undefined  int64
-	principals map[string]int64 // principal id to its leaf
-	eligible   *eligibility     // the list given for the poll, if any
-	verified   int
-	largest    int64
-	compared   int
+	undefined int64
+	voters    map[string]uint32 // principal id to code
+	firstLeaf []int64           // by principal code: its first vote's leaf
+	eligible  *eligibility      // the list given for the poll, if any
+	verified  int
+	largest   int64
+	compared  int
 }
 
 func (a *auditor) poll(id string) *pollLog {
 	p, ok := a.polls[id]
 	if !ok {
-		p = &pollLog{codes: map[string]uint32{}, principals: map[string]int64{}, eligible: a.eligible[id]}
+		p = &pollLog{codes: map[string]uint32{}, voters: map[string]uint32{}, eligible: a.eligible[id]}
 		a.polls[id] = p
 		a.order = append(a.order, id)
 	}
@@ -202,13 +222,14 @@ func (a *auditor) report(checkpoints int) (Report, error) {
 		if err != nil {
 			return Report{}, err
 		}
-		tallies := p.recount(p.tree.Size())
-		if tallies == nil {
-			tallies = []Tally{}
+		c := p.recount(p.tree.Size())
+		if c.tallies == nil {
+			c.tallies = []Tally{}
 		}
 		rep.Polls = append(rep.Polls, PollSummary{PollID: id, Leaves: p.tree.Size(), Root: root,
 			CheckpointsVerified: p.verified, LargestCheckpoint: p.largest, UnsignedLeaves: p.tree.Size() - p.largest,
-			VotesWithoutDefinition: p.votesWithoutDefinition(), Tallies: tallies, ResultsCompared: p.compared,
+			VotesWithoutDefinition: p.votesWithoutDefinition(), Kind: c.kind, Ballots: c.ballots, Tallies: c.tallies,
+			Pairwise: c.pairwise, CondorcetWinner: c.condorcet, ResultsCompared: p.compared,
 			EligibleChecked: p.eligible != nil && p.eligible.checked})
 	}
 	if rep.Discrepancies == nil {

@@ -3,12 +3,15 @@ package audit
 import (
 	"fmt"
 	"io"
-	"strings"
+
+	"tally/vote"
 )
 
 // This file owns the audit's first stage: the export read row by row
 // (ParseExportLine, export_line.go), each row appended to its poll's tree, and what one row can
-// show checked (its leaf_index, a seq seen once, one row per principal).
+// show checked (its leaf_index, a seq seen once, one row per principal
+// in a poll whose first answer is final, its ballot one the definition in
+// force takes).
 
 // readExport reads every row, appends it to its poll's tree and checks
 // what one row can show: its leaf_index, a seq seen once, one row per
@@ -32,23 +35,14 @@ func (a *auditor) readExport(r io.Reader) error {
 		}
 		a.rows++
 		a.checkRow(p, row, index, n)
-		code, ok := p.codes[row.CandidateID]
-		if !ok {
-			code = uint32(len(p.candidates))
-			p.codes[row.CandidateID] = code
-			p.candidates = append(p.candidates, row.CandidateID)
-		}
-		p.votes = append(p.votes, code)
 		a.checkEligibleVote(p, row.PollID, row.PrincipalID, index, n)
-		if p.def != nil {
-			if why := p.def.Refuses(row.CandidateID, row.ReceivedAt); why != "" {
-				field := "candidate_id"
-				if !strings.HasPrefix(why, "the vote is for") {
-					field = "received_at"
-				}
-				a.discrepancy(Discrepancy{PollID: row.PollID, Leaves: &LeafRange{index, index}, Field: field, ExportLine: n,
-					Detail: fmt.Sprintf("%s (its definition at leaf %d)", why, p.defLeaf)})
+		field, why := p.readVote(row)
+		if why != "" {
+			detail := why
+			if p.def != nil {
+				detail = fmt.Sprintf("%s (its definition at leaf %d)", why, p.defLeaf)
 			}
+			a.discrepancy(Discrepancy{PollID: row.PollID, Leaves: &LeafRange{index, index}, Field: field, ExportLine: n, Detail: detail})
 		}
 		return nil
 	})
@@ -63,7 +57,8 @@ type eventKey struct{ principal, event string }
 
 // checkRow checks the row at index of poll p, read from line n: its seq
 // seen once, its leaf_index its place, its (principal, event id) once in
-// the export, its principal once in the poll.
+// the export, its principal once in the poll unless the definition in
+// force takes a principal's latest ballot.
 func (a *auditor) checkRow(p *pollLog, row ExportRow, index int64, n int) {
 	leaf := &LeafRange{index, index}
 	if row.Seq != 0 {
@@ -86,17 +81,27 @@ func (a *auditor) checkRow(p *pollLog, row ExportRow, index int64, n int) {
 	} else {
 		a.keys[key] = n
 	}
-	if first, ok := p.principals[row.PrincipalID]; ok {
+	code, seen := p.voter(row.PrincipalID, index)
+	if p.def != nil && p.def.BallotRules().Answers == vote.AnswersLatest {
+		return // each new ballot replaces the one before (recount.go)
+	}
+	if seen {
 		a.discrepancy(Discrepancy{PollID: row.PollID, Leaves: leaf, Field: "principal_id", ExportLine: n,
-			Detail: fmt.Sprintf("principal %s already answered this poll at leaf %d; the ledger holds one answer per principal and poll", row.PrincipalID, first)})
-	} else {
-		p.principals[row.PrincipalID] = index
+			Detail: fmt.Sprintf("principal %s already answered this poll at leaf %d; the ledger holds one answer per principal and poll", row.PrincipalID, p.firstLeaf[code])})
 	}
 }
 
-// notVote is the code of a leaf that is a definition, not a vote: the
-// recount passes it.
-const notVote = ^uint32(0)
+// voter is the code of principal id in p, and whether it voted before
+// index; a principal first seen at index gets a new code.
+func (p *pollLog) voter(id string, index int64) (uint32, bool) {
+	if code, ok := p.voters[id]; ok {
+		return code, true
+	}
+	code := uint32(len(p.firstLeaf))
+	p.voters[id] = code
+	p.firstLeaf = append(p.firstLeaf, index)
+	return code, false
+}
 
 // readDefinition appends the definition of line n to its poll's tree; it
 // is in force from there on. It must follow the poll's definition before
@@ -128,6 +133,6 @@ func (a *auditor) readDefinition(row ExportRow, n int) error {
 	}
 	p.def, p.defLeaf = row.Definition, index
 	a.checkEligibleDefinition(p, row.Definition, index, n)
-	p.votes = append(p.votes, notVote)
+	p.addDefinition(row.Definition, index)
 	return nil
 }

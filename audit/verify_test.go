@@ -315,19 +315,19 @@ func TestVerifyExportResults(t *testing.T) {
 	f := setupAudit(t)
 	size, all := int64(12), int64(20)
 	good := []audit.PublishedResults{
-		{PollID: "p", Total: 20, Results: []audit.Tally{{"c0", 5}, {"c1", 5}, {"c2", 5}, {"c3", 5}, {"unvoted", 0}}},
-		{PollID: "q", Total: 0, Results: []audit.Tally{{"c0", 0}}, TreeSize: new(int64)},
-		{PollID: "p", Total: 12, Results: []audit.Tally{{"c0", 3}, {"c1", 3}, {"c2", 3}, {"c3", 3}}, TreeSize: &size},
-		{PollID: "p", Total: 20, Results: []audit.Tally{{"c0", 5}, {"c1", 5}, {"c2", 5}, {"c3", 5}}, TreeSize: &all}, // the whole export
+		{PollID: "p", Total: 20, Results: []audit.Tally{{CandidateID: "c0", Votes: 5}, {CandidateID: "c1", Votes: 5}, {CandidateID: "c2", Votes: 5}, {CandidateID: "c3", Votes: 5}, {CandidateID: "unvoted", Votes: 0}}},
+		{PollID: "q", Total: 0, Results: []audit.Tally{{CandidateID: "c0", Votes: 0}}, TreeSize: new(int64)},
+		{PollID: "p", Total: 12, Results: []audit.Tally{{CandidateID: "c0", Votes: 3}, {CandidateID: "c1", Votes: 3}, {CandidateID: "c2", Votes: 3}, {CandidateID: "c3", Votes: 3}}, TreeSize: &size},
+		{PollID: "p", Total: 20, Results: []audit.Tally{{CandidateID: "c0", Votes: 5}, {CandidateID: "c1", Votes: 5}, {CandidateID: "c2", Votes: 5}, {CandidateID: "c3", Votes: 5}}, TreeSize: &all}, // the whole export
 	}
 	if rep := f.verify(t, f.rows, nil, good); !rep.OK() || rep.Polls[0].ResultsCompared != 3 {
 		t.Fatalf("published results equal to the recount: %v", rep.Discrepancies)
 	}
 	bad := []audit.PublishedResults{
-		{PollID: "p", Total: 20, Results: []audit.Tally{{"c0", 6}, {"c1", 4}, {"c2", 5}, {"c3", 5}}},
-		{PollID: "q", Total: 9, Results: []audit.Tally{{"c0", 3}, {"c1", 2}, {"c2", 2}}},
+		{PollID: "p", Total: 20, Results: []audit.Tally{{CandidateID: "c0", Votes: 6}, {CandidateID: "c1", Votes: 4}, {CandidateID: "c2", Votes: 5}, {CandidateID: "c3", Votes: 5}}},
+		{PollID: "q", Total: 9, Results: []audit.Tally{{CandidateID: "c0", Votes: 3}, {CandidateID: "c1", Votes: 2}, {CandidateID: "c2", Votes: 2}}},
 		{PollID: "p", Total: 0, Results: nil, TreeSize: &[]int64{21}[0]},
-		{PollID: "r", Total: 3, Results: []audit.Tally{{"c0", 3}}}, // a poll the export does not hold
+		{PollID: "r", Total: 3, Results: []audit.Tally{{CandidateID: "c0", Votes: 3}}}, // a poll the export does not hold
 	}
 	rep := f.verify(t, f.rows, nil, bad)
 	var got []string
@@ -352,7 +352,7 @@ func TestVerifyExportKeysAndResults(t *testing.T) {
 	i := pollRowIndex(rows, "q", 3)
 	rows[i].PrincipalID, rows[i].EventID = "p-15", "e-15-p" // the key of p's leaf 15
 	cps := append(signAt(t, f.k.signer, "p", rows, 10), signAt(t, f.k.signer, "q", rows, 3)...)
-	results := []audit.PublishedResults{{PollID: "p", Results: []audit.Tally{{"c0", 5}, {"c0", 5}, {"c1", 5}, {"c2", 5}, {"c3", 5}}, Total: 20}}
+	results := []audit.PublishedResults{{PollID: "p", Results: []audit.Tally{{CandidateID: "c0", Votes: 5}, {CandidateID: "c0", Votes: 5}, {CandidateID: "c1", Votes: 5}, {CandidateID: "c2", Votes: 5}, {CandidateID: "c3", Votes: 5}}, Total: 20}}
 	rep := f.verify(t, rows, cps, results)
 	var got []string
 	for _, d := range rep.Discrepancies {
@@ -477,7 +477,7 @@ func BenchmarkVerifyExport1M(b *testing.B) {
 		b.Fatal(err)
 	}
 	results := []audit.PublishedResults{{PollID: "bench", Total: n,
-		Results: []audit.Tally{{"c0", n / 4}, {"c1", n / 4}, {"c2", n / 4}, {"c3", n / 4}}}}
+		Results: []audit.Tally{{CandidateID: "c0", Votes: n / 4}, {CandidateID: "c1", Votes: n / 4}, {CandidateID: "c2", Votes: n / 4}, {CandidateID: "c3", Votes: n / 4}}}}
 	b.ResetTimer()
 	for b.Loop() {
 		f, err := os.Open(path)

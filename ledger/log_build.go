@@ -169,7 +169,7 @@ func (lh *leafHasher) add(e Event, fp string) error {
 		lh.h.badFP = lh.h.n
 	}
 	if lh.def != nil && lh.h.badDef < 0 {
-		if why := lh.def.Refuses(answer, e.ReceivedAt); why != "" {
+		if _, why := lh.def.RefusesVote(leafOf(e)); why != "" {
 			lh.h.badDef, lh.h.defProblem = lh.h.n, why
 		}
 	}

@@ -260,9 +260,12 @@ func appendLogs(ctx context.Context, tx pgx.Tx, events []Event, outcomes []Outco
 	return w.exec(ctx, tx, "append batch: write the logs")
 }
 
-func leafHash(e Event) (tlog.Hash, error) {
-	return audit.LeafHash(audit.Leaf{PollID: e.PollID, CandidateID: e.CandidateID, Ballot: e.Ballot, PrincipalID: e.PrincipalID,
-		ClientEventID: e.ClientEventID, ReceivedAt: e.ReceivedAt})
+func leafHash(e Event) (tlog.Hash, error) { return audit.LeafHash(leafOf(e)) }
+
+// leafOf is e's leaf in its poll's log.
+func leafOf(e Event) audit.Leaf {
+	return audit.Leaf{PollID: e.PollID, CandidateID: e.CandidateID, Ballot: e.Ballot, PrincipalID: e.PrincipalID,
+		ClientEventID: e.ClientEventID, ReceivedAt: e.ReceivedAt}
 }
 
 // LogHead is a poll's log as its head stores it: the tree's size and root.
