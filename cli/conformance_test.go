@@ -134,29 +134,36 @@ func writeVectors(t *testing.T, files map[string][]byte) {
 	}
 }
 
+// ballotVectorsDir holds the ballot kinds' conformance vectors, which
+// package audit generates (audit/conformance_ballots_test.go); tally audit
+// verify runs them here as a user would, as it runs these.
+const ballotVectorsDir = "../audit/testdata/conformance-ballots"
+
 func TestConformanceVectors(t *testing.T) {
 	t.Parallel()
-	b, err := os.ReadFile(filepath.Join(conformanceDir, vectorManifestFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var m vectorManifest
-	if err := json.Unmarshal(b, &m); err != nil {
-		t.Fatalf("%s: %v", vectorManifestFile, err)
-	}
-	if len(m.Cases) == 0 {
-		t.Fatalf("%s lists no case", vectorManifestFile)
-	}
-	for _, c := range m.Cases {
-		t.Run(c.Name, func(t *testing.T) { runVector(t, c) })
+	for _, dir := range []string{conformanceDir, ballotVectorsDir} {
+		b, err := os.ReadFile(filepath.Join(dir, vectorManifestFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m vectorManifest
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Fatalf("%s: %v", vectorManifestFile, err)
+		}
+		if len(m.Cases) == 0 {
+			t.Fatalf("%s lists no case", vectorManifestFile)
+		}
+		for _, c := range m.Cases {
+			t.Run(filepath.Base(dir)+"/"+c.Name, func(t *testing.T) { runVector(t, dir, c) })
+		}
 	}
 }
 
-// runVector runs the case's command as a user would and checks its exit
-// code and what it names: the discrepancies of verify, the phrases of an
-// error or a refusal.
-func runVector(t *testing.T, c vectorCase) {
-	path := func(p string) string { return filepath.Join(conformanceDir, filepath.FromSlash(p)) }
+// runVector runs the case's command, its files in dir, as a user would
+// and checks its exit code and what it names: the discrepancies of
+// verify, the phrases of an error or a refusal.
+func runVector(t *testing.T, dir string, c vectorCase) {
+	path := func(p string) string { return filepath.Join(dir, filepath.FromSlash(p)) }
 	var args []string
 	switch c.Command {
 	case "verify":
