@@ -212,7 +212,7 @@ func runImport(c *ucli.Context) error {
 func printCounts(w io.Writer, counts map[string]int) {
 	order := []string{"recorded", "duplicate"}
 	for _, r := range []ledger.Reason{ledger.ReasonAlreadyResponded, ledger.ReasonKeyReused, ledger.ReasonPollClosed,
-		ledger.ReasonInvalidChoice, ledger.ReasonUnknownPoll, ledger.ReasonNotEligible} {
+		ledger.ReasonInvalidChoice, ledger.ReasonInvalidBallot, ledger.ReasonUnknownPoll, ledger.ReasonNotEligible} {
 		order = append(order, ledger.Outcome{Status: ledger.StatusRejected, Reason: r}.String())
 	}
 	t := newTable(w, "OUTCOME", "EVENTS")
