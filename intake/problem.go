@@ -34,6 +34,7 @@ var (
 	probMediaType     = problemType{"unsupported-media-type", "The request body must be JSON"}
 	probPollClosed    = problemType{"poll-closed", "The poll is not open"}
 	probInvalidChoice = problemType{"invalid-choice", "The candidate is not a choice of this poll"}
+	probInvalidBallot = problemType{"invalid-ballot", "The ballot breaks a rule of this poll"}
 	probRateLimited   = problemType{"rate-limited", "Too many requests"}
 	probBacklog       = problemType{"backlog-full", "The queue is full"}
 	probUnavailable   = problemType{"unavailable", "Temporarily unavailable"}
