@@ -43,9 +43,13 @@ var (
 	// taken by another definition, and an intake not set up to do what
 	// was asked (no key to sign tokens, or a database login that may not
 	// manage the catalog).
-	probForbidden     = problemType{"forbidden", "The principal may not do this"}
-	probPollExists    = problemType{"poll-exists", "A poll with this id exists with another definition"}
-	probNotConfigured = problemType{"not-configured", "This intake is not set up for this request"}
+	probForbidden  = problemType{"forbidden", "The principal may not do this"}
+	probPollExists = problemType{"poll-exists", "A poll with this id exists with another definition"}
+	// invalid-definition: a poll's ballot or answers mode that breaks a
+	// rule of its kind (a parameter out of range or of another kind):
+	// well-formed JSON, so not invalid-request, but not a definition.
+	probInvalidDefinition = problemType{"invalid-definition", "The poll's definition breaks a rule"}
+	probNotConfigured     = problemType{"not-configured", "This intake is not set up for this request"}
 
 	// auth-rate-limited: the client's address made too many failed
 	// authentications, so its requests are refused before their token is
