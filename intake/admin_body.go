@@ -108,15 +108,21 @@ func decodeStrict(body []byte, v any) error {
 // exactKeys refuses a key of the body's object spelled otherwise than
 // v's json tag (encoding/json matches keys without regard to case) and a
 // key given twice (it keeps the last): the document names each key once,
-// in one spelling. body is one valid JSON object.
+// in one spelling. It looks into the objects of v's fields that are
+// structs too (a poll's ballot). body is one valid JSON object.
 func exactKeys(body []byte, v any) error {
-	known := map[string]bool{}
-	t := reflect.TypeOf(v).Elem()
+	return exactKeysOf(body, reflect.TypeOf(v).Elem(), "")
+}
+
+// exactKeysOf is exactKeys for the object obj of type t, the value of the
+// key path (such as "ballot.") in the body; path is "" for the body.
+func exactKeysOf(obj []byte, t reflect.Type, path string) error {
+	known := map[string]reflect.Type{}
 	for i := range t.NumField() {
 		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
-		known[name] = true
+		known[name] = t.Field(i).Type
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
+	dec := json.NewDecoder(bytes.NewReader(obj))
 	dec.Token() // the opening brace
 	seen := map[string]bool{}
 	for dec.More() {
@@ -125,16 +131,27 @@ func exactKeys(body []byte, v any) error {
 			return fmt.Errorf("the body is not JSON: %v", err)
 		}
 		key, _ := tok.(string)
+		ft, ok := known[key]
 		switch {
-		case !known[key]:
+		case !ok && path == "":
 			return fmt.Errorf("the body has the key %s, which is not one of the route's (keys are lowercase, as documented)", quoteClip(key))
+		case !ok:
+			return fmt.Errorf("the body has the key %s in %q, which is not one of its (keys are lowercase, as documented)", quoteClip(key), strings.TrimSuffix(path, "."))
 		case seen[key]:
-			return fmt.Errorf("the body has the key %q twice: give each once", key)
+			return fmt.Errorf("the body has the key %q twice: give each once", path+key)
 		}
 		seen[key] = true
-		var skip json.RawMessage
-		if err := dec.Decode(&skip); err != nil {
+		var val json.RawMessage
+		if err := dec.Decode(&val); err != nil {
 			return fmt.Errorf("the body is not JSON: %v", err)
+		}
+		if ft.Kind() == reflect.Pointer {
+			ft = ft.Elem()
+		}
+		if ft.Kind() == reflect.Struct && ft != reflect.TypeFor[time.Time]() && bytes.HasPrefix(val, []byte("{")) {
+			if err := exactKeysOf(val, ft, path+key+"."); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

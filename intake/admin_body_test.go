@@ -17,6 +17,11 @@ func TestDecodeStrictRefuses(t *testing.T) {
 		`{"poll_id":"x","title":"T","title":"U","choices":[]}`: `key "title" twice`,
 		`{"poll_id":"x","Title":"T"}`:                          `key "Title"`,
 		`{"poll_id":"x"}}`:                                     `goes on after the JSON object`,
+		`{"ballot":{"kind":"score","MAX_SCORE":3}}`:            `key "MAX_SCORE" in "ballot"`,
+		`{"ballot":{"kind":"score","kind":"ranked"}}`:          `key "ballot.kind" twice`,
+		`{"ballot":{"kind":"multiple","colour":1}}`:            `unknown field "colour"`,
+		`{"ballot":{"kind":"multiple","max_choices":"2"}}`:     `"ballot.max_choices" is string`,
+		`{"ballot":"ranked"}`:                                  `"ballot" is string`,
 	} {
 		var q pollRequest
 		if err := decodeStrict([]byte(body), &q); err == nil || !strings.Contains(err.Error(), want) {
@@ -41,6 +46,12 @@ func FuzzDecodePollRequest(f *testing.F) {
 		`{"title":"\u00e9\ud83d\ude00"}`,
 		`{"POLL_ID":"x"}`,
 		`{"title":"a","title":"b"}`,
+		`{"poll_id":"m","title":"M","choices":["a","b","c"],"ballot":{"kind":"multiple","min_choices":1,"max_choices":2},"answers":"latest"}`,
+		`{"poll_id":"s","title":"S","choices":["a","b"],"ballot":{"kind":"score","max_score":5,"budget":7}}`,
+		`{"ballot":{"kind":"ranked"},"answers":"final"}`,
+		`{"ballot":{"kind":"approve","Kind":"x"}}`,
+		`{"ballot":{"kind":"score","max_score":-1,"budget":1e99}}`,
+		`{"ballot":null}`,
 	} {
 		f.Add([]byte(seed))
 	}
@@ -59,7 +70,7 @@ func FuzzDecodePollRequest(f *testing.F) {
 			t.Fatalf("took %q, which is not one JSON object", body)
 		}
 		for k := range keys {
-			if !slices.Contains([]string{"poll_id", "title", "choices", "opens_at", "closes_at", "eligible", "public_results"}, k) {
+			if !slices.Contains([]string{"poll_id", "title", "choices", "opens_at", "closes_at", "eligible", "public_results", "ballot", "answers"}, k) {
 				t.Fatalf("took %q, whose key %q is not the route's", body, k)
 			}
 		}
@@ -72,7 +83,7 @@ func FuzzDecodePollRequest(f *testing.F) {
 			t.Fatalf("took %q as %+v; written again %s it reads %+v (%v)", body, q, again, back, err)
 		}
 		if _, err := q.poll(); err != nil && err.Error() == "" {
-			t.Fatalf("a refused time in %q says nothing", body)
+			t.Fatalf("a refused time or ballot in %q says nothing", body)
 		}
 	})
 }

@@ -9,15 +9,18 @@ import (
 	"time"
 
 	"tally/ledger"
+	"tally/vote"
 )
 
 // This file owns the admin routes of polls, for the applications that
 // host them: create (idempotent by poll id), close (idempotent), list and
 // read. Each write goes through the ledger's own function, the one tally
 // poll runs, so a poll created or closed here writes its definition leaf
-// and its admin_actions row exactly as the CLI's does. Reads ask
-// PostgreSQL, not the catalog intake holds, so that a poll just created
-// reads back at once.
+// and its admin_actions row exactly as the CLI's does. An admin's reads
+// ask PostgreSQL, not the catalog intake holds, so that a poll just
+// created reads back at once. A voter may read one poll it may vote on,
+// from the catalog, as its votes are checked: a client cannot draw a
+// ballot without the poll's kind and choices.
 
 const (
 	routePolls     = "/v1/polls"
@@ -34,14 +37,55 @@ type pollRequest struct {
 	ClosesAt      *string  `json:"closes_at"`
 	Eligible      []string `json:"eligible"`
 	PublicResults bool     `json:"public_results"`
+	// Ballot and Answers are the poll's ballot kind with its parameters
+	// and its answers mode (vote.Spec); left out, a single choice and
+	// final.
+	Ballot  *ballotSpec `json:"ballot"`
+	Answers string      `json:"answers"`
+}
+
+// ballotSpec is a poll's ballot as POST /v1/polls takes it and the poll
+// routes answer it: its kind and the kind's parameters, each absent
+// (nil) when not given, so that a parameter of another kind is refused
+// rather than ignored.
+type ballotSpec struct {
+	Kind       string `json:"kind"`
+	MinChoices *int   `json:"min_choices,omitempty"`
+	MaxChoices *int   `json:"max_choices,omitempty"`
+	MaxScore   *int   `json:"max_score,omitempty"`
+	Budget     *int   `json:"budget,omitempty"`
 }
 
 const pollShape = `{"poll_id", "title", "choices": [candidate ids], and optionally "opens_at", "closes_at" (RFC 3339), ` +
-	`"eligible": [principal ids], "public_results": true}`
+	`"eligible": [principal ids], "public_results": true, "ballot": {"kind": "single", "multiple" (with "min_choices", ` +
+	`"max_choices"), "approve", "score" (with "max_score", "budget") or "ranked"}, "answers": "final" or "latest"}`
+
+// rules are the poll's ballot rules of the request (vote.NewRules), or a
+// *vote.RuleError naming the field at fault. Without choices there are no
+// rules to check yet: the ledger refuses the choices themselves.
+func (q pollRequest) rules() (vote.Rules, error) {
+	spec := vote.Spec{Answers: q.Answers}
+	if q.Ballot != nil {
+		if q.Ballot.Kind == "" {
+			return vote.Rules{}, &vote.RuleError{Field: "ballot.kind", Rule: vote.RuleKind,
+				Reason: `the ballot has no kind: give "kind", one of "single", "multiple", "approve", "score" or "ranked" (or leave out "ballot" for a single choice)`}
+		}
+		spec.Kind, spec.MinChoices, spec.MaxChoices = q.Ballot.Kind, q.Ballot.MinChoices, q.Ballot.MaxChoices
+		spec.MaxScore, spec.Budget = q.Ballot.MaxScore, q.Ballot.Budget
+	}
+	if len(q.Choices) == 0 {
+		return vote.Single, nil
+	}
+	return vote.NewRules(spec, len(q.Choices))
+}
 
 // poll is the ledger's poll of the request.
 func (q pollRequest) poll() (ledger.Poll, error) {
-	p := ledger.Poll{ID: q.PollID, Title: q.Title, Choices: q.Choices, Eligible: q.Eligible, PublicResults: q.PublicResults}
+	rules, err := q.rules()
+	if err != nil {
+		return ledger.Poll{}, err
+	}
+	p := ledger.Poll{ID: q.PollID, Title: q.Title, Choices: q.Choices, Eligible: q.Eligible, PublicResults: q.PublicResults, Rules: rules}
 	opens, err := parseTimeField("opens_at", q.OpensAt)
 	if err != nil {
 		return ledger.Poll{}, err
@@ -64,13 +108,18 @@ type pollAnswer struct {
 	Eligible      []string   `json:"eligible,omitempty"`
 	Choices       []string   `json:"choices"`
 	PublicResults bool       `json:"public_results"`
+	Ballot        ballotSpec `json:"ballot"` // every parameter of its kind, defaults filled in
+	Answers       string     `json:"answers"`
 	CreatedAt     time.Time  `json:"created_at"`
 	Total         *int64     `json:"total,omitempty"`
 }
 
 func newPollAnswer(p ledger.Poll, now time.Time) pollAnswer {
+	spec := p.BallotRules().Spec()
 	return pollAnswer{PollID: p.ID, Title: p.Title, State: p.State(now), OpensAt: p.OpensAt, ClosesAt: p.ClosesAt,
-		Eligibility: p.Eligibility, Eligible: p.Eligible, Choices: p.Choices, PublicResults: p.PublicResults, CreatedAt: p.CreatedAt}
+		Eligibility: p.Eligibility, Eligible: p.Eligible, Choices: p.Choices, PublicResults: p.PublicResults,
+		Ballot:  ballotSpec{Kind: spec.Kind, MinChoices: spec.MinChoices, MaxChoices: spec.MaxChoices, MaxScore: spec.MaxScore, Budget: spec.Budget},
+		Answers: spec.Answers, CreatedAt: p.CreatedAt}
 }
 
 // handleCreatePoll takes POST /v1/polls: 201 with Location for a new poll,
@@ -95,7 +144,11 @@ func (s *Server) handleCreatePoll(w http.ResponseWriter, r *http.Request) {
 		})
 	}
 	var conflict *ledger.DefinitionConflict
+	var rule *vote.RuleError
 	switch {
+	case errors.As(err, &rule):
+		writeProblem(w, http.StatusUnprocessableEntity, probInvalidDefinition,
+			fmt.Sprintf("the field %q breaks a rule of poll definitions: %s", rule.Field, rule.Reason), 0)
 	case errors.As(err, &conflict):
 		writeProblem(w, http.StatusConflict, probPollExists, fmt.Sprintf(
 			"poll %q exists with another %s than this request's: choose another poll_id, or GET /v1/polls/%s to see it",
@@ -186,16 +239,34 @@ func (s *Server) handleListPolls(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// handleGetPoll takes GET /v1/polls/{poll_id}: its definition and total.
+// handleGetPoll takes GET /v1/polls/{poll_id}: to an admin its definition
+// and total, read from PostgreSQL; to a voter, its definition as the
+// catalog holds it without its eligibility list, if it may vote on it, and
+// else the 404 of an unknown poll.
 func (s *Server) handleGetPoll(w http.ResponseWriter, r *http.Request) {
-	if _, ok := s.admin(w, r); !ok {
+	p, ok := s.principal(w, r)
+	if !ok {
 		return
 	}
 	id, ok := pathID(w, r, "poll_id", "poll id")
 	if !ok {
 		return
 	}
-	s.writePoll(w, r, id, http.StatusOK)
+	if p.Role == ledger.RoleAdmin {
+		s.writePoll(w, r, id, http.StatusOK)
+		return
+	}
+	pi, err := s.catalog.lookup([]byte(id))
+	switch {
+	case errors.Is(err, ledger.ErrNotFound) || err == nil && !pi.mayVote(p.ID):
+		writeUnknownPoll(w, id) // a hidden poll is not to be told apart from an unknown one
+	case err != nil:
+		s.ledgerFailed(w, r, "poll lookup failed", err)
+	default:
+		a := newPollAnswer(pi.poll, time.Now())
+		a.Eligible = nil
+		writeJSON(w, http.StatusOK, a)
+	}
 }
 
 // writePoll answers poll id as it now stands, with status; a 201 with

@@ -23,7 +23,9 @@ import (
 // HTTP (create, vote, close) with what admin_actions records of it.
 
 // TestAdminRoutesWhoMay sends each admin route with no token (401), a
-// voter's (403, and nothing changes) and an admin's.
+// voter's (403, and nothing changes; a poll's read, which a voter may
+// make of a poll it may vote on, 404 for the poll not created) and an
+// admin's.
 func TestAdminRoutesWhoMay(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -36,7 +38,7 @@ func TestAdminRoutesWhoMay(t *testing.T) {
 	}{
 		{http.MethodPost, "/v1/polls", `{"poll_id":"new","title":"New?","choices":["x","y"]}`, http.StatusCreated},
 		{http.MethodGet, "/v1/polls", "", http.StatusOK},
-		{http.MethodGet, "/v1/polls/new", "", http.StatusOK},
+		{http.MethodGet, "/v1/polls/new", "", http.StatusOK}, // a voter's: 404, below
 		{http.MethodPost, "/v1/polls/new/close", "", http.StatusOK},
 		{http.MethodPost, "/v1/principals", `{"names":["ann","bob"]}`, http.StatusCreated},
 		{http.MethodGet, "/v1/principals", "", http.StatusOK},
@@ -47,6 +49,10 @@ func TestAdminRoutesWhoMay(t *testing.T) {
 			t.Errorf("%s %s without a token: %d %s, want 401", rt.method, rt.path, r.code, r.raw)
 		}
 		r := b.adminDo(t, rt.method, rt.path, voter, rt.body)
+		if rt.method == http.MethodGet && rt.path == "/v1/polls/new" {
+			wantProblemType(t, r, http.StatusNotFound, "unknown-poll")
+			continue
+		}
 		wantProblemType(t, r, http.StatusForbidden, "forbidden")
 		if !strings.Contains(r.str("detail"), "--role admin") {
 			t.Errorf("a voter's 403 says %q; want it to name how an admin token is issued", r.str("detail"))

@@ -14,21 +14,31 @@ import (
 
 // pollInfo is one poll as intake checks votes against it, with the enqueue
 // script's arguments that depend on the poll and choice only, made once.
+// A ballot of another kind than single is one of too many to make
+// beforehand: its arguments are made per vote (answer).
 type pollInfo struct {
 	poll     ledger.Poll
-	idArg    any // the poll id
+	rules    vote.Rules // poll.BallotRules()
+	idArg    any        // the poll id
 	choices  map[string]*choice
 	eligible map[string]struct{} // nil for ledger.EligibleAny
 }
 
-// choice is one choice of a poll.
+// choice is the enqueue script's arguments of one answer to a poll: a
+// choice of a single-choice poll, or a ballot in canonical form.
 type choice struct {
-	idArg          any // the candidate id
-	fingerprintArg any // vote.FingerprintHex of the poll and candidate
+	idArg          any // the candidate id, or the canonical ballot
+	fingerprintArg any // vote.FingerprintHex of the poll and idArg
+}
+
+// answer is the enqueue arguments of a ballot of the poll in canonical
+// form, made for this vote.
+func (pi *pollInfo) answer(canonical string) *choice {
+	return &choice{idArg: canonical, fingerprintArg: vote.FingerprintHex(pi.poll.ID, canonical)}
 }
 
 func newPollInfo(p ledger.Poll) *pollInfo {
-	pi := &pollInfo{poll: p, idArg: p.ID, choices: make(map[string]*choice, len(p.Choices))}
+	pi := &pollInfo{poll: p, rules: p.BallotRules(), idArg: p.ID, choices: make(map[string]*choice, len(p.Choices))}
 	for _, c := range p.Choices {
 		pi.choices[c] = &choice{idArg: c, fingerprintArg: vote.FingerprintHex(p.ID, c)}
 	}

@@ -5,13 +5,16 @@
 //
 // # HTTP surface
 //
-//	POST /v1/votes                    enqueue one vote; 202 + status URL
+//	POST /v1/votes                    enqueue one vote (a candidate_id, or a
+//	                                  ballot of the poll's kind); 202 + status URL
 //	GET  /v1/votes/{event_id}         the caller's own event and its outcome;
 //	                                  a recorded vote's receipt
 //	GET  /v1/polls/{poll_id}/results  tallies from the projection, with the
 //	                                  tree size of the log they count
 //	GET  /v1/polls/{poll_id}/checkpoint   the log's latest signed checkpoint
 //	GET  /v1/polls/{poll_id}/consistency  a consistency proof (?from=N&to=M)
+//	GET  /v1/polls/{poll_id}          a poll's definition (its ballot kind):
+//	                                  to a voter, of a poll it may vote on
 //	GET  /v1/polls/{poll_id}/live     the results as Server-Sent Events
 //	GET  /polls/{poll_id}             the live results page (HTML)
 //	GET  /healthz                     the process is up
@@ -163,7 +166,11 @@
 //     event intake already knows (its Redis record, else the ledger).
 //   - parse.go: the vote body's rules, parseVote and its fast path for the
 //     plain form; parse_strict.go: the strict parser that takes every JSON
-//     form and says what is wrong.
+//     form (a ballot as its raw value) and says what is wrong. admit, in
+//     post_vote.go, reads a ballot against its poll's kind and checks it
+//     against its rules (vote.ParseBallot, Rules.Check), and the canonical
+//     form is what the idempotency record, the fingerprint and the stream
+//     entry carry.
 //   - enqueue.go: the enqueue step, through the circuit breaker and the
 //     batcher, and its outcomes.
 //   - ledger_check.go: with Config.LedgerCheck, the ledger lookup of a new

@@ -26,9 +26,19 @@ import (
 func statusOf(rec ledger.EventRecord) ledger.Status { return rec.Status }
 
 // samePayload reports whether the ledger's record was made with the poll
-// and candidate of v. The comparisons convert without allocating.
+// and ballot of v (its canonical form, whatever its kind). The comparisons
+// convert without allocating.
 func samePayload(rec ledger.EventRecord, v voteBody) bool {
-	return rec.PollID == string(v.pollID) && rec.CandidateID == string(v.candidateID)
+	return rec.PollID == string(v.pollID) && recordAnswer(rec) == string(v.answer)
+}
+
+// recordAnswer is the ballot of the ledger's record in canonical form: its
+// candidate id for a single choice.
+func recordAnswer(rec ledger.EventRecord) string {
+	if rec.Ballot != "" {
+		return rec.Ballot
+	}
+	return rec.CandidateID
 }
 
 // ledgerEvent reads the ledger's record of p's eventID, bounded by
@@ -61,7 +71,7 @@ func (s *Server) replayStatus(r *http.Request, p *voter, v voteBody, res enqueue
 
 // answerRefusal answers the vote of p that admit refused with ref, unless
 // its event is known: when the idempotency record in Redis, or else the
-// ledger, holds the event id with the same poll and candidate, it answers
+// ledger, holds the event id with the same poll and ballot, it answers
 // 202 as a replay does (with the status the ledger knows); with another
 // payload, 409. Only when neither knows the event id does ref stand. A
 // 404 (a poll that does not exist, or one p may not see) asks Redis only,
@@ -112,7 +122,7 @@ func (s *Server) answerRefusal(w http.ResponseWriter, r *http.Request, p *voter,
 // or a conflict.
 func (s *Server) knownRecord(ctx context.Context, p *voter, v voteBody, deadline time.Time) (res enqueueResult, known bool, err error) {
 	key := p.idempotencyKey(s.keys, v.eventID)
-	record := string(v.pollID) + " " + string(v.candidateID)
+	record := string(v.pollID) + " " + string(v.answer)
 	timeout := s.cfg.RedisTimeout
 	if s.cfg.WaitReplicas > 0 {
 		timeout += s.cfg.WaitTimeout

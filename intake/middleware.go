@@ -54,7 +54,8 @@ func (s *Server) routes() http.Handler {
 		writeProblem(w, http.StatusNotFound, probNotFound,
 			"no such route: intake serves POST /v1/votes, GET /v1/votes/{event_id}, GET /v1/polls/{poll_id}/results, "+
 				"/checkpoint, /consistency and /live, GET /polls/{poll_id}, /healthz, /readyz, /metrics (unless on --admin-listen) and /openapi.json, "+
-				"and to admins GET and POST /v1/polls, GET /v1/polls/{poll_id}, POST /v1/polls/{poll_id}/close, "+
+				"GET /v1/polls/{poll_id} (to a voter, a poll it may vote on), "+
+				"and to admins GET and POST /v1/polls, POST /v1/polls/{poll_id}/close, "+
 				"GET and POST /v1/principals and POST /v1/principals/{principal_id}/revoke", 0)
 	})
 	return s.instrument(canonical(framed(mux)))

@@ -2,14 +2,17 @@ package intake
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	_ "embed"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"html/template"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -17,6 +20,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"tally/ledger"
+	"tally/vote"
 )
 
 // This file owns GET /polls/{poll_id}: the live results page, one HTML
@@ -54,24 +58,39 @@ type pageData struct {
 	State    string // open, opens at, open until, closed at
 	ClosesAt string // RFC 3339, for a poll still open that closes; "" otherwise
 	LivePath string // the poll's live stream
-	Choices  []pageChoice
-	Total    int64
-	AsOf     string // for people, UTC
-	AsOfISO  string // RFC 3339
-	Stale    bool
-	TreeSize int64
+	// Kind is the poll's ballot kind, which decides what each choice
+	// shows; MaxScore a score poll's max_score, the scale of its bars.
+	Kind     string
+	MaxScore int
+	Choices  []pageChoice // ranked: by Borda count, highest first
+	// Condorcet is a ranked poll's line on its Condorcet winner.
+	Condorcet string
+	Total     int64
+	Ballots   int64
+	AsOf      string // for people, UTC
+	AsOfISO   string // RFC 3339
+	Stale     bool
+	TreeSize  int64
 	// Checkpoint is the size of the latest signed checkpoint; 0: none.
 	Checkpoint int64
 	CSS        template.CSS
 	JS         template.JS
 }
 
-// pageChoice is one choice as the page shows it.
+// pageChoice is one choice as the page shows it: its votes and their
+// share (single: of the votes; multiple: of the ballots), and the figures
+// of its poll's kind.
 type pageChoice struct {
 	ID    string
 	Votes int64
 	Share string // "42.9%"
-	Width string // the bar's CSS width, the share
+	Width string // the bar's CSS width: the share; score: the mean's of max_score; ranked: the Borda count's of the highest
+	// approve: the marks, and the widths of their stacked bars (shares
+	// of the choice's marks).
+	Yes, No, Abstain                int64
+	YesWidth, NoWidth, AbstainWidth string
+	Mean                            string // score: score / votes, two decimals
+	Borda                           int64  // ranked
 }
 
 // handlePage answers the poll's live results page, or 404 as for an
@@ -138,11 +157,81 @@ func newPageData(p ledger.Poll, res resultsAnswer, cp int64, now time.Time) page
 	default:
 		d.State = "Closed " + peopleTime(*p.ClosesAt)
 	}
-	for _, c := range res.Results.Results {
-		s := share(c.Votes, res.Total)
-		d.Choices = append(d.Choices, pageChoice{ID: c.CandidateID, Votes: c.Votes, Share: s, Width: s})
+	d.Kind, d.MaxScore, d.Ballots = string(p.BallotRules().Kind), p.BallotRules().MaxScore, res.Ballots
+	if res.Kind != "" {
+		d.Kind = string(res.Kind)
+	}
+	d.Choices = pageChoices(d.Kind, d.MaxScore, res.Results)
+	if d.Kind == string(vote.KindRanked) {
+		d.Condorcet = condorcetLine(res.CondorcetWinner.ID)
 	}
 	return d
+}
+
+// pageChoices are the choices of res as a poll of kind shows them; the
+// page's script computes the same from each frame.
+func pageChoices(kind string, maxScore int, res ledger.Results) []pageChoice {
+	out := make([]pageChoice, 0, len(res.Results))
+	var topBorda int64
+	for _, c := range res.Results {
+		if c.Borda != nil {
+			topBorda = max(topBorda, *c.Borda)
+		}
+	}
+	for _, c := range res.Results {
+		pc := pageChoice{ID: c.CandidateID, Votes: c.Votes}
+		switch vote.Kind(kind) {
+		case vote.KindMultiple:
+			pc.Share = share(c.Votes, res.Ballots)
+			pc.Width = pc.Share
+		case vote.KindApprove:
+			pc.Yes, pc.No, pc.Abstain = deref(c.Yes), deref(c.No), deref(c.Abstain)
+			marks := pc.Yes + pc.No + pc.Abstain
+			pc.YesWidth, pc.NoWidth, pc.AbstainWidth = share(pc.Yes, marks), share(pc.No, marks), share(pc.Abstain, marks)
+			pc.Share = pc.YesWidth
+		case vote.KindScore:
+			sum := deref(c.Score)
+			pc.Mean = mean(sum, c.Votes)
+			pc.Width = share(sum, c.Votes*int64(max(maxScore, 1)))
+		case vote.KindRanked:
+			pc.Borda = deref(c.Borda)
+			pc.Width = share(pc.Borda, topBorda)
+		default:
+			pc.Share = share(c.Votes, res.Total)
+			pc.Width = pc.Share
+		}
+		out = append(out, pc)
+	}
+	if vote.Kind(kind) == vote.KindRanked {
+		// Highest Borda count first; a tie keeps the poll's order.
+		slices.SortStableFunc(out, func(a, b pageChoice) int { return cmp.Compare(b.Borda, a.Borda) })
+	}
+	return out
+}
+
+func deref(n *int64) int64 {
+	if n == nil {
+		return 0
+	}
+	return *n
+}
+
+// mean is sum/n with two decimals, rounded half up; "–" with no votes.
+func mean(sum, n int64) string {
+	if n == 0 {
+		return "–"
+	}
+	hundredths := (sum*200 + n) / (2 * n)
+	return fmt.Sprintf("%d.%02d", hundredths/100, hundredths%100)
+}
+
+// condorcetLine names a ranked poll's Condorcet winner, or says there is
+// none ("" is none), as the page's script does.
+func condorcetLine(winner string) string {
+	if winner == "" {
+		return "No Condorcet winner: no choice beats every other one head to head."
+	}
+	return "Condorcet winner: " + winner + " (beats every other choice head to head)."
 }
 
 // share is votes/total as a percentage with one decimal, rounded half up

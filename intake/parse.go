@@ -16,13 +16,22 @@ import (
 const maxBodyBytes = 4 << 10
 
 // voteBody is a parsed body of POST /v1/votes. The poll and candidate ids
-// are only looked up in the catalog and quoted in refusals, both before
-// the handler returns, so they may be slices of the body's buffer; the
-// event id is a string of its own, since a pipeline may still hold it
-// after the handler returned and the buffer went back (see bodyBufs).
+// and the ballot are only looked up in the catalog, parsed and quoted in
+// refusals, all before the handler returns, so they may be slices of the
+// body's buffer; the event id is a string of its own, since a pipeline may
+// still hold it after the handler returned and the buffer went back (see
+// bodyBufs). Exactly one of candidateID and ballot is set.
 type voteBody struct {
 	eventID             string // the client's idempotency key
 	pollID, candidateID []byte
+	// ballot is the raw JSON value of "ballot", read against its poll's
+	// kind once the poll is known (admit).
+	ballot []byte
+	// answer is the vote's ballot in canonical form (vote.Ballot.Canonical),
+	// what its idempotency record and fingerprint bind: the candidate id of
+	// candidate_id; admit sets it for a ballot. A ballot admit could not
+	// read keeps its raw bytes here, which no record holds.
+	answer []byte
 }
 
 // Keys of a vote body, in the order details name them.
@@ -30,6 +39,7 @@ const (
 	keyEventID     = "event_id"
 	keyPollID      = "poll_id"
 	keyCandidateID = "candidate_id"
+	keyBallot      = "ballot"
 )
 
 // parseError is a body parseVote refused; its message is the detail of the
@@ -43,8 +53,9 @@ func refuse(format string, args ...any) error {
 }
 
 // parseVote reads a vote body strictly: one JSON object with exactly the
-// keys event_id, poll_id and candidate_id, each once, each a string of
-// vote.IDRule, and nothing but whitespace after it. Every error is a
+// keys event_id, poll_id and one of candidate_id or ballot, each once,
+// each a string of vote.IDRule but ballot (any JSON value, read once its
+// poll is known), and nothing but whitespace after it. Every error is a
 // *parseError that says what was wrong. The plain form is read in place
 // (parsePlain); anything else goes to parseStrict, which decides.
 func parseVote(body []byte) (voteBody, error) {
@@ -54,8 +65,8 @@ func parseVote(body []byte) (voteBody, error) {
 	return parseStrict(body)
 }
 
-// parsePlain accepts the plain form clients send: one object of the three
-// keys, each once, with string values of id characters, no escapes, JSON
+// parsePlain accepts the plain form clients send for a single choice: one
+// object of the three keys event_id, poll_id and candidate_id, each once, with string values of id characters, no escapes, JSON
 // whitespace anywhere between tokens. It returns false for anything else,
 // valid or not, and parseStrict decides then. It walks the bytes without
 // encoding/json, and allocates only the event id's string: the poll and
@@ -90,7 +101,7 @@ func parsePlain(b []byte) (voteBody, bool) {
 	if skipSpace(b, i+1) != len(b) {
 		return voteBody{}, false
 	}
-	return voteBody{eventID: string(vals[0]), pollID: vals[1], candidateID: vals[2]}, true
+	return voteBody{eventID: string(vals[0]), pollID: vals[1], candidateID: vals[2], answer: vals[2]}, true
 }
 
 // plainMember reads the member at b[i] of a plain vote body: a known key,

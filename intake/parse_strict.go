@@ -44,10 +44,17 @@ func parseStrict(body []byte) (voteBody, error) {
 	if _, err := p.dec.Token(); err != nil { // the closing brace
 		return voteBody{}, p.syntax(err)
 	}
-	for _, k := range []string{keyEventID, keyPollID, keyCandidateID} {
+	for _, k := range []string{keyEventID, keyPollID} {
 		if _, ok := p.vals[k]; !ok {
-			return voteBody{}, refuse(`the key %q is missing: the body takes exactly "event_id", "poll_id" and "candidate_id"`, k)
+			return voteBody{}, refuse(`the key %q is missing: the body takes exactly `+voteKeys, k)
 		}
+	}
+	_, hasCandidate := p.vals[keyCandidateID]
+	switch {
+	case hasCandidate && p.ballot != nil:
+		return voteBody{}, refuse(`the body has both "candidate_id" and "ballot": send one of them (a single choice may be either; a poll of another kind takes "ballot")`)
+	case !hasCandidate && p.ballot == nil:
+		return voteBody{}, refuse(`the key "candidate_id" (or "ballot") is missing: the body takes exactly ` + voteKeys)
 	}
 	if tok, err := p.dec.Token(); !errors.Is(err, io.EOF) {
 		if err != nil {
@@ -55,18 +62,25 @@ func parseStrict(body []byte) (voteBody, error) {
 		}
 		return voteBody{}, refuse("the body has %s after the JSON object: send one object and nothing else", kindOf(tok))
 	}
-	return voteBody{eventID: p.vals[keyEventID], pollID: []byte(p.vals[keyPollID]), candidateID: []byte(p.vals[keyCandidateID])}, nil
+	v := voteBody{eventID: p.vals[keyEventID], pollID: []byte(p.vals[keyPollID]), ballot: p.ballot}
+	if hasCandidate {
+		v.candidateID = []byte(p.vals[keyCandidateID])
+		v.answer = v.candidateID
+	}
+	return v, nil
 }
 
 // strictParser is the state of parseStrict: the token stream and the
-// values read so far, by key.
+// values read so far, by key; the ballot's raw JSON value once read.
 type strictParser struct {
-	dec  *json.Decoder
-	vals map[string]string
+	dec    *json.Decoder
+	vals   map[string]string
+	ballot []byte
 }
 
 // member reads one member of the object: a known key, not seen before,
-// and a string value that is a valid id.
+// and a string value that is a valid id, or for ballot any JSON value
+// (its shape depends on its poll's kind: admit reads it).
 func (p *strictParser) member() error {
 	tok, err := p.dec.Token()
 	if err != nil {
@@ -77,12 +91,20 @@ func (p *strictParser) member() error {
 		return refuse("the body is not valid JSON at byte %d: object keys must be strings", p.dec.InputOffset()+1)
 	}
 	switch key {
-	case keyEventID, keyPollID, keyCandidateID:
+	case keyEventID, keyPollID, keyCandidateID, keyBallot:
 	default:
-		return refuse(`the key %s is not allowed: the body takes exactly "event_id", "poll_id" and "candidate_id"`, quoteClip(key))
+		return refuse(`the key %s is not allowed: the body takes exactly `+voteKeys, quoteClip(key))
 	}
-	if _, seen := p.vals[key]; seen {
+	if _, seen := p.vals[key]; seen || key == keyBallot && p.ballot != nil {
 		return refuse("the key %q appears more than once: give each key once", key)
+	}
+	if key == keyBallot {
+		var raw json.RawMessage
+		if err := p.dec.Decode(&raw); err != nil {
+			return p.syntax(err)
+		}
+		p.ballot = raw
+		return nil
 	}
 	tok, err = p.dec.Token()
 	if err != nil {
@@ -108,8 +130,11 @@ func (p *strictParser) syntax(err error) error {
 	return refuse("the body is not valid JSON at byte %d (%v): send one JSON object", p.dec.InputOffset()+1, err)
 }
 
-// voteShape is the form of a vote body, for details.
-const voteShape = `{"event_id": "...", "poll_id": "...", "candidate_id": "..."}`
+// voteShape is the form of a vote body, for details; voteKeys its keys.
+const (
+	voteShape = `{"event_id": "...", "poll_id": "...", "candidate_id": "..."}, or "ballot": ... instead of "candidate_id"`
+	voteKeys  = `"event_id", "poll_id" and one of "candidate_id" or "ballot"`
+)
 
 // byteOrderMark is the UTF-8 encoding of U+FEFF, which some editors and
 // Windows tools put before a text; JSON forbids it (RFC 8259 8.1).

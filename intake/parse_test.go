@@ -2,15 +2,21 @@ package intake
 
 import (
 	"encoding/json"
+	"errors"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
+
+	"tally/vote"
 )
 
-// parsed is a vote body's ids as strings, to compare.
-type parsed struct{ eventID, pollID, candidateID string }
+// parsed is a vote body's ids and raw ballot as strings, to compare.
+type parsed struct{ eventID, pollID, candidateID, ballot string }
 
-func (v voteBody) strings() parsed { return parsed{v.eventID, string(v.pollID), string(v.candidateID)} }
+func (v voteBody) strings() parsed {
+	return parsed{v.eventID, string(v.pollID), string(v.candidateID), string(v.ballot)}
+}
 
 var parseCases = []struct {
 	name   string
@@ -19,11 +25,26 @@ var parseCases = []struct {
 	detail string // a substring of the refusal's detail
 	slow   bool   // valid, but only the token parser takes it
 }{
-	{name: "ok", body: `{"event_id":"e1","poll_id":"p1","candidate_id":"c1"}`, want: parsed{"e1", "p1", "c1"}},
-	{name: "ok any order and whitespace", body: " \n{ \"candidate_id\" : \"c_1\", \"poll_id\":\"P-1\",\t\"event_id\":\"e\" }\r\n", want: parsed{"e", "P-1", "c_1"}},
-	{name: "ok 64 chars", body: `{"event_id":"` + strings.Repeat("a", 64) + `","poll_id":"p","candidate_id":"c"}`, want: parsed{strings.Repeat("a", 64), "p", "c"}},
-	{name: "ok escaped key", body: `{"event\u005fid":"e","poll_id":"p","candidate_id":"c"}`, want: parsed{"e", "p", "c"}, slow: true},
-	{name: "ok escaped value", body: `{"event_id":"\u0065","poll_id":"p","candidate_id":"c"}`, want: parsed{"e", "p", "c"}, slow: true},
+	{name: "ok", body: `{"event_id":"e1","poll_id":"p1","candidate_id":"c1"}`, want: parsed{"e1", "p1", "c1", ""}},
+	{name: "ok any order and whitespace", body: " \n{ \"candidate_id\" : \"c_1\", \"poll_id\":\"P-1\",\t\"event_id\":\"e\" }\r\n", want: parsed{"e", "P-1", "c_1", ""}},
+	{name: "ok 64 chars", body: `{"event_id":"` + strings.Repeat("a", 64) + `","poll_id":"p","candidate_id":"c"}`, want: parsed{strings.Repeat("a", 64), "p", "c", ""}},
+	{name: "ok escaped key", body: `{"event\u005fid":"e","poll_id":"p","candidate_id":"c"}`, want: parsed{"e", "p", "c", ""}, slow: true},
+	{name: "ok escaped value", body: `{"event_id":"\u0065","poll_id":"p","candidate_id":"c"}`, want: parsed{"e", "p", "c", ""}, slow: true},
+	// A ballot is any JSON value here, read against its poll's kind once
+	// the poll is known (vote.ParseBallot, in admit).
+	{name: "ballot single", body: `{"event_id":"e","poll_id":"p","ballot":"a"}`, want: parsed{"e", "p", "", `"a"`}, slow: true},
+	{name: "ballot multiple", body: `{"ballot":["c","a"],"event_id":"e","poll_id":"p"}`, want: parsed{"e", "p", "", `["c","a"]`}, slow: true},
+	{name: "ballot approve", body: `{"event_id":"e","ballot": {"a":"yes","b":"no"} ,"poll_id":"p"}`, want: parsed{"e", "p", "", `{"a":"yes","b":"no"}`}, slow: true},
+	{name: "ballot score", body: `{"event_id":"e","poll_id":"p","ballot":{"a":3,"b":0}}`, want: parsed{"e", "p", "", `{"a":3,"b":0}`}, slow: true},
+	{name: "ballot ranked", body: `{"event_id":"e","poll_id":"p","ballot":["c","a","b"]}`, want: parsed{"e", "p", "", `["c","a","b"]`}, slow: true},
+	{name: "ballot of another shape", body: `{"event_id":"e","poll_id":"p","ballot":null}`, want: parsed{"e", "p", "", `null`}, slow: true},
+	{name: "ballot and candidate", body: `{"event_id":"e","poll_id":"p","candidate_id":"a","ballot":"a"}`, detail: `both "candidate_id" and "ballot"`},
+	{name: "ballot twice", body: `{"event_id":"e","poll_id":"p","ballot":["a"],"ballot":["a"]}`, detail: `the key "ballot" appears more than once`},
+	{name: "ballot other case", body: `{"event_id":"e","poll_id":"p","BALLOT":["a"]}`, detail: `the key "BALLOT" is not allowed`},
+	{name: "ballot broken", body: `{"event_id":"e","poll_id":"p","ballot":{"a":}}`, detail: "not valid JSON"},
+	{name: "ballot truncated", body: `{"event_id":"e","poll_id":"p","ballot":["a"`, detail: "not valid JSON"},
+	{name: "ballot trailing", body: `{"event_id":"e","poll_id":"p","ballot":["a"]}["a"]`, detail: "after the JSON object"},
+	{name: "ballot too large", body: `{"event_id":"e","poll_id":"p","ballot":["a"` + strings.Repeat(`,"a"`, 1100) + `]}`, detail: "but a vote takes at most 4096"},
 	{name: "empty", body: ``, detail: "the body is empty"},
 	{name: "bom", body: "\xef\xbb\xbf" + `{"event_id":"e1","poll_id":"p1","candidate_id":"c1"}`, detail: "the body starts with a byte order mark (BOM): send UTF-8 JSON without it"},
 	{name: "bom after space", body: " \xef\xbb\xbf{}", detail: "byte order mark (BOM)"},
@@ -39,7 +60,7 @@ var parseCases = []struct {
 	{name: "long unknown key", body: `{"` + strings.Repeat("k", 100) + `":"x"}`, detail: `"... is not allowed`},
 	{name: "duplicate key", body: `{"event_id":"e1","poll_id":"p","event_id":"e2","candidate_id":"c"}`, detail: `the key "event_id" appears more than once`},
 	{name: "duplicate escaped", body: `{"poll_id":"p","poll\u005fid":"p","event_id":"e","candidate_id":"c"}`, detail: `key "poll_id" appears more than once`},
-	{name: "missing key", body: `{"event_id":"e1","poll_id":"p"}`, detail: `the key "candidate_id" is missing`},
+	{name: "missing key", body: `{"event_id":"e1","poll_id":"p"}`, detail: `the key "candidate_id" (or "ballot") is missing`},
 	{name: "empty object", body: `{}`, detail: `the key "event_id" is missing`},
 	{name: "number", body: `{"event_id":1,"poll_id":"p","candidate_id":"c"}`, detail: `the value of "event_id" must be a string, not a number`},
 	{name: "bool", body: `{"event_id":"e","poll_id":true,"candidate_id":"c"}`, detail: `the value of "poll_id" must be a string, not a boolean`},
@@ -125,18 +146,29 @@ var fuzzIDRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
 // FuzzParseVote checks that parseVote never panics and that whatever it
 // accepts satisfies the rules, re-checked independently: valid JSON, one
-// object with exactly three members (counted on the raw bytes), the three
-// keys each a string matching the id pattern and equal to what was parsed,
-// at most maxBodyBytes. Whatever the fast path accepts, the strict parser
-// must accept the same.
+// object with exactly three members (counted on the raw bytes), event_id
+// and poll_id strings matching the id pattern and equal to what was
+// parsed, and one of candidate_id (likewise) or ballot (a JSON value equal
+// to what was parsed), at most maxBodyBytes. Whatever the fast path
+// accepts, the strict parser must accept the same. A ballot is then read
+// as each kind would read it: what vote.ParseBallot accepts has a
+// canonical form that reads back as itself, and what it refuses is a
+// *vote.ShapeError (the 400 that names what is wrong).
 func FuzzParseVote(f *testing.F) {
 	for _, tc := range parseCases {
 		f.Add([]byte(tc.body))
+	}
+	for _, ballot := range []string{`"a"`, `["a","c"]`, `["c","a","b"]`, `[]`, `{"a":"yes","b":"no","c":"abstain"}`,
+		`{"a":3,"b":0}`, `{}`, `{"b":1,"a":2}`, `{"a":"yes","a":"no"}`, `{"a":-1}`, `{"a":1e3}`, `["a","a"]`, `[1]`, `{"a":"maybe"}`} {
+		f.Add([]byte(`{"event_id":"e","poll_id":"p","ballot":` + ballot + `}`))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		if fast, ok := parsePlain(body); ok {
 			if slow, err := parseStrict(body); err != nil || slow.strings() != fast.strings() {
 				t.Fatalf("fast path accepted %q as %+v, the strict parser says %+v, %v", body, fast.strings(), slow.strings(), err)
+			}
+			if fast.ballot != nil {
+				t.Fatalf("fast path accepted %q with a ballot", body)
 			}
 		}
 		v, err := parseVote(body)
@@ -165,7 +197,16 @@ func FuzzParseVote(f *testing.F) {
 		if n := topLevelMembers(body); n != 3 {
 			t.Fatalf("accepted %q with %d members (duplicate keys?)", body, n)
 		}
-		for k, want := range map[string]string{"event_id": v.eventID, "poll_id": string(v.pollID), "candidate_id": string(v.candidateID)} {
+		ids := map[string]string{"event_id": v.eventID, "poll_id": string(v.pollID)}
+		if _, ok := m["ballot"]; ok {
+			fuzzBallot(t, body, m["ballot"], v)
+		} else {
+			ids["candidate_id"] = string(v.candidateID)
+			if string(v.answer) != string(v.candidateID) {
+				t.Fatalf("accepted %q: answer %q, candidate %q", body, v.answer, v.candidateID)
+			}
+		}
+		for k, want := range ids {
 			s, ok := m[k].(string)
 			if !ok {
 				t.Fatalf("accepted %q where %s is %T", body, k, m[k])
@@ -175,6 +216,36 @@ func FuzzParseVote(f *testing.F) {
 			}
 		}
 	})
+}
+
+// fuzzBallot checks the ballot parseVote read from body, whose ballot
+// decodes to want: the same value, and for each kind either refused with
+// a *vote.ShapeError or read to a canonical form that reads back as itself
+// and is the fingerprint's whatever the spelling.
+func fuzzBallot(t *testing.T, body []byte, want any, v voteBody) {
+	t.Helper()
+	if v.candidateID != nil {
+		t.Fatalf("accepted %q with both a candidate and a ballot", body)
+	}
+	var got any
+	if err := json.Unmarshal(v.ballot, &got); err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("accepted %q: ballot %q, want the value %v (%v)", body, v.ballot, want, err)
+	}
+	for _, k := range vote.Kinds {
+		b, err := vote.ParseBallot(k, v.ballot)
+		if err != nil {
+			var se *vote.ShapeError
+			if !errors.As(err, &se) || se.Reason == "" {
+				t.Fatalf("%s ballot %q: error %T %v, want a *vote.ShapeError", k, v.ballot, err, err)
+			}
+			continue
+		}
+		c := b.Canonical()
+		again, err := vote.ParseCanonical(k, c)
+		if err != nil || again.Canonical() != c {
+			t.Fatalf("%s ballot %q: canonical %q does not read back (%v)", k, v.ballot, c, err)
+		}
+	}
 }
 
 // topLevelMembers counts the members of the JSON object in body by counting

@@ -38,7 +38,11 @@ func (s *Server) handleVote(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	poll, c, ref := s.admit(r, p, v, receivedAt, deadline)
+	poll, c, ref := s.admit(r, p, &v, receivedAt, deadline)
+	if ref.status == http.StatusBadRequest { // a ballot of the wrong shape: no known event has it
+		writeProblem(w, ref.status, ref.problem, ref.detail, 0)
+		return
+	}
 	if ref.status != 0 {
 		s.answerRefusal(w, r, p, v, ref, deadline)
 		return
@@ -69,11 +73,17 @@ func unknownPoll(pollID []byte) refusal {
 }
 
 // admit checks the vote of p against the catalog as of receivedAt: the
-// poll exists, p may vote on it, it is open, and the candidate is one of
-// its choices. It returns the poll and choice, or the refusal: 404 (an
-// unknown poll, or one p may not vote on), 503 or 422. It answers nothing
-// itself: a refused vote may still be a known event (answerRefusal).
-func (s *Server) admit(r *http.Request, p *voter, v voteBody, receivedAt, deadline time.Time) (*pollInfo, *choice, refusal) {
+// poll exists, p may vote on it, the ballot has its kind's shape, the poll
+// is open, and the ballot keeps its rules (a candidate is one of its
+// choices). It sets v.answer to the ballot's canonical form, and returns
+// the poll and the enqueue arguments of the answer, or the refusal: 404
+// (an unknown poll, or one p may not vote on), 400 (a ballot of the wrong
+// shape), 503 or 422. It answers nothing itself: a refused vote may still
+// be a known event (answerRefusal).
+func (s *Server) admit(r *http.Request, p *voter, v *voteBody, receivedAt, deadline time.Time) (*pollInfo, *choice, refusal) {
+	if v.ballot != nil {
+		v.answer = v.ballot // until it is read: no record holds it
+	}
 	poll, err := s.catalog.lookup(v.pollID)
 	switch {
 	case errors.Is(err, ledger.ErrNotFound):
@@ -83,8 +93,19 @@ func (s *Server) admit(r *http.Request, p *voter, v voteBody, receivedAt, deadli
 		return nil, nil, refusal{http.StatusServiceUnavailable, probNotQueued,
 			"the poll could not be looked up because the database did not answer: retry after the Retry-After delay", time.Second}
 	}
+	var b vote.Ballot
+	var shapeErr error
+	if v.ballot != nil {
+		if b, shapeErr = vote.ParseBallot(poll.rules.Kind, v.ballot); shapeErr == nil {
+			v.answer = []byte(b.Canonical())
+		}
+	}
 	if !poll.mayVote(p.ID) {
 		return nil, nil, unknownPoll(v.pollID)
+	}
+	if shapeErr != nil {
+		return nil, nil, refusal{http.StatusBadRequest, probBadRequest,
+			fmt.Sprintf("the ballot does not fit poll %q, a %s poll: %s", poll.poll.ID, poll.rules.Kind, shapeErr), 0}
 	}
 	if !poll.poll.OpenAt(receivedAt) {
 		detail := fmt.Sprintf("poll %q opens at %s: vote after that", poll.poll.ID, poll.poll.OpensAt.UTC().Format(time.RFC3339))
@@ -93,12 +114,29 @@ func (s *Server) admit(r *http.Request, p *voter, v voteBody, receivedAt, deadli
 		}
 		return nil, nil, refusal{http.StatusUnprocessableEntity, probPollClosed, detail, 0}
 	}
-	c := poll.choice(v.candidateID)
-	if c == nil {
-		return nil, nil, refusal{http.StatusUnprocessableEntity, probInvalidChoice,
-			fmt.Sprintf("%q is not a choice of poll %q: pick one of its choices", v.candidateID, poll.poll.ID), 0}
+	if poll.rules.Kind == vote.KindSingle {
+		c := poll.choice(v.answer)
+		if c == nil {
+			return nil, nil, refusal{http.StatusUnprocessableEntity, probInvalidChoice,
+				fmt.Sprintf("%q is not a choice of poll %q: pick one of its choices", v.answer, poll.poll.ID), 0}
+		}
+		return poll, c, refusal{}
 	}
-	return poll, c, refusal{}
+	if v.ballot == nil {
+		return nil, nil, refusal{http.StatusUnprocessableEntity, probInvalidBallot,
+			fmt.Sprintf("poll %q is a %s poll and takes a ballot of its kind instead of candidate_id: send \"ballot\": %s",
+				poll.poll.ID, poll.rules.Kind, vote.Shape(poll.rules.Kind)), 0}
+	}
+	if err := poll.rules.Check(poll.poll.Choices, b); err != nil {
+		pt := probInvalidBallot
+		var re *vote.RuleError
+		if errors.As(err, &re) && re.Rule == vote.RuleUnknownChoice {
+			pt = probInvalidChoice
+		}
+		return nil, nil, refusal{http.StatusUnprocessableEntity, pt,
+			fmt.Sprintf("the ballot breaks a rule of poll %q: %s", poll.poll.ID, err), 0}
+	}
+	return poll, poll.answer(string(v.answer)), refusal{}
 }
 
 // enqueueAnswer is the answer to an enqueue outcome: 202, or a problem
@@ -117,7 +155,7 @@ var enqueueAnswers = map[outcome]enqueueAnswer{
 	outReplay:   {status: http.StatusAccepted},
 	outConflict: {status: http.StatusConflict, problem: probKeyReused,
 		detail: func(_ *Server, eventID string, _ enqueueResult) string {
-			return fmt.Sprintf("event id %q was already used with another poll or candidate: use a new event id for a new vote", eventID)
+			return fmt.Sprintf("event id %q was already used with another poll or ballot: use a new event id for a new vote", eventID)
 		}},
 	outLimited: {status: http.StatusTooManyRequests, problem: probRateLimited,
 		detail: func(s *Server, _ string, _ enqueueResult) string {

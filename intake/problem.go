@@ -34,6 +34,7 @@ var (
 	probMediaType     = problemType{"unsupported-media-type", "The request body must be JSON"}
 	probPollClosed    = problemType{"poll-closed", "The poll is not open"}
 	probInvalidChoice = problemType{"invalid-choice", "The candidate is not a choice of this poll"}
+	probInvalidBallot = problemType{"invalid-ballot", "The ballot breaks a rule of this poll"}
 	probRateLimited   = problemType{"rate-limited", "Too many requests"}
 	probBacklog       = problemType{"backlog-full", "The queue is full"}
 	probUnavailable   = problemType{"unavailable", "Temporarily unavailable"}
@@ -42,9 +43,13 @@ var (
 	// taken by another definition, and an intake not set up to do what
 	// was asked (no key to sign tokens, or a database login that may not
 	// manage the catalog).
-	probForbidden     = problemType{"forbidden", "The principal may not do this"}
-	probPollExists    = problemType{"poll-exists", "A poll with this id exists with another definition"}
-	probNotConfigured = problemType{"not-configured", "This intake is not set up for this request"}
+	probForbidden  = problemType{"forbidden", "The principal may not do this"}
+	probPollExists = problemType{"poll-exists", "A poll with this id exists with another definition"}
+	// invalid-definition: a poll's ballot or answers mode that breaks a
+	// rule of its kind (a parameter out of range or of another kind):
+	// well-formed JSON, so not invalid-request, but not a definition.
+	probInvalidDefinition = problemType{"invalid-definition", "The poll's definition breaks a rule"}
+	probNotConfigured     = problemType{"not-configured", "This intake is not set up for this request"}
 
 	// auth-rate-limited: the client's address made too many failed
 	// authentications, so its requests are refused before their token is

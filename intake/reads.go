@@ -2,6 +2,7 @@ package intake
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -22,13 +23,16 @@ import (
 // in Redis) and GET /v1/polls/{poll_id}/results. /healthz and /readyz are
 // health.go's.
 
-// eventStatus is the answer of GET /v1/votes/{event_id}.
+// eventStatus is the answer of GET /v1/votes/{event_id}: a single choice
+// shows its candidate_id, a ballot of any other kind its canonical form as
+// a JSON value under ballot.
 type eventStatus struct {
-	EventID     string `json:"event_id"`
-	PollID      string `json:"poll_id"`
-	CandidateID string `json:"candidate_id"`
-	Status      string `json:"status"`
-	Reason      string `json:"reason,omitempty"`
+	EventID     string          `json:"event_id"`
+	PollID      string          `json:"poll_id"`
+	CandidateID string          `json:"candidate_id,omitempty"`
+	Ballot      json.RawMessage `json:"ballot,omitempty"`
+	Status      string          `json:"status"`
+	Reason      string          `json:"reason,omitempty"`
 	// Receipt is a recorded vote's inclusion proof, once a signed
 	// checkpoint covers it (see receipt).
 	Receipt *audit.Receipt `json:"receipt,omitempty"`
@@ -89,8 +93,21 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 		if ledgerDown {
 			s.metrics.pendingFromQueue.Inc()
 		}
-		writeJSON(w, http.StatusOK, eventStatus{EventID: id, PollID: qr.poll, CandidateID: qr.cand, Status: string(ledger.StatusPending)})
+		st := eventStatus{EventID: id, PollID: qr.poll, Status: string(ledger.StatusPending)}
+		st.setAnswer(qr.cand)
+		writeJSON(w, http.StatusOK, st)
 	}
+}
+
+// setAnswer shows answer, a ballot in canonical form: a candidate id as
+// candidate_id, any other (compact JSON, see vote.Ballot.Canonical) as the
+// JSON value of ballot.
+func (st *eventStatus) setAnswer(answer string) {
+	if vote.ValidID(answer) || !json.Valid([]byte(answer)) {
+		st.CandidateID = answer
+		return
+	}
+	st.Ballot = json.RawMessage(answer)
 }
 
 // statusEvent reads the ledger's record of p's event id, unless PostgreSQL
@@ -116,7 +133,8 @@ func writeLedgerDown(w http.ResponseWriter) {
 // ledgerStatus is the answer for the ledger's record of p's own event:
 // with its receipt when it is recorded, its visible reason when rejected.
 func (s *Server) ledgerStatus(ctx context.Context, p *voter, rec ledger.EventRecord) (eventStatus, error) {
-	st := eventStatus{EventID: rec.ClientEventID, PollID: rec.PollID, CandidateID: rec.CandidateID, Status: string(rec.Status)}
+	st := eventStatus{EventID: rec.ClientEventID, PollID: rec.PollID, Status: string(rec.Status)}
+	st.setAnswer(recordAnswer(rec))
 	var err error
 	switch rec.Status {
 	case ledger.StatusRecorded:
@@ -154,7 +172,8 @@ func (s *Server) visibleReason(ctx context.Context, p *voter, rec ledger.EventRe
 }
 
 // queueRecord is an idempotency record (see enqueueSrc): the poll and
-// candidate of an accepted event, and the lifetime it has left.
+// ballot (canonical: the candidate id of a single choice) of an accepted
+// event, and the lifetime it has left.
 type queueRecord struct {
 	poll, cand string // "" when there is none
 	ttl        time.Duration
