@@ -271,10 +271,10 @@ func printResults(w io.Writer, res ledger.Results) error {
 		}
 		t.row(row...)
 	}
-	if res.Ballots == nil {
+	if res.Kind == vote.KindSingle {
 		t.row("total", strconv.FormatInt(res.Total, 10))
 	} else {
-		t.row("ballots", strconv.FormatInt(*res.Ballots, 10))
+		t.row("ballots", strconv.FormatInt(res.Ballots, 10))
 	}
 	if err := t.flush(); err != nil {
 		return err

@@ -33,7 +33,10 @@ type eventStatus struct {
 	Ballot      json.RawMessage `json:"ballot,omitempty"`
 	Status      string          `json:"status"`
 	Reason      string          `json:"reason,omitempty"`
-	// Receipt is a recorded vote's inclusion proof, once a signed
+	// SupersededBy is, for a superseded ballot, the event id of the
+	// principal's ballot that counts now.
+	SupersededBy string `json:"superseded_by,omitempty"`
+	// Receipt is a recorded (or superseded) vote's inclusion proof, once a signed
 	// checkpoint covers it (see receipt).
 	Receipt *audit.Receipt `json:"receipt,omitempty"`
 }
@@ -138,6 +141,10 @@ func (s *Server) ledgerStatus(ctx context.Context, p *voter, rec ledger.EventRec
 	var err error
 	switch rec.Status {
 	case ledger.StatusRecorded:
+		st.Receipt, err = s.receipt(ctx, p, rec)
+	case ledger.StatusSuperseded:
+		// Its leaf stays in the log: its receipt still proves it is there.
+		st.SupersededBy = rec.SupersededBy
 		st.Receipt, err = s.receipt(ctx, p, rec)
 	case ledger.StatusRejected:
 		var reason ledger.Reason

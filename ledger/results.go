@@ -30,13 +30,10 @@ type CandidateVotes struct {
 // Results are a poll's tallies from the projection.
 type Results struct {
 	PollID string `json:"poll_id"`
-	// Kind and Ballots (the ballots counted, one per principal) are left
-	// out of the JSON of a single-choice poll, whose results keep the
-	// shape they had before kinds: its ballots are its total.
-	Kind    vote.Kind        `json:"kind,omitzero"`
+	Kind    vote.Kind        `json:"kind"`
 	Results []CandidateVotes `json:"results"`
-	Total   int64            `json:"total"` // the sum of votes
-	Ballots *int64           `json:"ballots,omitempty"`
+	Total   int64            `json:"total"`   // the sum of votes
+	Ballots int64            `json:"ballots"` // the ballots counted, one per principal (a single choice's: its total)
 	// Pairwise (ranked) is Pairwise[a][b], the ballots that rank a above
 	// b, for every two choices; CondorcetWinner the choice that beats every
 	// other, or nil. Both are absent for the other kinds.
@@ -154,11 +151,7 @@ func setPairwise(c *vote.Count, cells []string) error {
 // figures of the count's kind, and for ranked the pairwise matrix and the
 // Condorcet winner.
 func ResultsOf(pollID string, c *vote.Count) Results {
-	res := Results{PollID: pollID, Kind: c.Kind, Results: make([]CandidateVotes, len(c.Choices)), Total: c.Total()}
-	if c.Kind != vote.KindSingle {
-		n := c.Ballots
-		res.Ballots = &n
-	}
+	res := Results{PollID: pollID, Kind: c.Kind, Results: make([]CandidateVotes, len(c.Choices)), Total: c.Total(), Ballots: c.Ballots}
 	for i, id := range c.Choices {
 		f := c.Figures[i]
 		cv := CandidateVotes{CandidateID: id, Votes: f.Votes}

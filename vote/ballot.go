@@ -39,10 +39,6 @@ const (
 	KindRanked   Kind = "ranked"   // distinct choices, most preferred first
 )
 
-// IsZero reports whether k is single, the default: what a definition, a
-// poll's JSON or its results leave out.
-func (k Kind) IsZero() bool { return k == KindSingle || k == "" }
-
 // Kinds lists every kind, in the order the documents list them.
 var Kinds = []Kind{KindSingle, KindMultiple, KindApprove, KindScore, KindRanked}
 
