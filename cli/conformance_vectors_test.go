@@ -19,6 +19,7 @@ import (
 
 	"tally/audit"
 	"tally/ledger"
+	"tally/vote"
 )
 
 // This file owns the generator of the conformance vectors in
@@ -206,11 +207,12 @@ func (l vectorLedger) results() []ledger.Results {
 				counts[r.CandidateID]++
 			}
 		}
-		res := ledger.Results{PollID: poll, TreeSize: l.trees[poll].Size(), AsOf: vectorAsOf}
+		res := ledger.Results{PollID: poll, Kind: vote.KindSingle, TreeSize: l.trees[poll].Size(), AsOf: vectorAsOf}
 		for _, c := range slices.Sorted(maps.Keys(counts)) {
 			res.Results = append(res.Results, ledger.CandidateVotes{CandidateID: c, Votes: counts[c]})
 			res.Total += counts[c]
 		}
+		res.Ballots = res.Total // single choice: one vote a ballot
 		out = append(out, res)
 	}
 	return out
