@@ -54,23 +54,12 @@ func (s *Store) rulesOf(ctx context.Context, tx pgx.Tx, events []Event) (map[str
 	if len(missing) == 0 {
 		return out, nil
 	}
-	rows, err := tx.Query(ctx, `
-SELECT p.id, `+rulesColsP+`, coalesce((SELECT array_agg(c.candidate_id ORDER BY c.position) FROM poll_choices c WHERE c.poll_id = p.id), '{}')
-FROM polls p WHERE p.id = ANY($1)`, missing)
+	read, err := readRules(ctx, tx, "append batch: read the polls' ballot rules", `p.id = ANY($1)`, missing)
 	if err != nil {
-		return nil, interpretError("append batch: read the polls' ballot rules", err)
+		return nil, err
 	}
-	var (
-		id      string
-		rr      rulesRow
-		choices []string
-	)
-	_, err = pgx.ForEachRow(rows, append(append([]any{&id}, rr.targets()...), &choices), func() error {
-		out[id] = &pollRules{rules: rr.rules(), choices: choices}
-		return nil
-	})
-	if err != nil {
-		return nil, interpretError("append batch: read the polls' ballot rules", err)
+	for id, pr := range read {
+		out[id] = pr
 	}
 	s.rules.mu.Lock()
 	if s.rules.polls == nil {
@@ -85,6 +74,28 @@ FROM polls p WHERE p.id = ANY($1)`, missing)
 	}
 	s.rules.mu.Unlock()
 	return out, nil
+}
+
+// readRules reads the rules and choices of the polls p that where
+// selects, by id.
+func readRules(ctx context.Context, tx pgx.Tx, what, where string, args ...any) (map[string]*pollRules, error) {
+	rows, err := tx.Query(ctx, `
+SELECT p.id, `+rulesColsP+`, coalesce((SELECT array_agg(c.candidate_id ORDER BY c.position) FROM poll_choices c WHERE c.poll_id = p.id), '{}')
+FROM polls p WHERE `+where, args...)
+	if err != nil {
+		return nil, interpretError(what, err)
+	}
+	out := map[string]*pollRules{}
+	var (
+		id      string
+		rr      rulesRow
+		choices []string
+	)
+	_, err = pgx.ForEachRow(rows, append(append([]any{&id}, rr.targets()...), &choices), func() error {
+		out[id] = &pollRules{rules: rr.rules(), choices: choices}
+		return nil
+	})
+	return out, interpretError(what, err)
 }
 
 // ballotsValid reports, for each event, whether it carries a ballot that

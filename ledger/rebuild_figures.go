@@ -43,23 +43,8 @@ type figureKey struct{ poll, cand, figure string }
 // ballotPolls reads the rules of every poll whose rules are not
 // vote.Single (one poll's when pollID is set), in tx.
 func ballotPolls(ctx context.Context, tx pgx.Tx, pollID *string) (map[string]*pollRules, error) {
-	rows, err := tx.Query(ctx, `
-SELECT p.id, `+rulesColsP+`, coalesce((SELECT array_agg(c.candidate_id ORDER BY c.position) FROM poll_choices c WHERE c.poll_id = p.id), '{}')
-FROM polls p WHERE (p.ballot_kind <> 'single' OR p.answers <> 'final') AND ($1::text IS NULL OR p.id = $1)`, pollID)
-	if err != nil {
-		return nil, interpretError("read the polls' ballot rules", err)
-	}
-	out := map[string]*pollRules{}
-	var (
-		id      string
-		rr      rulesRow
-		choices []string
-	)
-	_, err = pgx.ForEachRow(rows, append(append([]any{&id}, rr.targets()...), &choices), func() error {
-		out[id] = &pollRules{rules: rr.rules(), choices: choices}
-		return nil
-	})
-	return out, interpretError("read the polls' ballot rules", err)
+	return readRules(ctx, tx, "read the polls' ballot rules",
+		`(p.ballot_kind <> 'single' OR p.answers <> 'final') AND ($1::text IS NULL OR p.id = $1)`, pollID)
 }
 
 // latestSQL reads the ballot that counts of each principal of the polls

@@ -29,7 +29,7 @@ type CandidateVotes struct {
 
 // Results are a poll's tallies from the projection.
 type Results struct {
-	PollID string `json:"poll_id"`
+	PollID  string           `json:"poll_id"`
 	Kind    vote.Kind        `json:"kind"`
 	Results []CandidateVotes `json:"results"`
 	Total   int64            `json:"total"`   // the sum of votes
