@@ -105,7 +105,7 @@ func (s *Server) admit(r *http.Request, p *voter, v *voteBody, receivedAt, deadl
 	}
 	if shapeErr != nil {
 		return nil, nil, refusal{http.StatusBadRequest, probBadRequest,
-			fmt.Sprintf("the ballot does not fit poll %q, a %s poll: %s", poll.poll.ID, poll.rules.Kind, shapeErr), 0}
+			fmt.Sprintf("the ballot does not fit poll %q, %s poll: %s", poll.poll.ID, poll.rules.Kind.A(), shapeErr), 0}
 	}
 	if !poll.poll.OpenAt(receivedAt) {
 		detail := fmt.Sprintf("poll %q opens at %s: vote after that", poll.poll.ID, poll.poll.OpensAt.UTC().Format(time.RFC3339))
@@ -124,8 +124,8 @@ func (s *Server) admit(r *http.Request, p *voter, v *voteBody, receivedAt, deadl
 	}
 	if v.ballot == nil {
 		return nil, nil, refusal{http.StatusUnprocessableEntity, probInvalidBallot,
-			fmt.Sprintf("poll %q is a %s poll and takes a ballot of its kind instead of candidate_id: send \"ballot\": %s",
-				poll.poll.ID, poll.rules.Kind, vote.Shape(poll.rules.Kind)), 0}
+			fmt.Sprintf("poll %q is %s poll and takes a ballot of its kind instead of candidate_id: send \"ballot\": %s",
+				poll.poll.ID, poll.rules.Kind.A(), vote.Shape(poll.rules.Kind)), 0}
 	}
 	if err := poll.rules.Check(poll.poll.Choices, b); err != nil {
 		pt := probInvalidBallot

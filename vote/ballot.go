@@ -39,6 +39,14 @@ const (
 	KindRanked   Kind = "ranked"   // distinct choices, most preferred first
 )
 
+// A is the kind with its indefinite article, for messages: "an approve".
+func (k Kind) A() string {
+	if k == KindApprove {
+		return "an " + string(k)
+	}
+	return "a " + string(k)
+}
+
 // Kinds lists every kind, in the order the documents list them.
 var Kinds = []Kind{KindSingle, KindMultiple, KindApprove, KindScore, KindRanked}
 
@@ -440,7 +448,7 @@ func openDelim(dec *json.Decoder, d json.Delim, k Kind) error {
 		return shapeErr("the ballot is not valid JSON: send %s", Shape(k))
 	}
 	if got, ok := tok.(json.Delim); !ok || got != d {
-		return shapeErr("a %s ballot is %s, not %s", k, Shape(k), tokenKind(tok))
+		return shapeErr("%s ballot is %s, not %s", k.A(), Shape(k), tokenKind(tok))
 	}
 	return nil
 }
@@ -506,8 +514,9 @@ func (b Ballot) Canonical() string {
 	return sb.String()
 }
 
-// MaxCanonicalLen bounds a canonical ballot: the longest a vote body of
-// the ballot's largest shape can carry.
+// MaxCanonicalLen bounds a canonical ballot, above the longest a vote body
+// (4 KiB) can carry. (An approve ballot of 64 choices of 64-byte ids all
+// marked abstain would be 63 bytes longer; no vote body can hold it.)
 const MaxCanonicalLen = 1 + MaxBallotChoices*(MaxIDLen+3+len(Abstain)+2) + 1
 
 // ParseCanonical reads a ballot of kind k from its canonical form, and
