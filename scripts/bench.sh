@@ -13,7 +13,8 @@
 # measurement is skipped. The tuned measurement starts a private
 # PostgreSQL of its own from the installed server binaries, which
 # scripts/services.sh installs when missing.
-# Extra arguments go to the bench program (e.g. -only projector,copy).
+# Extra arguments go to the bench program (e.g. -only projector,copy, or
+# -only kinds,rebuildranked for the rows of ballots of other kinds).
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
