@@ -2,7 +2,7 @@
 # bench.sh: tally's benchmarks in one run, next to their baselines (see
 # internal/bench). Prints the table and writes it into BENCHMARKS.md.
 #
-#   scripts/bench.sh           the full run (about 11 minutes on 2 quiet cores)
+#   scripts/bench.sh           the full run (about 16 minutes on 2 quiet cores)
 #   scripts/bench.sh --short   small sizes, under two minutes: a check that
 #                              every measurement runs; writes nothing
 #
