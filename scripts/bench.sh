@@ -2,7 +2,7 @@
 # bench.sh: tally's benchmarks in one run, next to their baselines (see
 # internal/bench). Prints the table and writes it into BENCHMARKS.md.
 #
-#   scripts/bench.sh           the full run (about 11 minutes on 2 quiet cores)
+#   scripts/bench.sh           the full run (about 16 minutes on 2 quiet cores)
 #   scripts/bench.sh --short   small sizes, under two minutes: a check that
 #                              every measurement runs; writes nothing
 #
@@ -13,7 +13,8 @@
 # measurement is skipped. The tuned measurement starts a private
 # PostgreSQL of its own from the installed server binaries, which
 # scripts/services.sh installs when missing.
-# Extra arguments go to the bench program (e.g. -only projector,copy).
+# Extra arguments go to the bench program (e.g. -only projector,copy, or
+# -only kinds,rebuildranked for the rows of ballots of other kinds).
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"

@@ -71,21 +71,29 @@ SELECT poll_id, candidate_id, 0 FROM poll_choices ON CONFLICT DO NOTHING`); err 
 	return float64(sum) / elapsed.Seconds(), nil
 }
 
-// copyColumns are the ledger columns an append writes.
+// copyColumns are the ledger columns an append writes for a single
+// choice; a ballot of another kind adds its own (copyBallotColumns).
 var copyColumns = []string{"poll_id", "candidate_id", "principal_id", "client_event_id", "fingerprint", "received_at"}
 
-// copyRows writes events 0..n-1 into poll_events of pool's database with
-// COPY (pgx CopyFrom, binary), in chunks of chunk rows, each its own
+var copyBallotColumns = append(append([]string{}, copyColumns...), "ballot", "latest")
+
+// copyRows writes events 0..n-1 of l into poll_events of pool's database
+// with COPY (pgx CopyFrom, binary), in chunks of chunk rows, each its own
 // transaction, from writers connections, and returns rows/s.
-func copyRows(ctx context.Context, conns func(context.Context) (*pgx.Conn, func(), error), n, chunk, writers, polls int) (float64, error) {
+func copyRows(ctx context.Context, conns func(context.Context) (*pgx.Conn, func(), error), l load, n, chunk, writers, polls int) (float64, error) {
 	now := time.Now()
 	fps := map[[2]string][]byte{}
 	for p := range polls {
-		for _, c := range benchChoices {
-			fp := vote.Fingerprint(pollID(p), c)
-			fps[[2]string{pollID(p), c}] = fp[:]
+		for _, b := range l.ballots {
+			fp := vote.Fingerprint(pollID(p), b)
+			fps[[2]string{pollID(p), b}] = fp[:]
 		}
 	}
+	columns, ballots := copyColumns, !l.rules.IsDefault()
+	if ballots {
+		columns = copyBallotColumns
+	}
+	latest := l.rules.Answers == vote.AnswersLatest
 	var next atomic.Int64
 	g, gctx := errgroup.WithContext(ctx)
 	start := time.Now()
@@ -103,13 +111,21 @@ func copyRows(ctx context.Context, conns func(context.Context) (*pgx.Conn, func(
 				}
 				to := min(from+chunk, n)
 				i := from
-				_, err := conn.CopyFrom(gctx, pgx.Identifier{"poll_events"}, copyColumns, pgx.CopyFromFunc(func() ([]any, error) {
+				_, err := conn.CopyFrom(gctx, pgx.Identifier{"poll_events"}, columns, pgx.CopyFromFunc(func() ([]any, error) {
 					if i >= to {
 						return nil, nil
 					}
-					ev := syntheticEvent(i, polls, now)
+					ev := l.event(i, polls, now)
 					i++
-					return []any{ev.PollID, ev.CandidateID, ev.PrincipalID, ev.ClientEventID, fps[[2]string{ev.PollID, ev.CandidateID}], ev.ReceivedAt}, nil
+					row := []any{ev.PollID, ev.CandidateID, ev.PrincipalID, ev.ClientEventID, fps[[2]string{ev.PollID, ev.Answer()}], ev.ReceivedAt}
+					if ballots {
+						var b *string
+						if ev.Ballot != "" {
+							b = &ev.Ballot
+						}
+						row = append(row, b, latest)
+					}
+					return row, nil
 				}))
 				if err != nil {
 					return fmt.Errorf("copy: %w", err)
@@ -143,7 +159,7 @@ func (e *env) copyCeiling(ctx context.Context, n, chunk, writers int) (rate, pgC
 		return c.Conn(), c.Release, nil
 	}
 	cpu0 := e.backendCPU(ctx, "tally_bench_"+e.run+"_"+what)
-	rate, err = copyRows(ctx, conns, n, chunk, writers, 10)
+	rate, err = copyRows(ctx, conns, singleLoad, n, chunk, writers, 10)
 	if err != nil {
 		return 0, 0, err
 	}

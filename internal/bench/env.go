@@ -199,18 +199,10 @@ func (e *env) dropPrefix(ctx context.Context, p string) {
 
 var benchChoices = []string{"a", "b", "c", "d"}
 
-// createPolls adds polls poll0..poll(n-1), open to anyone, with choices a-d.
+// createPolls adds polls poll0..poll(n-1) of a single choice, open to
+// anyone, with choices a-d.
 func createPolls(ctx context.Context, pool *pgxpool.Pool, n int) error {
-	store, err := ledger.New(pool, ledger.Config{})
-	if err != nil {
-		return err
-	}
-	for i := range n {
-		if err := store.CreatePoll(ctx, ledger.Poll{ID: pollID(i), Title: "bench", OpensAt: time.Unix(0, 0), Choices: benchChoices}); err != nil {
-			return err
-		}
-	}
-	return nil
+	return createLoadPolls(ctx, pool, n, singleLoad)
 }
 
 func pollID(i int) string { return "poll" + strconv.Itoa(i) }

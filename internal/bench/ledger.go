@@ -72,10 +72,15 @@ func (e *env) importFile(ctx context.Context, bin, what string, n int) (float64,
 	return float64(n) / elapsed.Seconds(), command, nil
 }
 
-// plainCountSQL is the recount a user would write by hand.
-const plainCountSQL = `SELECT poll_id, candidate_id, count(*) FROM poll_events GROUP BY poll_id, candidate_id`
+// plainCountSQL is the recount a user would write by hand; plainBallotsSQL
+// is the same of ballots of another kind, a count of each distinct
+// canonical ballot (what the rebuild's recount folds into figures).
+const (
+	plainCountSQL   = `SELECT poll_id, candidate_id, count(*) FROM poll_events GROUP BY poll_id, candidate_id`
+	plainBallotsSQL = `SELECT poll_id, ballot, count(*) FROM poll_events GROUP BY poll_id, ballot`
+)
 
-// rebuildResult compares ledger.Store.Rebuild with plainCountSQL.
+// rebuildResult compares ledger.Store.Rebuild with a plain GROUP BY.
 type rebuildResult struct {
 	events           int
 	build            time.Duration // the COPY of the ledger
@@ -83,22 +88,22 @@ type rebuildResult struct {
 	rebuilds, plains []time.Duration
 }
 
-// rebuildVsCount builds an n-event ledger with COPY (two writers) and its
-// projection, then times Store.Rebuild and the plain GROUP BY, rounds
-// times each, alternating, after one warm-up run of each.
-func (e *env) rebuildVsCount(ctx context.Context, n, rounds int) (rebuildResult, error) {
+// rebuildVsCount builds a ledger of n events of l with COPY (two writers)
+// and its projection, then times Store.Rebuild and plain, a GROUP BY,
+// rounds times each, alternating, after one warm-up run of each.
+func (e *env) rebuildVsCount(ctx context.Context, what string, l load, plain string, n, rounds int) (rebuildResult, error) {
 	res := rebuildResult{events: n}
-	_, pool, err := e.database(ctx, "rebuild")
+	_, pool, err := e.database(ctx, what)
 	if err != nil {
 		return res, err
 	}
 	defer pool.Close()
 	const polls = 10
-	if err := prepareLedger(ctx, pool, polls); err != nil {
+	if err := prepareLedger(ctx, pool, l, polls); err != nil {
 		return res, err
 	}
 	start := time.Now()
-	if err := fillLedger(ctx, pool, n, polls); err != nil {
+	if err := fillLedger(ctx, pool, l, n, polls); err != nil {
 		return res, err
 	}
 	res.build = time.Since(start)
@@ -111,7 +116,7 @@ func (e *env) rebuildVsCount(ctx context.Context, n, rounds int) (rebuildResult,
 		if err != nil {
 			return res, err
 		}
-		p, err := timePlainCount(ctx, pool, n)
+		p, err := timePlainCount(ctx, pool, plain, n)
 		if err != nil {
 			return res, err
 		}
@@ -127,8 +132,8 @@ func (e *env) rebuildVsCount(ctx context.Context, n, rounds int) (rebuildResult,
 // prepareLedger creates the polls of a fresh ledger and drops its unique
 // constraints: a recount reads the whole table and uses neither unique
 // index, and without them the table loads several times faster.
-func prepareLedger(ctx context.Context, pool *pgxpool.Pool, polls int) error {
-	if err := createPolls(ctx, pool, polls); err != nil {
+func prepareLedger(ctx context.Context, pool *pgxpool.Pool, l load, polls int) error {
+	if err := createLoadPolls(ctx, pool, polls, l); err != nil {
 		return err
 	}
 	_, err := pool.Exec(ctx, `ALTER TABLE poll_events DROP CONSTRAINT poll_events_principal_key_uniq;
@@ -136,12 +141,13 @@ func prepareLedger(ctx context.Context, pool *pgxpool.Pool, polls int) error {
 	return err
 }
 
-// fillLedger writes n events over the polls by COPY from two writers, the
-// projection from a recount, and the polls' logs (as after migrating a
+// fillLedger writes n events of l over the polls by COPY from two
+// writers, the projection from a recount (a plain GROUP BY for single
+// choices, Store.Repair for other kinds), and the polls' logs (as after migrating a
 // ledger from before the log: heads sized, then built by BuildLogs). Each
 // head already counts the leaves CreatePoll logged (the poll's definition,
 // leaf 0); the copied events follow them.
-func fillLedger(ctx context.Context, pool *pgxpool.Pool, n, polls int) error {
+func fillLedger(ctx context.Context, pool *pgxpool.Pool, l load, n, polls int) error {
 	conns := func(ctx context.Context) (*pgx.Conn, func(), error) {
 		c, err := pool.Acquire(ctx)
 		if err != nil {
@@ -149,19 +155,23 @@ func fillLedger(ctx context.Context, pool *pgxpool.Pool, n, polls int) error {
 		}
 		return c.Conn(), c.Release, nil
 	}
-	if _, err := copyRows(ctx, conns, n, 250_000, 2, polls); err != nil {
-		return err
-	}
-	if _, err := pool.Exec(ctx, `INSERT INTO poll_results AS r (poll_id, candidate_id, vote_count) `+plainCountSQL+`
-		ON CONFLICT (poll_id, candidate_id) DO UPDATE SET vote_count = EXCLUDED.vote_count`); err != nil {
-		return err
-	}
-	if _, err := pool.Exec(ctx, `UPDATE poll_log_heads h SET size = h.size + c.n, root = NULL, partial = ''
-		FROM (SELECT poll_id, count(*) AS n FROM poll_events GROUP BY poll_id) c WHERE h.poll_id = c.poll_id`); err != nil {
+	if _, err := copyRows(ctx, conns, l, n, 250_000, 2, polls); err != nil {
 		return err
 	}
 	store, err := ledger.New(pool, ledger.Config{})
 	if err != nil {
+		return err
+	}
+	if l.rules.IsDefault() {
+		if _, err := pool.Exec(ctx, `INSERT INTO poll_results AS r (poll_id, candidate_id, vote_count) `+plainCountSQL+`
+		ON CONFLICT (poll_id, candidate_id) DO UPDATE SET vote_count = EXCLUDED.vote_count`); err != nil {
+			return err
+		}
+	} else if _, err := store.Repair(ctx, ""); err != nil {
+		return err
+	}
+	if _, err := pool.Exec(ctx, `UPDATE poll_log_heads h SET size = h.size + c.n, root = NULL, partial = ''
+		FROM (SELECT poll_id, count(*) AS n FROM poll_events GROUP BY poll_id) c WHERE h.poll_id = c.poll_id`); err != nil {
 		return err
 	}
 	if _, err := store.BuildLogs(ctx); err != nil {
@@ -186,10 +196,11 @@ func timeRebuild(ctx context.Context, store *ledger.Store, n int) (time.Duration
 	return time.Since(t), nil
 }
 
-// timePlainCount times one plainCountSQL, whose counts must add up to n.
-func timePlainCount(ctx context.Context, pool *pgxpool.Pool, n int) (time.Duration, error) {
+// timePlainCount times one plain GROUP BY (plainCountSQL's shape), whose
+// counts must add up to n.
+func timePlainCount(ctx context.Context, pool *pgxpool.Pool, plain string, n int) (time.Duration, error) {
 	t := time.Now()
-	rows, err := pool.Query(ctx, plainCountSQL)
+	rows, err := pool.Query(ctx, plain)
 	if err != nil {
 		return 0, err
 	}

@@ -55,10 +55,10 @@ func (e *env) auditLog(ctx context.Context, n, proofs int) (logResult, error) {
 		return res, err
 	}
 	defer pool.Close()
-	if err := prepareLedger(ctx, pool, 1); err != nil {
+	if err := prepareLedger(ctx, pool, singleLoad, 1); err != nil {
 		return res, err
 	}
-	if err := fillLedger(ctx, pool, n, 1); err != nil {
+	if err := fillLedger(ctx, pool, singleLoad, n, 1); err != nil {
 		return res, err
 	}
 	store, err := ledger.New(pool, ledger.Config{})

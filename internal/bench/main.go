@@ -14,8 +14,9 @@
 //	scripts/bench.sh            # the full run, writes BENCHMARKS.md
 //	scripts/bench.sh --short    # small sizes, a check that it all runs
 //
-// -only runs some measurements: projector, batch1, naive, copy, floor,
-// tuned, intake, burst, e2e, cluster, scaling, import, rebuild, log, live.
+// -only runs some measurements: projector, kinds, batch1, naive, copy,
+// floor, tuned, intake, burst, e2e, cluster, scaling, import, rebuild,
+// rebuildranked, log, live.
 //
 // Files:
 //
@@ -24,6 +25,8 @@
 //   - measurements.go: the list of measurements and the rows each adds
 //     (ids, wording, units): what the table prints;
 //   - projector.go: the projector draining a preloaded stream (P, P1, B1);
+//   - kinds.go: the loads of ballots of other kinds than single, and P
+//     again with each (P-multiple, P-score, P-ranked, P-latest);
 //   - baselines.go: what a user would otherwise build: per-vote UPDATEs
 //     (A) and raw COPY (C1, C2);
 //   - floor.go: the schema's floor, a bare unnest INSERT (U);
@@ -45,7 +48,7 @@
 //     live_load.go: the votes and intake's CPU time; live_viewers.go: the
 //     streams; live_stats.go: the viewers' latencies, gaps and updates;
 //   - ledger.go: tally import (IM) and rebuild next to a plain GROUP BY
-//     (R, RG);
+//     (R, RG; of ranked ballots RK, RKG);
 //   - env.go: the run's servers, its databases and Redis prefixes, and the
 //     synthetic events every measurement shares;
 //   - proc.go: the child processes (start, health, stop, peak memory);
@@ -84,8 +87,12 @@ type sizes struct {
 	rebuildEvents  int
 	rebuildRounds  int
 	projectorLimit time.Duration
-	logLeaves      int // PR and AV: the leaves of one poll's log
-	proofs         int // PR: inclusion proofs timed
+	// kinds: the backlog of each of P-multiple, P-score, P-ranked and
+	// P-latest (P's in a full run); rankedRebuild: RK's ledger.
+	kinds         int
+	rankedRebuild int
+	logLeaves     int // PR and AV: the leaves of one poll's log
+	proofs        int // PR: inclusion proofs timed
 	// clusterReplicas: replicas of each of EC's three masters.
 	clusterReplicas int
 	// liveViewers, liveRate, liveFor and liveRounds: SSE's streams, the
@@ -111,6 +118,7 @@ type sizes struct {
 
 var full = sizes{
 	projector: 1_000_000, projectorLimit: 3 * time.Minute,
+	kinds: 1_000_000, rankedRebuild: 500_000,
 	batch1: 20_000, batch1Limit: 10 * time.Second,
 	naiveMax: 1_000_000, naiveFor: 10 * time.Second,
 	copyRows:  1_000_000,
@@ -127,6 +135,7 @@ var full = sizes{
 
 var short = sizes{
 	projector: 50_000, projectorLimit: 20 * time.Second,
+	kinds: 10_000, rankedRebuild: 20_000,
 	batch1: 2_000, batch1Limit: 2 * time.Second,
 	naiveMax: 50_000, naiveFor: 2 * time.Second,
 	copyRows:  50_000,
@@ -166,7 +175,7 @@ func parseFlags() options {
 	flag.StringVar(&o.wrk, "wrk", "wrk", "the wrk binary; empty skips the intake measurement")
 	flag.StringVar(&o.lua, "lua", "intake/testdata/bench/post_vote.lua", "wrk's vote script")
 	flag.StringVar(&o.out, "out", "", "markdown `FILE` to write the table into (between its bench markers)")
-	only := flag.String("only", "", "comma-separated measurements to run (default all): projector, naive, batch1, copy, floor, tuned, intake, burst, e2e, cluster, scaling, import, rebuild, log, live")
+	only := flag.String("only", "", "comma-separated measurements to run (default all): projector, kinds, naive, batch1, copy, floor, tuned, intake, burst, e2e, cluster, scaling, import, rebuild, rebuildranked, log, live")
 	flag.BoolVar(&o.short, "short", false, "small sizes: a check that every measurement runs")
 	flag.DurationVar(&o.timeout, "timeout", 30*time.Minute, "bound on the whole run")
 	flag.StringVar(&o.logPath, "log", "", "`FILE` for the output of the child processes (default stderr)")

@@ -19,6 +19,7 @@ type measurement struct {
 // their rows print.
 var measurements = []measurement{
 	{"projector", measureProjector},
+	{"kinds", measureKinds},
 	{"naive", measureNaive},
 	{"batch1", measureBatch1},
 	{"copy", measureCopy},
@@ -31,28 +32,19 @@ var measurements = []measurement{
 	{"scaling", measureScaling},
 	{"import", measureImport},
 	{"rebuild", measureRebuild},
+	{"rebuildranked", measureRebuildRanked},
 	{"log", measureLog},
 	{"live", measureLive},
 }
 
 // measureProjector: P and MB with the shipped settings, P1 with one worker.
 func measureProjector(ctx context.Context, e *env, sz sizes, t *table) error {
-	load := loadAvg()
-	r, err := e.drainProjector(ctx, e.tally, "proj", sz.projector, sz.projectorLimit)
+	r, err := measureP(ctx, e, sz, t)
 	if err != nil {
 		return err
 	}
-	if r.events < sz.projector {
-		return fmt.Errorf("the projector applied %d of %d events within %s", r.events, sz.projector, sz.projectorLimit)
-	}
-	t.add(fig{id: "P", what: fmt.Sprintf("projector: %s preloaded events drained, batch 1000, 2 workers (shipped settings)", count(sz.projector)),
-		value: r.rate(), unit: "events/s", load: load, command: r.command, extra: r.cpu() + "; " + r.wal()})
-	t.add(fig{id: "PPG", what: "PostgreSQL's CPU per event in P (its backends), for P / U without the projector and Redis that share the cores",
-		value: r.pgCPU, unit: "µs", load: load, command: "/proc/PID/stat of the database's backends, before and after P"})
-	t.add(fig{id: "MB", what: fmt.Sprintf("memory: projector peak RSS draining a %s-entry backlog", count(sz.projector)),
-		value: r.hwmMB, unit: "MB", load: load, command: "VmHWM of the process in P"})
 	e.settle(ctx)
-	load = loadAvg()
+	load := loadAvg()
 	r1, err := e.drainProjector(ctx, e.tally, "proj1", sz.projector, sz.projectorLimit, "--workers", "1")
 	if err != nil {
 		return err
@@ -81,6 +73,25 @@ func measureProjector(ctx context.Context, e *env, sz sizes, t *table) error {
 	t.add(fig{id: "BN", what: "disk: bytes per event of the ledger after PN (no log)",
 		value: float64(rn.bytes) / float64(rn.events), unit: "B", load: load, command: "the same after PN"})
 	return nil
+}
+
+// measureP: P, PPG and MB, the projector with the shipped settings.
+func measureP(ctx context.Context, e *env, sz sizes, t *table) (drainResult, error) {
+	load := loadAvg()
+	r, err := e.drainProjector(ctx, e.tally, "proj", sz.projector, sz.projectorLimit)
+	if err != nil {
+		return r, err
+	}
+	if r.events < sz.projector {
+		return r, fmt.Errorf("the projector applied %d of %d events within %s", r.events, sz.projector, sz.projectorLimit)
+	}
+	t.add(fig{id: "P", what: fmt.Sprintf("projector: %s preloaded events drained, batch 1000, 2 workers (shipped settings)", count(sz.projector)),
+		value: r.rate(), unit: "events/s", load: load, command: r.command, extra: r.cpu() + "; " + r.wal()})
+	t.add(fig{id: "PPG", what: "PostgreSQL's CPU per event in P (its backends), for P / U without the projector and Redis that share the cores",
+		value: r.pgCPU, unit: "µs", load: load, command: "/proc/PID/stat of the database's backends, before and after P"})
+	t.add(fig{id: "MB", what: fmt.Sprintf("memory: projector peak RSS draining a %s-entry backlog", count(sz.projector)),
+		value: r.hwmMB, unit: "MB", load: load, command: "VmHWM of the process in P"})
+	return r, nil
 }
 
 // measureNaive: A, the per-vote UPDATE a user without a ledger would run.
@@ -214,7 +225,7 @@ func medianFloat(vs []float64) float64 {
 // measureRebuild: R and RG, Store.Rebuild next to a plain GROUP BY.
 func measureRebuild(ctx context.Context, e *env, sz sizes, t *table) error {
 	load := loadAvg()
-	r, err := e.rebuildVsCount(ctx, sz.rebuildEvents, sz.rebuildRounds)
+	r, err := e.rebuildVsCount(ctx, "rebuild", singleLoad, plainCountSQL, sz.rebuildEvents, sz.rebuildRounds)
 	if err != nil {
 		return err
 	}
@@ -223,5 +234,20 @@ func measureRebuild(ctx context.Context, e *env, sz sizes, t *table) error {
 		command: fmt.Sprintf("bench -only rebuild  (ledger built with COPY in %s, unique indexes left off)", r.build.Round(time.Second))})
 	t.add(fig{id: "RG", what: "plain `" + plainCountSQL + "` over the same table", value: r.plain.Seconds(), unit: "s",
 		extra: "runs " + secs(r.plains), load: load, command: "bench -only rebuild"})
+	return nil
+}
+
+// measureRebuildRanked: RK and RKG, R and RG of ranked ballots.
+func measureRebuildRanked(ctx context.Context, e *env, sz sizes, t *table) error {
+	load := loadAvg()
+	r, err := e.rebuildVsCount(ctx, "rebuildranked", rankedLoad, plainBallotsSQL, sz.rankedRebuild, sz.rebuildRounds)
+	if err != nil {
+		return err
+	}
+	t.add(fig{id: "RK", what: fmt.Sprintf("rebuild as R of a %s-ballot ledger of ranked polls (10 polls of 4 choices, each ballot ranking the 4): recount folded into Borda sums and pairwise cells, and the logs (median of %d warm runs)", count(sz.rankedRebuild), sz.rebuildRounds),
+		value: r.rebuild.Seconds(), unit: "s", extra: "runs " + secs(r.rebuilds), load: load,
+		command: fmt.Sprintf("bench -only rebuildranked  (ledger built with COPY in %s, unique indexes left off, projection by Store.Repair)", r.build.Round(time.Second))})
+	t.add(fig{id: "RKG", what: "plain `" + plainBallotsSQL + "` over the same table (each distinct ranking counted)", value: r.plain.Seconds(), unit: "s",
+		extra: "runs " + secs(r.plains), load: load, command: "bench -only rebuildranked"})
 	return nil
 }

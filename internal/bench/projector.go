@@ -43,17 +43,17 @@ func (r drainResult) cpu() string {
 	return fmt.Sprintf("CPU per event: projector %.1f µs, PostgreSQL %.1f µs, Redis %.1f µs", r.projCPU, r.pgCPU, r.redisCPU)
 }
 
-// preload adds events 0..n-1 (see syntheticEvent) to the stream, in
-// pipelines of 10000.
-func (e *env) preload(ctx context.Context, keys stream.Keys, n, polls int) error {
+// preload adds events 0..n-1 of l to the stream, in pipelines of 10000,
+// each with the fingerprint of its canonical ballot.
+func (e *env) preload(ctx context.Context, keys stream.Keys, l load, n, polls int) error {
 	now := time.Now()
 	const chunk = 10_000
 	for start := 0; start < n; start += chunk {
 		_, err := e.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 			for i := start; i < min(start+chunk, n); i++ {
-				ev := syntheticEvent(i, polls, now)
+				ev := l.event(i, polls, now)
 				entry := stream.Entry{PrincipalID: ev.PrincipalID, ClientEventID: ev.ClientEventID, PollID: ev.PollID,
-					CandidateID: ev.CandidateID, Fingerprint: vote.FingerprintHex(ev.PollID, ev.CandidateID), ReceivedAt: now}
+					CandidateID: ev.CandidateID, Ballot: ev.Ballot, Fingerprint: vote.FingerprintHex(ev.PollID, ev.Answer()), ReceivedAt: now}
 				pipe.XAdd(ctx, &redis.XAddArgs{Stream: keys.Stream(0), Values: entry.Values()})
 			}
 			return nil
@@ -65,11 +65,18 @@ func (e *env) preload(ctx context.Context, keys stream.Keys, n, polls int) error
 	return nil
 }
 
-// drainProjector preloads n events, starts `tally projector` with extra
+// drainProjector is drainLoad of singleLoad.
+func (e *env) drainProjector(ctx context.Context, bin, what string, n int, limit time.Duration, extra ...string) (drainResult, error) {
+	return e.drainLoad(ctx, singleLoad, bin, what, n, limit, extra...)
+}
+
+// drainLoad preloads n events of l, starts `tally projector` with extra
 // flags, and waits until the stream is empty and nothing is pending, or
 // until limit has passed since the first event was applied. It then checks
-// the ledger against what was applied.
-func (e *env) drainProjector(ctx context.Context, bin, what string, n int, limit time.Duration, extra ...string) (drainResult, error) {
+// the ledger against what was applied, and for a load of another kind
+// than single (or with changes) the projection's figures against the
+// load's when every event was applied.
+func (e *env) drainLoad(ctx context.Context, l load, bin, what string, n int, limit time.Duration, extra ...string) (drainResult, error) {
 	var res drainResult
 	url, pool, err := e.database(ctx, what)
 	if err != nil {
@@ -77,12 +84,12 @@ func (e *env) drainProjector(ctx context.Context, bin, what string, n int, limit
 	}
 	defer pool.Close()
 	const polls = 10
-	if err := createPolls(ctx, pool, polls); err != nil {
+	if err := createLoadPolls(ctx, pool, polls, l); err != nil {
 		return res, err
 	}
 	keys := e.prefix(what)
 	defer e.dropPrefix(context.WithoutCancel(ctx), keys.Prefix())
-	if err := e.preload(ctx, keys, n, polls); err != nil {
+	if err := e.preload(ctx, keys, l, n, polls); err != nil {
 		return res, err
 	}
 	args := append([]string{bin, "projector", "--allow-superuser", "--database-url", url, "--redis-url", e.redisURL,
@@ -126,7 +133,17 @@ func (e *env) drainProjector(ctx context.Context, bin, what string, n int, limit
 		res.projCPU, res.pgCPU = 1e6*projCPU/float64(res.events), 1e6*pgCPU/float64(res.events)
 		res.redisCPU = 1e6 * redisCPU / float64(res.events)
 	}
-	return res, e.checkDrained(ctx, pool, keys, res.events)
+	if err := e.checkDrained(ctx, pool, keys, res.events); err != nil {
+		return res, err
+	}
+	if l.rules.IsDefault() || res.events < n {
+		return res, nil
+	}
+	want, err := l.want(n, polls)
+	if err != nil {
+		return res, err
+	}
+	return res, checkFigures(ctx, pool, want)
 }
 
 // waitDrained polls, every 10ms, until the projector p has emptied the

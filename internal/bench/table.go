@@ -33,6 +33,10 @@ type ratio struct {
 var ratios = []ratio{
 	{of: "P", to: "A", target: "≥ 20×", atLeast: 20},
 	{of: "P", to: "P1", target: "(the second worker's gain)"},
+	{of: "P-multiple", to: "P", target: "≥ 0.8×", atLeast: 0.8},
+	{of: "P-score", to: "P", target: "≥ 0.8×", atLeast: 0.8},
+	{of: "P-ranked", to: "P", target: "≥ 0.8×", atLeast: 0.8},
+	{of: "P-latest", to: "P", target: "≥ 0.8× (30% of the ballots changes)", atLeast: 0.8},
 	{of: "P", to: "B1", target: "(batching's gain)"},
 	{of: "P", to: "C1", target: "(one writer)", asPercent: true},
 	{of: "P", to: "U", target: "≥ 80% (the rules, the projection and the log cost at most a fifth of the row)", atLeast: 0.8, asPercent: true},
@@ -60,6 +64,7 @@ var ratios = []ratio{
 	{of: "SSE", to: "SSE0", target: "(intake's CPU with the live viewers against none)"},
 	{of: "MSSE", to: "MSSE0", target: "(intake's peak RSS with the live viewers against none)"},
 	{of: "R", to: "RG", target: "≤ 5×", atMost: 5},
+	{of: "RK", to: "RKG", target: "≤ 5× (ranked ballots)", atMost: 5},
 	{of: "PR", limit: 5, target: "< 5 ms", atMost: 1, asPercent: true},
 	{of: "AV", limit: 10, target: "< 10 s", atMost: 1, asPercent: true},
 	{of: "MB", limit: 150, target: "< 150 MB", atMost: 1, asPercent: true},
