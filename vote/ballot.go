@@ -531,6 +531,9 @@ func ParseCanonical(k Kind, s string) (Ballot, error) {
 		}
 		return Ballot{Kind: k, Choices: []string{s}}, nil
 	}
+	if b, ok := scanCanonical(k, s); ok {
+		return b, nil
+	}
 	b, err := ParseBallot(k, []byte(s))
 	if err != nil {
 		return Ballot{}, err
@@ -546,6 +549,14 @@ func ParseCanonical(k Kind, s string) (Ballot, error) {
 func ValidCanonical(s string) bool {
 	if ValidID(s) {
 		return true
+	}
+	if len(s) > MaxCanonicalLen {
+		return false
+	}
+	for _, k := range []Kind{KindRanked, KindApprove, KindScore} { // ranked takes every array multiple does
+		if _, ok := scanCanonical(k, s); ok {
+			return true
+		}
 	}
 	for _, k := range Kinds[1:] {
 		if _, err := ParseCanonical(k, s); err == nil {

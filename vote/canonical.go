@@ -1,0 +1,144 @@
+package vote
+
+import "strings"
+
+// This file owns the fast reading of a ballot's canonical form: the
+// stream, the ledger and the log read every ballot again at each step, and
+// encoding/json's reader was most of what a ballot cost them
+// (BENCHMARKS.md). The canonical form is a small grammar (ballot.go):
+//
+//	array  = "[" [ id *( "," id ) ] "]"         id: a quoted choice id
+//	object = "{" [ pair *( "," pair ) ] "}"     pair: id ":" ( mark | score )
+//	mark   = "\"yes\"" / "\"no\"" / "\"abstain\""
+//	score  = "0" / [1-9] *DIGIT                 at most 2^31-1
+//
+// scanCanonical takes only what Canonical writes; what it does not take,
+// ParseCanonical hands to the JSON reader, which says what is wrong. So
+// the two readers can only differ in speed (FuzzScanCanonical holds them
+// to that).
+
+// scanCanonical reads s as the canonical form of a ballot of kind k (not
+// single): ok is false for anything else.
+func scanCanonical(k Kind, s string) (Ballot, bool) {
+	b := Ballot{Kind: k}
+	switch k {
+	case KindMultiple, KindRanked:
+		ids, ok := scanIDs(s)
+		if !ok || k == KindMultiple && !sortedIDs(ids, false) {
+			return Ballot{}, false
+		}
+		b.Choices = ids
+	case KindApprove, KindScore:
+		marks, ok := scanMarks(s, k)
+		if !ok {
+			return Ballot{}, false
+		}
+		b.Marks = marks
+	default:
+		return Ballot{}, false
+	}
+	return b, true
+}
+
+// scanIDs reads an array of quoted ids.
+func scanIDs(s string) ([]string, bool) {
+	if len(s) < 2 || s[0] != '[' || s[len(s)-1] != ']' {
+		return nil, false
+	}
+	body := s[1 : len(s)-1]
+	if body == "" {
+		return []string{}, true
+	}
+	n := strings.Count(body, ",") + 1
+	if n > MaxBallotChoices+1 {
+		return nil, false
+	}
+	ids := make([]string, 0, n)
+	for part := range strings.SplitSeq(body, ",") {
+		id, ok := quotedID(part)
+		if !ok {
+			return nil, false
+		}
+		ids = append(ids, id)
+	}
+	return ids, true
+}
+
+// scanMarks reads an object of quoted ids, in strictly ascending byte
+// order, to marks (approve) or scores (score).
+func scanMarks(s string, k Kind) ([]Mark, bool) {
+	if len(s) < 2 || s[0] != '{' || s[len(s)-1] != '}' {
+		return nil, false
+	}
+	body := s[1 : len(s)-1]
+	if body == "" {
+		return []Mark{}, true
+	}
+	n := strings.Count(body, ",") + 1
+	if n > MaxBallotChoices+1 {
+		return nil, false
+	}
+	marks := make([]Mark, 0, n)
+	for part := range strings.SplitSeq(body, ",") {
+		key, val, ok := strings.Cut(part, ":")
+		if !ok {
+			return nil, false
+		}
+		id, ok := quotedID(key)
+		if !ok || len(marks) > 0 && marks[len(marks)-1].Choice >= id {
+			return nil, false
+		}
+		v, ok := markOf(val, k)
+		if !ok {
+			return nil, false
+		}
+		marks = append(marks, Mark{Choice: id, Value: v})
+	}
+	return marks, true
+}
+
+// quotedID is the id in s, a quoted id and nothing else.
+func quotedID(s string) (string, bool) {
+	if len(s) < 3 || s[0] != '"' || s[len(s)-1] != '"' || !ValidID(s[1:len(s)-1]) {
+		return "", false
+	}
+	return s[1 : len(s)-1], true
+}
+
+// markOf reads an approve mark or a score as Canonical writes them.
+func markOf(s string, k Kind) (int, bool) {
+	if k == KindApprove {
+		switch s {
+		case `"yes"`:
+			return ApproveYes, true
+		case `"no"`:
+			return ApproveNo, true
+		case `"abstain"`:
+			return ApproveAbstain, true
+		}
+		return 0, false
+	}
+	if s == "" || len(s) > 10 || s[0] == '0' && len(s) > 1 {
+		return 0, false
+	}
+	v := 0
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		v = v*10 + int(c-'0')
+	}
+	return v, v <= 1<<31-1
+}
+
+// sortedIDs reports whether ids are in ascending byte order (strictly when
+// strict).
+func sortedIDs(ids []string, strict bool) bool {
+	for i := 1; i < len(ids); i++ {
+		if ids[i-1] > ids[i] || strict && ids[i-1] == ids[i] {
+			return false
+		}
+	}
+	return true
+}
