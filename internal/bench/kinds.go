@@ -284,7 +284,7 @@ func measureKinds(ctx context.Context, e *env, sz sizes, t *table) error {
 		load := loadAvg()
 		r, err := e.drainLoad(ctx, l, e.tally, "proj"+l.name, sz.kinds, sz.projectorLimit)
 		if err != nil {
-			return fmt.Errorf("P-%s: %w", l.name, err)
+			return fmt.Errorf("row P-%s: %w", l.name, err)
 		}
 		if r.events < sz.kinds {
 			return fmt.Errorf("the projector applied %d of %d ballots (%s) within %s", r.events, sz.kinds, l.name, sz.projectorLimit)
