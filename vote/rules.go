@@ -240,7 +240,6 @@ func kindList() string {
 	return strings.Join(s, ", ")
 }
 
-
 // Check reports the first rule of r that b, a ballot for a poll with these
 // choices, breaks, as a *RuleError whose reason names the rule and the
 // limit; nil if it breaks none. b's kind must be r's.
