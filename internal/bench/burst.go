@@ -14,6 +14,7 @@ import (
 
 	"tally/ledger"
 	"tally/stream"
+	"tally/vote"
 )
 
 // This file owns the burst: sizes.burstVoters principals, created before
@@ -66,6 +67,25 @@ type burstVariant struct {
 	age    time.Duration
 	issuer burstIssuer
 	flags  []string // intake's flags beyond intakeFlags and the issuer's
+	// load is the ballots the burst sends (kinds.go); nil is one single
+	// choice of each principal, in a poll of vote.Single.
+	load *load
+}
+
+// requests is the burst's count of requests (n, sz.burstVoters) and of
+// the principals that send them: one each, or with the load's changes
+// fewer, some sending two or three ballots.
+func (v burstVariant) principals(n int) int {
+	if v.load == nil || !v.load.changes {
+		return n
+	}
+	most := 0
+	for i := range n {
+		if p, _ := changeOf(i); p >= most {
+			most = p + 1
+		}
+	}
+	return most
 }
 
 // burstVariants are the intake variants of a run, in the order their
@@ -79,6 +99,18 @@ func burstVariants(own, oidc burstIssuer) []burstVariant {
 		{id: "B-OIDC", db: "burstoidc", issuer: oidc,
 			what: "each a subject of its own (principal id derived from iss and sub, no row in principals), intake having fetched the issuer's keys before the burst"},
 	}
+}
+
+// burstKindVariants are B's burst with the ballots of P-multiple, P-score,
+// P-ranked and P-latest (kindLoads), each into a poll of its load's rules.
+func burstKindVariants(own burstIssuer) []burstVariant {
+	var vs []burstVariant
+	for i := range kindLoads {
+		l := &kindLoads[i]
+		vs = append(vs, burstVariant{id: "B-" + l.name, db: "burst" + l.name, issuer: own, load: l,
+			what: "principals created before intake started; ballots " + l.what})
+	}
+	return vs
 }
 
 // Addresses of the burst's servers.
@@ -104,7 +136,7 @@ func measureBurst(ctx context.Context, e *env, sz sizes, t *table) error {
 		return err
 	}
 	defer oidc.close()
-	variants := burstVariants(own, oidc)
+	variants := slices.Concat(burstVariants(own, oidc), burstKindVariants(own))
 	res, bare, syncd, err := e.burst(ctx, variants, sz)
 	if err != nil {
 		return err
@@ -119,8 +151,8 @@ func measureBurst(ctx context.Context, e *env, sz sizes, t *table) error {
 		perVote := s.median(s.perVote)
 		cmd := fmt.Sprintf("bench -only burst  (%d requests at a time from the bench, Go net/http; tally intake %s and tally projector, started after the principals were created)",
 			burstConcurrency, strings.Join(slices.Concat(intakeFlags, v.flags, v.issuer.shownFlags()), " "))
-		t.add(fig{id: v.id, what: fmt.Sprintf("the burst: %s principals each voting once into one poll with %s intake never saw, %s; %d requests at a time, the projector running (%s)",
-			thousands(float64(n)), v.issuer.describe(), v.what, burstConcurrency, note),
+		t.add(fig{id: v.id, what: fmt.Sprintf("the burst: %s votes of %s principals into one poll with %s intake never saw, %s; %d requests at a time, the projector running (%s)",
+			thousands(float64(n)), thousands(float64(v.principals(n))), v.issuer.describe(), v.what, burstConcurrency, note),
 			value: s.median(burstRun.accepted), unit: "votes/s accepted",
 			extra: fmt.Sprintf("p50 %s, p99 %s of the 202; counted %s votes/s; PostgreSQL commits per vote %.4f (%s beyond the projector's batches); rounds %s votes/s",
 				ms(time.Duration(s.median(p50))), ms(time.Duration(s.median(p99))), thousands(s.median(burstRun.countedRate)), perVote,
@@ -194,7 +226,7 @@ func (e *env) burst(ctx context.Context, variants []burstVariant, sz sizes) (res
 // setting their creation age back, and returns their tokens and the
 // token of one more principal, a probe; the pool it used is closed when
 // it returns.
-func burstPrincipals(ctx context.Context, url, poll string, n int, age time.Duration, iss burstIssuer) (tokens []string, probe string, err error) {
+func burstPrincipals(ctx context.Context, url, poll string, n int, rules vote.Rules, age time.Duration, iss burstIssuer) (tokens []string, probe string, err error) {
 	pool, err := pgxpool.New(ctx, url)
 	if err != nil {
 		return nil, "", err
@@ -204,7 +236,7 @@ func burstPrincipals(ctx context.Context, url, poll string, n int, age time.Dura
 	if err != nil {
 		return nil, "", err
 	}
-	if err := store.CreatePoll(ctx, ledger.Poll{ID: poll, Title: "bench burst", OpensAt: time.Unix(0, 0), Choices: benchChoices}); err != nil {
+	if err := store.CreatePoll(ctx, ledger.Poll{ID: poll, Title: "bench burst", OpensAt: time.Unix(0, 0), Choices: benchChoices, Rules: rules}); err != nil {
 		return nil, "", err
 	}
 	names := make([]string, n+1)
@@ -267,7 +299,7 @@ func (e *env) burstServers(ctx context.Context, v burstVariant, url string, keys
 	client := &http.Client{Timeout: 5 * time.Second}
 	defer client.CloseIdleConnections()
 	err = retry.Do(ctx, retry.WithMaxDuration(15*time.Second, retry.NewConstant(100*time.Millisecond)), func(ctx context.Context) error {
-		code, err := postBurstVote(ctx, client, burstIntakeAddr, []byte(`{"event_id":"probe","poll_id":"`+poll+`","candidate_id":"none"}`), "Bearer "+probe)
+		code, err := postBurstVote(ctx, client, burstIntakeAddr, []byte(`{"event_id":"probe","poll_id":"`+poll+`",`+v.probeAnswer()+`}`), "Bearer "+probe)
 		if err == nil && code != http.StatusUnprocessableEntity {
 			err = fmt.Errorf("the probe vote got %d, not 422", code)
 		}
@@ -284,7 +316,7 @@ func (e *env) burstServers(ctx context.Context, v burstVariant, url string, keys
 // starting, taking a probe vote and stopping, without votes.
 func (e *env) burstStartup(ctx context.Context, v burstVariant, url string, keys stream.Keys) (int64, error) {
 	db := e.dbName(v.db)
-	_, probe, err := burstPrincipals(ctx, url, "burst-idle", 0, v.age, v.issuer)
+	_, probe, err := burstPrincipals(ctx, url, "burst-idle", 0, v.rules(), v.age, v.issuer)
 	if err != nil {
 		return 0, err
 	}
@@ -307,7 +339,7 @@ func (e *env) burstIntake(ctx context.Context, v burstVariant, url string, keys 
 	r := burstRun{n: n}
 	db := e.dbName(v.db)
 	poll := "burst-" + itoa(round)
-	tokens, probe, err := burstPrincipals(ctx, url, poll, n, v.age, v.issuer)
+	tokens, probe, err := burstPrincipals(ctx, url, poll, v.principals(n), v.rules(), v.age, v.issuer)
 	if err != nil {
 		return r, err
 	}
@@ -328,7 +360,8 @@ func (e *env) burstIntake(ctx context.Context, v burstVariant, url string, keys 
 	if r.listeners, err = e.listeners(ctx, db); err != nil {
 		return r, err
 	}
-	start, err := sendBurst(ctx, burstIntakeAddr, tokens, poll, http.StatusAccepted, sz.burstFor, &r)
+	bodies, auths := burstRequests(tokens, poll, n, v.load)
+	start, err := sendBurst(ctx, burstIntakeAddr, bodies, auths, http.StatusAccepted, sz.burstFor, &r)
 	if err != nil {
 		return r, err
 	}
@@ -349,10 +382,33 @@ func (e *env) burstIntake(ctx context.Context, v burstVariant, url string, keys 
 	if dead, err := e.rdb.XLen(ctx, keys.DeadLetter(0)).Result(); err != nil || dead > 0 {
 		return r, fmt.Errorf("the dead-letter stream holds %d entries (%v)", dead, err)
 	}
-	return r, checkCounted(ctx, url, poll, n)
+	return r, checkCounted(ctx, url, poll, v.principals(n))
 }
 
-// checkCounted fails unless poll's results count n votes.
+// probeAnswer is the answer of the probe vote: for a choice the poll
+// does not have, in the shape of its kind.
+func (v burstVariant) probeAnswer() string {
+	switch v.rules().Kind {
+	case vote.KindMultiple, vote.KindRanked:
+		return `"ballot":["none"]`
+	case vote.KindScore:
+		return `"ballot":{"none":1}`
+	case vote.KindApprove:
+		return `"ballot":{"none":"yes"}`
+	}
+	return `"candidate_id":"none"`
+}
+
+// rules are the rules of the variant's poll.
+func (v burstVariant) rules() vote.Rules {
+	if v.load == nil {
+		return vote.Single
+	}
+	return v.load.rules
+}
+
+// checkCounted fails unless poll's results count n ballots, one of each
+// principal that voted.
 func checkCounted(ctx context.Context, url, poll string, n int) error {
 	pool, err := pgxpool.New(ctx, url)
 	if err != nil {
@@ -367,8 +423,8 @@ func checkCounted(ctx context.Context, url, poll string, n int) error {
 	if err != nil {
 		return err
 	}
-	if res.Total != int64(n) {
-		return fmt.Errorf("poll %s counts %d votes, want %d", poll, res.Total, n)
+	if res.Ballots != int64(n) {
+		return fmt.Errorf("poll %s counts %d ballots, want %d", poll, res.Ballots, n)
 	}
 	return nil
 }

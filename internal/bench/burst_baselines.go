@@ -32,7 +32,8 @@ func (e *env) burstBare(ctx context.Context, sz sizes) (burstRun, error) {
 	if err := waitHealthy(ctx, p, burstBareAddr); err != nil {
 		return r, err
 	}
-	_, err = sendBurst(ctx, burstBareAddr, tokens, "burst-bare", http.StatusAccepted, sz.burstFor, &r)
+	bodies, auths := burstRequests(tokens, "burst-bare", n, nil)
+	_, err = sendBurst(ctx, burstBareAddr, bodies, auths, http.StatusAccepted, sz.burstFor, &r)
 	r.counted = r.answered
 	return r, err
 }
@@ -61,7 +62,8 @@ func (e *env) burstSync(ctx context.Context, url string, round int, sz sizes) (b
 	if err := waitHealthy(ctx, p, burstSyncAddr); err != nil {
 		return r, err
 	}
-	if _, err := sendBurst(ctx, burstSyncAddr, tokens, poll, http.StatusOK, sz.burstFor, &r); err != nil {
+	bodies, auths := burstRequests(tokens, poll, n, nil)
+	if _, err := sendBurst(ctx, burstSyncAddr, bodies, auths, http.StatusOK, sz.burstFor, &r); err != nil {
 		return r, err
 	}
 	r.counted = r.answered // each vote committed before its answer

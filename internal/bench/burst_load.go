@@ -24,22 +24,35 @@ import (
 // votes are counted (waitStreamEmpty), and what PostgreSQL committed
 // meanwhile (commitsQuiet, projectorBatches).
 
-// sendBurst posts one vote for each token, burstConcurrency at a time, for
-// at most limit, into r (answered, latencies), and returns when the first
-// request went. An answer other than want fails it.
-func sendBurst(ctx context.Context, addr string, tokens []string, poll string, want int, limit time.Duration, r *burstRun) (time.Time, error) {
-	bodies := make([][]byte, len(tokens))
-	auths := make([]string, len(tokens))
-	for i, tok := range tokens {
-		bodies[i] = fmt.Appendf(nil, `{"event_id":"b-%d","poll_id":%q,"candidate_id":%q}`, i, poll, benchChoices[i%len(benchChoices)])
-		auths[i] = "Bearer " + tok
+// burstRequests are the bodies and Authorization headers of n votes into
+// poll: with l nil, one single choice of each token's principal; else
+// request i is the ballot of l's event i (its principal's first, second or
+// third), sent with that principal's token.
+func burstRequests(tokens []string, poll string, n int, l *load) (bodies [][]byte, auths []string) {
+	bodies, auths = make([][]byte, n), make([]string, n)
+	for i := range n {
+		if l == nil {
+			bodies[i] = fmt.Appendf(nil, `{"event_id":"b-%d","poll_id":%q,"candidate_id":%q}`, i, poll, benchChoices[i%len(benchChoices)])
+			auths[i] = "Bearer " + tokens[i]
+			continue
+		}
+		p, nth := l.principalOf(i)
+		bodies[i] = fmt.Appendf(nil, `{"event_id":"b-%d","poll_id":%q,"ballot":%s}`, i, poll, l.ballotJSON(p, nth))
+		auths[i] = "Bearer " + tokens[p]
 	}
+	return bodies, auths
+}
+
+// sendBurst posts each body with its Authorization header, burstConcurrency
+// at a time, for at most limit, into r (answered, latencies), and returns
+// when the first request went. An answer other than want fails it.
+func sendBurst(ctx context.Context, addr string, bodies [][]byte, auths []string, want int, limit time.Duration, r *burstRun) (time.Time, error) {
 	tr := &http.Transport{MaxIdleConnsPerHost: burstConcurrency, MaxConnsPerHost: burstConcurrency}
 	client := &http.Client{Timeout: 10 * time.Second, Transport: tr}
 	defer client.CloseIdleConnections()
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
-	r.lat = make([]time.Duration, len(tokens))
+	r.lat = make([]time.Duration, len(bodies))
 	var (
 		next     atomic.Int64
 		done     atomic.Int64
@@ -53,7 +66,7 @@ func sendBurst(ctx context.Context, addr string, tokens []string, poll string, w
 		wg.Go(func() {
 			for ctx.Err() == nil {
 				i := int(next.Add(1) - 1)
-				if i >= len(tokens) {
+				if i >= len(bodies) {
 					return
 				}
 				t0 := time.Now()
@@ -90,8 +103,8 @@ func sendBurst(ctx context.Context, addr string, tokens []string, poll string, w
 	switch {
 	case firstErr != nil:
 		return start, firstErr
-	case done.Load() < int64(len(tokens)):
-		return start, fmt.Errorf("%d of %d votes answered within %s", done.Load(), len(tokens), limit)
+	case done.Load() < int64(len(bodies)):
+		return start, fmt.Errorf("%d of %d votes answered within %s", done.Load(), len(bodies), limit)
 	}
 	return start, nil
 }

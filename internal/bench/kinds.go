@@ -147,6 +147,17 @@ func (l load) event(i, polls int, now time.Time) ledger.Event {
 	return ev
 }
 
+// ballotJSON is principal p's nth ballot in a poll of l as a vote's
+// "ballot" spells it: its canonical form, which is JSON, or a single
+// choice as a JSON string.
+func (l load) ballotJSON(p, nth int) string {
+	b := l.ballots[(p+nth-1)%len(l.ballots)]
+	if l.rules.Kind == vote.KindSingle {
+		return strconv.Quote(b)
+	}
+	return b
+}
+
 // want is each poll's count of the ballots that count among events
 // 0..n-1 of l: every one, or with changes each principal's last.
 func (l load) want(n, polls int) (map[string]*vote.Count, error) {
