@@ -84,7 +84,20 @@ func Shape(k Kind) string {
 // other than yes/no/abstain, a score that is not a whole number, anything
 // after the value. It does not check the ballot against its poll: that is
 // Rules.Check. Choices and marks come back in canonical order.
+//
+// A ballot spelled compactly, as clients send them, is read by the
+// scanner (scanBallot), the rest by encoding/json's reader
+// (parseBallotJSON), which also says what is wrong; FuzzScanBallot holds
+// the two to the same answers.
 func ParseBallot(k Kind, raw []byte) (Ballot, error) {
+	if b, ok := scanBallot(k, raw); ok {
+		return b, nil
+	}
+	return parseBallotJSON(k, raw)
+}
+
+// parseBallotJSON is ParseBallot with encoding/json's reader.
+func parseBallotJSON(k Kind, raw []byte) (Ballot, error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	b := Ballot{Kind: k}

@@ -15,7 +15,9 @@ import "strings"
 // scanCanonical takes only what Canonical writes; what it does not take,
 // ParseCanonical hands to the JSON reader, which says what is wrong. So
 // the two readers can only differ in speed (FuzzScanCanonical holds them
-// to that).
+// to that). scanBallot takes a little more, for ParseBallot: the same
+// grammar with the choices and the keys in any order, as a client spells
+// a ballot, which it puts in canonical order (FuzzScanBallot).
 
 // scanCanonical reads s as the canonical form of a ballot of kind k (not
 // single): ok is false for anything else.
@@ -29,13 +31,50 @@ func scanCanonical(k Kind, s string) (Ballot, bool) {
 		}
 		b.Choices = ids
 	case KindApprove, KindScore:
-		marks, ok := scanMarks(s, k)
+		marks, ok := scanMarks(s, k, true)
 		if !ok {
 			return Ballot{}, false
 		}
 		b.Marks = marks
 	default:
 		return Ballot{}, false
+	}
+	return b, true
+}
+
+// scanBallot reads raw as ParseBallot does when it is the canonical
+// grammar but for the order of choices and keys; ok is false for anything
+// else, a key twice among it.
+func scanBallot(k Kind, raw []byte) (Ballot, bool) {
+	s := string(raw)
+	b := Ballot{Kind: k}
+	switch k {
+	case KindSingle:
+		id, ok := quotedID(s)
+		if !ok {
+			return Ballot{}, false
+		}
+		b.Choices = []string{id}
+	case KindMultiple, KindRanked:
+		ids, ok := scanIDs(s)
+		if !ok {
+			return Ballot{}, false
+		}
+		b.Choices = ids
+	case KindApprove, KindScore:
+		marks, ok := scanMarks(s, k, false)
+		if !ok {
+			return Ballot{}, false
+		}
+		b.Marks = marks
+	default:
+		return Ballot{}, false
+	}
+	b.sort()
+	for i := 1; i < len(b.Marks); i++ {
+		if b.Marks[i-1].Choice == b.Marks[i].Choice {
+			return Ballot{}, false // the JSON reader names the key given twice
+		}
 	}
 	return b, true
 }
@@ -64,9 +103,10 @@ func scanIDs(s string) ([]string, bool) {
 	return ids, true
 }
 
-// scanMarks reads an object of quoted ids, in strictly ascending byte
-// order, to marks (approve) or scores (score).
-func scanMarks(s string, k Kind) ([]Mark, bool) {
+// scanMarks reads an object of quoted ids to marks (approve) or scores
+// (score); with sorted, only one whose ids are in strictly ascending byte
+// order.
+func scanMarks(s string, k Kind, sorted bool) ([]Mark, bool) {
 	if len(s) < 2 || s[0] != '{' || s[len(s)-1] != '}' {
 		return nil, false
 	}
@@ -85,7 +125,7 @@ func scanMarks(s string, k Kind) ([]Mark, bool) {
 			return nil, false
 		}
 		id, ok := quotedID(key)
-		if !ok || len(marks) > 0 && marks[len(marks)-1].Choice >= id {
+		if !ok || sorted && len(marks) > 0 && marks[len(marks)-1].Choice >= id {
 			return nil, false
 		}
 		v, ok := markOf(val, k)
