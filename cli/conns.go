@@ -4,13 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"net/url"
 	"regexp"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 	"github.com/sethvargo/go-retry"
@@ -95,8 +98,7 @@ func waitFor(ctx context.Context, what string, wait time.Duration, log *slog.Log
 	err := retry.Do(ctx, logged, func(ctx context.Context) error {
 		tctx, cancel := context.WithTimeout(ctx, waitTryTimeout)
 		defer cancel()
-		var wrong wrongModeError
-		if last = ping(tctx); last != nil && ctx.Err() == nil && !errors.As(last, &wrong) {
+		if last = ping(tctx); last != nil && ctx.Err() == nil && !isFinal(last) {
 			return retry.RetryableError(last)
 		}
 		return last
@@ -111,12 +113,20 @@ func waitFor(ctx context.Context, what string, wait time.Duration, log *slog.Log
 // net/url cannot parse (several host:port, as a primary and its standby)
 // has its password cut out by pattern.
 func redactURL(raw string) string {
+	if !urlScheme.MatchString(raw) {
+		// PostgreSQL's keyword/value form: host=HOST password=SECRET.
+		return keywordPassword.ReplaceAllString(raw, "${1}xxxxx")
+	}
 	u, err := url.Parse(raw)
 	if err != nil {
 		return userinfoPassword.ReplaceAllString(raw, "${1}:xxxxx@")
 	}
 	return u.Redacted()
 }
+
+// keywordPassword is the password of PostgreSQL's keyword/value form,
+// quoted or not.
+var keywordPassword = regexp.MustCompile(`(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)`)
 
 // userinfoPassword is the password of a URL's user info: scheme://user:PASSWORD@.
 var userinfoPassword = regexp.MustCompile(`^([a-z][a-z0-9+.-]*://[^:@/]*):[^@/]*@`)
@@ -127,9 +137,13 @@ func openPool(c *ucli.Context) (*pgxpool.Pool, error) {
 }
 
 // openPoolWaiting is openPool that keeps trying for up to wait while the
-// server does not answer (a daemon started while PostgreSQL restarts).
+// server does not answer (a daemon started while PostgreSQL restarts). A
+// server that answers no to the login (loginRefused) is not tried again.
 func openPoolWaiting(c *ucli.Context, wait time.Duration, log *slog.Logger) (*pgxpool.Pool, error) {
 	dbURL := c.String(flagDatabaseURL.Name)
+	if err := checkDatabaseScheme(dbURL); err != nil {
+		return nil, err
+	}
 	cfg, err := pgxpool.ParseConfig(dbURL)
 	if err != nil {
 		return nil, fmt.Errorf("--database-url: %w", err)
@@ -144,11 +158,101 @@ func openPoolWaiting(c *ucli.Context, wait time.Duration, log *slog.Logger) (*pg
 	if err != nil {
 		return nil, fmt.Errorf("--database-url: %w", err)
 	}
-	if err := waitFor(c.Context, "PostgreSQL", wait, log, pool.Ping); err != nil {
+	ping := func(ctx context.Context) error { return loginRefused(pool.Ping(ctx)) }
+	if err := waitFor(c.Context, "PostgreSQL", wait, log, ping); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("cannot reach PostgreSQL at %s: %w (is it running? set --database-url or TALLY_DATABASE_URL)", redactURL(dbURL), err)
+		return nil, unreachablePostgres(dbURL, err)
 	}
 	return pool, nil
+}
+
+// unreachablePostgres is the error of a failed connection to dbURL: the
+// hint of a refused login, or the question whether the server runs.
+func unreachablePostgres(dbURL string, err error) error {
+	var refused finalError
+	if errors.As(err, &refused) {
+		return fmt.Errorf("PostgreSQL at %s refused the connection: %w", redactURL(dbURL), err)
+	}
+	return fmt.Errorf("cannot reach PostgreSQL at %s: %w (is it running? set --database-url or TALLY_DATABASE_URL)", redactURL(dbURL), err)
+}
+
+// finalError is a server's answer that trying again will not change (a
+// database that does not exist, a password refused), with what to do
+// about it: waitFor does not try again.
+type finalError struct {
+	err  error
+	hint string
+}
+
+func (e finalError) Error() string { return e.err.Error() + ": " + e.hint }
+func (e finalError) Unwrap() error { return e.err }
+
+// isFinal reports an error waitFor must not try again.
+func isFinal(err error) bool {
+	var wrong wrongModeError
+	var final finalError
+	return errors.As(err, &wrong) || errors.As(err, &final)
+}
+
+// loginRefused makes a finalError of PostgreSQL's refusal of the login:
+// a database that does not exist (3D000), a role that may not log in or
+// does not exist (28000), a wrong password (28P01). Any other error is
+// returned as it is.
+func loginRefused(err error) error {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return err
+	}
+	switch pgErr.Code {
+	case "3D000": // invalid_catalog_name
+		return finalError{err, "tally migrate up creates a missing database, or fix the database's name in --database-url (or TALLY_DATABASE_URL)"}
+	case "28000": // invalid_authorization_specification
+		return finalError{err, "fix the user name in --database-url (or TALLY_DATABASE_URL), or create that role and let pg_hba.conf admit it " +
+			"(docs/operations.md, \"Running the daemons with least privilege\")"}
+	case "28P01": // invalid_password
+		return finalError{err, "fix the password in --database-url (or TALLY_DATABASE_URL, PGPASSWORD, ~/.pgpass)"}
+	}
+	return err
+}
+
+// urlScheme is the scheme a URL starts with, and the "//" after it.
+var urlScheme = regexp.MustCompile(`^([A-Za-z][A-Za-z0-9+.-]*):(//)?`)
+
+// checkScheme refuses a URL of flag whose scheme is not one of schemes,
+// or lacks its "//", naming the scheme written and the form to write
+// (example). A value without a scheme passes when keywordForm (PostgreSQL's
+// "host=... dbname=..."), unless it holds "//" (a scheme without its ':').
+func checkScheme(flag, raw string, schemes []string, keywordForm bool, example string) error {
+	m := urlScheme.FindStringSubmatch(raw)
+	switch {
+	case m == nil && strings.Contains(raw, "//"):
+		return fmt.Errorf("%s has no scheme (it holds // but does not start with NAME://): write %s", flag, example)
+	case m == nil && !keywordForm:
+		return fmt.Errorf("%s has no scheme: write %s", flag, example)
+	case m == nil:
+		return nil
+	case !slices.Contains(schemes, m[1]):
+		return fmt.Errorf("%s starts with %q, which is not a scheme it takes (%s://): write %s",
+			flag, m[1]+":", strings.Join(schemes, "://, "), example)
+	case m[2] == "":
+		return fmt.Errorf("%s starts with %q without the // that follows it: write %s", flag, m[1]+":", example)
+	}
+	return nil
+}
+
+// checkRedisScheme refuses a --redis-url whose scheme is none of
+// go-redis'.
+func checkRedisScheme(redisURL string) error {
+	return checkScheme("--redis-url", redisURL, []string{"redis", "rediss", "unix"}, false,
+		"redis://HOST:6379/0 (rediss:// for Redis over TLS, unix:///PATH for a socket)")
+}
+
+// checkDatabaseScheme refuses a --database-url whose scheme is not
+// PostgreSQL's, which pgx would report as a keyword/value string it
+// cannot parse.
+func checkDatabaseScheme(dbURL string) error {
+	return checkScheme("--database-url", dbURL, []string{"postgres", "postgresql"}, true,
+		"postgres://USER@HOST:5432/DATABASE?sslmode=disable (or keyword/value: host=HOST dbname=DATABASE)")
 }
 
 // withStore opens the ledger for one command, runs fn with it and closes it.
@@ -196,6 +300,9 @@ func redisFlags(own ...ucli.Flag) []ucli.Flag {
 // deadline (ContextTimeoutEnabled), so a hung Redis costs a caller at most
 // its deadline.
 func newRedisClient(mode, rawURL string) (redis.UniversalClient, error) {
+	if err := checkRedisScheme(rawURL); err != nil {
+		return nil, err
+	}
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("--redis-url: %w", err)
@@ -266,6 +373,9 @@ func openRedisWaiting(c *ucli.Context, wait time.Duration, log *slog.Logger) (re
 		return nil, err
 	}
 	ping := func(ctx context.Context) error {
+		if err := plainNotTLS(ctx, redisURL); err != nil {
+			return err
+		}
 		if err := rdb.Ping(ctx).Err(); err != nil {
 			return modeMismatch(mode, err)
 		}
@@ -273,8 +383,7 @@ func openRedisWaiting(c *ucli.Context, wait time.Duration, log *slog.Logger) (re
 	}
 	if err := waitFor(c.Context, "Redis", wait, log, ping); err != nil {
 		rdb.Close()
-		var wrong wrongModeError
-		if errors.As(err, &wrong) {
+		if isFinal(err) {
 			return nil, fmt.Errorf("--redis-url %s: %w", redactURL(redisURL), err)
 		}
 		return nil, fmt.Errorf("cannot reach Redis (--redis-mode %s) at %s: %w (is it running? set --redis-url or TALLY_REDIS_URL, and --redis-mode or TALLY_REDIS_MODE)",
@@ -302,6 +411,40 @@ func modeMismatch(mode string, err error) error {
 			"sentinels (port 26379 by default), not the master; use --redis-mode single for one server"}
 	}
 	return err
+}
+
+// plainNotTLS returns a finalError when rawURL is a rediss:// (TLS) URL
+// and its server answers a plain-text PING: the scheme is one letter too
+// many, and a TLS handshake with that server would only time out. It
+// returns nil otherwise, leaving any other fault to the PING that follows.
+func plainNotTLS(ctx context.Context, rawURL string) error {
+	u, err := url.Parse(rawURL)
+	if err != nil || u.Scheme != "rediss" {
+		return nil
+	}
+	addr := u.Host
+	if u.Port() == "" {
+		addr = net.JoinHostPort(u.Hostname(), "6379")
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil
+	}
+	defer conn.Close()
+	if deadline, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(deadline)
+	}
+	reply := make([]byte, 1)
+	if _, err := conn.Write([]byte("PING\r\n")); err != nil {
+		return nil
+	}
+	if _, err := io.ReadFull(conn, reply); err != nil || (reply[0] != '+' && reply[0] != '-') {
+		return nil
+	}
+	return finalError{fmt.Errorf("the server at %s answers without TLS", addr),
+		"rediss:// is Redis over TLS: write redis:// in --redis-url (or TALLY_REDIS_URL)"}
 }
 
 // checkNotCluster refuses, in single and sentinel modes, a server that is
@@ -353,6 +496,10 @@ type conns struct {
 func openConns(c *ucli.Context, cfg ledger.Config, wait time.Duration) (*conns, error) {
 	keys, err := streamKeys(c)
 	if err != nil {
+		return nil, err
+	}
+	// Both URLs' forms are checked before either server is waited for.
+	if err := checkRedisScheme(c.String(flagRedisURL.Name)); err != nil {
 		return nil, err
 	}
 	pool, err := openPoolWaiting(c, wait, cfg.Logger)

@@ -4,11 +4,15 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"tally/internal/testenv"
 )
@@ -112,6 +116,8 @@ func TestRedactURL(t *testing.T) {
 		{"postgres://u:secret@db1:5432,db2:5432/tally?target_session_attrs=read-write", "postgres://u:xxxxx@db1:5432,db2:5432/tally?target_session_attrs=read-write"},
 		{"postgres://u@db1:5432,db2:5432/tally", "postgres://u@db1:5432,db2:5432/tally"},
 		{"redis://:secret@127.0.0.1:6379/0", "redis://:xxxxx@127.0.0.1:6379/0"},
+		{"host=db password=secret dbname=tally", "host=db password=xxxxx dbname=tally"},
+		{"host=db password = 'se cret' dbname=tally", "host=db password = xxxxx dbname=tally"},
 	} {
 		if got := redactURL(tc.in); got != tc.want {
 			t.Errorf("redactURL(%q) = %q, want %q", tc.in, got, tc.want)
@@ -166,4 +172,119 @@ func runUntilLogged(t *testing.T, ctx context.Context, args []string, phrase, fa
 		time.Sleep(20 * time.Millisecond)
 	}
 	return done, errOut
+}
+
+// withURLPart returns the shared PostgreSQL's admin URL with its database
+// or its user replaced.
+func withURLPart(t *testing.T, database, user string) string {
+	t.Helper()
+	u, err := url.Parse(testenv.DatabaseURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if database != "" {
+		u.Path = "/" + database
+	}
+	if user != "" {
+		u.User = url.User(user)
+	}
+	return u.String()
+}
+
+// A database that does not exist or a role that may not log in is final:
+// the daemons and the commands exit 2 at once, with what to do, however
+// long --startup-wait is, and never ask whether PostgreSQL is running.
+func TestLoginRefusedIsFinal(t *testing.T) {
+	t.Parallel()
+	_, prefix := testenv.Redis(t)
+	noDB := withURLPart(t, testenv.RandomName("nosuchdb_"), "")
+	noRole := withURLPart(t, "", testenv.RandomName("nosuchrole_"))
+	for _, tc := range []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"projector, no such database", []string{"projector", "--database-url", noDB, "--consumer", "final-test"},
+			[]string{"SQLSTATE 3D000", "tally migrate up creates a missing database", "--database-url"}},
+		{"intake, no such role", []string{"intake", "--listen", "127.0.0.1:0", "--database-url", noRole},
+			[]string{"SQLSTATE 28000", "fix the user name in --database-url"}},
+		{"migrate status, no such role", []string{"migrate", "status", "--database-url", noRole},
+			[]string{"SQLSTATE 28000", "fix the user name in --database-url"}},
+	} {
+		args := append(tc.args, "--redis-url", testenv.RedisURL(), "--stream-prefix", prefix, "--startup-wait", "1m", "--log-format", "text")
+		if tc.args[0] == "migrate" {
+			args = tc.args
+		}
+		start := time.Now()
+		r := tallyWith(t, args...)
+		took := time.Since(start)
+		if r.code != ExitError || took > 5*time.Second {
+			t.Errorf("%s: exit %d after %s, want exit 2 at once (not after --startup-wait 1m):\n%s", tc.name, r.code, took.Round(time.Millisecond), r.stderr)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(r.stderr, w) {
+				t.Errorf("%s: the error does not say %q:\n%s", tc.name, w, r.stderr)
+			}
+		}
+		if strings.Contains(r.stderr, "is it running") || strings.Contains(r.stderr, "waiting for PostgreSQL") {
+			t.Errorf("%s: a refused login taken for a server that does not answer:\n%s", tc.name, r.stderr)
+		}
+	}
+}
+
+// A wrong password (28P01) is final too: one try, and the hint names the
+// password. (The shared server trusts every login, so the refusal is
+// PostgreSQL's error value.)
+func TestWaitForPasswordRefused(t *testing.T) {
+	t.Parallel()
+	tries := 0
+	refused := &pgconn.PgError{Severity: "FATAL", Code: "28P01", Message: `password authentication failed for user "tally"`}
+	err := waitFor(context.Background(), "PostgreSQL", time.Minute, nil, func(context.Context) error {
+		tries++
+		return loginRefused(fmt.Errorf("failed to connect: %w", refused))
+	})
+	if tries != 1 {
+		t.Errorf("%d tries of a refused password, want 1", tries)
+	}
+	msg := unreachablePostgres("postgres://tally:secret@db/tally", err).Error()
+	for _, w := range []string{"SQLSTATE 28P01", "fix the password in --database-url", "tally:xxxxx@db"} {
+		if !strings.Contains(msg, w) {
+			t.Errorf("error %q does not say %q", msg, w)
+		}
+	}
+	if strings.Contains(msg, "secret") || strings.Contains(msg, "is it running") {
+		t.Errorf("error %q shows the password or asks whether the server runs", msg)
+	}
+}
+
+// A URL with a misspelled scheme is reported as that, at once, naming the
+// flag and the form to write: not as a keyword/value string pgx cannot
+// parse, nor (rediss:// to a server without TLS) as a server that does
+// not answer.
+func TestURLSchemeTypos(t *testing.T) {
+	t.Parallel()
+	rediss := strings.Replace(testenv.RedisURL(), "redis://", "rediss://", 1)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"rebuild", "--database-url", "postgress://postgres@127.0.0.1:5432/tally"}, `--database-url starts with "postgress:", which is not a scheme it takes (postgres://, postgresql://)`},
+		{[]string{"rebuild", "--database-url", "http://127.0.0.1:5432/tally"}, `--database-url starts with "http:", which is not a scheme`},
+		{[]string{"migrate", "status", "--database-url", "postgresq://127.0.0.1:5432/tally"}, `--database-url starts with "postgresq:"`},
+		{[]string{"rebuild", "--database-url", "postgres:/127.0.0.1/tally"}, `--database-url starts with "postgres:" without the // that follows it`},
+		{[]string{"rebuild", "--database-url", "postgres//127.0.0.1/tally"}, "--database-url has no scheme"},
+		{[]string{"status", "--redis-url", "reddis://127.0.0.1:6379/0"}, `--redis-url starts with "reddis:", which is not a scheme it takes (redis://, rediss://, unix://)`},
+		{[]string{"status", "--redis-url", "http://127.0.0.1:6379"}, `--redis-url starts with "http:"`},
+		{[]string{"status", "--redis-url", "127.0.0.1:6379"}, "--redis-url has no scheme: write redis://HOST:6379/0"},
+		{[]string{"status", "--redis-url", rediss}, "answers without TLS: rediss:// is Redis over TLS: write redis://"},
+		// Checked before the daemon waits for a PostgreSQL that is down.
+		{[]string{"projector", "--redis-url", "reddis://127.0.0.1:6379/0", "--database-url", "postgres://127.0.0.1:1/none", "--startup-wait", "1m"}, `--redis-url starts with "reddis:"`},
+	} {
+		start := time.Now()
+		r := tallyWith(t, tc.args...)
+		took := time.Since(start)
+		if r.code != ExitError || took > 5*time.Second || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("tally %s: exit %d after %s, stderr:\n%s\nwant exit 2 at once saying %q", strings.Join(tc.args, " "), r.code, took.Round(time.Millisecond), r.stderr, tc.want)
+		}
+	}
 }

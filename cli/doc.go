@@ -16,7 +16,9 @@
 //   - conns.go: opening PostgreSQL (the ledger) and Redis from the shared
 //     flags (--redis-mode picks single, sentinel or cluster), and the
 //     start-up wait (--startup-wait) that keeps trying them while a daemon
-//     starts.
+//     starts, except after an answer trying again will not change (a
+//     refused login, a missing database, TLS to a server without it);
+//     the URLs' schemes are checked before any connection.
 //   - output.go: --format, JSON output and the aligned tables people read.
 //   - args.go: lets positional arguments come before or after the flags.
 //   - daemon.go: the process-wide settings of the daemons: the garbage

@@ -192,7 +192,7 @@ func runIntake(c *ucli.Context) error {
 	if err != nil {
 		return err
 	}
-	if cfg.Credentials, err = credentials(c, issuers); err != nil {
+	if cfg.Credentials, cfg.CredentialKeyIDs, err = credentials(c, issuers); err != nil {
 		return err
 	}
 	if files := c.StringSlice("credential-key"); len(files) > 0 {
@@ -271,18 +271,27 @@ func intakeConfig(c *ucli.Context) intake.Config {
 }
 
 // credentials is the verifier of the tokens --credential-key's keys
-// signed and of issuers'; nil when there are none (only tokens issued
-// before signed credentials are taken then).
-func credentials(c *ucli.Context, issuers []*credential.OIDCIssuer) (*credential.Verifier, error) {
+// signed and of issuers', with the ids of those keys; nil when there are
+// none (only tokens issued before signed credentials are taken then).
+func credentials(c *ucli.Context, issuers []*credential.OIDCIssuer) (*credential.Verifier, []string, error) {
 	files := c.StringSlice("credential-key")
 	if len(files) == 0 && len(issuers) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
-	keys, err := credential.ReadKeySet(files)
+	keys := make([]credential.Key, len(files))
+	ids := make([]string, len(files))
+	for i, f := range files {
+		k, err := credential.ReadKeyFile(f)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--credential-key: %w", err)
+		}
+		keys[i], ids[i] = k, k.ID
+	}
+	set, err := credential.NewKeySet(keys...)
 	if err != nil {
-		return nil, fmt.Errorf("--credential-key: %w", err)
+		return nil, nil, fmt.Errorf("--credential-key: %w", err)
 	}
-	return credential.NewVerifier(keys, issuers...), nil
+	return credential.NewVerifier(set, issuers...), ids, nil
 }
 
 // oidcIssuers are the issuers --oidc-issuer and --oidc-audience name, in

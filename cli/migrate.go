@@ -158,6 +158,9 @@ func versionArg(c *ucli.Context) (int64, error) {
 // With create, a missing database is created first.
 func withProvider(c *ucli.Context, create bool, fn func(*goose.Provider) error) error {
 	dbURL := c.String(flagDatabaseURL.Name)
+	if err := checkDatabaseScheme(dbURL); err != nil {
+		return err
+	}
 	cfg, err := pgx.ParseConfig(dbURL)
 	if err != nil {
 		return fmt.Errorf("--database-url: %w", err)
@@ -170,7 +173,7 @@ func withProvider(c *ucli.Context, create bool, fn func(*goose.Provider) error) 
 	db := stdlib.OpenDB(*cfg)
 	defer db.Close()
 	if err := db.PingContext(c.Context); err != nil {
-		return fmt.Errorf("cannot reach PostgreSQL at %s: %w (is it running? set --database-url or TALLY_DATABASE_URL)", redactURL(dbURL), err)
+		return unreachablePostgres(dbURL, loginRefused(err))
 	}
 	p, err := migrations.NewProvider(db)
 	if err != nil {

@@ -22,7 +22,7 @@ func TestNewRedisClient(t *testing.T) {
 		{"single", "unix:///run/redis.sock?db=1", "*redis.Client"},
 		{"single", "redis://s1:26379/0?master_name=m", "add --redis-mode sentinel"},
 		{"single", "redis://n1:6379?addr=n2:6379", "add --redis-mode cluster"},
-		{"single", "http://127.0.0.1:6379", "--redis-mode single takes redis://"},
+		{"single", "http://127.0.0.1:6379", `--redis-url starts with "http:", which is not a scheme it takes`},
 		{"sentinel", "redis://s1:26379/0?master_name=m&addr=s2:26379&addr=s3:26379", "*redis.Client"},
 		{"sentinel", "redis://s1:26379/0", "needs the master's name"},
 		{"sentinel", "redis://s1:26379/0?master_name=m&addr=nope", "unable to parse addr"},

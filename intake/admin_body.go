@@ -78,31 +78,97 @@ func readAdminBody(w http.ResponseWriter, r *http.Request, v any, shape string, 
 	return true
 }
 
-// decodeStrict decodes one JSON object into v, naming the key at fault.
+// decodeStrict decodes one JSON object into v, or says what is wrong and
+// where, as the vote route does: the byte where the JSON breaks, the key
+// that is not the route's, the field whose value does not fit and what it
+// takes. The steps: the body is one JSON value and nothing more, it is an
+// object, its keys are v's (exactKeys), its values fit v's fields.
 func decodeStrict(body []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	err := dec.Decode(v)
-	var typeErr *json.UnmarshalTypeError
-	var syntaxErr *json.SyntaxError
-	switch {
-	case errors.As(err, &typeErr) && typeErr.Field != "":
-		return fmt.Errorf("the value of %q is %s, which does not fit", typeErr.Field, typeErr.Value)
-	case errors.As(err, &typeErr):
-		return fmt.Errorf("the body is %s, not a JSON object", typeErr.Value)
-	case errors.As(err, &syntaxErr):
-		return fmt.Errorf("the body is not JSON: %v, at byte %d", syntaxErr, syntaxErr.Offset)
-	case errors.Is(err, io.EOF):
+	if len(bytes.TrimSpace(body)) == 0 {
 		return errors.New("the body is empty")
-	case err != nil:
-		// encoding/json says "json: unknown field \"x\"" and little else.
-		return fmt.Errorf("the body is refused: %s", bytes.TrimPrefix([]byte(err.Error()), []byte("json: ")))
+	}
+	if bytes.HasPrefix(body[skipSpace(body, 0):], byteOrderMark) {
+		return errors.New("the body starts with a byte order mark (BOM): send UTF-8 JSON without it")
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	var raw json.RawMessage
+	if err := dec.Decode(&raw); err != nil {
+		return jsonBroken(err, len(body))
 	}
 	// More would miss a closing bracket after the object; a token would not.
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return fmt.Errorf("the body goes on after the JSON object, at byte %d: send one object and nothing else", dec.InputOffset()+1)
 	}
-	return exactKeys(body, v)
+	if first, _ := json.NewDecoder(bytes.NewReader(raw)).Token(); first != json.Delim('{') {
+		return fmt.Errorf("the body must be a JSON object, not %s", kindOf(first))
+	}
+	if err := exactKeys(raw, v); err != nil {
+		return err
+	}
+	dec = json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	var typeErr *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &typeErr) && typeErr.Field != "":
+		return fmt.Errorf("the value of %q is %s: it takes %s", typeErr.Field, withArticle(typeErr.Value), jsonKindOf(typeErr.Type))
+	case err != nil:
+		// Not expected once the keys are the route's; say what the decoder said.
+		return fmt.Errorf("the body does not fit: %s", strings.TrimPrefix(err.Error(), "json: "))
+	}
+	return nil
+}
+
+// jsonBroken is the refusal of a body that is not valid JSON: where it
+// breaks, or that it ends too soon. size is the body's length.
+func jsonBroken(err error, size int) error {
+	var syntaxErr *json.SyntaxError
+	switch {
+	case errors.As(err, &syntaxErr):
+		// Offset counts the bytes read up to and including the one at fault.
+		return fmt.Errorf("the body is not valid JSON at byte %d (%s): send one JSON object", syntaxErr.Offset, syntaxErr.Error())
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return fmt.Errorf("the body is not valid JSON: it ends before the object is closed (after byte %d): send the whole object", size)
+	}
+	return fmt.Errorf("the body is not valid JSON: %s", strings.TrimPrefix(err.Error(), "json: "))
+}
+
+// withArticle names a JSON kind as encoding/json reports it ("string",
+// "number 1e99") for a detail.
+func withArticle(kind string) string {
+	switch {
+	case kind == "array" || kind == "object":
+		return "an " + kind
+	case kind == "bool":
+		return "a boolean"
+	case strings.HasPrefix(kind, "number "):
+		return "the number " + strings.TrimPrefix(kind, "number ")
+	}
+	return "a " + kind
+}
+
+// jsonKindOf names the JSON a field of type t takes, for a detail.
+func jsonKindOf(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "a number (a whole one)"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice, reflect.Array:
+		if t.Elem().Kind() == reflect.String {
+			return "an array of strings"
+		}
+		return "an array"
+	}
+	return "an object"
 }
 
 // exactKeys refuses a key of the body's object spelled otherwise than

@@ -19,9 +19,12 @@ func TestDecodeStrictRefuses(t *testing.T) {
 		`{"poll_id":"x"}}`:                                     `goes on after the JSON object`,
 		`{"ballot":{"kind":"score","MAX_SCORE":3}}`:            `key "MAX_SCORE" in "ballot"`,
 		`{"ballot":{"kind":"score","kind":"ranked"}}`:          `key "ballot.kind" twice`,
-		`{"ballot":{"kind":"multiple","colour":1}}`:            `unknown field "colour"`,
-		`{"ballot":{"kind":"multiple","max_choices":"2"}}`:     `"ballot.max_choices" is string`,
-		`{"ballot":"ranked"}`:                                  `"ballot" is string`,
+		`{"ballot":{"kind":"multiple","colour":1}}`:            `key "colour" in "ballot"`,
+		`{"ballot":{"kind":"multiple","max_choices":"2"}}`:     `"ballot.max_choices" is a string: it takes a number`,
+		`{"ballot":"ranked"}`:                                  `"ballot" is a string: it takes an object`,
+		`{"poll_id":"x","title":`:                              `ends before the object is closed (after byte 23)`,
+		`{"eligible":[1]}`:                                     `"eligible" is a number: it takes a string`,
+		`true`:                                                 `must be a JSON object, not a boolean`,
 	} {
 		var q pollRequest
 		if err := decodeStrict([]byte(body), &q); err == nil || !strings.Contains(err.Error(), want) {

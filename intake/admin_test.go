@@ -339,3 +339,43 @@ func TestAdminWriteHoldsHereAtOnce(t *testing.T) {
 		t.Fatalf("the principal just revoked here voted: %d %s, want 401", r.code, r.raw)
 	}
 }
+
+// TestAdminMalformedBodies: a body the admin routes cannot read answers
+// 400 saying what is wrong and where (the byte, or the field and what it
+// takes), as the vote route does, never encoding/json's bare words.
+func TestAdminMalformedBodies(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, admin := b.admin(t, "app")
+	for _, tc := range []struct {
+		path, body string
+		want       []string
+	}{
+		{"/v1/polls", `{"poll_id":"x","title":`, []string{"ends before the object is closed", "after byte 23"}},
+		{"/v1/polls", `{"poll_id":"x" "title":"T"}`, []string{"not valid JSON at byte 16", "after object key:value pair"}},
+		{"/v1/polls", `{"poll_id":"x","choices":["a",]}`, []string{"not valid JSON at byte 31"}},
+		{"/v1/polls", `["x"]`, []string{"must be a JSON object, not an array"}},
+		{"/v1/polls", `{"poll_id":"x","title":"T","choices":"a"}`, []string{`"choices" is a string`, "takes an array of strings"}},
+		{"/v1/polls", `{"poll_id":"x","title":"T","choices":["a"],"public_results":"yes"}`, []string{`"public_results" is a string`, "takes true or false"}},
+		{"/v1/polls", `{"poll_id":"x","title":"T","choices":["a"],"ballot":{"kind":"score","max_score":"5"}}`, []string{`"ballot.max_score" is a string`, "takes a number"}},
+		{"/v1/polls", `{"poll_id":"x","title":"T","choices":["a"],"ballot":{"kind":"score","colour":1}}`, []string{`key "colour" in "ballot"`}},
+		{"/v1/polls", `{"poll_id":"x","colour":"red"}`, []string{`key "colour", which is not one of the route's`}},
+		{"/v1/polls", "\xef\xbb\xbf{}", []string{"byte order mark"}},
+		{"/v1/principals", `{"names":["ann","bob"`, []string{"ends before the object is closed"}},
+		{"/v1/principals", `{"names":"ann"}`, []string{`"names" is a string`, "takes an array of strings"}},
+		{"/v1/principals", `{"names":["ann"]} x`, []string{"goes on after the JSON object"}},
+		{"/v1/polls/x/close", `{"at":`, []string{"ends before the object is closed"}},
+	} {
+		r := b.adminDo(t, http.MethodPost, tc.path, admin, tc.body)
+		wantProblemType(t, r, http.StatusBadRequest, "invalid-request")
+		d := r.str("detail")
+		for _, w := range tc.want {
+			if !strings.Contains(d, w) {
+				t.Errorf("POST %s %q: detail %q, want it to say %q", tc.path, tc.body, d, w)
+			}
+		}
+		if strings.Contains(d, "unexpected EOF") || strings.Contains(d, "json:") || strings.Contains(d, "Go value") {
+			t.Errorf("POST %s %q: detail %q speaks encoding/json's words", tc.path, tc.body, d)
+		}
+	}
+}

@@ -126,6 +126,12 @@ type Config struct {
 	// taken. Serve runs its Run (the issuers' keys) beside its other
 	// background work: nothing else should run it, or its issuers' Run.
 	Credentials *credential.Verifier
+	// CredentialKeyIDs are the ids of the credential keys Credentials
+	// holds for tally's own tokens, so that the 401 of a token of tally's
+	// signed by another key says so and names that key (a second key made
+	// by mistake is the usual cause). Empty: that 401 says only that the
+	// token is invalid.
+	CredentialKeyIDs []string
 	// TokenKey signs the credentials POST /v1/principals issues. Default
 	// nil: that route adds nobody and answers 501 not-configured.
 	TokenKey *credential.Key

@@ -1,9 +1,15 @@
 package intake
 
 import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
+	"strings"
 	"time"
 
 	"tally/credential"
@@ -56,6 +62,14 @@ func (s *Server) signedPrincipal(w http.ResponseWriter, r *http.Request, token s
 			return nil, false
 		}
 		s.log.LogAttrs(r.Context(), slog.LevelDebug, "credential refused", slog.String("reason", err.Error()))
+		if kid, ok := foreignKey(token, s.cfg.CredentialKeyIDs); ok {
+			unauthorized(w, challengeInvalidToken, fmt.Sprintf(
+				"the bearer token was signed by credential key %s, which this intake does not hold (it holds %s): "+
+					"the token was issued with another key; ask for a token issued with one of this intake's keys "+
+					"(tally principal reissue, with the key intake runs with), or give intake that key too (--credential-key)",
+				quoteClip(kid), strings.Join(s.cfg.CredentialKeyIDs, ", ")))
+			return nil, false
+		}
 		unauthorized(w, challengeInvalidToken,
 			"the bearer token is invalid or expired: ask an operator for a valid token")
 		return nil, false
@@ -90,4 +104,43 @@ func (s *Server) refusedRevoked(w http.ResponseWriter, principalID, keyID string
 		return true
 	}
 	return false
+}
+
+// maxForeignKeyToken bounds the token foreignKey reads, as the verifier
+// bounds those it checks.
+const maxForeignKeyToken = 16 << 10
+
+// foreignKey reads a refused token's header and claims, unverified, and
+// returns the key id ("kid") of a token of tally's own (issuer
+// credential.Issuer) that names a key none of held: the token is not
+// forged or expired so much as issued with a key this intake was not
+// given. It reports false for anything else, and when held is empty.
+func foreignKey(token string, held []string) (string, bool) {
+	if len(held) == 0 || len(token) > maxForeignKeyToken {
+		return "", false
+	}
+	header, rest, ok := strings.Cut(token, ".")
+	payload, _, ok2 := strings.Cut(rest, ".")
+	if !ok || !ok2 {
+		return "", false
+	}
+	var h struct {
+		Kid string `json:"kid"`
+	}
+	var c struct {
+		Iss string `json:"iss"`
+	}
+	if !decodeSegment(header, &h) || !decodeSegment(payload, &c) {
+		return "", false
+	}
+	if c.Iss != credential.Issuer || h.Kid == "" || slices.Contains(held, h.Kid) {
+		return "", false
+	}
+	return h.Kid, true
+}
+
+// decodeSegment decodes one base64url segment of a JWT as JSON into v.
+func decodeSegment(seg string, v any) bool {
+	raw, err := base64.RawURLEncoding.DecodeString(seg)
+	return err == nil && json.NewDecoder(bytes.NewReader(raw)).Decode(v) == nil
 }

@@ -125,6 +125,43 @@ func TestSignedCredentialRefused(t *testing.T) {
 	b.wantRefused(t, &logs, bad, good)
 }
 
+// TestTokenOfAnotherKeyNamed: a token of tally's own signed by a key this
+// intake does not hold (a second key made by mistake) gets a 401 that says
+// so and names that key and the one intake holds; a token of its own key
+// that fails its check is only invalid.
+func TestTokenOfAnotherKeyNamed(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	p, good := b.signed(t, "voter", time.Time{})
+	other, err := credential.GenerateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	byOther, err := other.Issue(p.ID, p.CreatedAt, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := b.vote(t, byOther, "e1", "p1", "a")
+	wantInvalidToken(t, "another key", r)
+	d := r.str("detail")
+	for _, w := range []string{`signed by credential key "` + other.ID + `"`, "which this intake does not hold", "(it holds " + b.key.ID + ")", "--credential-key"} {
+		if !strings.Contains(d, w) {
+			t.Errorf("a token of another key: detail %q, want it to say %q", d, w)
+		}
+	}
+	expired, err := b.key.Issue(p.ID, p.CreatedAt, time.Now().Add(-time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, tok := range map[string]string{"expired": expired, "bad signature": good[:len(good)-4] + "AAAA"} {
+		r := b.vote(t, tok, "e1", "p1", "a")
+		wantInvalidToken(t, name, r)
+		if d := r.str("detail"); !strings.Contains(d, "invalid or expired") || strings.Contains(d, "does not hold") {
+			t.Errorf("%s, of this intake's key: detail %q, want only invalid or expired", name, d)
+		}
+	}
+}
+
 // wantRefused checks that each of bad, voted with, gets 401 with the
 // invalid_token challenge and counts as an invalid credential, that none
 // is enqueued or appears in logs, and that good then votes (and is not

@@ -124,7 +124,7 @@ func setupStores(t testing.TB, store, intakeStore *ledger.Store, rdb redis.Unive
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := intake.Config{Rate: 1000, Burst: 1000, Credentials: credential.NewVerifier(keySet), TokenKey: &key}
+	cfg := intake.Config{Rate: 1000, Burst: 1000, Credentials: credential.NewVerifier(keySet), CredentialKeyIDs: []string{key.ID}, TokenKey: &key}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -180,7 +180,7 @@ func withKeyOf(a *bundle) option {
 		if err != nil {
 			panic(err) // one key: NewKeySet refuses only an id given twice
 		}
-		c.Credentials, c.TokenKey = credential.NewVerifier(keySet), &a.key
+		c.Credentials, c.CredentialKeyIDs, c.TokenKey = credential.NewVerifier(keySet), []string{a.key.ID}, &a.key
 	}
 }
 

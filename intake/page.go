@@ -57,6 +57,7 @@ type pageData struct {
 	Title    string
 	State    string // open, opens at, open until, closed at
 	ClosesAt string // RFC 3339, for a poll still open that closes; "" otherwise
+	Closed   bool   // the poll is closed, and its log says so
 	LivePath string // the poll's live stream
 	// Kind is the poll's ballot kind, which decides what each choice
 	// shows; MaxScore a score poll's max_score, the scale of its bars.
@@ -156,6 +157,7 @@ func newPageData(p ledger.Poll, res resultsAnswer, cp int64, now time.Time) page
 		d.State = "Open"
 	default:
 		d.State = "Closed " + peopleTime(*p.ClosesAt)
+		d.Closed = true
 	}
 	d.Kind, d.MaxScore, d.Ballots = string(p.BallotRules().Kind), p.BallotRules().MaxScore, res.Ballots
 	if res.Kind != "" {

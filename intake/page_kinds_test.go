@@ -97,3 +97,29 @@ func TestPageMultiple(t *testing.T) {
 }
 
 func intp(n int) *int { return &n }
+
+// TestPageSaysClosedOnlyWhenClosed: the page's line on the log says the
+// poll's question was closed only for a poll that is.
+func TestPageSaysClosedOnlyWhenClosed(t *testing.T) {
+	now := time.Now()
+	later, earlier := now.Add(time.Hour), now.Add(-time.Minute)
+	for _, tc := range []struct {
+		name     string
+		closesAt *time.Time
+		want     string
+	}{
+		{"open", nil, "as it was asked."},
+		{"open, closes later", &later, "as it was asked."},
+		{"closed", &earlier, "as it was asked and closed."},
+	} {
+		p := ledger.Poll{ID: "c", Title: "Closing", OpensAt: now.Add(-time.Hour), ClosesAt: tc.closesAt, Choices: []string{"a"}}
+		var buf bytes.Buffer
+		if err := pageTemplate.Execute(&buf, newPageData(p, resultsAnswer{}, 0, now)); err != nil {
+			t.Fatal(err)
+		}
+		page := buf.String()
+		if !strings.Contains(page, tc.want) || strings.Contains(page, "(and closed)") {
+			t.Errorf("%s poll: the page's log line lacks %q (or says \"(and closed)\"):\n%s", tc.name, tc.want, page)
+		}
+	}
+}

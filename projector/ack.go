@@ -36,8 +36,10 @@ func (p *Projector) startAcknowledger(applyCtx context.Context) <-chan struct{} 
 }
 
 // acknowledge counts the outcomes of a committed batch and acknowledges
-// and deletes its entries (ackDelete).
+// and deletes its entries (ackDelete). Then they are no longer in flight
+// here: those left unacknowledged are claimed again after MinIdle.
 func (p *Projector) acknowledge(applyCtx context.Context, items []item, outcomes []ledger.Outcome) {
+	defer p.held.release(msgsOf(items))
 	recorded, duplicate, rejected := p.countOutcomes(items, outcomes)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(applyCtx), redisTimeout)
 	defer cancel()

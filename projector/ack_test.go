@@ -42,7 +42,7 @@ func TestAcknowledgeFails(t *testing.T) {
 		}
 		return outcomes, err
 	})
-	cfg := fast("p1")
+	cfg := claiming("p1")
 	cfg.Workers = 1 // every entry in one lane: the first read makes the first batch
 	r := b.start(app, cfg)
 

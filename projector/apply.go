@@ -38,9 +38,12 @@ var errAbandoned = errors.New("batch left pending")
 // applyBatch handles one batch a lane gathered, counted in the in-flight
 // gauge: it dead-letters what cannot be applied, applies the rest in one
 // transaction (bisect), then decides the fate of entries that failed alone.
+// By its end every entry is settled, or handed to the acknowledger, which
+// holds it until it is acknowledged.
 func (p *Projector) applyBatch(ctx, applyCtx context.Context, msgs []message) {
 	p.m.inFlight.Inc()
 	defer p.m.inFlight.Dec()
+	defer p.held.release(msgs)
 	items, dead := p.triageBatch(msgs)
 	p.deadLetter(applyCtx, dead)
 	var st batchState
@@ -49,8 +52,9 @@ func (p *Projector) applyBatch(ctx, applyCtx context.Context, msgs []message) {
 	p.judgeSuspects(ctx, applyCtx, len(items), st, commitsBefore)
 }
 
-// triageBatch decodes msgs, skipping an entry that appears twice (claimed
-// while it was also in flight here), and sets apart those to dead-letter.
+// triageBatch decodes msgs, skipping an entry that appears twice (which the
+// claim, passing over entries in flight, should never cause), and sets
+// apart those to dead-letter.
 func (p *Projector) triageBatch(msgs []message) ([]item, []deadItem) {
 	seen := make(map[[2]string]bool, len(msgs)) // stream, id
 	items := make([]item, 0, len(msgs))
@@ -149,6 +153,7 @@ func (p *Projector) bisect(ctx, applyCtx context.Context, items []item, st *batc
 	case err == nil:
 		st.committed = true
 		p.commits.Add(1)
+		p.held.hold(msgsOf(items)) // until acknowledged: a claim meanwhile would apply them again
 		p.acks <- ackJob{items: items, outcomes: outcomes}
 	case errors.Is(err, errAbandoned):
 		for _, it := range items {
@@ -234,6 +239,14 @@ func (p *Projector) timedAppend(applyCtx context.Context, events []ledger.Event)
 	p.m.applyTime.Observe(time.Since(start).Seconds())
 	p.m.batchSize.Observe(float64(len(events)))
 	return outcomes, err
+}
+
+func msgsOf(items []item) []message {
+	msgs := make([]message, len(items))
+	for i, it := range items {
+		msgs[i] = it.msg
+	}
+	return msgs
 }
 
 // failure is why an entry's last apply failed.

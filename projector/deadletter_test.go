@@ -101,7 +101,7 @@ func TestDeletedWhilePendingCountedAsLost(t *testing.T) {
 	if err := b.rdb.XDel(b.ctx, b.keys.Stream(0), gone1, gone2).Err(); err != nil {
 		t.Fatal(err)
 	}
-	r := b.start(b.store, fast("p1"))
+	r := b.start(b.store, claiming("p1"))
 	b.waitDrained(10 * time.Second)
 	if got := r.metric("tally_projector_lost_total"); got != 2 {
 		t.Errorf("lost metric %v, want 2", got)

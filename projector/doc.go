@@ -53,6 +53,11 @@
 //   - Recovery. At start a projector re-reads its own pending entries;
 //     every Config.ClaimInterval it claims (XAUTOCLAIM) entries that another
 //     consumer, dead or stuck, left pending for longer than Config.MinIdle.
+//     It never claims an entry it holds in flight itself (read, in a batch,
+//     or committed and not yet acknowledged), however slow its batch: that
+//     entry stays its own, its idle time started again, and counts no
+//     second delivery. Its own entries that a failure left pending are
+//     claimed like any other.
 //   - Transient errors (ledger.IsRetryable) are retried with bounded
 //     exponential backoff and jitter. A circuit breaker stops reading
 //     and claiming while PostgreSQL fails, and lets one probe through after
@@ -95,7 +100,10 @@
 //   - read.go: the blocking stream readers and the message type they hand
 //     on; the retry of failed Redis calls.
 //   - recover.go: this consumer's own pending entries at start, the
-//     periodic claim of idle entries (XAUTOCLAIM), and leaving the group.
+//     periodic claim of idle entries (XAUTOCLAIM) that passes over those
+//     in flight here, and leaving the group.
+//   - inflight.go: the entries this projector holds, from the read to
+//     their acknowledgement.
 //   - lanes.go: the split by principal (vote.Lanes) into one mailbox per
 //     worker, and each lane gathering its batches.
 //   - apply.go: one batch through its layers: triage, bisection on

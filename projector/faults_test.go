@@ -316,7 +316,7 @@ func TestPoisonEntriesDeadLettered(t *testing.T) {
 	b.enqueue(liar)
 	b.enqueue(ballot("bomber", "boom", "lunch", "sushi"))
 	b.enqueue(good[20:]...)
-	cfg := fast("p1")
+	cfg := claiming("p1")
 	cfg.BatchWait = 300 * time.Millisecond // one batch
 	r := b.start(app, cfg)
 	b.waitDrained(20 * time.Second)
@@ -361,7 +361,7 @@ func TestMaxDeliveries(t *testing.T) {
 	if err := b.rdb.Do(b.ctx, "XCLAIM", b.keys.Stream(0), stream.Group, "crashy", 0, msgs[0].ID, "RETRYCOUNT", 7).Err(); err != nil {
 		t.Fatal(err)
 	}
-	cfg := fast("p1")
+	cfg := claiming("p1")
 	cfg.MaxDeliveries = 5
 	b.start(b.store, cfg)
 	b.waitDrained(10 * time.Second)
@@ -480,7 +480,7 @@ func TestAllFailingBatchStaysPending(t *testing.T) {
 		return nil, fmt.Errorf("append batch: relation \"poll_events\" does not exist: %w", errPermanent)
 	})
 	b.enqueue(votes("u", 4, "lunch", "pizza", "sushi")...)
-	cfg := fast("p1")
+	cfg := claiming("p1")
 	cfg.MaxDeliveries = 2
 	b.start(broken, cfg)
 	b.eventually(10*time.Second, "the batch is not bisected", func() bool { return calls.Load() >= 7 })
@@ -569,7 +569,7 @@ func TestPostgresConnectionsKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer admin.Close()
-	cfg := fast("p1")
+	cfg := claiming("p1")
 	cfg.BatchSize = 50
 	cfg.BreakerFailures = 1000
 	r := b.start(b.store, cfg)

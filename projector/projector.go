@@ -76,6 +76,9 @@ type Projector struct {
 	// a batch that fails as a whole while another worker's commits shows
 	// a database that takes writes.
 	commits atomic.Int64
+	// held is what this projector has read or claimed and not yet
+	// settled; its claim passes over these entries.
+	held inFlight
 }
 
 // New returns a projector that applies the streams named by keys through
@@ -145,6 +148,7 @@ func (p *Projector) Run(ctx context.Context) error {
 		return errors.New("projector: Run is already running")
 	}
 	defer p.running.Store(false)
+	p.held.reset()
 	if joined, err := p.joinGroups(ctx); !joined {
 		return err
 	}

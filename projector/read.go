@@ -46,15 +46,18 @@ func (p *Projector) messages(s string, xs []redis.XMessage, deliveries int64) []
 	return out
 }
 
-// send hands msgs to the batching goroutine; false when stopping.
-func send(ctx context.Context, in chan<- []message, msgs []message) bool {
+// handOn marks msgs in flight and hands them to the batching goroutine;
+// false when stopping.
+func (p *Projector) handOn(ctx context.Context, in chan<- []message, msgs []message) bool {
 	if len(msgs) == 0 {
 		return true
 	}
+	p.held.hold(msgs)
 	select {
 	case in <- msgs:
 		return true
 	case <-ctx.Done():
+		p.held.release(msgs)
 		return false
 	}
 }
@@ -94,7 +97,7 @@ func (p *Projector) readLoop(ctx context.Context, streams []string, in chan<- []
 		}
 		failures = 0
 		for _, xs := range res {
-			if !send(ctx, in, p.messages(xs.Stream, xs.Messages, 1)) {
+			if !p.handOn(ctx, in, p.messages(xs.Stream, xs.Messages, 1)) {
 				return // still pending: this consumer's next start or a claim takes them
 			}
 		}

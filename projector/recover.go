@@ -3,6 +3,7 @@ package projector
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -122,23 +123,47 @@ func (p *Projector) readOwnPending(ctx context.Context, s string, in chan<- []me
 		}
 		p.log.LogAttrs(ctx, slog.LevelInfo, "recovering own pending entries",
 			slog.String("stream", s), slog.Int("entries", len(msgs)))
-		if !send(ctx, in, msgs) {
+		if !p.handOn(ctx, in, msgs) {
 			return false
 		}
 	}
 	return false
 }
 
+// claimScript takes over the entries of a stream idle for longer than a
+// minimum, except those this consumer holds in flight: XAUTOCLAIM JUSTID
+// (which counts no delivery) claims them all and reports those deleted
+// while pending, then XCLAIM delivers the ones not held, counting one
+// delivery each. An entry held here only starts its idle time again and
+// stays this consumer's: claiming it would apply it a second time, after
+// the commit of the first.
+//
+// KEYS: stream. ARGV: group, consumer, min idle (ms), start, count, then
+// the ids held. Reply: next start, the entries claimed (as XCLAIM answers),
+// the ids deleted.
+var claimScript = redis.NewScript(`
+local r = redis.call('XAUTOCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4], 'COUNT', ARGV[5], 'JUSTID')
+local held = {}
+for i = 6, #ARGV do held[ARGV[i]] = true end
+local ids = {}
+for _, id in ipairs(r[2]) do
+  if not held[id] then ids[#ids + 1] = id end
+end
+local entries = {}
+for i = 1, #ids, 500 do
+  local part = redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, unpack(ids, i, math.min(i + 499, #ids)))
+  for _, e in ipairs(part) do entries[#entries + 1] = e end
+end
+return {r[1], entries, r[3]}`)
+
 // claim takes over entries of stream s idle for longer than MinIdle, from
-// any consumer, and hands them on; false when stopping. Entries Redis
-// reports as deleted while pending are dead-lettered as lost.
+// any consumer, except those in flight here, and hands them on; false
+// when stopping. Entries Redis reports as deleted while pending are
+// dead-lettered as lost.
 func (p *Projector) claim(ctx context.Context, s string, in chan<- []message) bool {
 	start := "0-0"
 	for range maxClaimPages {
-		xs, next, deleted, err := p.rdb.XAutoClaimWithDeleted(ctx, &redis.XAutoClaimArgs{
-			Stream: s, Group: stream.Group, Consumer: p.cfg.Consumer,
-			MinIdle: p.cfg.MinIdle, Start: start, Count: int64(p.cfg.BatchSize),
-		}).Result()
+		xs, next, deleted, err := p.claimPage(ctx, s, start)
 		if err != nil {
 			if ctx.Err() != nil {
 				return false
@@ -161,7 +186,7 @@ func (p *Projector) claim(ctx context.Context, s string, in chan<- []message) bo
 			p.log.LogAttrs(ctx, slog.LevelInfo, "claimed idle pending entries",
 				slog.String("stream", s), slog.Int("entries", len(xs)))
 		}
-		if !send(ctx, in, msgs) {
+		if !p.handOn(ctx, in, msgs) {
 			return false
 		}
 		if next == "0-0" || next == "" {
@@ -170,6 +195,59 @@ func (p *Projector) claim(ctx context.Context, s string, in chan<- []message) bo
 		start = next
 	}
 	return true
+}
+
+// claimPage runs claimScript on stream s from start: the entries claimed,
+// the next start, and the ids deleted while pending.
+func (p *Projector) claimPage(ctx context.Context, s, start string) (xs []redis.XMessage, next string, deleted []string, err error) {
+	held := p.held.of(s)
+	args := make([]any, 0, 5+len(held))
+	args = append(args, stream.Group, p.cfg.Consumer, p.cfg.MinIdle.Milliseconds(), start, p.cfg.BatchSize)
+	for _, id := range held {
+		args = append(args, id)
+	}
+	res, err := claimScript.Run(ctx, p.rdb, []string{s}, args...).Slice()
+	if err != nil {
+		return nil, "", nil, err
+	}
+	if len(res) != 3 {
+		return nil, "", nil, fmt.Errorf("claim script answered %d elements, want 3", len(res))
+	}
+	next, _ = res[0].(string)
+	entries, _ := res[1].([]any)
+	for _, e := range entries {
+		x, err := xMessage(e)
+		if err != nil {
+			return nil, "", nil, err
+		}
+		xs = append(xs, x)
+	}
+	ids, _ := res[2].([]any)
+	for _, id := range ids {
+		if id, ok := id.(string); ok {
+			deleted = append(deleted, id)
+		}
+	}
+	return xs, next, deleted, nil
+}
+
+// xMessage reads one entry of an XCLAIM reply, [id, [field, value, ...]].
+func xMessage(v any) (redis.XMessage, error) {
+	e, _ := v.([]any)
+	if len(e) != 2 {
+		return redis.XMessage{}, fmt.Errorf("claim script: an entry is %T %v, want [id, fields]", v, v)
+	}
+	id, _ := e[0].(string)
+	fields, _ := e[1].([]any)
+	if id == "" || len(fields)%2 != 0 {
+		return redis.XMessage{}, fmt.Errorf("claim script: entry %v has no id or an odd number of fields", e)
+	}
+	values := make(map[string]any, len(fields)/2)
+	for i := 0; i < len(fields); i += 2 {
+		k, _ := fields[i].(string)
+		values[k] = fields[i+1]
+	}
+	return redis.XMessage{ID: id, Values: values}, nil
 }
 
 func countLost(msgs []message) int {

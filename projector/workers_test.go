@@ -287,7 +287,7 @@ func TestStopWaitsForEveryBatchInFlight(t *testing.T) {
 	if got := b.backlog(); got != n-rows {
 		t.Errorf("I4: %d entries left in the stream with %d of %d committed: every committed entry must be deleted before Run returns, and no other", got, rows, n)
 	}
-	r2 := b.start(b.store, fast("p2"))
+	r2 := b.start(b.store, claiming("p2"))
 	b.waitDrained(20 * time.Second)
 	r2.stop()
 	if got := sum(b.tallies("lunch")); got != n {
