@@ -57,7 +57,7 @@ type Tally struct {
 // which only the export says: VerifyExport checks that.
 func ReadResults(r io.Reader) ([]PublishedResults, error) {
 	var out []PublishedResults
-	err := eachLine(r, func(line []byte, n int) error {
+	err := EachLine(r, "results", func(line []byte, n int) error {
 		keys, err := checkResultKeys(line)
 		if err != nil {
 			return fmt.Errorf("results line %d: %v", n, err)

@@ -412,6 +412,23 @@ func (g *vectorGen) exportCases() {
 		over(g.editLine(export, 9, l4, strings.TrimSuffix(l4, "Z")+"0Z")), ExitError, nil,
 		"export line 9", "with 7 fractional digits")
 
+	spaced := slices.Clone(lines)
+	for i := range spaced {
+		spaced[i] = " \t" + strings.TrimSuffix(spaced[i], "\n") + "\t \r\n"
+	}
+	g.verify("export-lines-spaced-crlf", "every line with a space and a tab before it, and a tab, a space and a carriage return before its newline: "+
+		"the white space a line may have around it", over(strings.Join(spaced, "")), ExitOK, nil)
+
+	g.verify("export-line-no-break-space", "line 9 begins with a no-break space (U+00A0): white space other than space, tab and CR is refused",
+		over(g.editLine(export, 9, "{", "\u00a0{")), ExitError, nil, "export line 9 begins with U+00A0")
+
+	g.verify("export-line-1MiB", "line 9 padded with spaces inside its object to 1 MiB exactly, its newline not counted: the longest line read",
+		over(g.editLine(export, 9, "{", "{"+strings.Repeat(" ", audit.MaxLine-len(lines[8])+1))), ExitOK, nil)
+
+	g.verify("export-line-1MiB-and-1", "line 9 padded to 1 MiB and one byte, its newline not counted: refused",
+		over(g.editLine(export, 9, "{", "{"+strings.Repeat(" ", audit.MaxLine-len(lines[8])+2))), ExitError, nil,
+		"export line 9 is longer than 1048576 bytes")
+
 	// The operator, who holds the key, signed these: only the row checks
 	// see them.
 	rows := slices.Clone(g.honest.rows)
@@ -481,6 +498,15 @@ func (g *vectorGen) checkpointCases() {
 	cps[1].Size = 5
 	g.verify("checkpoint-size-mismatch", `board's checkpoint of size 6 (checkpoints line 2) stored with "size": 5`,
 		over(cps), ExitCheck, []vectorDiscrepancy{checkpointField("board", "size", 2)})
+
+	cpText := string(g.files[vectorCheckpoints])
+	g.verify("checkpoints-key-case", `checkpoints line 2 carries "Size":5 beside "size":6: keys are spelt exactly, as in the export`,
+		map[string][]byte{vectorCheckpoints: []byte(g.editLine(cpText, 2, `"size":6,`, `"size":6,"Size":5,`))}, ExitError, nil,
+		"checkpoints line 2", `key "size" is spelt "Size"`)
+
+	g.verify("checkpoints-unknown-key", `checkpoints line 2 carries "witness":"w1", a key the file does not have: refused, not skipped`,
+		map[string][]byte{vectorCheckpoints: []byte(g.editLine(cpText, 2, `"size":6,`, `"size":6,"witness":"w1",`))}, ExitError, nil,
+		"checkpoints line 2", `unknown key "witness"`)
 
 	var wrong []vectorDiscrepancy
 	for _, c := range []struct {
