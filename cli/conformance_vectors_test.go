@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"regexp"
 	"slices"
@@ -15,7 +16,6 @@ import (
 	"time"
 
 	"golang.org/x/mod/sumdb/note"
-	"golang.org/x/mod/sumdb/tlog"
 
 	"tally/audit"
 	"tally/ledger"
@@ -429,6 +429,17 @@ func (g *vectorGen) exportCases() {
 		over(g.editLine(export, 9, "{", "{"+strings.Repeat(" ", audit.MaxLine-len(lines[8])+2))), ExitError, nil,
 		"export line 9 is longer than 1048576 bytes")
 
+	g.verify("export-received-at-zero-time", "line 9's received_at is 0001-01-01T00:00:00Z, the time Go and others read as no time at all: "+
+		"refused, as every time before 1970",
+		over(g.editLine(export, 9, l4, "0001-01-01T00:00:00.000000Z")), ExitError, nil, "export line 9", "before 1970-01-01T00:00:00Z")
+
+	g.verify("export-received-at-1969", "line 9's received_at is 1969-12-31T23:59:59.999999Z, a microsecond before 1970: refused",
+		over(g.editLine(export, 9, l4, "1969-12-31T23:59:59.999999Z")), ExitError, nil, "export line 9", "before 1970-01-01T00:00:00Z")
+
+	g.verify("export-received-at-1970-by-offset", "line 9's received_at is 1970-01-01T00:30:00+01:00, which is 1969 in UTC: "+
+		"the instant counts, not how it is written",
+		over(g.editLine(export, 9, l4, "1970-01-01T00:30:00+01:00")), ExitError, nil, "export line 9", "before 1970-01-01T00:00:00Z")
+
 	// The operator, who holds the key, signed these: only the row checks
 	// see them.
 	rows := slices.Clone(g.honest.rows)
@@ -591,11 +602,60 @@ func (g *vectorGen) receiptCases() {
 		`the consistency proof is of poll "dinner"`, "use the consistency proof of poll lunch")
 
 	g.receipt("receipt-consistency-byte", "one byte of a hash of lunch's consistency proof from 7 to 10 changed",
-		vectorReceiptLunch, true, map[string][]byte{vectorConsistencyLunch: g.consistencyJSON("lunch", 7, 10, func(p tlog.TreeProof) { p[1][5] ^= 0x01 })},
+		vectorReceiptLunch, true, map[string][]byte{vectorConsistencyLunch: g.consistencyJSON("lunch", 7, 10, func(p *audit.ConsistencyProof) { p.Proof[1][5] ^= 0x01 })},
 		ExitCheck, "does not show the tree of size 7 to be a prefix of the tree of size 10")
 
 	g.receipt("receipt-wrong-key", "erin's receipt checked with another key of the same log name", vectorReceiptLunch, false,
 		map[string][]byte{vectorKey: []byte(g.otherKey + "\n")}, ExitCheck, "the checkpoint is not signed by key")
+
+	lunch4 := string(g.files[vectorReceiptLunch])
+	at := g.receiptOf("lunch", 4, 7).ReceivedAt.Format(audit.ReceivedAtLayout)
+	g.receipt("receipt-received-at-7-digits", "erin's receipt with a seventh fractional digit, 0, in received_at: the same instant, "+
+		"refused as the export refuses it rather than cut to the microsecond", vectorReceiptLunch, false,
+		map[string][]byte{vectorReceiptLunch: []byte(strings.Replace(lunch4, at, strings.TrimSuffix(at, "Z")+"0Z", 1))}, ExitError,
+		"received_at", "with 7 fractional digits")
+
+	g.receipt("receipt-received-at-zero-time", "erin's receipt with received_at 0001-01-01T00:00:00Z: refused, as every time before 1970",
+		vectorReceiptLunch, false,
+		map[string][]byte{vectorReceiptLunch: []byte(strings.Replace(lunch4, at, "0001-01-01T00:00:00.000000Z", 1))}, ExitError,
+		"received_at", "before 1970-01-01T00:00:00Z")
+
+	consistency := string(g.files[vectorConsistencyLunch])
+	g.receipt("receipt-consistency-key-case", `lunch's consistency proof from 7 to 10 with "Poll_ID" for "poll_id": `+
+		"its keys are spelt exactly, as a receipt's", vectorReceiptLunch, true,
+		map[string][]byte{vectorConsistencyLunch: []byte(strings.Replace(consistency, `"poll_id"`, `"Poll_ID"`, 1))}, ExitError,
+		"consistency proof", `key "poll_id" is spelt "Poll_ID"`)
+
+	g.receipt("receipt-consistency-unknown-key", `lunch's consistency proof with a key it does not have, "note": refused, not skipped`,
+		vectorReceiptLunch, true,
+		map[string][]byte{vectorConsistencyLunch: []byte(strings.Replace(consistency, `{`, `{"note":"x",`, 1))}, ExitError,
+		"consistency proof", `unknown key "note"`)
+
+	g.receipt("receipt-consistency-from-root", "lunch's consistency proof from 7 to 10 whose from_root is not the receipt's checkpoint's root "+
+		"(one byte changed), its proof hashes kept", vectorReceiptLunch, true,
+		map[string][]byte{vectorConsistencyLunch: g.consistencyJSON("lunch", 7, 10, func(p *audit.ConsistencyProof) { p.FromRoot[0] ^= 0x01 })},
+		ExitCheck, "the proof is of other trees than the checkpoints'")
+
+	g.receipt("receipt-consistency-to-root", "lunch's consistency proof from 7 to 10 whose to_root is not the later checkpoint's root",
+		vectorReceiptLunch, true,
+		map[string][]byte{vectorConsistencyLunch: g.consistencyJSON("lunch", 7, 10, func(p *audit.ConsistencyProof) { p.ToRoot[31] ^= 0x01 })},
+		ExitCheck, "the proof is of other trees than the checkpoints'")
+
+	r4 := g.receiptOf("lunch", 4, 7)
+	status := func(extra string) []byte {
+		return []byte(fmt.Sprintf(`{"event_id":%q,"poll_id":"lunch","candidate_id":"salad","status":"recorded",%s"receipt":%s}`+"\n",
+			r4.EventID, extra, strings.TrimSpace(lunch4)))
+	}
+	g.receipt("receipt-in-status", "erin's receipt inside her vote's status, as GET /v1/votes/{event_id} answers it",
+		vectorReceiptLunch, false, map[string][]byte{vectorReceiptLunch: status("")}, ExitOK)
+
+	g.receipt("receipt-status-unknown-key", `erin's vote's status with a key a status does not have, "verified":true: refused, not skipped`,
+		vectorReceiptLunch, false, map[string][]byte{vectorReceiptLunch: status(`"verified":true,`)}, ExitError,
+		"vote status", `unknown key "verified"`)
+
+	g.receipt("receipt-status-key-case", `erin's vote's status with "Receipt" for "receipt": not read as its receipt`,
+		vectorReceiptLunch, false, map[string][]byte{vectorReceiptLunch: bytes.Replace(status(""), []byte(`"receipt":`), []byte(`"Receipt":`), 1)},
+		ExitError, "vote status", `key "receipt" is spelt "Receipt"`)
 
 	whole := g.files[vectorReceiptLunch]
 	g.receipt("receipt-truncated", "erin's receipt cut in half", vectorReceiptLunch, false,
@@ -633,8 +693,8 @@ func (g *vectorGen) receiptJSON(r audit.Receipt) []byte {
 
 // consistencyJSON is the consistency proof of poll's honest tree from
 // size from to size to, as GET /v1/polls/{poll_id}/consistency answers
-// it, after edit (when not nil) has changed the proof.
-func (g *vectorGen) consistencyJSON(poll string, from, to int64, edit func(tlog.TreeProof)) []byte {
+// it, after edit (when not nil) has changed it.
+func (g *vectorGen) consistencyJSON(poll string, from, to int64, edit func(*audit.ConsistencyProof)) []byte {
 	tree := g.honest.trees[poll]
 	proof, err := tree.ConsistencyProof(from, to)
 	if err != nil {
@@ -642,14 +702,11 @@ func (g *vectorGen) consistencyJSON(poll string, from, to int64, edit func(tlog.
 	}
 	fromRoot, _ := tree.Root(from)
 	toRoot, _ := tree.Root(to)
+	p := audit.ConsistencyProof{PollID: poll, From: from, To: to, Proof: proof, FromRoot: fromRoot, ToRoot: toRoot}
 	if edit != nil {
-		edit(proof)
+		edit(&p)
 	}
-	b, err := json.Marshal(struct {
-		audit.ConsistencyProof
-		FromRoot tlog.Hash `json:"from_root"`
-		ToRoot   tlog.Hash `json:"to_root"`
-	}{audit.ConsistencyProof{PollID: poll, From: from, To: to, Proof: proof}, fromRoot, toRoot})
+	b, err := json.Marshal(p)
 	if err != nil {
 		g.t.Fatal(err)
 	}
