@@ -110,7 +110,8 @@ func TestDefinitionFollows(t *testing.T) {
 	}{
 		{"closed", "", first, func(d *audit.Definition) {}},
 		{"closed earlier", "", exampleDefinition, func(d *audit.Definition) { d.ClosesAt = &earlier }},
-		{"the same again", "", exampleDefinition, func(d *audit.Definition) {}},
+		{"the same again", "definition", exampleDefinition, func(d *audit.Definition) {}},
+		{"the same again, open until closed", "definition", first, func(d *audit.Definition) { d.ClosesAt = nil }},
 		{"reopened", "closes_at", exampleDefinition, func(d *audit.Definition) { d.ClosesAt = nil }},
 		{"closed later", "closes_at", exampleDefinition, func(d *audit.Definition) { l := d.ClosesAt.Add(time.Minute); d.ClosesAt = &l }},
 		{"a choice added", "choices", exampleDefinition, func(d *audit.Definition) { d.Choices = []string{"soup", "salad", "stew"} }},

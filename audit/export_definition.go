@@ -110,6 +110,10 @@ func parseDefinitionLine(fields []jsonField) (ExportRow, error) {
 		}
 		given[f.key] = string(f.raw) != "null"
 		if !given[f.key] {
+			if f.key != "recorded_at" && f.key != "leaf_index" {
+				return r, fmt.Errorf("field %q is null: a definition line leaves out what the definition has not (closes_at of a poll open until "+
+					"closed, eligible_hash of a poll any principal may answer, ballot and answers of the default rules); null is not read as none", f.key)
+			}
 			continue
 		}
 		if f.key == "ballot" || f.key == "answers" {

@@ -147,6 +147,39 @@ func (g *vectorGen) definedCases() {
 		over(g.editLine(export, 9, `"kind":"definition"`, `"kind":"amendment"`)), ExitError, nil,
 		"export line 9", `this version reads kind "definition" only`)
 
+	g.verify("defined-opens-at-changed", "picnic's closing definition (line 9) also opens the poll a minute earlier; checkpoints signed over it: "+
+		"a discrepancy named opens_at", signed(edit(8, func(r *audit.ExportRow) { r.Definition.OpensAt = vectorEpoch.Add(-time.Minute) })),
+		ExitCheck, []vectorDiscrepancy{rowField("picnic", 5, "opens_at", 9)})
+
+	g.verify("defined-choices-reordered", "picnic's closing definition (line 9) lists the same choices in another order (lake, beach, park); "+
+		"checkpoints signed over it: the order is the question's too, a discrepancy named choices",
+		signed(edit(8, func(r *audit.ExportRow) { r.Definition.Choices = []string{"lake", "beach", "park"} })),
+		ExitCheck, []vectorDiscrepancy{rowField("picnic", 5, "choices", 9)})
+
+	teamHash := audit.EligibleListHash([]string{"alice", "bob", "carol"})
+	g.verify("defined-eligibility-added", "picnic's closing definition (line 9) restricts the poll to a list; checkpoints signed over it: "+
+		"a discrepancy named eligible_hash", signed(edit(8, func(r *audit.ExportRow) { r.Definition.EligibleHash = &teamHash })),
+		ExitCheck, []vectorDiscrepancy{rowField("picnic", 5, "eligible_hash", 9)})
+
+	repeated := slices.Clone(honest.rows)
+	repeated = slices.Insert(repeated, 9, repeated[8])
+	for i := 9; i < len(repeated); i++ {
+		if repeated[i].PollID == "picnic" {
+			repeated[i].LeafIndex = ptr(*repeated[i].LeafIndex + 1)
+		}
+	}
+	g.verify("defined-definition-repeated", "picnic's closing definition (line 9) written again as its next leaf (line 10), identical; "+
+		"checkpoints and results signed and counted over it: tally never writes a definition that changes nothing",
+		signed(repeated), ExitCheck, []vectorDiscrepancy{rowField("picnic", 6, "definition", 10)})
+
+	g.verify("defined-closes-at-null", `picnic's first definition (line 1) carries "closes_at":null: a poll open until closed leaves closes_at out`,
+		over(g.editLine(export, 1, `"choices":`, `"closes_at":null,"choices":`)), ExitError, nil,
+		"export line 1", `field "closes_at" is null`)
+
+	g.verify("defined-eligible-hash-null", `picnic's first definition (line 1) carries "eligible_hash":null: a poll any principal may answer leaves it out`,
+		over(g.editLine(export, 1, `"choices":`, `"eligible_hash":null,"choices":`)), ExitError, nil,
+		"export line 1", `field "eligible_hash" is null`)
+
 	lines := strings.SplitAfter(export, "\n")
 	lines = lines[:len(lines)-1]
 	g.verify("defined-definition-deleted", "picnic's first definition (line 1) deleted: its rows' leaf_index, every checkpoint of picnic "+

@@ -580,6 +580,22 @@ func (g *vectorGen) resultsCases() {
 		map[string][]byte{vectorResults: []byte(g.editLine(results, 3, `"total":10,`, `"total":10,"Total":11,`))}, ExitError, nil,
 		"results line 3", `key "total" is spelt "Total"`)
 
+	g.verify("results-total-missing", "results line 2 (dinner) without its total: a required key, not read as 0",
+		map[string][]byte{vectorResults: []byte(g.editLine(results, 2, `"total":8,`, ``))}, ExitError, nil,
+		"results line 2", "total is missing")
+
+	g.verify("results-tree-size-negative", "results line 2 (dinner) with tree_size -1: not a number of leaves",
+		map[string][]byte{vectorResults: []byte(g.editLine(results, 2, `"tree_size":8,`, `"tree_size":-1,`))}, ExitError, nil,
+		"results line 2", "tree_size is -1")
+
+	g.verify("results-ignored-key-twice", `results line 2 gives "as_of" twice: a key the audit does not read is still given once`,
+		map[string][]byte{vectorResults: []byte(g.editLine(results, 2, `"as_of":`, `"as_of":"2026-03-01T09:31:00Z","as_of":`))}, ExitError, nil,
+		"results line 2", `key "as_of" is given twice`)
+
+	g.verify("results-entry-votes-missing", `results line 2's entry for pasta has no "votes": not read as 0`,
+		map[string][]byte{vectorResults: []byte(g.editLine(results, 2, `{"candidate_id":"pasta","votes":3}`, `{"candidate_id":"pasta"}`))}, ExitError, nil,
+		"results line 2", "results entry 2: votes is missing")
+
 	g.verify("results-duplicate-key", `results line 3 gives "total" twice, 10 then 11`,
 		map[string][]byte{vectorResults: []byte(g.editLine(results, 3, `"total":10,`, `"total":10,"total":11,`))}, ExitError, nil,
 		"results line 3", `key "total" is given twice`)

@@ -245,8 +245,10 @@ func differs(p ledger.Poll, d *audit.Definition) string {
 		Rules: p.BallotRules()}
 	there := *d
 	there.Rules = rulesOf(d)
-	field, _ := there.Follows(here)
-	return field
+	if field, _ := there.Follows(here); field != "definition" { // "definition": the same, closing time and all
+		return field
+	}
+	return ""
 }
 
 // rulesOf is d's ballot rules, vote.Single for a definition that gives
