@@ -64,16 +64,38 @@ type eligibility struct {
 }
 
 // useEligible keeps each list given, for its poll once the export shows
-// it.
-func (a *auditor) useEligible(lists []EligibleList) {
+// it; two lists for one poll are refused.
+func (a *auditor) useEligible(lists []EligibleList) error {
 	a.eligible = make(map[string]*eligibility, len(lists))
 	for _, l := range lists {
+		if a.eligible[l.PollID] != nil {
+			return fmt.Errorf("audit: two eligible lists are given for poll %s; give the one it was created with", l.PollID)
+		}
 		e := &eligibility{hash: EligibleListHash(l.Principals), ids: make(map[string]struct{}, len(l.Principals))}
 		for _, id := range l.Principals {
 			e.ids[id] = struct{}{}
 		}
 		a.eligible[l.PollID] = e
 	}
+	return nil
+}
+
+// checkEligibleUsed, once the export is read, refuses a list given for a
+// poll the export does not hold (the auditor named another poll than
+// they meant), and finds a list given for a poll whose log has no
+// definition: none commits a list it could be checked against.
+func (a *auditor) checkEligibleUsed(lists []EligibleList) error {
+	for _, l := range lists {
+		p := a.polls[l.PollID]
+		if p == nil {
+			return fmt.Errorf("audit: an eligible list is given for poll %s, which the export does not hold; check the poll id of --eligible", l.PollID)
+		}
+		if p.def == nil {
+			a.discrepancy(Discrepancy{PollID: l.PollID, Field: "eligible_hash",
+				Detail: "an eligible list was given for the poll, but its log holds no definition, so none commits a list to check it against"})
+		}
+	}
+	return nil
 }
 
 // checkEligibleDefinition checks the list given for p, if any, against

@@ -20,6 +20,7 @@ const (
 	vectorDefinedExport      = "defined-export.jsonl"
 	vectorDefinedCheckpoints = "defined-checkpoints.jsonl"
 	vectorDefinedResults     = "defined-results.jsonl"
+	vectorTeamEligible       = "team-eligible.txt" // the list team was created with, one id a line
 )
 
 // vectorDefinedSizes are the sizes signed of each poll of the defined
@@ -180,6 +181,38 @@ func (g *vectorGen) definedCases() {
 		over(g.editLine(export, 1, `"choices":`, `"eligible_hash":null,"choices":`)), ExitError, nil,
 		"export line 1", `field "eligible_hash" is null`)
 
+	g.files[vectorTeamEligible] = []byte("alice\nbob\ncarol\n")
+	team := map[string]string{"team": vectorTeamEligible}
+	g.verifyEligible("defined-eligible", "team's eligible list given (--eligible team=team-eligible.txt): it hashes to the eligible_hash "+
+		"of team's definition, and every vote of team is of a principal on it", nil, team, ExitOK, nil)
+
+	g.verifyEligible("defined-eligible-voter-not-listed", "team's third vote (line 12) is dave's, who is not on its list; checkpoints signed over it, "+
+		"the list given", signed(edit(11, func(r *audit.ExportRow) { r.PrincipalID, r.EventID = "dave", vectorEventID("dave", "team") })), team,
+		ExitCheck, []vectorDiscrepancy{rowField("team", 3, "principal_id", 12)})
+
+	g.verify("defined-eligible-voter-not-listed-no-list", "the same export without --eligible: the export commits the list by its hash "+
+		"alone, so the audit cannot tell an eligible voter from another and finds nothing",
+		signed(edit(11, func(r *audit.ExportRow) { r.PrincipalID, r.EventID = "dave", vectorEventID("dave", "team") })), ExitOK, nil)
+
+	g.verifyEligible("defined-eligible-other-list", "a list of alice and bob given for team: it is not the list team's definition (line 2) commits, "+
+		"and the votes are not checked against it", map[string][]byte{vectorTeamEligible: []byte("alice\nbob\n")}, team,
+		ExitCheck, []vectorDiscrepancy{rowField("team", 0, "eligible_hash", 2)})
+
+	g.verifyEligible("defined-eligible-unrestricted-poll", "team's list given for picnic, which any principal may answer: "+
+		"each of picnic's definitions (lines 1, 9) takes any principal", nil, map[string]string{"picnic": vectorTeamEligible},
+		ExitCheck, []vectorDiscrepancy{rowField("picnic", 0, "eligible_hash", 1), rowField("picnic", 5, "eligible_hash", 9)})
+
+	g.verifyEligible("defined-eligible-poll-not-in-export", "a list given for poll lunch, which this export does not hold: "+
+		"the auditor named another poll than they meant", nil, map[string]string{"lunch": vectorTeamEligible},
+		ExitError, nil, "eligible list is given for poll lunch, which the export does not hold")
+
+	g.verifyEligible("defined-eligible-id-twice", "team's list names bob twice (lines 2 and 3): each principal is listed once",
+		map[string][]byte{vectorTeamEligible: []byte("alice\nbob\nbob\ncarol\n")}, team,
+		ExitError, nil, "line 3: principal bob is listed on line 2 too")
+
+	g.verifyEligible("defined-eligible-empty", "team's list file holds no id: refused, not read as a list of no one",
+		map[string][]byte{vectorTeamEligible: []byte("\n")}, team, ExitError, nil, "the list names no principal")
+
 	lines := strings.SplitAfter(export, "\n")
 	lines = lines[:len(lines)-1]
 	g.verify("defined-definition-deleted", "picnic's first definition (line 1) deleted: its rows' leaf_index, every checkpoint of picnic "+
@@ -189,4 +222,9 @@ func (g *vectorGen) definedCases() {
 			rowField("picnic", 3, "leaf_index", 5), rowField("picnic", 4, "leaf_index", 8), rowField("picnic", 5, "leaf_index", 9),
 			rowField("picnic", 6, "leaf_index", 10),
 			rootDiffers("picnic", 0, 0, 1), rootDiffers("picnic", 0, 4, 2), rootDiffers("picnic", 7, 7, 3), resultsField("picnic", "tree_size")})
+
+	g.base = vectorBase{}
+	g.verifyEligible("eligible-poll-without-definition", "team's list given for lunch of the first ledger, whose log holds no definition: "+
+		"none commits a list to check it against", nil, map[string]string{"lunch": vectorTeamEligible},
+		ExitCheck, []vectorDiscrepancy{resultsField("lunch", "eligible_hash")})
 }

@@ -745,6 +745,13 @@ func (g *vectorGen) editLine(text string, n int, old, new string) string {
 // verify adds a case of tally audit verify on the base files, each file
 // of over (by name) replaced by its tampered copy in tampered/name/.
 func (g *vectorGen) verify(name, about string, over map[string][]byte, exit int, want []vectorDiscrepancy, errs ...string) {
+	g.verifyEligible(name, about, over, nil, exit, want, errs...)
+}
+
+// verifyEligible is verify with eligible lists given: the base file of
+// each poll's list, by poll (replaced by its copy in over, if any).
+func (g *vectorGen) verifyEligible(name, about string, over map[string][]byte, eligible map[string]string, exit int,
+	want []vectorDiscrepancy, errs ...string) {
 	f := g.overrides(name, over)
 	base := g.base
 	if base == (vectorBase{}) {
@@ -752,6 +759,12 @@ func (g *vectorGen) verify(name, about string, over map[string][]byte, exit int,
 	}
 	c := vectorCase{Name: name, About: about, Command: "verify", Exit: exit, ErrorContains: errs, Files: vectorFiles{
 		Export: f(base.export), Checkpoints: f(base.checkpoints), Key: f(vectorKey), Results: f(base.results)}}
+	for poll, file := range eligible {
+		if c.Files.Eligible == nil {
+			c.Files.Eligible = map[string]string{}
+		}
+		c.Files.Eligible[poll] = f(file)
+	}
 	if exit == ExitCheck {
 		c.Discrepancies = want
 		fields := []string{}
