@@ -159,3 +159,26 @@ func FuzzDecodeDefinition(f *testing.F) {
 		}
 	})
 }
+
+// A title's JSON text must decode alike in every reader: no byte that is
+// not UTF-8, no escaped lone surrogate; a pair, and an escaped backslash
+// before "ud800", are text like any other.
+func TestCheckJSONString(t *testing.T) {
+	for _, ok := range []string{`"Lunch?"`, `"\ud83c\udf5c"`, `"\\ud800"`, `"\u00e9 é \uFFFD �"`, `"\"\u0041"`} {
+		if err := audit.CheckJSONString([]byte(ok)); err != nil {
+			t.Errorf("%s: %v", ok, err)
+		}
+	}
+	for bad, says := range map[string]string{
+		`"\ud800"`:         "lone surrogate, \\ud800 without the low half",
+		`"\ud83c\u0041"`:   "lone surrogate, \\ud83c",
+		`"\udf5c"`:         "lone surrogate, \\udf5c without the high half",
+		`"\\\ud800"`:       "lone surrogate",
+		"\"Lunch\xff\"":    "byte 0xff",
+		"\"\xed\xa0\x80\"": "byte 0xed",
+	} {
+		if err := audit.CheckJSONString([]byte(bad)); err == nil || !strings.Contains(err.Error(), says) {
+			t.Errorf("%s: %v, want an error saying %q", bad, err, says)
+		}
+	}
+}

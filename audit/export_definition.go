@@ -257,6 +257,9 @@ func setDefinitionField(r *ExportRow, d *Definition, f jsonField) error {
 	if err := json.Unmarshal(f.raw, &s); err != nil {
 		return fmt.Errorf("field %q must be a string", f.key)
 	}
+	if err := CheckJSONString(f.raw); err != nil {
+		return fmt.Errorf("field %q %v: a JSON reader would read another title than the leaf holds; write the title in UTF-8", f.key, err)
+	}
 	switch f.key {
 	case "kind":
 		if s != "definition" {

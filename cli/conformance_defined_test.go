@@ -173,6 +173,14 @@ func (g *vectorGen) definedCases() {
 		"checkpoints and results signed and counted over it: tally never writes a definition that changes nothing",
 		signed(repeated), ExitCheck, []vectorDiscrepancy{rowField("picnic", 6, "definition", 10)})
 
+	g.verify("defined-title-lone-surrogate", `picnic's first definition (line 1) has "\ud800" in its title, a lone surrogate that JSON readers `+
+		"replace with U+FFFD or refuse, each their own way: refused", over(g.editLine(export, 1, `be?"`, `be\ud800?"`)), ExitError, nil,
+		"export line 1", `field "title" escapes a lone surrogate`)
+
+	g.verify("defined-title-not-utf8", "picnic's first definition (line 1) has the byte 0xff, which is not UTF-8, in its title: refused",
+		over(g.editLine(export, 1, `be?"`, "be\xff?\"")), ExitError, nil,
+		"export line 1", `field "title" holds byte 0xff`)
+
 	g.verify("defined-closes-at-null", `picnic's first definition (line 1) carries "closes_at":null: a poll open until closed leaves closes_at out`,
 		over(g.editLine(export, 1, `"choices":`, `"closes_at":null,"choices":`)), ExitError, nil,
 		"export line 1", `field "closes_at" is null`)
