@@ -181,7 +181,7 @@ func TestDefinitionFollowsRules(t *testing.T) {
 		field       string
 		sameAsFinal bool
 	}{
-		{"zero after single", vote.Single, vote.Rules{}, "", true},
+		{"zero after single", vote.Single, vote.Rules{}, "definition", true}, // the same rules: a repeated definition, not another ballot
 		{"another kind", vote.Rules{Kind: vote.KindRanked, Answers: vote.AnswersFinal}, vote.Rules{Kind: vote.KindApprove, Answers: vote.AnswersFinal}, "ballot", false},
 		{"another parameter", vote.Rules{Kind: vote.KindScore, MaxScore: 5, Answers: vote.AnswersFinal}, vote.Rules{Kind: vote.KindScore, MaxScore: 5, Budget: 6, Answers: vote.AnswersFinal}, "ballot", false},
 		{"latest to final", vote.Rules{Kind: vote.KindRanked, Answers: vote.AnswersLatest}, vote.Rules{Kind: vote.KindRanked, Answers: vote.AnswersFinal}, "answers", false},

@@ -1,7 +1,6 @@
 package audit
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/rand"
 	"encoding/base64"
@@ -10,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -213,21 +213,31 @@ func WriteCheckpoint(w io.Writer, c StoredCheckpoint) error {
 	return err
 }
 
-// maxLine bounds one line of the files this package reads: a checkpoint
-// with witnesses' cosignatures or a results line fits many times over.
-const maxLine = 1 << 20
-
-// ReadCheckpoints reads a checkpoints file: JSON lines, each a
-// StoredCheckpoint; blank lines are skipped and unknown fields ignored,
-// but poll_id, size and checkpoint are spelt exactly and given once. It
-// checks each line's form, not its signature (the audit does that, naming
-// the line). An error names the line and what is wrong with it.
+// ReadCheckpoints reads a checkpoints file: JSON lines (EachLine), each a
+// StoredCheckpoint whose keys are exactly poll_id, size and checkpoint,
+// spelt so, each once and none null, and no other. It checks each line's
+// form, not its signature (the audit does that, naming the line). An
+// error names the line and what is wrong with it.
 func ReadCheckpoints(r io.Reader) ([]StoredCheckpoint, error) {
 	checkpointKeys := []string{"poll_id", "size", "checkpoint"}
 	var out []StoredCheckpoint
-	err := eachLine(r, func(line []byte, n int) error {
-		if _, err := checkKeys(line, checkpointKeys); err != nil {
+	err := EachLine(r, "checkpoints", func(line []byte, n int) error {
+		keys, err := checkKeys(line, checkpointKeys)
+		if err != nil {
 			return fmt.Errorf("checkpoints line %d: %v", n, err)
+		}
+		for k, v := range keys {
+			if !slices.Contains(checkpointKeys, k) {
+				return fmt.Errorf("checkpoints line %d: unknown key %q; a line is {\"poll_id\", \"size\", \"checkpoint\"} and nothing else", n, k)
+			}
+			if string(v) == "null" {
+				return fmt.Errorf("checkpoints line %d: %s is null; give it", n, k)
+			}
+		}
+		for _, k := range checkpointKeys {
+			if _, ok := keys[k]; !ok && keys != nil {
+				return fmt.Errorf("checkpoints line %d: %s is missing; a line is {\"poll_id\", \"size\", \"checkpoint\"}", n, k)
+			}
 		}
 		var c StoredCheckpoint
 		if err := json.Unmarshal(line, &c); err != nil {
@@ -245,25 +255,4 @@ func ReadCheckpoints(r io.Reader) ([]StoredCheckpoint, error) {
 		return nil
 	})
 	return out, err
-}
-
-// eachLine calls fn with each non-blank line of r and its number (from 1).
-func eachLine(r io.Reader, fn func(line []byte, n int) error) error {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), maxLine)
-	n := 0
-	for sc.Scan() {
-		n++
-		line := bytes.TrimSpace(sc.Bytes())
-		if len(line) == 0 {
-			continue
-		}
-		if err := fn(line, n); err != nil {
-			return err
-		}
-	}
-	if errors.Is(sc.Err(), bufio.ErrTooLong) {
-		return fmt.Errorf("line %d is longer than %d bytes", n+1, maxLine)
-	}
-	return sc.Err()
 }

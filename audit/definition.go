@@ -426,7 +426,9 @@ func (d Definition) judge(l Leaf) (items []ballotItem, ok bool, field, why strin
 // closing time, and only to close earlier (or at all), as tally poll
 // close does. Anything else (another choice, title, opening, eligibility,
 // ballot or answers mode, a later closing) is a change to the question
-// after it was asked.
+// after it was asked, named by the first field that differs in the order
+// of the cases below; a definition identical to prev is field
+// "definition", since tally never writes one.
 func (d Definition) Follows(prev Definition) (field, why string) {
 	switch {
 	case d.PollID != prev.PollID:
@@ -447,6 +449,8 @@ func (d Definition) Follows(prev Definition) (field, why string) {
 		return "closes_at", "the definition reopens a closed poll"
 	case d.ClosesAt != nil && prev.ClosesAt != nil && d.ClosesAt.After(*prev.ClosesAt):
 		return "closes_at", "the definition closes the poll later than the one before it"
+	case d.ClosesAt == nil && prev.ClosesAt == nil || d.ClosesAt != nil && prev.ClosesAt != nil && d.ClosesAt.Equal(*prev.ClosesAt):
+		return "definition", "the definition repeats the one before it unchanged (tally writes one only when the closing time moves)"
 	}
 	return "", ""
 }

@@ -110,7 +110,8 @@ func TestDefinitionFollows(t *testing.T) {
 	}{
 		{"closed", "", first, func(d *audit.Definition) {}},
 		{"closed earlier", "", exampleDefinition, func(d *audit.Definition) { d.ClosesAt = &earlier }},
-		{"the same again", "", exampleDefinition, func(d *audit.Definition) {}},
+		{"the same again", "definition", exampleDefinition, func(d *audit.Definition) {}},
+		{"the same again, open until closed", "definition", first, func(d *audit.Definition) { d.ClosesAt = nil }},
 		{"reopened", "closes_at", exampleDefinition, func(d *audit.Definition) { d.ClosesAt = nil }},
 		{"closed later", "closes_at", exampleDefinition, func(d *audit.Definition) { l := d.ClosesAt.Add(time.Minute); d.ClosesAt = &l }},
 		{"a choice added", "choices", exampleDefinition, func(d *audit.Definition) { d.Choices = []string{"soup", "salad", "stew"} }},
@@ -157,4 +158,27 @@ func FuzzDecodeDefinition(f *testing.F) {
 			t.Fatalf("decode then encode changed the bytes:\n%x\n%x", b, again)
 		}
 	})
+}
+
+// A title's JSON text must decode alike in every reader: no byte that is
+// not UTF-8, no escaped lone surrogate; a pair, and an escaped backslash
+// before "ud800", are text like any other.
+func TestCheckJSONString(t *testing.T) {
+	for _, ok := range []string{`"Lunch?"`, `"\ud83c\udf5c"`, `"\\ud800"`, `"\u00e9 é \uFFFD �"`, `"\"\u0041"`} {
+		if err := audit.CheckJSONString([]byte(ok)); err != nil {
+			t.Errorf("%s: %v", ok, err)
+		}
+	}
+	for bad, says := range map[string]string{
+		`"\ud800"`:         "lone surrogate, \\ud800 without the low half",
+		`"\ud83c\u0041"`:   "lone surrogate, \\ud83c",
+		`"\udf5c"`:         "lone surrogate, \\udf5c without the high half",
+		`"\\\ud800"`:       "lone surrogate",
+		"\"Lunch\xff\"":    "byte 0xff",
+		"\"\xed\xa0\x80\"": "byte 0xed",
+	} {
+		if err := audit.CheckJSONString([]byte(bad)); err == nil || !strings.Contains(err.Error(), says) {
+			t.Errorf("%s: %v, want an error saying %q", bad, err, says)
+		}
+	}
 }

@@ -110,6 +110,10 @@ func parseDefinitionLine(fields []jsonField) (ExportRow, error) {
 		}
 		given[f.key] = string(f.raw) != "null"
 		if !given[f.key] {
+			if f.key != "recorded_at" && f.key != "leaf_index" {
+				return r, fmt.Errorf("field %q is null: a definition line leaves out what the definition has not (closes_at of a poll open until "+
+					"closed, eligible_hash of a poll any principal may answer, ballot and answers of the default rules); null is not read as none", f.key)
+			}
 			continue
 		}
 		if f.key == "ballot" || f.key == "answers" {
@@ -252,6 +256,9 @@ func setDefinitionField(r *ExportRow, d *Definition, f jsonField) error {
 	var s string
 	if err := json.Unmarshal(f.raw, &s); err != nil {
 		return fmt.Errorf("field %q must be a string", f.key)
+	}
+	if err := CheckJSONString(f.raw); err != nil {
+		return fmt.Errorf("field %q %v: a JSON reader would read another title than the leaf holds; write the title in UTF-8", f.key, err)
 	}
 	switch f.key {
 	case "kind":

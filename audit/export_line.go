@@ -348,7 +348,7 @@ func wholeField(key string, raw json.RawMessage) (int64, error) {
 }
 
 // timeField reads the RFC 3339 time raw, the value of key, refusing more
-// than six fractional digits.
+// than six fractional digits and an instant before 1970-01-01T00:00:00Z.
 func timeField(key string, raw json.RawMessage) (time.Time, error) {
 	var s string
 	if err := json.Unmarshal(raw, &s); err != nil {
@@ -360,8 +360,12 @@ func timeField(key string, raw json.RawMessage) (time.Time, error) {
 	if m != nil {
 		t, err = time.Parse(time.RFC3339Nano, s)
 	}
-	if m == nil || err != nil || !t.After(time.Time{}) || m[3] != "Z" && (m[3][1:3] > "23" || m[3][4:6] > "59") {
-		return time.Time{}, fmt.Errorf("field %q is %q: it must be an RFC 3339 time after the start of year 1, such as %s", key, s, exampleTime)
+	if m == nil || err != nil || m[3] != "Z" && (m[3][1:3] > "23" || m[3][4:6] > "59") {
+		return time.Time{}, fmt.Errorf("field %q is %q: it must be an RFC 3339 time, such as %s", key, s, exampleTime)
+	}
+	if t.Before(unixEpoch) {
+		return time.Time{}, fmt.Errorf("field %q is %q, before 1970-01-01T00:00:00Z: no vote or poll of a log is that old, "+
+			"and the zero time some readers take for \"no time\" is among them; give the time itself, such as %s", key, s, exampleTime)
 	}
 	if digits := len(m[2]); digits > 6 {
 		return time.Time{}, fmt.Errorf("field %q is %q, with %d fractional digits: times are kept to the microsecond, "+
@@ -375,6 +379,9 @@ func timeField(key string, raw json.RawMessage) (time.Time, error) {
 // Go's time.Parse also takes a comma before the fraction and offsets past
 // 23:59, which RFC 3339 does not.
 var rfc3339 = regexp.MustCompile(`^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.(\d+))?(Z|[+-]\d{2}:\d{2})$`)
+
+// unixEpoch is the earliest time read: 1970-01-01T00:00:00Z.
+var unixEpoch = time.Unix(0, 0)
 
 // exampleTime is a time as TimeFormat writes it.
 const exampleTime = "2026-12-02T07:00:00.123456Z"

@@ -143,15 +143,19 @@ func TestParseExportLineTimes(t *testing.T) {
 		"2026-03-01T12:00:00,1Z",
 		"2026-03-01T12:00:00+24:00", // offsets past 23:59
 		"2026-03-01T12:00:00+00:60",
-		"0000-06-01T00:00:00Z", // before year 1
-		"0001-01-01T00:00:00Z",
 		"2026-03-01t12:00:00z",
 	} {
 		if _, err := audit.ParseExportLine([]byte(line(bad))); err == nil || !strings.Contains(err.Error(), "RFC 3339") {
 			t.Errorf("%s: %v, want a refusal naming RFC 3339", bad, err)
 		}
 	}
-	for _, good := range []string{"2026-03-01T12:00:00Z", "2026-03-01T12:00:00.1Z", "2026-03-01T12:00:00.123456-23:59"} {
+	for _, old := range []string{"0001-01-01T00:00:00Z", "1969-12-31T23:59:59.999999Z", "1970-01-01T00:30:00+01:00"} {
+		if _, err := audit.ParseExportLine([]byte(line(old))); err == nil || !strings.Contains(err.Error(), "before 1970-01-01T00:00:00Z") {
+			t.Errorf("%s: %v, want a refusal of a time before 1970", old, err)
+		}
+	}
+	for _, good := range []string{"2026-03-01T12:00:00Z", "2026-03-01T12:00:00.1Z", "2026-03-01T12:00:00.123456-23:59",
+		"1970-01-01T00:00:00Z", "1970-01-01T01:00:00+01:00"} {
 		if _, err := audit.ParseExportLine([]byte(line(good))); err != nil {
 			t.Errorf("%s: refused: %v", good, err)
 		}

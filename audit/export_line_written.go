@@ -62,7 +62,7 @@ func parseWritten(line []byte) (ExportRow, bool) {
 			return r, false
 		}
 		t, err := time.Parse(TimeFormat, string(rest[:len(exampleTime)]))
-		if err != nil || !t.After(time.Time{}) || t.Location() != time.UTC {
+		if err != nil || t.Before(unixEpoch) || t.Location() != time.UTC {
 			return r, false
 		}
 		*f.dst, b = t, rest[len(exampleTime)+1:]
@@ -74,7 +74,7 @@ func parseWritten(line []byte) (ExportRow, bool) {
 		}
 		r.LeafIndex, b = &n, rest
 	}
-	if b, ok = bytes.CutPrefix(b, []byte("}")); !ok || len(bytes.TrimSpace(b)) != 0 {
+	if b, ok = bytes.CutPrefix(b, []byte("}")); !ok || len(bytes.Trim(b, " \t\r\n")) != 0 {
 		return r, false
 	}
 	return r, true

@@ -4,10 +4,14 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
+
+	"tally/vote"
 )
 
 // This file owns the proofs a voter and an auditor check: inclusion of a
@@ -125,10 +129,19 @@ func (r Receipt) MarshalJSON() ([]byte, error) {
 }
 
 // ParseReceipt reads a receipt in JSON, refusing unknown fields, so that a
-// misspelt field is named rather than read as missing.
+// misspelt field is named rather than read as missing, and reading
+// received_at as the export does (timeField): a finer time than the
+// leaf's microseconds, or one before 1970, is refused, not truncated.
 func ParseReceipt(b []byte) (Receipt, error) {
-	if _, err := checkKeys(b, receiptKeys); err != nil {
+	keys, err := checkKeys(b, receiptKeys)
+	if err != nil {
 		return Receipt{}, fmt.Errorf("%w receipt: %v", ErrMalformed, err)
+	}
+	if at, ok := keys["received_at"]; ok {
+		// As the export reads it: at most six fractional digits, from 1970.
+		if _, err := timeField("received_at", at); err != nil {
+			return Receipt{}, fmt.Errorf("%w receipt: %v", ErrMalformed, err)
+		}
 	}
 	var rb struct {
 		receiptJSON
@@ -157,6 +170,40 @@ func ParseReceipt(b []byte) (Receipt, error) {
 		return Receipt{}, fmt.Errorf("%w receipt: checkpoint is missing", ErrMalformed)
 	}
 	return Receipt(r), nil
+}
+
+// statusKeys are the keys of a vote's status as GET /v1/votes/{event_id}
+// answers it, which carries the receipt once there is one.
+var statusKeys = []string{"event_id", "poll_id", "candidate_id", "ballot", "status", "reason", "superseded_by", "receipt"}
+
+// ReceiptOf reads b, a receipt or a vote's status that carries one: an
+// object with the key "status" is a status, whose keys are read as
+// strictly as a receipt's (statusKeys, spelt exactly, each once, no
+// other), and ReceiptOf returns its receipt (nil when it has none yet,
+// or it is null) and its status; anything else is returned as it is, for
+// ParseReceipt.
+func ReceiptOf(b []byte) (receipt []byte, status string, err error) {
+	keys, err := checkKeys(b, statusKeys)
+	if err != nil {
+		return nil, "", fmt.Errorf("%w vote status: %v", ErrMalformed, err)
+	}
+	st, ok := keys["status"]
+	if !ok {
+		return b, "", nil
+	}
+	for k := range keys {
+		if !slices.Contains(statusKeys, k) {
+			return nil, "", fmt.Errorf("%w vote status: unknown key %q; a vote's status has the keys %s, and a receipt has no \"status\"",
+				ErrMalformed, k, strings.Join(statusKeys, ", "))
+		}
+	}
+	if err := json.Unmarshal(st, &status); err != nil {
+		return nil, "", fmt.Errorf("%w vote status: status is %s, not a string", ErrMalformed, st)
+	}
+	if r := keys["receipt"]; len(r) > 0 && string(r) != "null" {
+		receipt = r
+	}
+	return receipt, status, nil
 }
 
 // receiptKeys are a receipt's keys, spelt exactly and each given once
@@ -196,20 +243,53 @@ func VerifyReceipt(r Receipt, verifier note.Verifier, logName string) (Checkpoin
 
 // ConsistencyProof is a consistency proof as tally serves it (GET
 // /v1/polls/{poll_id}/consistency, tally log consistency): the tree of
-// size From is a prefix of the tree of size To.
+// size From, whose root is FromRoot, is a prefix of the tree of size To,
+// whose root is ToRoot.
 type ConsistencyProof struct {
-	PollID string         `json:"poll_id"`
-	From   int64          `json:"from"`
-	To     int64          `json:"to"`
-	Proof  tlog.TreeProof `json:"proof"`
+	PollID   string         `json:"poll_id"`
+	From     int64          `json:"from"`
+	To       int64          `json:"to"`
+	Proof    tlog.TreeProof `json:"proof"`
+	FromRoot tlog.Hash      `json:"from_root"`
+	ToRoot   tlog.Hash      `json:"to_root"`
 }
 
-// ParseConsistencyProof reads a ConsistencyProof in JSON; fields it does
-// not know are ignored.
+// consistencyKeys are a consistency proof's keys: every one required,
+// spelt exactly, given once, none null, and no other.
+var consistencyKeys = []string{"poll_id", "from", "to", "proof", "from_root", "to_root"}
+
+// ParseConsistencyProof reads a ConsistencyProof in JSON as strictly as
+// a receipt: its keys exactly consistencyKeys, and nothing after the
+// object.
 func ParseConsistencyProof(b []byte) (ConsistencyProof, error) {
+	const shape = `it is {"poll_id", "from", "to", "proof": [base64 hashes], "from_root", "to_root"}, as GET /v1/polls/{poll_id}/consistency answers`
+	keys, err := checkKeys(b, consistencyKeys)
+	if err != nil {
+		return ConsistencyProof{}, fmt.Errorf("%w consistency proof: %v; %s", ErrMalformed, err, shape)
+	}
+	for k, v := range keys {
+		switch {
+		case !slices.Contains(consistencyKeys, k):
+			return ConsistencyProof{}, fmt.Errorf("%w consistency proof: unknown key %q; %s", ErrMalformed, k, shape)
+		case string(v) == "null":
+			return ConsistencyProof{}, fmt.Errorf("%w consistency proof: %s is null; %s", ErrMalformed, k, shape)
+		}
+	}
+	for _, k := range consistencyKeys {
+		if _, ok := keys[k]; !ok && keys != nil {
+			return ConsistencyProof{}, fmt.Errorf("%w consistency proof: %s is missing; %s", ErrMalformed, k, shape)
+		}
+	}
 	var p ConsistencyProof
-	if err := json.Unmarshal(b, &p); err != nil {
-		return ConsistencyProof{}, fmt.Errorf("%w consistency proof: %v; it is {\"poll_id\", \"from\", \"to\", \"proof\": [base64 hashes]}", ErrMalformed, err)
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if err := dec.Decode(&p); err != nil {
+		return ConsistencyProof{}, fmt.Errorf("%w consistency proof: %v; %s", ErrMalformed, err, shape)
+	}
+	if dec.More() {
+		return ConsistencyProof{}, fmt.Errorf("%w consistency proof: data follows the JSON object", ErrMalformed)
+	}
+	if !vote.ValidID(p.PollID) {
+		return ConsistencyProof{}, fmt.Errorf("%w consistency proof: poll_id %q is invalid: ids are "+vote.IDRule, ErrMalformed, p.PollID)
 	}
 	if p.From < 0 || p.To < p.From {
 		return ConsistencyProof{}, fmt.Errorf("%w consistency proof: from %d to %d: from must be 0 to to", ErrMalformed, p.From, p.To)
@@ -218,8 +298,8 @@ func ParseConsistencyProof(b []byte) (ConsistencyProof, error) {
 }
 
 // Verify checks that p shows newer, a later checkpoint, to hold everything
-// older did: p is of older's poll, from older's size to newer's, and leads
-// from one root to the other (VerifyConsistency). Its poll is checked
+// older did: p is of older's poll, from older's size to newer's, says
+// their roots, and leads from one root to the other (VerifyConsistency). Its poll is checked
 // first: between equal sizes every proof is empty, so a proof of another
 // poll would otherwise pass.
 func (p ConsistencyProof) Verify(older, newer Checkpoint) error {
@@ -230,6 +310,10 @@ func (p ConsistencyProof) Verify(older, newer Checkpoint) error {
 	if p.From != older.Size || p.To != newer.Size {
 		return fmt.Errorf("%w: poll %s: the consistency proof is from size %d to %d, but the older checkpoint has %d leaves and the later one %d",
 			ErrProof, p.PollID, p.From, p.To, older.Size, newer.Size)
+	}
+	if p.FromRoot != older.Root || p.ToRoot != newer.Root {
+		return fmt.Errorf("%w: poll %s: the consistency proof says the roots %s (size %d) and %s (size %d), the checkpoints %s and %s: "+
+			"the proof is of other trees than the checkpoints'", ErrProof, p.PollID, p.FromRoot, p.From, p.ToRoot, p.To, older.Root, newer.Root)
 	}
 	return VerifyConsistency(older, newer, p.Proof)
 }

@@ -344,25 +344,31 @@ func TestReceiptRefusesCheckpointBytes(t *testing.T) {
 // ParseConsistencyProof reads what the consistency endpoint answers and
 // refuses sizes that cannot be a proof's: from below 0, or past to.
 func TestParseConsistencyProof(t *testing.T) {
+	const roots = `,"from_root":"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=","to_root":"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="`
 	for _, in := range []string{
-		`{"poll_id":"p","from":0,"to":0,"proof":[]}`,
-		`{"poll_id":"p","from":3,"to":3,"proof":[],"from_root":"ignored"}`,
-		`{"poll_id":"p","from":1,"to":2,"proof":["` + tlog.Hash{1}.String() + `"]}`,
+		`{"poll_id":"p","from":0,"to":0,"proof":[]` + roots + `}`,
+		`{"poll_id":"p","from":1,"to":2,"proof":["` + tlog.Hash{1}.String() + `"]` + roots + `}`,
 	} {
 		if _, err := audit.ParseConsistencyProof([]byte(in)); err != nil {
 			t.Errorf("%s: %v", in, err)
 		}
 	}
-	p, err := audit.ParseConsistencyProof([]byte(`{"poll_id":"p","from":1,"to":2,"proof":["` + tlog.Hash{1}.String() + `"]}`))
+	p, err := audit.ParseConsistencyProof([]byte(`{"poll_id":"p","from":1,"to":2,"proof":["` + tlog.Hash{1}.String() + `"]` + roots + `}`))
 	if err != nil || p.PollID != "p" || p.From != 1 || p.To != 2 || len(p.Proof) != 1 || p.Proof[0] != (tlog.Hash{1}) {
 		t.Errorf("read back %+v, %v", p, err)
 	}
 	for _, tc := range []struct{ in, says string }{
-		{`{"poll_id":"p","from":-1,"to":2}`, "from -1 to 2"},
-		{`{"poll_id":"p","from":3,"to":2}`, "from 3 to 2"},
-		{`{"poll_id":"p","from":1,"to":-1}`, "from 1 to -1"},
-		{`{"poll_id":"p","from":"1","to":2}`, "consistency proof"},
-		{`{"poll_id":"p","from":1,"to":2,"proof":["AA"]}`, "consistency proof"},
+		{`{"poll_id":"p","from":-1,"to":2,"proof":[]` + roots + `}`, "from -1 to 2"},
+		{`{"poll_id":"p","from":3,"to":2,"proof":[]` + roots + `}`, "from 3 to 2"},
+		{`{"poll_id":"p","from":1,"to":-1,"proof":[]` + roots + `}`, "from 1 to -1"},
+		{`{"poll_id":"p","from":"1","to":2,"proof":[]` + roots + `}`, "consistency proof"},
+		{`{"poll_id":"p","from":1,"to":2,"proof":["AA"]` + roots + `}`, "consistency proof"},
+		{`{"poll_id":"p","from":1,"to":2,"proof":[]}`, "from_root is missing"},
+		{`{"poll_id":"p","from":1,"to":2,"proof":[],"from_root":null` + roots[len(`,"from_root":"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="`):] + `}`, "from_root is null"},
+		{`{"Poll_ID":"p","from":1,"to":2,"proof":[]` + roots + `}`, `key "poll_id" is spelt "Poll_ID"`},
+		{`{"poll_id":"p","poll_id":"q","from":1,"to":2,"proof":[]` + roots + `}`, `key "poll_id" is given twice`},
+		{`{"poll_id":"p","from":1,"to":2,"proof":[],"note":1` + roots + `}`, `unknown key "note"`},
+		{`{"poll_id":"p","from":1,"to":2,"proof":[]` + roots + `} {}`, "data follows"},
 	} {
 		if _, err := audit.ParseConsistencyProof([]byte(tc.in)); !errors.Is(err, audit.ErrMalformed) || !strings.Contains(err.Error(), tc.says) {
 			t.Errorf("%s: error %v, want ErrMalformed saying %q", tc.in, err, tc.says)
@@ -443,13 +449,16 @@ func TestConsistencyProofVerify(t *testing.T) {
 		t.Fatal(err)
 	}
 	hashes, _ := propertyTree.ConsistencyProof(10, 40)
-	good := audit.ConsistencyProof{PollID: "p", From: 10, To: 40, Proof: hashes}
+	good := audit.ConsistencyProof{PollID: "p", From: 10, To: 40, Proof: hashes, FromRoot: older.Root, ToRoot: newer.Root}
 	if err := good.Verify(older, newer); err != nil {
 		t.Fatalf("the proof of the poll: %v", err)
 	}
-	if err := (audit.ConsistencyProof{PollID: "p", From: 10, To: 10}).Verify(older, older); err != nil {
+	if err := (audit.ConsistencyProof{PollID: "p", From: 10, To: 10, FromRoot: older.Root, ToRoot: older.Root}).Verify(older, older); err != nil {
 		t.Fatalf("equal sizes: %v", err)
 	}
+	fromRoot, toRoot := good, good
+	fromRoot.FromRoot[0] ^= 1
+	toRoot.ToRoot[31] ^= 1
 	relabelled := good
 	relabelled.PollID = "q"
 	for _, tc := range []struct {
@@ -465,7 +474,10 @@ func TestConsistencyProofVerify(t *testing.T) {
 		{"no poll", audit.ConsistencyProof{From: 10, To: 10}, older, audit.ErrOrigin, `poll ""`},
 		{"from another size", audit.ConsistencyProof{PollID: "p", From: 9, To: 40, Proof: hashes}, newer, audit.ErrProof, "from size 9 to 40"},
 		{"to another size", audit.ConsistencyProof{PollID: "p", From: 10, To: 39, Proof: hashes}, newer, audit.ErrProof, "from size 10 to 39"},
-		{"a changed hash", audit.ConsistencyProof{PollID: "p", From: 10, To: 40, Proof: append(tlog.TreeProof{{1}}, hashes[1:]...)}, newer, audit.ErrProof, "does not show"},
+		{"a changed hash", audit.ConsistencyProof{PollID: "p", From: 10, To: 40, Proof: append(tlog.TreeProof{{1}}, hashes[1:]...),
+			FromRoot: older.Root, ToRoot: newer.Root}, newer, audit.ErrProof, "does not show"},
+		{"another from_root", fromRoot, newer, audit.ErrProof, "the proof is of other trees than the checkpoints'"},
+		{"another to_root", toRoot, newer, audit.ErrProof, "the proof is of other trees than the checkpoints'"},
 	} {
 		if err := tc.proof.Verify(older, tc.newer); !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.says) {
 			t.Errorf("%s: %v, want %v saying %q", tc.name, err, tc.want, tc.says)

@@ -134,7 +134,8 @@ type Inputs struct {
 	Results []PublishedResults
 	// Eligible are the lists of principals of restricted polls: each is
 	// checked against its poll's definitions, and the votes against it
-	// (verify_eligible.go). A list for a poll the export lacks is an error.
+	// (verify_eligible.go). A list for a poll the export lacks, or two
+	// lists for one poll, is an error.
 	Eligible []EligibleList
 }
 
@@ -145,14 +146,14 @@ func Verify(export io.Reader, in Inputs) (Report, error) {
 		return Report{}, errors.New("audit: no verifier key to check the checkpoints with")
 	}
 	a := &auditor{polls: map[string]*pollLog{}, seqs: map[int64]int{}, keys: map[eventKey]int{}}
-	a.useEligible(in.Eligible)
+	if err := a.useEligible(in.Eligible); err != nil {
+		return Report{}, err
+	}
 	if err := a.readExport(export); err != nil {
 		return Report{}, err
 	}
-	for _, l := range in.Eligible {
-		if a.polls[l.PollID] == nil {
-			return Report{}, fmt.Errorf("audit: an eligible list is given for poll %s, which the export does not hold", l.PollID)
-		}
+	if err := a.checkEligibleUsed(in.Eligible); err != nil {
+		return Report{}, err
 	}
 	a.checkCheckpoints(checkpoints, verifiers)
 	if err := a.compareResults(results); err != nil {

@@ -1,10 +1,9 @@
 package audit
 
 import (
-	"bufio"
+	"errors"
 	"fmt"
 	"io"
-	"strings"
 
 	"tally/vote"
 )
@@ -25,23 +24,31 @@ type EligibleList struct {
 	Principals []string
 }
 
-// ReadEligible reads a list of principal ids, one a line (blank lines and
-// surrounding spaces skipped), for poll pollID.
+// ReadEligible reads a list of principal ids for poll pollID: one id a
+// line, under the line rules of every file the audit reads (EachLine:
+// blank lines skipped, space, tab and carriage return around a line
+// dropped). An id given twice, or a list of none, is refused: the list
+// the poll was created with names each principal once, and at least one.
 func ReadEligible(pollID string, r io.Reader) (EligibleList, error) {
 	l := EligibleList{PollID: pollID}
-	sc := bufio.NewScanner(r)
-	for n := 1; sc.Scan(); n++ {
-		id := strings.TrimSpace(sc.Text())
-		if id == "" {
-			continue
-		}
+	first := map[string]int{}
+	err := EachLine(r, "eligible list", func(line []byte, n int) error {
+		id := string(line)
 		if !vote.ValidID(id) {
-			return EligibleList{}, fmt.Errorf("line %d: %.70q is not a principal id (%s)", n, id, vote.IDRule)
+			return fmt.Errorf("line %d: %.70q is not a principal id (%s); the list holds one id a line", n, id, vote.IDRule)
 		}
+		if m, ok := first[id]; ok {
+			return fmt.Errorf("line %d: principal %s is listed on line %d too; list each principal once", n, id, m)
+		}
+		first[id] = n
 		l.Principals = append(l.Principals, id)
-	}
-	if err := sc.Err(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return EligibleList{}, err
+	}
+	if len(l.Principals) == 0 {
+		return EligibleList{}, errors.New("the list names no principal; give the poll's eligible principals, one id a line")
 	}
 	return l, nil
 }
@@ -57,16 +64,38 @@ type eligibility struct {
 }
 
 // useEligible keeps each list given, for its poll once the export shows
-// it.
-func (a *auditor) useEligible(lists []EligibleList) {
+// it; two lists for one poll are refused.
+func (a *auditor) useEligible(lists []EligibleList) error {
 	a.eligible = make(map[string]*eligibility, len(lists))
 	for _, l := range lists {
+		if a.eligible[l.PollID] != nil {
+			return fmt.Errorf("audit: two eligible lists are given for poll %s; give the one it was created with", l.PollID)
+		}
 		e := &eligibility{hash: EligibleListHash(l.Principals), ids: make(map[string]struct{}, len(l.Principals))}
 		for _, id := range l.Principals {
 			e.ids[id] = struct{}{}
 		}
 		a.eligible[l.PollID] = e
 	}
+	return nil
+}
+
+// checkEligibleUsed, once the export is read, refuses a list given for a
+// poll the export does not hold (the auditor named another poll than
+// they meant), and finds a list given for a poll whose log has no
+// definition: none commits a list it could be checked against.
+func (a *auditor) checkEligibleUsed(lists []EligibleList) error {
+	for _, l := range lists {
+		p := a.polls[l.PollID]
+		if p == nil {
+			return fmt.Errorf("audit: an eligible list is given for poll %s, which the export does not hold; check the poll id of --eligible", l.PollID)
+		}
+		if p.def == nil {
+			a.discrepancy(Discrepancy{PollID: l.PollID, Field: "eligible_hash",
+				Detail: "an eligible list was given for the poll, but its log holds no definition, so none commits a list to check it against"})
+		}
+	}
+	return nil
 }
 
 // checkEligibleDefinition checks the list given for p, if any, against

@@ -57,7 +57,7 @@ type Tally struct {
 // which only the export says: VerifyExport checks that.
 func ReadResults(r io.Reader) ([]PublishedResults, error) {
 	var out []PublishedResults
-	err := eachLine(r, func(line []byte, n int) error {
+	err := EachLine(r, "results", func(line []byte, n int) error {
 		keys, err := checkResultKeys(line)
 		if err != nil {
 			return fmt.Errorf("results line %d: %v", n, err)
@@ -70,13 +70,22 @@ func ReadResults(r io.Reader) ([]PublishedResults, error) {
 		if dec.More() {
 			return fmt.Errorf("results line %d: data follows the object; each line holds one", n)
 		}
+		for _, k := range []string{"poll_id", "results", "total"} {
+			if v, ok := keys[k]; !ok || string(v) == "null" {
+				return fmt.Errorf("results line %d: %s is missing or null; each line is one object {\"poll_id\", \"results\": [{\"candidate_id\", \"votes\"}], \"total\"}, "+
+					"as GET /v1/polls/{poll_id}/results answers", n, k)
+			}
+		}
 		if !vote.ValidID(p.PollID) {
 			return fmt.Errorf("results line %d: poll_id %q is invalid: ids are "+vote.IDRule, n, p.PollID)
 		}
-		if keys["condorcet_winner"] && p.CondorcetWinner == nil {
+		if p.TreeSize != nil && *p.TreeSize < 0 {
+			return fmt.Errorf("results line %d: tree_size is %d: it is the number of leaves the results count, from 0 (or null, or left out, for the whole export)", n, *p.TreeSize)
+		}
+		if _, ok := keys["condorcet_winner"]; ok && p.CondorcetWinner == nil {
 			p.CondorcetWinner = &Winner{} // null: no winner, which the results say
 		}
-		if keys["pairwise"] && p.Pairwise == nil {
+		if _, ok := keys["pairwise"]; ok && p.Pairwise == nil {
 			return fmt.Errorf("results line %d: pairwise is null; it is an object of objects, the ballots ranking one choice above another", n)
 		}
 		out = append(out, p)
@@ -98,22 +107,24 @@ var (
 // entries and in its pairwise object and each of its rows, a key given
 // twice and a key spelt in another case than one the audit reads
 // (encoding/json would match it all the same, and the audit would read
-// another count than a reader that matches exactly). It returns the keys
-// the object has.
-func checkResultKeys(line []byte) (map[string]bool, error) {
+// another count than a reader that matches exactly), and an entry without
+// its candidate_id or votes. It returns the object's values by key.
+func checkResultKeys(line []byte) (map[string]json.RawMessage, error) {
 	top, err := checkKeys(line, resultKeys)
 	if err != nil || top == nil {
 		return nil, err
 	}
-	keys := map[string]bool{}
-	for k := range top {
-		keys[k] = true
-	}
 	var list []json.RawMessage
 	if json.Unmarshal(top["results"], &list) == nil {
 		for i, e := range list {
-			if _, err := checkKeys(e, tallyKeys); err != nil {
+			entry, err := checkKeys(e, tallyKeys)
+			if err != nil {
 				return nil, fmt.Errorf("results entry %d: %v", i+1, err)
+			}
+			for _, k := range []string{"candidate_id", "votes"} {
+				if v, ok := entry[k]; entry != nil && (!ok || string(v) == "null") {
+					return nil, fmt.Errorf("results entry %d: %s is missing or null; each entry is {\"candidate_id\", \"votes\"} and its kind's figures", i+1, k)
+				}
 			}
 		}
 	}
@@ -126,7 +137,7 @@ func checkResultKeys(line []byte) (map[string]bool, error) {
 			return nil, fmt.Errorf("pairwise %q: %v", k, err)
 		}
 	}
-	return keys, nil
+	return top, nil
 }
 
 // checkKeys checks the keys of the JSON object obj against known, as

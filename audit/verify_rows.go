@@ -17,7 +17,7 @@ import (
 // what one row can show: its leaf_index, a seq seen once, one row per
 // principal.
 func (a *auditor) readExport(r io.Reader) error {
-	err := eachLine(r, func(line []byte, n int) error {
+	err := EachLine(r, "export", func(line []byte, n int) error {
 		row, err := ParseExportLine(line)
 		if err != nil {
 			return fmt.Errorf("export line %d: %v", n, err)

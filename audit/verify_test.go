@@ -384,7 +384,13 @@ func TestReadResults(t *testing.T) {
 		t.Fatalf("read %+v, %v", got, err)
 	}
 	for _, tc := range []struct{ in, says string }{
-		{`{"poll_id":"a b"}`, "invalid"},
+		{`{"poll_id":"a b","results":[],"total":0}`, "invalid"},
+		{`{"poll_id":"p","results":[]}`, "total is missing or null"},
+		{`{"poll_id":"p","results":[],"total":null}`, "total is missing or null"},
+		{`{"poll_id":"p","total":0}`, "results is missing or null"},
+		{`{"poll_id":"p","results":[],"total":0,"tree_size":-1}`, "tree_size is -1"},
+		{`{"poll_id":"p","results":[{"candidate_id":"a"}],"total":0}`, "results entry 1: votes is missing"},
+		{`{"poll_id":"p","results":[{"votes":1}],"total":1}`, "results entry 1: candidate_id is missing"},
 		{`{"poll_id":"p","total":"2"}`, "total"},
 		{`{`, "unexpected EOF"},
 		{"{\n  \"poll_id\": \"q\", \"results\": [], \"total\": 0\n}", "unexpected EOF"}, // an object over lines

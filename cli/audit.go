@@ -3,7 +3,6 @@ package cli
 import (
 	"bufio"
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -257,33 +256,24 @@ func readReceipt(c *ucli.Context, path string) (audit.Receipt, error) {
 	if err != nil {
 		return audit.Receipt{}, fmt.Errorf("receipt: %w", err)
 	}
-	var status struct {
-		Status  string          `json:"status"`
-		Receipt json.RawMessage `json:"receipt"`
+	name := path
+	if path == "-" {
+		name = "standard input"
 	}
-	if json.Unmarshal(b, &status) == nil && len(status.Receipt) > 0 {
-		b = status.Receipt
+	receipt, status, err := audit.ReceiptOf(b)
+	if err != nil {
+		return audit.Receipt{}, fmt.Errorf("%s: %w", name, err)
 	}
-	if noReceipt(b, status.Status) {
-		name := path
-		if path == "-" {
-			name = "standard input"
-		}
+	if receipt == nil || len(bytes.TrimSpace(receipt)) == 0 || string(bytes.TrimSpace(receipt)) == "null" {
 		return audit.Receipt{}, fmt.Errorf("%s holds no receipt yet%s: a vote's status carries one once the vote is recorded and a signed checkpoint covers it "+
-			"(the projector signs within --checkpoint-interval when it runs with --log-key); ask for the status again in a second", name, statusOf(status.Status))
+			"(the projector signs within --checkpoint-interval when it runs with --log-key); ask for the status again in a second", name, statusOf(status))
 	}
+	b = receipt
 	r, err := audit.ParseReceipt(b)
 	if err != nil {
 		return audit.Receipt{}, fmt.Errorf("%s: %w", path, err)
 	}
 	return r, nil
-}
-
-// noReceipt reports whether b is a vote's status without a receipt, or
-// the null that `jq .receipt` makes of one.
-func noReceipt(b []byte, status string) bool {
-	t := bytes.TrimSpace(b)
-	return len(t) == 0 || string(t) == "null" || (status != "" && !bytes.Contains(t, []byte(`"leaf_hash"`)))
 }
 
 func statusOf(status string) string {

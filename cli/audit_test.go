@@ -223,7 +223,9 @@ func TestAuditReceiptExitCodes(t *testing.T) {
 	later := filepath.Join(f.dir, "later.txt")
 	write(t, later, string(f.checkpoint(t, 12)))
 	cproof, _ := f.tree.ConsistencyProof(8, 12)
-	pb, _ := json.Marshal(audit.ConsistencyProof{PollID: "lunch", From: 8, To: 12, Proof: cproof})
+	r8, _ := f.tree.Root(8)
+	r12, _ := f.tree.Root(12)
+	pb, _ := json.Marshal(audit.ConsistencyProof{PollID: "lunch", From: 8, To: 12, Proof: cproof, FromRoot: r8, ToRoot: r12})
 	consistency := filepath.Join(f.dir, "consistency.json")
 	write(t, consistency, string(pb))
 	if r := offline(t, "", "audit", "receipt", receipt, "--key", f.key, "--checkpoint", later, "--consistency", consistency); r.code != ExitOK ||
@@ -231,7 +233,7 @@ func TestAuditReceiptExitCodes(t *testing.T) {
 		t.Fatalf("later checkpoint: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	cproof[0][0] ^= 1
-	pb, _ = json.Marshal(audit.ConsistencyProof{PollID: "lunch", From: 8, To: 12, Proof: cproof})
+	pb, _ = json.Marshal(audit.ConsistencyProof{PollID: "lunch", From: 8, To: 12, Proof: cproof, FromRoot: r8, ToRoot: r12})
 	write(t, consistency, string(pb))
 	if r := offline(t, "", "audit", "receipt", receipt, "--key", f.key, "--checkpoint", later, "--consistency", consistency); r.code != ExitCheck ||
 		!strings.Contains(r.stdout, "REFUSED") {
@@ -283,13 +285,16 @@ func TestAuditReceiptRefusesAnotherPoll(t *testing.T) {
 			[]string{`poll "dinner"`, `poll "lunch"`, "use the consistency proof of poll lunch"}},
 		{"proof of another poll", f.checkpoint(t, 12), audit.ConsistencyProof{PollID: "dinner", From: 8, To: 12, Proof: cproof},
 			[]string{`poll "dinner"`, `poll "lunch"`, "use the consistency proof of poll lunch"}},
-		{"proof of no poll", f.checkpoint(t, 8), audit.ConsistencyProof{From: 8, To: 8},
-			[]string{`poll ""`, `poll "lunch"`, "use the consistency proof of poll lunch"}},
 		{"later checkpoint of another poll", dinner8, audit.ConsistencyProof{PollID: "lunch", From: 8, To: 8},
 			[]string{"tally.test/polls/dinner", "tally.test/polls/lunch", "use a later checkpoint of poll lunch"}},
 	} {
 		later := filepath.Join(f.dir, "later.txt")
 		consistency := filepath.Join(f.dir, "consistency.json")
+		if tc.proof.Proof == nil {
+			tc.proof.Proof = tlog.TreeProof{}
+		}
+		tc.proof.FromRoot, _ = f.tree.Root(tc.proof.From)
+		tc.proof.ToRoot, _ = f.tree.Root(tc.proof.To)
 		pb, _ := json.Marshal(tc.proof)
 		write(t, later, string(tc.checkpoint))
 		write(t, consistency, string(pb))

@@ -20,6 +20,7 @@ const (
 	vectorDefinedExport      = "defined-export.jsonl"
 	vectorDefinedCheckpoints = "defined-checkpoints.jsonl"
 	vectorDefinedResults     = "defined-results.jsonl"
+	vectorTeamEligible       = "team-eligible.txt" // the list team was created with, one id a line
 )
 
 // vectorDefinedSizes are the sizes signed of each poll of the defined
@@ -147,6 +148,79 @@ func (g *vectorGen) definedCases() {
 		over(g.editLine(export, 9, `"kind":"definition"`, `"kind":"amendment"`)), ExitError, nil,
 		"export line 9", `this version reads kind "definition" only`)
 
+	g.verify("defined-opens-at-changed", "picnic's closing definition (line 9) also opens the poll a minute earlier; checkpoints signed over it: "+
+		"a discrepancy named opens_at", signed(edit(8, func(r *audit.ExportRow) { r.Definition.OpensAt = vectorEpoch.Add(-time.Minute) })),
+		ExitCheck, []vectorDiscrepancy{rowField("picnic", 5, "opens_at", 9)})
+
+	g.verify("defined-choices-reordered", "picnic's closing definition (line 9) lists the same choices in another order (lake, beach, park); "+
+		"checkpoints signed over it: the order is the question's too, a discrepancy named choices",
+		signed(edit(8, func(r *audit.ExportRow) { r.Definition.Choices = []string{"lake", "beach", "park"} })),
+		ExitCheck, []vectorDiscrepancy{rowField("picnic", 5, "choices", 9)})
+
+	teamHash := audit.EligibleListHash([]string{"alice", "bob", "carol"})
+	g.verify("defined-eligibility-added", "picnic's closing definition (line 9) restricts the poll to a list; checkpoints signed over it: "+
+		"a discrepancy named eligible_hash", signed(edit(8, func(r *audit.ExportRow) { r.Definition.EligibleHash = &teamHash })),
+		ExitCheck, []vectorDiscrepancy{rowField("picnic", 5, "eligible_hash", 9)})
+
+	repeated := slices.Clone(honest.rows)
+	repeated = slices.Insert(repeated, 9, repeated[8])
+	for i := 9; i < len(repeated); i++ {
+		if repeated[i].PollID == "picnic" {
+			repeated[i].LeafIndex = ptr(*repeated[i].LeafIndex + 1)
+		}
+	}
+	g.verify("defined-definition-repeated", "picnic's closing definition (line 9) written again as its next leaf (line 10), identical; "+
+		"checkpoints and results signed and counted over it: tally never writes a definition that changes nothing",
+		signed(repeated), ExitCheck, []vectorDiscrepancy{rowField("picnic", 6, "definition", 10)})
+
+	g.verify("defined-title-lone-surrogate", `picnic's first definition (line 1) has "\ud800" in its title, a lone surrogate that JSON readers `+
+		"replace with U+FFFD or refuse, each their own way: refused", over(g.editLine(export, 1, `be?"`, `be\ud800?"`)), ExitError, nil,
+		"export line 1", `field "title" escapes a lone surrogate`)
+
+	g.verify("defined-title-not-utf8", "picnic's first definition (line 1) has the byte 0xff, which is not UTF-8, in its title: refused",
+		over(g.editLine(export, 1, `be?"`, "be\xff?\"")), ExitError, nil,
+		"export line 1", `field "title" holds byte 0xff`)
+
+	g.verify("defined-closes-at-null", `picnic's first definition (line 1) carries "closes_at":null: a poll open until closed leaves closes_at out`,
+		over(g.editLine(export, 1, `"choices":`, `"closes_at":null,"choices":`)), ExitError, nil,
+		"export line 1", `field "closes_at" is null`)
+
+	g.verify("defined-eligible-hash-null", `picnic's first definition (line 1) carries "eligible_hash":null: a poll any principal may answer leaves it out`,
+		over(g.editLine(export, 1, `"choices":`, `"eligible_hash":null,"choices":`)), ExitError, nil,
+		"export line 1", `field "eligible_hash" is null`)
+
+	g.files[vectorTeamEligible] = []byte("alice\nbob\ncarol\n")
+	team := map[string]string{"team": vectorTeamEligible}
+	g.verifyEligible("defined-eligible", "team's eligible list given (--eligible team=team-eligible.txt): it hashes to the eligible_hash "+
+		"of team's definition, and every vote of team is of a principal on it", nil, team, ExitOK, nil)
+
+	g.verifyEligible("defined-eligible-voter-not-listed", "team's third vote (line 12) is dave's, who is not on its list; checkpoints signed over it, "+
+		"the list given", signed(edit(11, func(r *audit.ExportRow) { r.PrincipalID, r.EventID = "dave", vectorEventID("dave", "team") })), team,
+		ExitCheck, []vectorDiscrepancy{rowField("team", 3, "principal_id", 12)})
+
+	g.verify("defined-eligible-voter-not-listed-no-list", "the same export without --eligible: the export commits the list by its hash "+
+		"alone, so the audit cannot tell an eligible voter from another and finds nothing",
+		signed(edit(11, func(r *audit.ExportRow) { r.PrincipalID, r.EventID = "dave", vectorEventID("dave", "team") })), ExitOK, nil)
+
+	g.verifyEligible("defined-eligible-other-list", "a list of alice and bob given for team: it is not the list team's definition (line 2) commits, "+
+		"and the votes are not checked against it", map[string][]byte{vectorTeamEligible: []byte("alice\nbob\n")}, team,
+		ExitCheck, []vectorDiscrepancy{rowField("team", 0, "eligible_hash", 2)})
+
+	g.verifyEligible("defined-eligible-unrestricted-poll", "team's list given for picnic, which any principal may answer: "+
+		"each of picnic's definitions (lines 1, 9) takes any principal", nil, map[string]string{"picnic": vectorTeamEligible},
+		ExitCheck, []vectorDiscrepancy{rowField("picnic", 0, "eligible_hash", 1), rowField("picnic", 5, "eligible_hash", 9)})
+
+	g.verifyEligible("defined-eligible-poll-not-in-export", "a list given for poll lunch, which this export does not hold: "+
+		"the auditor named another poll than they meant", nil, map[string]string{"lunch": vectorTeamEligible},
+		ExitError, nil, "eligible list is given for poll lunch, which the export does not hold")
+
+	g.verifyEligible("defined-eligible-id-twice", "team's list names bob twice (lines 2 and 3): each principal is listed once",
+		map[string][]byte{vectorTeamEligible: []byte("alice\nbob\nbob\ncarol\n")}, team,
+		ExitError, nil, "line 3: principal bob is listed on line 2 too")
+
+	g.verifyEligible("defined-eligible-empty", "team's list file holds no id: refused, not read as a list of no one",
+		map[string][]byte{vectorTeamEligible: []byte("\n")}, team, ExitError, nil, "the list names no principal")
+
 	lines := strings.SplitAfter(export, "\n")
 	lines = lines[:len(lines)-1]
 	g.verify("defined-definition-deleted", "picnic's first definition (line 1) deleted: its rows' leaf_index, every checkpoint of picnic "+
@@ -156,4 +230,9 @@ func (g *vectorGen) definedCases() {
 			rowField("picnic", 3, "leaf_index", 5), rowField("picnic", 4, "leaf_index", 8), rowField("picnic", 5, "leaf_index", 9),
 			rowField("picnic", 6, "leaf_index", 10),
 			rootDiffers("picnic", 0, 0, 1), rootDiffers("picnic", 0, 4, 2), rootDiffers("picnic", 7, 7, 3), resultsField("picnic", "tree_size")})
+
+	g.base = vectorBase{}
+	g.verifyEligible("eligible-poll-without-definition", "team's list given for lunch of the first ledger, whose log holds no definition: "+
+		"none commits a list to check it against", nil, map[string]string{"lunch": vectorTeamEligible},
+		ExitCheck, []vectorDiscrepancy{resultsField("lunch", "eligible_hash")})
 }

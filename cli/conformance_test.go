@@ -55,7 +55,7 @@ type vectorCase struct {
 }
 
 // vectorFiles are the files of a case, relative to testdata/conformance:
-// for verify, --export, --checkpoints, --key and --results; for receipt,
+// for verify, --export, --checkpoints, --key, --results and --eligible; for receipt,
 // the receipt, --key and, together, --checkpoint and --consistency.
 type vectorFiles struct {
 	Export      string `json:"export,omitempty"`
@@ -65,6 +65,9 @@ type vectorFiles struct {
 	Receipt     string `json:"receipt,omitempty"`
 	Checkpoint  string `json:"checkpoint,omitempty"`
 	Consistency string `json:"consistency,omitempty"`
+	// Eligible are, for verify, the eligible lists given, by poll:
+	// --eligible POLL=FILE each.
+	Eligible map[string]string `json:"eligible,omitempty"`
 }
 
 // vectorDiscrepancy is an audit.Discrepancy without its detail.
@@ -171,6 +174,9 @@ func runVector(t *testing.T, dir string, c vectorCase) {
 			"--key", path(c.Files.Key), "--format", "json"}
 		if c.Files.Results != "" {
 			args = append(args, "--results", path(c.Files.Results))
+		}
+		for _, poll := range slices.Sorted(maps.Keys(c.Files.Eligible)) {
+			args = append(args, "--eligible", poll+"="+path(c.Files.Eligible[poll]))
 		}
 	case "receipt":
 		args = []string{"audit", "receipt", path(c.Files.Receipt), "--key", path(c.Files.Key)}

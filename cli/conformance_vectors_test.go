@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"regexp"
 	"slices"
@@ -15,7 +16,6 @@ import (
 	"time"
 
 	"golang.org/x/mod/sumdb/note"
-	"golang.org/x/mod/sumdb/tlog"
 
 	"tally/audit"
 	"tally/ledger"
@@ -412,6 +412,34 @@ func (g *vectorGen) exportCases() {
 		over(g.editLine(export, 9, l4, strings.TrimSuffix(l4, "Z")+"0Z")), ExitError, nil,
 		"export line 9", "with 7 fractional digits")
 
+	spaced := slices.Clone(lines)
+	for i := range spaced {
+		spaced[i] = " \t" + strings.TrimSuffix(spaced[i], "\n") + "\t \r\n"
+	}
+	g.verify("export-lines-spaced-crlf", "every line with a space and a tab before it, and a tab, a space and a carriage return before its newline: "+
+		"the white space a line may have around it", over(strings.Join(spaced, "")), ExitOK, nil)
+
+	g.verify("export-line-no-break-space", "line 9 begins with a no-break space (U+00A0): white space other than space, tab and CR is refused",
+		over(g.editLine(export, 9, "{", "\u00a0{")), ExitError, nil, "export line 9 begins with U+00A0")
+
+	g.verify("export-line-1MiB", "line 9 padded with spaces inside its object to 1 MiB exactly, its newline not counted: the longest line read",
+		over(g.editLine(export, 9, "{", "{"+strings.Repeat(" ", audit.MaxLine-len(lines[8])+1))), ExitOK, nil)
+
+	g.verify("export-line-1MiB-and-1", "line 9 padded to 1 MiB and one byte, its newline not counted: refused",
+		over(g.editLine(export, 9, "{", "{"+strings.Repeat(" ", audit.MaxLine-len(lines[8])+2))), ExitError, nil,
+		"export line 9 is longer than 1048576 bytes")
+
+	g.verify("export-received-at-zero-time", "line 9's received_at is 0001-01-01T00:00:00Z, the time Go and others read as no time at all: "+
+		"refused, as every time before 1970",
+		over(g.editLine(export, 9, l4, "0001-01-01T00:00:00.000000Z")), ExitError, nil, "export line 9", "before 1970-01-01T00:00:00Z")
+
+	g.verify("export-received-at-1969", "line 9's received_at is 1969-12-31T23:59:59.999999Z, a microsecond before 1970: refused",
+		over(g.editLine(export, 9, l4, "1969-12-31T23:59:59.999999Z")), ExitError, nil, "export line 9", "before 1970-01-01T00:00:00Z")
+
+	g.verify("export-received-at-1970-by-offset", "line 9's received_at is 1970-01-01T00:30:00+01:00, which is 1969 in UTC: "+
+		"the instant counts, not how it is written",
+		over(g.editLine(export, 9, l4, "1970-01-01T00:30:00+01:00")), ExitError, nil, "export line 9", "before 1970-01-01T00:00:00Z")
+
 	// The operator, who holds the key, signed these: only the row checks
 	// see them.
 	rows := slices.Clone(g.honest.rows)
@@ -482,6 +510,15 @@ func (g *vectorGen) checkpointCases() {
 	g.verify("checkpoint-size-mismatch", `board's checkpoint of size 6 (checkpoints line 2) stored with "size": 5`,
 		over(cps), ExitCheck, []vectorDiscrepancy{checkpointField("board", "size", 2)})
 
+	cpText := string(g.files[vectorCheckpoints])
+	g.verify("checkpoints-key-case", `checkpoints line 2 carries "Size":5 beside "size":6: keys are spelt exactly, as in the export`,
+		map[string][]byte{vectorCheckpoints: []byte(g.editLine(cpText, 2, `"size":6,`, `"size":6,"Size":5,`))}, ExitError, nil,
+		"checkpoints line 2", `key "size" is spelt "Size"`)
+
+	g.verify("checkpoints-unknown-key", `checkpoints line 2 carries "witness":"w1", a key the file does not have: refused, not skipped`,
+		map[string][]byte{vectorCheckpoints: []byte(g.editLine(cpText, 2, `"size":6,`, `"size":6,"witness":"w1",`))}, ExitError, nil,
+		"checkpoints line 2", `unknown key "witness"`)
+
 	var wrong []vectorDiscrepancy
 	for _, c := range []struct {
 		poll  string
@@ -543,6 +580,22 @@ func (g *vectorGen) resultsCases() {
 		map[string][]byte{vectorResults: []byte(g.editLine(results, 3, `"total":10,`, `"total":10,"Total":11,`))}, ExitError, nil,
 		"results line 3", `key "total" is spelt "Total"`)
 
+	g.verify("results-total-missing", "results line 2 (dinner) without its total: a required key, not read as 0",
+		map[string][]byte{vectorResults: []byte(g.editLine(results, 2, `"total":8,`, ``))}, ExitError, nil,
+		"results line 2", "total is missing")
+
+	g.verify("results-tree-size-negative", "results line 2 (dinner) with tree_size -1: not a number of leaves",
+		map[string][]byte{vectorResults: []byte(g.editLine(results, 2, `"tree_size":8,`, `"tree_size":-1,`))}, ExitError, nil,
+		"results line 2", "tree_size is -1")
+
+	g.verify("results-ignored-key-twice", `results line 2 gives "as_of" twice: a key the audit does not read is still given once`,
+		map[string][]byte{vectorResults: []byte(g.editLine(results, 2, `"as_of":`, `"as_of":"2026-03-01T09:31:00Z","as_of":`))}, ExitError, nil,
+		"results line 2", `key "as_of" is given twice`)
+
+	g.verify("results-entry-votes-missing", `results line 2's entry for pasta has no "votes": not read as 0`,
+		map[string][]byte{vectorResults: []byte(g.editLine(results, 2, `{"candidate_id":"pasta","votes":3}`, `{"candidate_id":"pasta"}`))}, ExitError, nil,
+		"results line 2", "results entry 2: votes is missing")
+
 	g.verify("results-duplicate-key", `results line 3 gives "total" twice, 10 then 11`,
 		map[string][]byte{vectorResults: []byte(g.editLine(results, 3, `"total":10,`, `"total":10,"total":11,`))}, ExitError, nil,
 		"results line 3", `key "total" is given twice`)
@@ -565,11 +618,60 @@ func (g *vectorGen) receiptCases() {
 		`the consistency proof is of poll "dinner"`, "use the consistency proof of poll lunch")
 
 	g.receipt("receipt-consistency-byte", "one byte of a hash of lunch's consistency proof from 7 to 10 changed",
-		vectorReceiptLunch, true, map[string][]byte{vectorConsistencyLunch: g.consistencyJSON("lunch", 7, 10, func(p tlog.TreeProof) { p[1][5] ^= 0x01 })},
+		vectorReceiptLunch, true, map[string][]byte{vectorConsistencyLunch: g.consistencyJSON("lunch", 7, 10, func(p *audit.ConsistencyProof) { p.Proof[1][5] ^= 0x01 })},
 		ExitCheck, "does not show the tree of size 7 to be a prefix of the tree of size 10")
 
 	g.receipt("receipt-wrong-key", "erin's receipt checked with another key of the same log name", vectorReceiptLunch, false,
 		map[string][]byte{vectorKey: []byte(g.otherKey + "\n")}, ExitCheck, "the checkpoint is not signed by key")
+
+	lunch4 := string(g.files[vectorReceiptLunch])
+	at := g.receiptOf("lunch", 4, 7).ReceivedAt.Format(audit.ReceivedAtLayout)
+	g.receipt("receipt-received-at-7-digits", "erin's receipt with a seventh fractional digit, 0, in received_at: the same instant, "+
+		"refused as the export refuses it rather than cut to the microsecond", vectorReceiptLunch, false,
+		map[string][]byte{vectorReceiptLunch: []byte(strings.Replace(lunch4, at, strings.TrimSuffix(at, "Z")+"0Z", 1))}, ExitError,
+		"received_at", "with 7 fractional digits")
+
+	g.receipt("receipt-received-at-zero-time", "erin's receipt with received_at 0001-01-01T00:00:00Z: refused, as every time before 1970",
+		vectorReceiptLunch, false,
+		map[string][]byte{vectorReceiptLunch: []byte(strings.Replace(lunch4, at, "0001-01-01T00:00:00.000000Z", 1))}, ExitError,
+		"received_at", "before 1970-01-01T00:00:00Z")
+
+	consistency := string(g.files[vectorConsistencyLunch])
+	g.receipt("receipt-consistency-key-case", `lunch's consistency proof from 7 to 10 with "Poll_ID" for "poll_id": `+
+		"its keys are spelt exactly, as a receipt's", vectorReceiptLunch, true,
+		map[string][]byte{vectorConsistencyLunch: []byte(strings.Replace(consistency, `"poll_id"`, `"Poll_ID"`, 1))}, ExitError,
+		"consistency proof", `key "poll_id" is spelt "Poll_ID"`)
+
+	g.receipt("receipt-consistency-unknown-key", `lunch's consistency proof with a key it does not have, "note": refused, not skipped`,
+		vectorReceiptLunch, true,
+		map[string][]byte{vectorConsistencyLunch: []byte(strings.Replace(consistency, `{`, `{"note":"x",`, 1))}, ExitError,
+		"consistency proof", `unknown key "note"`)
+
+	g.receipt("receipt-consistency-from-root", "lunch's consistency proof from 7 to 10 whose from_root is not the receipt's checkpoint's root "+
+		"(one byte changed), its proof hashes kept", vectorReceiptLunch, true,
+		map[string][]byte{vectorConsistencyLunch: g.consistencyJSON("lunch", 7, 10, func(p *audit.ConsistencyProof) { p.FromRoot[0] ^= 0x01 })},
+		ExitCheck, "the proof is of other trees than the checkpoints'")
+
+	g.receipt("receipt-consistency-to-root", "lunch's consistency proof from 7 to 10 whose to_root is not the later checkpoint's root",
+		vectorReceiptLunch, true,
+		map[string][]byte{vectorConsistencyLunch: g.consistencyJSON("lunch", 7, 10, func(p *audit.ConsistencyProof) { p.ToRoot[31] ^= 0x01 })},
+		ExitCheck, "the proof is of other trees than the checkpoints'")
+
+	r4 := g.receiptOf("lunch", 4, 7)
+	status := func(extra string) []byte {
+		return []byte(fmt.Sprintf(`{"event_id":%q,"poll_id":"lunch","candidate_id":"salad","status":"recorded",%s"receipt":%s}`+"\n",
+			r4.EventID, extra, strings.TrimSpace(lunch4)))
+	}
+	g.receipt("receipt-in-status", "erin's receipt inside her vote's status, as GET /v1/votes/{event_id} answers it",
+		vectorReceiptLunch, false, map[string][]byte{vectorReceiptLunch: status("")}, ExitOK)
+
+	g.receipt("receipt-status-unknown-key", `erin's vote's status with a key a status does not have, "verified":true: refused, not skipped`,
+		vectorReceiptLunch, false, map[string][]byte{vectorReceiptLunch: status(`"verified":true,`)}, ExitError,
+		"vote status", `unknown key "verified"`)
+
+	g.receipt("receipt-status-key-case", `erin's vote's status with "Receipt" for "receipt": not read as its receipt`,
+		vectorReceiptLunch, false, map[string][]byte{vectorReceiptLunch: bytes.Replace(status(""), []byte(`"receipt":`), []byte(`"Receipt":`), 1)},
+		ExitError, "vote status", `key "receipt" is spelt "Receipt"`)
 
 	whole := g.files[vectorReceiptLunch]
 	g.receipt("receipt-truncated", "erin's receipt cut in half", vectorReceiptLunch, false,
@@ -607,8 +709,8 @@ func (g *vectorGen) receiptJSON(r audit.Receipt) []byte {
 
 // consistencyJSON is the consistency proof of poll's honest tree from
 // size from to size to, as GET /v1/polls/{poll_id}/consistency answers
-// it, after edit (when not nil) has changed the proof.
-func (g *vectorGen) consistencyJSON(poll string, from, to int64, edit func(tlog.TreeProof)) []byte {
+// it, after edit (when not nil) has changed it.
+func (g *vectorGen) consistencyJSON(poll string, from, to int64, edit func(*audit.ConsistencyProof)) []byte {
 	tree := g.honest.trees[poll]
 	proof, err := tree.ConsistencyProof(from, to)
 	if err != nil {
@@ -616,14 +718,11 @@ func (g *vectorGen) consistencyJSON(poll string, from, to int64, edit func(tlog.
 	}
 	fromRoot, _ := tree.Root(from)
 	toRoot, _ := tree.Root(to)
+	p := audit.ConsistencyProof{PollID: poll, From: from, To: to, Proof: proof, FromRoot: fromRoot, ToRoot: toRoot}
 	if edit != nil {
-		edit(proof)
+		edit(&p)
 	}
-	b, err := json.Marshal(struct {
-		audit.ConsistencyProof
-		FromRoot tlog.Hash `json:"from_root"`
-		ToRoot   tlog.Hash `json:"to_root"`
-	}{audit.ConsistencyProof{PollID: poll, From: from, To: to, Proof: proof}, fromRoot, toRoot})
+	b, err := json.Marshal(p)
 	if err != nil {
 		g.t.Fatal(err)
 	}
@@ -646,6 +745,13 @@ func (g *vectorGen) editLine(text string, n int, old, new string) string {
 // verify adds a case of tally audit verify on the base files, each file
 // of over (by name) replaced by its tampered copy in tampered/name/.
 func (g *vectorGen) verify(name, about string, over map[string][]byte, exit int, want []vectorDiscrepancy, errs ...string) {
+	g.verifyEligible(name, about, over, nil, exit, want, errs...)
+}
+
+// verifyEligible is verify with eligible lists given: the base file of
+// each poll's list, by poll (replaced by its copy in over, if any).
+func (g *vectorGen) verifyEligible(name, about string, over map[string][]byte, eligible map[string]string, exit int,
+	want []vectorDiscrepancy, errs ...string) {
 	f := g.overrides(name, over)
 	base := g.base
 	if base == (vectorBase{}) {
@@ -653,6 +759,12 @@ func (g *vectorGen) verify(name, about string, over map[string][]byte, exit int,
 	}
 	c := vectorCase{Name: name, About: about, Command: "verify", Exit: exit, ErrorContains: errs, Files: vectorFiles{
 		Export: f(base.export), Checkpoints: f(base.checkpoints), Key: f(vectorKey), Results: f(base.results)}}
+	for poll, file := range eligible {
+		if c.Files.Eligible == nil {
+			c.Files.Eligible = map[string]string{}
+		}
+		c.Files.Eligible[poll] = f(file)
+	}
 	if exit == ExitCheck {
 		c.Discrepancies = want
 		fields := []string{}

@@ -1,12 +1,10 @@
 package cli
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 	"sync"
 	"time"
 
@@ -37,36 +35,35 @@ import (
 // the database has none of that id, so its log starts as the export's
 // did; a later one closes the poll as it was closed. The counts of
 // outcomes hold definitions under "definition: " and what each did.
+// errImportFailed stops the reading of the file once a worker failed;
+// importer.close says why.
+var errImportFailed = errors.New("import failed")
+
 func importEvents(ctx context.Context, store *ledger.Store, in io.Reader, size, workers int) (map[string]int, int, error) {
 	imp := newImporter(ctx, store, size, workers)
-	sc := bufio.NewScanner(in)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	line := 0
 	now := time.Now()
-	for sc.Scan() && !imp.failed() {
-		line++
-		b := sc.Bytes()
-		if len(strings.TrimSpace(string(b))) == 0 {
-			continue
+	err := audit.EachLine(in, "import", func(b []byte, n int) error {
+		line = n
+		if imp.failed() {
+			return errImportFailed
 		}
 		e, def, err := parseImportLine(b, now)
-		if err == nil && def != nil {
-			imp.define(def)
-			continue
-		}
 		if err != nil {
-			if ferr := imp.close(); ferr != nil {
-				return imp.counts, line, ferr
-			}
-			return imp.counts, line, fmt.Errorf("line %d: %v; the events before it were imported (counts above); fix the line and import the file again: what is already in the ledger answers duplicate", line, err)
+			return fmt.Errorf("line %d: %v; the events before it were imported (counts above); fix the line and import the file again: what is already in the ledger answers duplicate", n, err)
 		}
-		imp.add(e)
-	}
-	if err := sc.Err(); err != nil {
+		if def != nil {
+			imp.define(def)
+		} else {
+			imp.add(e)
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, errImportFailed) {
 		if ferr := imp.close(); ferr != nil {
 			return imp.counts, line, ferr
 		}
-		return imp.counts, line, fmt.Errorf("line %d: %w", line+1, err)
+		return imp.counts, line, err
 	}
 	return imp.counts, line, imp.close()
 }
@@ -248,8 +245,10 @@ func differs(p ledger.Poll, d *audit.Definition) string {
 		Rules: p.BallotRules()}
 	there := *d
 	there.Rules = rulesOf(d)
-	field, _ := there.Follows(here)
-	return field
+	if field, _ := there.Follows(here); field != "definition" { // "definition": the same, closing time and all
+		return field
+	}
+	return ""
 }
 
 // rulesOf is d's ballot rules, vote.Single for a definition that gives

@@ -176,7 +176,8 @@ func logConsistency(c *ucli.Context) error {
 		if proof == nil {
 			proof = tlog.TreeProof{}
 		}
-		return writeJSON(c.App.Writer, audit.ConsistencyProof{PollID: poll, From: p.From, To: p.To, Proof: proof})
+		return writeJSON(c.App.Writer, audit.ConsistencyProof{PollID: poll, From: p.From, To: p.To, Proof: proof,
+			FromRoot: p.FromRoot, ToRoot: p.ToRoot})
 	})
 }
 

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	ucli "github.com/urfave/cli/v2"
 
@@ -128,6 +129,10 @@ func pollCreate(c *ucli.Context) error {
 func pollFromFlags(c *ucli.Context) (ledger.Poll, error) {
 	p := ledger.Poll{ID: c.Args().First(), Title: c.String("title"), Choices: c.StringSlice("choice"), Eligible: c.StringSlice("eligible"),
 		PublicResults: c.Bool("public-results")}
+	if !utf8.ValidString(p.Title) {
+		return ledger.Poll{}, fmt.Errorf("--title %q is not UTF-8 (or holds a surrogate's bytes): the title is part of the poll's definition, "+
+			"which every reader must read alike; give it in UTF-8", p.Title)
+	}
 	var err error
 	if p.OpensAt, err = parseTimeFlag(c, "opens-at"); err != nil {
 		return ledger.Poll{}, err

@@ -37,6 +37,14 @@ func TestPollCreateFlags(t *testing.T) {
 	if r.code != 2 || !strings.Contains(r.stderr, `--closes-at "tomorrow": want an RFC 3339 time`) {
 		t.Fatalf("poll create --closes-at tomorrow: %+v", r)
 	}
+	// A title that is not UTF-8 (a surrogate's bytes included): exit 2
+	// naming --title, before connecting.
+	for _, title := range []string{"Lunch \xff?", "Lunch \xed\xa0\x80?"} {
+		r = tallyWith(t, "poll", "create", "p2", "--title", title, "--choice", "a", "--database-url", "postgres://postgres@127.0.0.1:1/none")
+		if r.code != 2 || !strings.Contains(r.stderr, "--title") || !strings.Contains(r.stderr, "not UTF-8") {
+			t.Fatalf("poll create --title %q: %+v", title, r)
+		}
+	}
 	if r := tally(t, db.URL, "poll", "show", "nope"); r.code != 2 || !strings.Contains(r.stderr, "no poll nope") {
 		t.Fatalf("poll show nope: %+v", r)
 	}

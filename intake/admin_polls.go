@@ -2,12 +2,15 @@ package intake
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
+	"reflect"
 	"time"
 
+	"tally/audit"
 	"tally/ledger"
 	"tally/vote"
 )
@@ -30,18 +33,58 @@ const (
 
 // pollRequest is the body of POST /v1/polls.
 type pollRequest struct {
-	PollID        string   `json:"poll_id"`
-	Title         string   `json:"title"`
-	Choices       []string `json:"choices"`
-	OpensAt       *string  `json:"opens_at"`
-	ClosesAt      *string  `json:"closes_at"`
-	Eligible      []string `json:"eligible"`
-	PublicResults bool     `json:"public_results"`
+	PollID        string    `json:"poll_id"`
+	Title         pollTitle `json:"title"`
+	Choices       []string  `json:"choices"`
+	OpensAt       *string   `json:"opens_at"`
+	ClosesAt      *string   `json:"closes_at"`
+	Eligible      []string  `json:"eligible"`
+	PublicResults bool      `json:"public_results"`
 	// Ballot and Answers are the poll's ballot kind with its parameters
 	// and its answers mode (vote.Spec); left out, a single choice and
 	// final.
 	Ballot  *ballotSpec `json:"ballot"`
 	Answers string      `json:"answers"`
+}
+
+// pollTitle is a poll's title as POST /v1/polls reads it: a JSON string
+// whose text every JSON reader decodes to the same bytes
+// (audit.CheckJSONString), since the title is part of the poll's
+// definition leaf. A byte that is not UTF-8 or an escaped lone surrogate
+// is refused, naming the field, rather than replaced with U+FFFD.
+type pollTitle string
+
+func (t *pollTitle) UnmarshalJSON(raw []byte) error {
+	if len(raw) == 0 || raw[0] != '"' {
+		return &json.UnmarshalTypeError{Value: jsonKind(raw), Type: reflect.TypeFor[string](), Field: "title"}
+	}
+	if err := audit.CheckJSONString(raw); err != nil {
+		return fmt.Errorf(`"title" %v: the title is part of the poll's definition, which readers must all read alike; write it in UTF-8`, err)
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return err
+	}
+	*t = pollTitle(s)
+	return nil
+}
+
+// jsonKind names the kind of the JSON value raw, as encoding/json's type
+// errors do.
+func jsonKind(raw []byte) string {
+	switch {
+	case len(raw) == 0:
+		return "nothing"
+	case raw[0] == '{':
+		return "object"
+	case raw[0] == '[':
+		return "array"
+	case raw[0] == 't' || raw[0] == 'f':
+		return "bool"
+	case raw[0] == 'n':
+		return "null"
+	}
+	return "number"
 }
 
 // ballotSpec is a poll's ballot as POST /v1/polls takes it and the poll
@@ -85,7 +128,7 @@ func (q pollRequest) poll() (ledger.Poll, error) {
 	if err != nil {
 		return ledger.Poll{}, err
 	}
-	p := ledger.Poll{ID: q.PollID, Title: q.Title, Choices: q.Choices, Eligible: q.Eligible, PublicResults: q.PublicResults, Rules: rules}
+	p := ledger.Poll{ID: q.PollID, Title: string(q.Title), Choices: q.Choices, Eligible: q.Eligible, PublicResults: q.PublicResults, Rules: rules}
 	opens, err := parseTimeField("opens_at", q.OpensAt)
 	if err != nil {
 		return ledger.Poll{}, err

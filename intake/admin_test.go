@@ -116,6 +116,25 @@ func TestAdminCreatePollRepeats(t *testing.T) {
 			t.Errorf("an invalid %s: detail %q, want the field named", field, r.str("detail"))
 		}
 	}
+	// A title whose JSON text readers decode differently (most replace a
+	// byte that is not UTF-8, or a lone surrogate, with U+FFFD) is refused.
+	for what, title := range map[string]string{
+		"a lone high surrogate":    `"Lunch \ud800?"`,
+		"a lone low surrogate":     `"Lunch \udc00?"`,
+		"a high surrogate last":    `"Lunch \ud83d"`,
+		"a byte that is not UTF":   "\"Lunch \xff?\"",
+		"a title that is a number": `7`,
+	} {
+		r := b.adminDo(t, http.MethodPost, "/v1/polls", admin, `{"poll_id":"t2","title":`+title+`,"choices":["a"]}`)
+		wantProblemType(t, r, http.StatusBadRequest, "invalid-request")
+		if !strings.Contains(r.str("detail"), `"title"`) {
+			t.Errorf("a title with %s: detail %q, want the field named", what, r.str("detail"))
+		}
+	}
+	if r := b.adminDo(t, http.MethodPost, "/v1/polls", admin, `{"poll_id":"t3","title":"Lunch \ud83c\udf5c \\ud800?","choices":["a"]}`); r.code != http.StatusCreated ||
+		r.str("title") != "Lunch \U0001f35c \\ud800?" {
+		t.Errorf("a title with a surrogate pair and an escaped backslash before ud800: %d %s, want 201 with the title decoded", r.code, r.raw)
+	}
 	for what, body := range map[string]string{
 		"an unknown key":  `{"poll_id":"t2","title":"T","choices":["a"],"colour":"red"}`,
 		"a wrong type":    `{"poll_id":"t2","title":"T","choices":"a"}`,

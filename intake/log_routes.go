@@ -35,16 +35,6 @@ var (
 	probTreeSize = problemType{"invalid-tree-size", "The tree sizes asked for are invalid"}
 )
 
-// consistencyAnswer is the answer of GET /v1/polls/{poll_id}/consistency:
-// the proof as audit.ParseConsistencyProof reads it (tally audit receipt
-// --consistency), with the roots of both trees beside it for a reader who
-// wants them; that parser ignores them.
-type consistencyAnswer struct {
-	audit.ConsistencyProof
-	FromRoot tlog.Hash `json:"from_root"`
-	ToRoot   tlog.Hash `json:"to_root"`
-}
-
 // handleCheckpoint answers the poll's latest signed checkpoint, the note's
 // text exactly as the projector signed it, which tally audit reads.
 func (s *Server) handleCheckpoint(w http.ResponseWriter, r *http.Request) {
@@ -114,9 +104,8 @@ func (s *Server) handleConsistency(w http.ResponseWriter, r *http.Request) {
 		if proof == nil {
 			proof = tlog.TreeProof{} // [] rather than null, for equal sizes
 		}
-		writeJSON(w, http.StatusOK, consistencyAnswer{
-			ConsistencyProof: audit.ConsistencyProof{PollID: id, From: c.From, To: c.To, Proof: proof},
-			FromRoot:         c.FromRoot, ToRoot: c.ToRoot})
+		writeJSON(w, http.StatusOK, audit.ConsistencyProof{PollID: id, From: c.From, To: c.To, Proof: proof,
+			FromRoot: c.FromRoot, ToRoot: c.ToRoot})
 	}
 }
 
