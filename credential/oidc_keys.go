@@ -11,6 +11,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 
@@ -51,19 +52,18 @@ func (o *OIDCIssuer) fetchKeys(ctx context.Context, url string) (*keySet, error)
 	if err := o.getJSON(ctx, url, &doc); err != nil {
 		return nil, fmt.Errorf("keys: %w", err)
 	}
-	set := &keySet{byID: make(map[string][]jose.JSONWebKey)}
+	var keys []jose.JSONWebKey
 	for _, raw := range doc.Keys {
 		var k jose.JSONWebKey
 		if err := k.UnmarshalJSON(raw); err != nil || !usableKey(k) {
 			continue
 		}
-		set.byID[k.KeyID] = append(set.byID[k.KeyID], k)
-		set.all = append(set.all, k)
+		keys = append(keys, k)
 	}
-	if len(set.all) == 0 {
+	if len(keys) == 0 {
 		return nil, fmt.Errorf("keys: %s holds no public signing key", url)
 	}
-	return set, nil
+	return newKeySet(keys), nil
 }
 
 // usableKey: a public key of a type signingAlgs can verify with, for
@@ -109,7 +109,42 @@ func (o *OIDCIssuer) getJSON(ctx context.Context, url string, v any) error {
 // keySet is the keys one fetch of an issuer's JWKS gave.
 type keySet struct {
 	byID map[string][]jose.JSONWebKey // by kid; keys without one under ""
-	all  []jose.JSONWebKey
+	// byAlg are the keys that may verify a signature of each of
+	// signingAlgs (keyFits): a token that names no key is checked
+	// against these.
+	byAlg map[string][]jose.JSONWebKey
+}
+
+func newKeySet(keys []jose.JSONWebKey) *keySet {
+	s := &keySet{byID: make(map[string][]jose.JSONWebKey), byAlg: make(map[string][]jose.JSONWebKey)}
+	for _, k := range keys {
+		s.byID[k.KeyID] = append(s.byID[k.KeyID], k)
+		for _, alg := range signingAlgs {
+			if keyFits(k, alg) {
+				s.byAlg[alg] = append(s.byAlg[alg], k)
+			}
+		}
+	}
+	return s
+}
+
+// keyFits says whether k may verify a signature of alg: its own "alg"
+// when it names one, else its type (an RSA key for RS* and PS*, an ECDSA
+// key for ES* of its curve, an Ed25519 key for EdDSA).
+func keyFits(k jose.JSONWebKey, alg string) bool {
+	if k.Algorithm != "" {
+		return k.Algorithm == alg
+	}
+	switch key := k.Key.(type) {
+	case *rsa.PublicKey:
+		return strings.HasPrefix(alg, "RS") || strings.HasPrefix(alg, "PS")
+	case *ecdsa.PublicKey:
+		return alg == "ES"+strconv.Itoa(key.Curve.Params().BitSize) ||
+			alg == "ES512" && key.Curve.Params().BitSize == 521
+	case ed25519.PublicKey:
+		return alg == string(jose.EdDSA)
+	}
+	return false
 }
 
 // holds says whether the set has a key with this id.
@@ -177,8 +212,17 @@ func (r *remoteKeys) VerifySignature(ctx context.Context, token string) ([]byte,
 		return nil, errors.New("not one signature")
 	}
 	h := jws.Signatures[0].Header
-	candidates := set.all
-	if h.KeyID != "" {
+	var candidates []jose.JSONWebKey
+	if h.KeyID == "" {
+		// A token that names no key is checked against the one key that
+		// can have signed it, never tried against each: with a JWKS of
+		// thousands of keys, each forged token would cost seconds of CPU.
+		candidates = set.byAlg[h.Algorithm]
+		if len(candidates) > 1 {
+			return nil, fmt.Errorf("it names no key id (\"kid\" in its header), and the issuer holds %d keys for %s: "+
+				"it must name the key that signed it", len(candidates), h.Algorithm)
+		}
+	} else {
 		candidates = set.byID[h.KeyID]
 		if len(candidates) == 0 {
 			r.askEarly()
@@ -186,7 +230,7 @@ func (r *remoteKeys) VerifySignature(ctx context.Context, token string) ([]byte,
 		}
 	}
 	for _, k := range candidates {
-		if k.Algorithm != "" && k.Algorithm != h.Algorithm {
+		if !keyFits(k, h.Algorithm) {
 			continue
 		}
 		if payload, err := jws.Verify(k.Key); err == nil {

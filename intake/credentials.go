@@ -29,13 +29,21 @@ const (
 var credentialResults = []string{credValid, credInvalid, credRevoked, credUnavailable}
 
 // signedPrincipal authenticates token as a signed credential, or answers
-// 401 (invalid, expired, revoked) or 503 (not yet able to tell) and
-// returns false.
+// 401 (invalid, expired, revoked), 429 (the address's allowance of failed
+// authentications is spent) or 503 (not yet able to tell) and returns
+// false. The allowance is checked before the token's signature is, so
+// that past it a flood of forged tokens costs no signature check; while
+// it is spent, a valid token from that address waits as well, since it
+// cannot be told from a forged one without one.
 func (s *Server) signedPrincipal(w http.ResponseWriter, r *http.Request, token string) (*voter, bool) {
 	if s.cfg.Credentials == nil {
 		s.metrics.credentials[credInvalid].Inc()
 		unauthorized(w, challengeInvalidToken,
 			"the bearer token is not one this intake takes (it has no credential keys): ask an operator for a valid token")
+		return nil, false
+	}
+	if wait := s.limits.spent(r.RemoteAddr); wait > 0 {
+		s.authLimited(w, wait)
 		return nil, false
 	}
 	id, err := s.cfg.Credentials.Verify(r.Context(), token)
@@ -49,10 +57,7 @@ func (s *Server) signedPrincipal(w http.ResponseWriter, r *http.Request, token s
 	case err != nil:
 		s.metrics.credentials[credInvalid].Inc()
 		if wait := s.limits.refused(r.RemoteAddr); wait > 0 {
-			s.metrics.authLimited.Inc()
-			writeProblem(w, http.StatusTooManyRequests, probAuthRateLimited,
-				"too many requests from your address carried a bearer token that is invalid or revoked: "+
-					"retry after the Retry-After delay, with a valid token", wait)
+			s.authLimited(w, wait)
 			return nil, false
 		}
 		s.log.LogAttrs(r.Context(), slog.LevelDebug, "credential refused", slog.String("reason", err.Error()))
@@ -65,6 +70,15 @@ func (s *Server) signedPrincipal(w http.ResponseWriter, r *http.Request, token s
 	}
 	s.metrics.credentials[credValid].Inc()
 	return newVoter(ledger.Principal{ID: id.PrincipalID, CreatedAt: id.CreatedAt, Role: id.Role}, s.keys), true
+}
+
+// authLimited answers 429: the allowance of failed authentications of
+// the client's address is spent for wait.
+func (s *Server) authLimited(w http.ResponseWriter, wait time.Duration) {
+	s.metrics.authLimited.Inc()
+	writeProblem(w, http.StatusTooManyRequests, probAuthRateLimited,
+		"too many requests from your address carried a bearer token that is invalid or revoked: "+
+			"retry after the Retry-After delay, with a valid token", wait)
 }
 
 // refusedRevoked answers 401 when the principal principalID is revoked or
