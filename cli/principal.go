@@ -33,8 +33,10 @@ func principalCommand() *ucli.Command {
 				Action: principalAdd,
 			},
 			{
-				Name:      "reissue",
-				Usage:     "print a new signed token for a principal (its token of the form before signed credentials stops working)",
+				Name:  "reissue",
+				Usage: "print a new signed token for a principal, replacing a lost one: every token it was issued before stops working",
+				Description: "The new token is signed with --credential-key. Every earlier token of the principal, signed or of\n" +
+					"the form before signed credentials, is refused by every intake within a second of the reissue.",
 				ArgsUsage: "ID",
 				Flags:     commonFlags(&flagCredentialKey, &flagExpires),
 				Action:    principalReissue,
@@ -139,19 +141,20 @@ func principalReissue(c *ucli.Context) error {
 		return err
 	}
 	return withStore(c, func(store *ledger.Store) error {
-		p, err := store.ForgetStoredToken(c.Context, c.Args().First())
+		p, validAfter, err := store.ReissuePrincipal(c.Context, c.Args().First())
 		if errors.Is(err, ledger.ErrNotFound) {
 			return fmt.Errorf("no principal %s (tally principal list shows them)", c.Args().First())
 		}
 		if err != nil {
 			return err
 		}
-		token, err := key.IssueRole(p.ID, p.Role, p.CreatedAt, expires)
+		token, err := key.IssueRoleAt(p.ID, p.Role, p.CreatedAt, validAfter, expires)
 		if err != nil {
 			return err
 		}
 		fmt.Fprintln(c.App.Writer, token)
-		fmt.Fprintf(c.App.ErrWriter, "reissued a token for principal %s (%s); it is on stdout and is not shown again\n", p.ID, p.Name)
+		fmt.Fprintf(c.App.ErrWriter, "reissued a token for principal %s (%s); it is on stdout and is not shown again. "+
+			"Its earlier tokens stop working at every intake within a second\n", p.ID, p.Name)
 		return nil
 	})
 }
@@ -186,7 +189,9 @@ type principalJSON struct {
 	Name      string     `json:"name"`
 	CreatedAt time.Time  `json:"created_at"`
 	RevokedAt *time.Time `json:"revoked_at"`
-	Role      string     `json:"role"`
+	// Role is null for an OpenID Connect subject: its issuer's tokens say
+	// its role, token by token.
+	Role *string `json:"role"`
 }
 
 // principalList is tally principal list.
@@ -203,13 +208,20 @@ func principalList(c *ucli.Context) error {
 		if asJSON {
 			out := make([]principalJSON, len(ps))
 			for i, p := range ps {
-				out[i] = principalJSON(p)
+				out[i] = principalJSON{ID: p.ID, Name: p.Name, CreatedAt: p.CreatedAt, RevokedAt: p.RevokedAt}
+				if p.Role != "" {
+					out[i].Role = &p.Role
+				}
 			}
 			return writeJSON(c.App.Writer, out)
 		}
 		t := newTable(c.App.Writer, "ID", "NAME", "ROLE", "CREATED", "REVOKED")
 		for _, p := range ps {
-			t.row(p.ID, p.Name, p.Role, p.CreatedAt.UTC().Format(time.RFC3339), fmtTimePtr(p.RevokedAt))
+			role := p.Role
+			if role == "" {
+				role = "(issuer's)" // an OpenID Connect subject's tokens say its role
+			}
+			t.row(p.ID, p.Name, role, p.CreatedAt.UTC().Format(time.RFC3339), fmtTimePtr(p.RevokedAt))
 		}
 		return t.flush()
 	})

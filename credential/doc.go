@@ -26,7 +26,9 @@
 // does not hold is refused at once, and asks Run for an early fetch, at
 // most one per OIDCConfig.MinRefresh however many such tokens come, so
 // that the next token of a rotated key verifies and a flood of made-up key
-// ids cannot make intake hammer the issuer.
+// ids cannot make intake hammer the issuer. A token that names no key id
+// is checked against the issuer's one key of its algorithm, and refused
+// where the issuer holds several: it is never tried against each.
 //
 // Why HMAC and not a signature: a credential key is held by whoever issues
 // tokens (tally principal add) and whoever verifies them (every intake),
@@ -45,7 +47,8 @@
 // intake beside the old one, issue with it, reissue the old tokens, then
 // retire the old key id (tally credential key retire) and drop it.
 //
-// What a token cannot say is whether its principal or key was revoked
-// since it was issued: the caller checks the Identity against the
+// What a token cannot say is whether its principal or key was revoked,
+// or its principal reissued a token, since it was issued: the caller
+// checks the Identity (its principal, key and issue time) against the
 // revocations it holds (intake keeps them in memory).
 package credential

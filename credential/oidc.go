@@ -49,10 +49,15 @@ type OIDCConfig struct {
 	// Default: no token of this issuer is an admin's.
 	AdminClaim string
 	AdminValue string
-	// CacheSize is how many verified tokens are remembered, by hash, until
-	// they expire, so that a token presented again is not checked again
-	// (while its key is still held). Default 16384; negative: none.
+	// CacheSize is how many verified tokens are remembered, by hash, so
+	// that a token presented again is not checked again while the key
+	// that verified it (that very key, by its thumbprint) is still held.
+	// Default 16384; negative: none.
 	CacheSize int
+	// CacheTTL is how long a verified token is remembered at most, its own
+	// expiry being sooner or not: a token that claims to expire in a
+	// thousand years is checked again after it. Default 10 min.
+	CacheTTL time.Duration
 }
 
 // fetchTimeout bounds one fetch: the discovery document and the keys.
@@ -77,6 +82,9 @@ func (c OIDCConfig) withDefaults() OIDCConfig {
 	if c.CacheSize == 0 {
 		c.CacheSize = 1 << 14
 	}
+	if c.CacheTTL == 0 {
+		c.CacheTTL = 10 * time.Minute
+	}
 	return c
 }
 
@@ -89,8 +97,8 @@ func (c OIDCConfig) validate() error {
 		return fmt.Errorf("OpenID Connect issuer %s: no audience: give the client id its tokens name in \"aud\"", c.Issuer)
 	case c.AdminClaim != "" && c.AdminValue == "":
 		return fmt.Errorf("OpenID Connect issuer %s: the admin claim %q has no value to match", c.Issuer, c.AdminClaim)
-	case c.Refresh < 0 || c.MinRefresh < 0 || c.RetryMin < 0:
-		return fmt.Errorf("OpenID Connect issuer %s: Refresh, MinRefresh and RetryMin must not be negative", c.Issuer)
+	case c.Refresh < 0 || c.MinRefresh < 0 || c.RetryMin < 0 || c.CacheTTL < 0:
+		return fmt.Errorf("OpenID Connect issuer %s: Refresh, MinRefresh, RetryMin and CacheTTL must not be negative", c.Issuer)
 	}
 	return nil
 }
@@ -136,7 +144,9 @@ var signingAlgs = []string{
 // a request's path), keeps the last set fetched while the issuer does not
 // answer, and fetches early, at a bounded rate, when a token names a key
 // id the set lacks. A token that verified is remembered by its hash
-// (CacheSize) until it expires, and taken again while its key is held.
+// (CacheSize) until it expires or for CacheTTL, whichever is sooner, and
+// taken again while the key that verified it (by its thumbprint, not its
+// kid) is held.
 type OIDCIssuer struct {
 	cfg      OIDCConfig
 	keys     *remoteKeys
@@ -279,18 +289,20 @@ func (o *OIDCIssuer) verify(ctx context.Context, token string) (Identity, error)
 		return Identity{}, fmt.Errorf("%w: issuer %s", ErrUnavailable, o.cfg.Issuer)
 	}
 	sum := sha256.Sum256([]byte(token))
-	if id, ok := o.cache.get(sum, time.Now()); ok && set.holds(id.KeyID) {
+	now := time.Now()
+	if id, thumb, ok := o.cache.get(sum, now); ok && set.holds(thumb) {
 		return id, nil
 	}
-	var kid string
-	t, err := o.verifier.Verify(context.WithValue(ctx, keyIDKey{}, &kid), token)
+	var by signer
+	t, err := o.verifier.Verify(context.WithValue(ctx, signerKey{}, &by), token)
 	if err != nil {
 		return Identity{}, invalid("%v", err)
 	}
 	if t.Subject == "" {
 		return Identity{}, invalid("it names no subject")
 	}
-	id := Identity{PrincipalID: PrincipalIDFor(t.Issuer, t.Subject), Issuer: t.Issuer, KeyID: kid, ExpiresAt: t.Expiry, Role: RoleVoter}
+	id := Identity{PrincipalID: PrincipalIDFor(t.Issuer, t.Subject), Issuer: t.Issuer, KeyID: by.kid, ExpiresAt: t.Expiry,
+		IssuedAt: t.IssuedAt, Role: RoleVoter}
 	if o.cfg.AdminClaim != "" {
 		var claims map[string]any
 		if err := t.Claims(&claims); err != nil {
@@ -300,6 +312,10 @@ func (o *OIDCIssuer) verify(ctx context.Context, token string) (Identity, error)
 			id.Role = RoleAdmin
 		}
 	}
-	o.cache.put(sum, id, t.Expiry.Add(Leeway))
+	until := now.Add(o.cfg.CacheTTL)
+	if exp := t.Expiry.Add(Leeway); exp.Before(until) {
+		until = exp
+	}
+	o.cache.put(sum, id, by.thumb, until)
 	return id, nil
 }

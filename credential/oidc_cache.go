@@ -6,9 +6,10 @@ import (
 )
 
 // tokenCache remembers the identity of OpenID Connect tokens that
-// verified, by SHA-256 of the token, until they expire: a token verified
-// again costs a hash instead of an RSA or ECDSA check. The caller checks
-// that the key that verified it is still held. When full, it drops the
+// verified, and the thumbprint of the key that verified each, by SHA-256
+// of the token, until the time its caller gives: a token verified again
+// costs a hash instead of an RSA or ECDSA check. The caller checks that
+// the key that verified it is still held. When full, it drops the
 // expired entries, and all of them if none has expired. A cache of size
 // zero or less remembers nothing.
 type tokenCache struct {
@@ -19,6 +20,7 @@ type tokenCache struct {
 
 type cachedIdentity struct {
 	id    Identity
+	thumb thumbprint
 	until time.Time
 }
 
@@ -26,17 +28,17 @@ func newTokenCache(max int) *tokenCache {
 	return &tokenCache{max: max, m: make(map[[32]byte]cachedIdentity)}
 }
 
-func (c *tokenCache) get(sum [32]byte, now time.Time) (Identity, bool) {
+func (c *tokenCache) get(sum [32]byte, now time.Time) (Identity, thumbprint, bool) {
 	c.mu.RLock()
 	e, ok := c.m[sum]
 	c.mu.RUnlock()
 	if !ok || !now.Before(e.until) {
-		return Identity{}, false
+		return Identity{}, thumbprint{}, false
 	}
-	return e.id, true
+	return e.id, e.thumb, true
 }
 
-func (c *tokenCache) put(sum [32]byte, id Identity, until time.Time) {
+func (c *tokenCache) put(sum [32]byte, id Identity, thumb thumbprint, until time.Time) {
 	if c.max <= 0 {
 		return
 	}
@@ -53,5 +55,5 @@ func (c *tokenCache) put(sum [32]byte, id Identity, until time.Time) {
 			clear(c.m)
 		}
 	}
-	c.m[sum] = cachedIdentity{id: id, until: until}
+	c.m[sum] = cachedIdentity{id: id, thumb: thumb, until: until}
 }

@@ -52,15 +52,10 @@ var fuzzSetup = sync.OnceValues(func() (*Verifier, fuzzKeys) {
 	if err != nil {
 		panic(err)
 	}
-	set := &keySet{byID: map[string][]jose.JSONWebKey{}}
-	for _, k := range []jose.JSONWebKey{
+	o.keys.store(newKeySet([]jose.JSONWebKey{
 		{Key: &rk.PublicKey, KeyID: "r1", Algorithm: "RS256", Use: "sig"},
 		{Key: &ek.PublicKey, KeyID: "e1", Algorithm: "ES256", Use: "sig"},
-	} {
-		set.byID[k.KeyID] = append(set.byID[k.KeyID], k)
-		set.all = append(set.all, k)
-	}
-	o.keys.store(set)
+	}))
 	return NewVerifier(ownSet, o), fuzzKeys{own: &own, rsa: rk, ec: ek}
 })
 

@@ -33,25 +33,25 @@ func TestTokenCache(t *testing.T) {
 	now := time.Now()
 	c := newTokenCache(2)
 	a, b, x := [32]byte{1}, [32]byte{2}, [32]byte{3}
-	c.put(a, Identity{PrincipalID: "a"}, now.Add(time.Hour))
-	if id, ok := c.get(a, now); !ok || id.PrincipalID != "a" {
-		t.Fatalf("get a: %+v, %v", id, ok)
+	c.put(a, Identity{PrincipalID: "a"}, thumbprint{9}, now.Add(time.Hour))
+	if id, thumb, ok := c.get(a, now); !ok || id.PrincipalID != "a" || thumb != (thumbprint{9}) {
+		t.Fatalf("get a: %+v, %x, %v", id, thumb, ok)
 	}
-	if _, ok := c.get(a, now.Add(time.Hour)); ok {
+	if _, _, ok := c.get(a, now.Add(time.Hour)); ok {
 		t.Fatal("a found at its expiry")
 	}
-	c.put(b, Identity{PrincipalID: "b"}, now.Add(-time.Second)) // expired
-	c.put(x, Identity{PrincipalID: "x"}, now.Add(time.Hour))
-	if _, ok := c.get(a, now); !ok || len(c.m) != 2 {
+	c.put(b, Identity{PrincipalID: "b"}, thumbprint{}, now.Add(-time.Second)) // expired
+	c.put(x, Identity{PrincipalID: "x"}, thumbprint{}, now.Add(time.Hour))
+	if _, _, ok := c.get(a, now); !ok || len(c.m) != 2 {
 		t.Fatalf("a full cache with an expired entry dropped a live one: %d entries", len(c.m))
 	}
-	c.put(b, Identity{PrincipalID: "b"}, now.Add(time.Hour))
+	c.put(b, Identity{PrincipalID: "b"}, thumbprint{}, now.Add(time.Hour))
 	if len(c.m) != 1 {
 		t.Fatalf("a full cache with none expired holds %d entries after a put, want 1", len(c.m))
 	}
 	off := newTokenCache(-1)
-	off.put(a, Identity{}, now.Add(time.Hour))
-	if _, ok := off.get(a, now); ok {
+	off.put(a, Identity{}, thumbprint{}, now.Add(time.Hour))
+	if _, _, ok := off.get(a, now); ok {
 		t.Fatal("a cache of size -1 remembered")
 	}
 }

@@ -2,15 +2,18 @@ package credential
 
 import (
 	"context"
+	"crypto"
 	"crypto/ecdsa"
 	"crypto/ed25519"
 	"crypto/rsa"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 
@@ -51,19 +54,18 @@ func (o *OIDCIssuer) fetchKeys(ctx context.Context, url string) (*keySet, error)
 	if err := o.getJSON(ctx, url, &doc); err != nil {
 		return nil, fmt.Errorf("keys: %w", err)
 	}
-	set := &keySet{byID: make(map[string][]jose.JSONWebKey)}
+	var keys []jose.JSONWebKey
 	for _, raw := range doc.Keys {
 		var k jose.JSONWebKey
 		if err := k.UnmarshalJSON(raw); err != nil || !usableKey(k) {
 			continue
 		}
-		set.byID[k.KeyID] = append(set.byID[k.KeyID], k)
-		set.all = append(set.all, k)
+		keys = append(keys, k)
 	}
-	if len(set.all) == 0 {
+	if len(keys) == 0 {
 		return nil, fmt.Errorf("keys: %s holds no public signing key", url)
 	}
-	return set, nil
+	return newKeySet(keys), nil
 }
 
 // usableKey: a public key of a type signingAlgs can verify with, for
@@ -108,13 +110,70 @@ func (o *OIDCIssuer) getJSON(ctx context.Context, url string, v any) error {
 
 // keySet is the keys one fetch of an issuer's JWKS gave.
 type keySet struct {
-	byID map[string][]jose.JSONWebKey // by kid; keys without one under ""
-	all  []jose.JSONWebKey
+	byID map[string][]heldKey // by kid; keys without one under ""
+	// byAlg are the keys that may verify a signature of each of
+	// signingAlgs (keyFits): a token that names no key is checked
+	// against these.
+	byAlg map[string][]heldKey
+	// thumbs are the keys' thumbprints: a cached token is taken again
+	// only while the very key that verified it is held, whatever its kid.
+	thumbs map[thumbprint]struct{}
 }
 
-// holds says whether the set has a key with this id.
-func (s *keySet) holds(kid string) bool {
-	return len(s.byID[kid]) > 0
+// thumbprint is a key's RFC 7638 JWK thumbprint (SHA-256): it names the
+// key itself, where a kid is only what the issuer calls it.
+type thumbprint [sha256.Size]byte
+
+// heldKey is a key of an issuer and its thumbprint.
+type heldKey struct {
+	jose.JSONWebKey
+	thumb thumbprint
+}
+
+// newKeySet is the set of keys; a key whose thumbprint cannot be made
+// (of a type go-jose does not know) is left out.
+func newKeySet(keys []jose.JSONWebKey) *keySet {
+	s := &keySet{byID: make(map[string][]heldKey), byAlg: make(map[string][]heldKey), thumbs: make(map[thumbprint]struct{})}
+	for _, k := range keys {
+		t, err := k.Thumbprint(crypto.SHA256)
+		if err != nil || len(t) != sha256.Size {
+			continue
+		}
+		h := heldKey{JSONWebKey: k, thumb: thumbprint(t)}
+		s.thumbs[h.thumb] = struct{}{}
+		s.byID[k.KeyID] = append(s.byID[k.KeyID], h)
+		for _, alg := range signingAlgs {
+			if keyFits(k, alg) {
+				s.byAlg[alg] = append(s.byAlg[alg], h)
+			}
+		}
+	}
+	return s
+}
+
+// keyFits says whether k may verify a signature of alg: its own "alg"
+// when it names one, else its type (an RSA key for RS* and PS*, an ECDSA
+// key for ES* of its curve, an Ed25519 key for EdDSA).
+func keyFits(k jose.JSONWebKey, alg string) bool {
+	if k.Algorithm != "" {
+		return k.Algorithm == alg
+	}
+	switch key := k.Key.(type) {
+	case *rsa.PublicKey:
+		return strings.HasPrefix(alg, "RS") || strings.HasPrefix(alg, "PS")
+	case *ecdsa.PublicKey:
+		return alg == "ES"+strconv.Itoa(key.Curve.Params().BitSize) ||
+			alg == "ES512" && key.Curve.Params().BitSize == 521
+	case ed25519.PublicKey:
+		return alg == string(jose.EdDSA)
+	}
+	return false
+}
+
+// holds says whether the set has the key of thumbprint t.
+func (s *keySet) holds(t thumbprint) bool {
+	_, ok := s.thumbs[t]
+	return ok
 }
 
 func (s *keySet) ids() []string {
@@ -154,9 +213,15 @@ func (r *remoteKeys) askEarly() {
 	}
 }
 
-// keyIDKey is the context key under which verify passes a *string that
-// VerifySignature sets to the id of the key that verified the token.
-type keyIDKey struct{}
+// signerKey is the context key under which verify passes a *signer that
+// VerifySignature sets to the key that verified the token.
+type signerKey struct{}
+
+// signer is the key that verified a token: its id and its thumbprint.
+type signer struct {
+	kid   string
+	thumb thumbprint
+}
 
 var errNoKeys = errors.New("the issuer's keys were not fetched yet")
 
@@ -177,8 +242,17 @@ func (r *remoteKeys) VerifySignature(ctx context.Context, token string) ([]byte,
 		return nil, errors.New("not one signature")
 	}
 	h := jws.Signatures[0].Header
-	candidates := set.all
-	if h.KeyID != "" {
+	var candidates []heldKey
+	if h.KeyID == "" {
+		// A token that names no key is checked against the one key that
+		// can have signed it, never tried against each: with a JWKS of
+		// thousands of keys, each forged token would cost seconds of CPU.
+		candidates = set.byAlg[h.Algorithm]
+		if len(candidates) > 1 {
+			return nil, fmt.Errorf("it names no key id (\"kid\" in its header), and the issuer holds %d keys for %s: "+
+				"it must name the key that signed it", len(candidates), h.Algorithm)
+		}
+	} else {
 		candidates = set.byID[h.KeyID]
 		if len(candidates) == 0 {
 			r.askEarly()
@@ -186,12 +260,12 @@ func (r *remoteKeys) VerifySignature(ctx context.Context, token string) ([]byte,
 		}
 	}
 	for _, k := range candidates {
-		if k.Algorithm != "" && k.Algorithm != h.Algorithm {
+		if !keyFits(k.JSONWebKey, h.Algorithm) {
 			continue
 		}
 		if payload, err := jws.Verify(k.Key); err == nil {
-			if p, ok := ctx.Value(keyIDKey{}).(*string); ok {
-				*p = k.KeyID
+			if p, ok := ctx.Value(signerKey{}).(*signer); ok {
+				*p = signer{kid: k.KeyID, thumb: k.thumb}
 			}
 			return payload, nil
 		}

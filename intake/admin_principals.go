@@ -51,7 +51,9 @@ type principalsAnswer struct {
 
 // handleAddPrincipals takes POST /v1/principals: 201 with each principal
 // added and its credential, which no later answer shows again. Nothing is
-// stored when this intake has no key to sign the credentials with.
+// stored when this intake has no key to sign the credentials with. Admins
+// are added only with Config.AddAdminsOverHTTP (403 otherwise), and their
+// tokens expire no later than the token of the admin that asked.
 func (s *Server) handleAddPrincipals(w http.ResponseWriter, r *http.Request) {
 	a, ok := s.admin(w, r)
 	if !ok {
@@ -71,6 +73,15 @@ func (s *Server) handleAddPrincipals(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		s.adminWriteFailed(w, r, &ledger.FieldError{Field: "expires", Reason: err.Error()})
 		return
+	}
+	if q.Role == ledger.RoleAdmin {
+		if !s.cfg.AddAdminsOverHTTP {
+			writeProblem(w, http.StatusForbidden, probForbidden,
+				"this intake adds voters only: an operator adds admins with tally principal add --role admin "+
+					"(or starts intake with --add-admins-over-http); nothing was added", 0)
+			return
+		}
+		expires = notAfter(expires, a.expiresAt)
 	}
 	if n := len(q.Names); n == 0 || n > MaxPrincipalsPerRequest {
 		s.adminWriteFailed(w, r, &ledger.FieldError{Field: "names",
@@ -103,6 +114,16 @@ func (s *Server) handleAddPrincipals(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, out)
 }
 
+// notAfter is the expiry expires (zero: none) brought back to limit when
+// limit is set and expires is later, or none: an admin's tokens expire
+// no later than those of the admin that added it.
+func notAfter(expires, limit time.Time) time.Time {
+	if !limit.IsZero() && (expires.IsZero() || expires.After(limit)) {
+		return limit
+	}
+	return expires
+}
+
 // The page size of GET /v1/principals: by default, and at most.
 const (
 	principalsPage    = 100
@@ -113,9 +134,19 @@ const (
 type principalEntry struct {
 	PrincipalID string     `json:"principal_id"`
 	Name        string     `json:"name"`
-	Role        string     `json:"role"`
+	Role        *string    `json:"role"` // see roleOf
 	CreatedAt   time.Time  `json:"created_at"`
 	RevokedAt   *time.Time `json:"revoked_at"`
+}
+
+// roleOf is the role of p as the admin routes answer it: null for an
+// OpenID Connect subject, whose role its issuer's tokens say, token by
+// token, and which no stored role could tell truly.
+func roleOf(p ledger.Principal) *string {
+	if p.Role == "" {
+		return nil
+	}
+	return &p.Role
 }
 
 // handleListPrincipals takes GET /v1/principals?after=ID&limit=N: a page
@@ -144,7 +175,7 @@ func (s *Server) handleListPrincipals(w http.ResponseWriter, r *http.Request) {
 		NextAfter  string           `json:"next_after,omitempty"`
 	}{Principals: make([]principalEntry, len(ps))}
 	for i, p := range ps {
-		out.Principals[i] = principalEntry{PrincipalID: p.ID, Name: p.Name, Role: p.Role, CreatedAt: p.CreatedAt, RevokedAt: p.RevokedAt}
+		out.Principals[i] = principalEntry{PrincipalID: p.ID, Name: p.Name, Role: roleOf(p), CreatedAt: p.CreatedAt, RevokedAt: p.RevokedAt}
 	}
 	if len(ps) == limit {
 		out.NextAfter = ps[len(ps)-1].ID
@@ -205,8 +236,8 @@ func (s *Server) handleRevokePrincipal(w http.ResponseWriter, r *http.Request) {
 		s.reloadAfter(r, "revocations", s.revoked.reload)
 		writeJSON(w, http.StatusOK, struct {
 			PrincipalID string     `json:"principal_id"`
-			Role        string     `json:"role"`
+			Role        *string    `json:"role"`
 			RevokedAt   *time.Time `json:"revoked_at"`
-		}{p.ID, p.Role, p.RevokedAt})
+		}{p.ID, roleOf(p), p.RevokedAt})
 	}
 }

@@ -16,8 +16,10 @@ type Config struct {
 	// AdminListen, when set, is the TCP address Run serves /healthz,
 	// /readyz and /metrics on as well, in plain HTTP and apart from
 	// Listen's bounds, so that probes and scrapes are answered while the
-	// data routes are saturated; Listen then serves no /metrics. Keep it
-	// on a private network. Default "": none, and Listen serves /metrics.
+	// data routes are saturated; Listen then serves no /metrics. It has
+	// bounds of its own (ServeAdmin): a few connections per client address,
+	// closed after a short idle time. Keep it on a private network.
+	// Default "": none, and Listen serves /metrics.
 	AdminListen string
 	// TLSCertFile and TLSKeyFile, both set, make Serve speak TLS 1.2 or
 	// later (HTTP/2 or HTTP/1.1) with the PEM certificate chain and key in
@@ -135,6 +137,12 @@ type Config struct {
 	// TokenKey signs the credentials POST /v1/principals issues. Default
 	// nil: that route adds nobody and answers 501 not-configured.
 	TokenKey *credential.Key
+	// AddAdminsOverHTTP lets an admin add admins through POST
+	// /v1/principals. Default false: that route adds voters only, and
+	// admins are added by an operator (tally principal add --role admin).
+	// Either way an admin added over HTTP has tokens that expire no later
+	// than the token of the admin that added it.
+	AddAdminsOverHTTP bool
 
 	// LedgerCheck, when true, asks the ledger whether the event id of a
 	// new vote is new when Redis no longer holds the principal's records

@@ -35,13 +35,21 @@ const (
 var credentialResults = []string{credValid, credInvalid, credRevoked, credUnavailable}
 
 // signedPrincipal authenticates token as a signed credential, or answers
-// 401 (invalid, expired, revoked) or 503 (not yet able to tell) and
-// returns false.
+// 401 (invalid, expired, revoked), 429 (the address's allowance of failed
+// authentications is spent) or 503 (not yet able to tell) and returns
+// false. The allowance is checked before the token's signature is, so
+// that past it a flood of forged tokens costs no signature check; while
+// it is spent, a valid token from that address waits as well, since it
+// cannot be told from a forged one without one.
 func (s *Server) signedPrincipal(w http.ResponseWriter, r *http.Request, token string) (*voter, bool) {
 	if s.cfg.Credentials == nil {
 		s.metrics.credentials[credInvalid].Inc()
 		unauthorized(w, challengeInvalidToken,
 			"the bearer token is not one this intake takes (it has no credential keys): ask an operator for a valid token")
+		return nil, false
+	}
+	if wait := s.limits.spent(r.RemoteAddr); wait > 0 {
+		s.authLimited(w, wait)
 		return nil, false
 	}
 	id, err := s.cfg.Credentials.Verify(r.Context(), token)
@@ -55,10 +63,7 @@ func (s *Server) signedPrincipal(w http.ResponseWriter, r *http.Request, token s
 	case err != nil:
 		s.metrics.credentials[credInvalid].Inc()
 		if wait := s.limits.refused(r.RemoteAddr); wait > 0 {
-			s.metrics.authLimited.Inc()
-			writeProblem(w, http.StatusTooManyRequests, probAuthRateLimited,
-				"too many requests from your address carried a bearer token that is invalid or revoked: "+
-					"retry after the Retry-After delay, with a valid token", wait)
+			s.authLimited(w, wait)
 			return nil, false
 		}
 		s.log.LogAttrs(r.Context(), slog.LevelDebug, "credential refused", slog.String("reason", err.Error()))
@@ -74,21 +79,40 @@ func (s *Server) signedPrincipal(w http.ResponseWriter, r *http.Request, token s
 			"the bearer token is invalid or expired: ask an operator for a valid token")
 		return nil, false
 	}
-	if s.refusedRevoked(w, id.PrincipalID, id.KeyID, true) {
+	// Retirements are of tally's own keys: an OpenID Connect issuer's key
+	// of the same id is not one of them.
+	ownKey := ""
+	if id.Issuer == credential.Issuer {
+		ownKey = id.KeyID
+	}
+	if s.refusedRevoked(w, id.PrincipalID, ownKey, id.IssuedAt, true) {
 		return nil, false
 	}
 	s.metrics.credentials[credValid].Inc()
-	return newVoter(ledger.Principal{ID: id.PrincipalID, CreatedAt: id.CreatedAt, Role: id.Role}, s.keys), true
+	v := newVoter(ledger.Principal{ID: id.PrincipalID, CreatedAt: id.CreatedAt, Role: id.Role}, s.keys)
+	v.expiresAt = id.ExpiresAt
+	return v, true
 }
 
-// refusedRevoked answers 401 when the principal principalID is revoked or
-// the key keyID retired ("" for a token that names no key), 503 when the
-// revocations were never loaded, and reports whether it answered. A token
-// of the form issued before signed credentials (signed false) is let
-// through while the revocations are not loaded: its own lookup reads the
-// revocation.
-func (s *Server) refusedRevoked(w http.ResponseWriter, principalID, keyID string, signed bool) bool {
-	refused, loaded := s.revoked.refuses(principalID, keyID)
+// authLimited answers 429: the allowance of failed authentications of
+// the client's address is spent for wait.
+func (s *Server) authLimited(w http.ResponseWriter, wait time.Duration) {
+	s.metrics.authLimited.Inc()
+	writeProblem(w, http.StatusTooManyRequests, probAuthRateLimited,
+		"too many requests from your address carried a bearer token that is invalid or revoked: "+
+			"retry after the Retry-After delay, with a valid token", wait)
+}
+
+// refusedRevoked answers 401 when the principal principalID is revoked,
+// the key keyID of tally's own retired ("" for a token that names none),
+// or the token,
+// issued at issuedAt (zero when it does not say), replaced by a reissue;
+// 503 when the revocations were never loaded; and reports whether it
+// answered. A token of the form issued before signed credentials (signed
+// false) is let through while the revocations are not loaded: its own
+// lookup reads the revocation.
+func (s *Server) refusedRevoked(w http.ResponseWriter, principalID, keyID string, issuedAt time.Time, signed bool) bool {
+	refused, loaded := s.revoked.refuses(principalID, keyID, issuedAt)
 	switch {
 	case !loaded && !signed:
 		return false
@@ -100,7 +124,8 @@ func (s *Server) refusedRevoked(w http.ResponseWriter, principalID, keyID string
 	case refused:
 		s.metrics.credentials[credRevoked].Inc()
 		unauthorized(w, challengeInvalidToken,
-			"the bearer token's principal was revoked, or the key that signed it retired: ask an operator for a new token")
+			"the bearer token's principal was revoked, the key that signed it retired, or a newer token reissued in its place: "+
+				"use the newest token, or ask an operator for a new one")
 		return true
 	}
 	return false

@@ -110,7 +110,10 @@
 //     address, its requests get 429 before any lookup unless their token
 //     is cached as valid. Only a refused token counts, but an address has
 //     no more lookups under way at once than failures left: valid tokens
-//     new to intake are all served, waiting their turn. Past
+//     new to intake are all served, waiting their turn. A signed
+//     credential's signature is checked only while its address has
+//     allowance left, so past it a flood of forged tokens costs no
+//     signature check (and a valid one from that address waits too). Past
 //     Config.ReadBurst reads, a principal's reads get 429. Both limits
 //     live in this process's memory, keyed by a keyed hash (no address is
 //     stored or logged) in tables of bounded size.
@@ -149,7 +152,9 @@
 //   - admin_body.go, admin_polls.go, admin_principals.go: the admin
 //     routes (an admin's authentication and the strict body reader; polls
 //     created, closed, listed and read; principals added, listed and
-//     revoked), each write through the ledger function the CLI runs.
+//     revoked), each write through the ledger function the CLI runs. An
+//     admin adds voters; admins only with Config.AddAdminsOverHTTP, and
+//     their tokens expire no later than the asking admin's.
 //   - limits.go: the limits kept in memory, of failed authentications per
 //     client address and of reads per principal.
 //   - credentials.go: the signed credentials, verified in memory, and the

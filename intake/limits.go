@@ -115,6 +115,19 @@ func (l *limits) refused(remoteAddr string) time.Duration {
 	return 0
 }
 
+// spent returns how long until the allowance of the address of
+// remoteAddr has room again when it is spent, else 0. It charges nothing:
+// a signed credential is checked only once it returned 0, so that a flood
+// of forged tokens from one address costs no signature check past its
+// allowance.
+func (l *limits) spent(remoteAddr string) time.Duration {
+	if l.failures == nil {
+		return 0
+	}
+	_, wait := l.failures.room(l.failures.addrKey(remoteAddr), time.Now())
+	return wait
+}
+
 // admit counts a lookup of key under way when the allowance has room for
 // one more failure than are under way (ok). Otherwise it returns how long
 // until the allowance has room when it has none, or else the channel

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"tally/credential"
 	"tally/intake"
 	"tally/internal/testenv"
 	"tally/ledger"
@@ -361,4 +362,64 @@ func BenchmarkLimiterTake(b *testing.B) {
 			l.Take(addrs[i%len(addrs)], time.Duration(i))
 		}
 	})
+}
+
+// TestSignedFailureLimitBeforeVerifying floods intake with forged signed
+// tokens from one address: past the allowance they get 429 without their
+// signature being checked (the credentials counter stops), and so does a
+// valid token from that address, which cannot be told from a forged one
+// without a check; another address is served as before.
+func TestSignedFailureLimitBeforeVerifying(t *testing.T) {
+	t.Parallel()
+	const burst = 3
+	key, err := credential.GenerateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	keySet, err := credential.NewKeySet(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forger, err := credential.GenerateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls := limitServer(t, intake.Config{AuthFailureRate: 0.001, AuthFailureBurst: burst,
+		Credentials: credential.NewVerifier(keySet)})
+	if err := ls.srv.Reload(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	valid, err := key.Issue("p-valid", time.Now(), time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	here := &bundle{url: ls.url, client: clientFrom(t, "127.0.0.1")}
+	there := &bundle{url: ls.url, client: clientFrom(t, "127.0.0.2")}
+	get := func(b *bundle, token string) reply { return b.do(t, http.MethodGet, "/v1/votes/nope", token, "", nil) }
+	invalid := func() int {
+		return int(testutil.ToFloat64(ls.srv.Metrics().Credentials.WithLabelValues("invalid")))
+	}
+
+	const flood = 20
+	for i := range flood {
+		forged, err := forger.Issue("p-"+strconv.Itoa(i), time.Now(), time.Time{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := get(here, forged)
+		if i < burst {
+			wantProblemType(t, r, http.StatusUnauthorized, "unauthorized")
+			continue
+		}
+		wantProblemType(t, r, http.StatusTooManyRequests, "auth-rate-limited")
+	}
+	if got := invalid(); got != burst {
+		t.Fatalf("%d forged tokens from one address with an allowance of %d: %d signatures checked and refused, want %d",
+			flood, burst, got, burst)
+	}
+	wantProblemType(t, get(here, valid), http.StatusTooManyRequests, "auth-rate-limited")
+	wantProblemType(t, get(there, valid), http.StatusNotFound, "not-found")
+	if got, want := count(ls.srv.LimitMetrics().AuthLimited), flood-burst+1; got != want {
+		t.Fatalf("auth_rate_limited_total %d, want %d", got, want)
+	}
 }
