@@ -76,7 +76,7 @@ func TestAdminRoutesWhoMay(t *testing.T) {
 // the field, changing nothing.
 func TestAdminCreatePollRepeats(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	b := setup(t, func(c *intake.Config) { c.ReadRate, c.ReadBurst = 1000, 1000 }) // many admin requests
 	_, admin := b.admin(t, "app")
 	const def = `"poll_id":"topic","title":"Next topic?","choices":["api","cli"],"closes_at":"2030-01-01T00:00:00Z"`
 	r := b.adminDo(t, http.MethodPost, "/v1/polls", admin, `{`+def+`}`)
