@@ -29,7 +29,7 @@ type env struct {
 	tally    string // the tally binary
 	noLog    string // the tally binary built with -tags tally_nolog ("": not measured)
 	bare     string // the bare 202 server binary
-	syncSrv  string // the synchronous design's server binary (intake/internal/syncserver)
+	syncSrv  string // the synchronous design's server binary (bench/syncserver)
 	wrk      string // the wrk binary ("" when missing)
 	lua      string // wrk's vote script
 	run      string // unique per run

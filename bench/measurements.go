@@ -153,7 +153,7 @@ func measureIntake(ctx context.Context, e *env, sz sizes, t *table) error {
 		command: in.command + "  (tally intake " + strings.Join(intakeFlags, " ") + ")"})
 	t.add(fig{id: "IB", what: "bare net/http handler answering 202 to the same body (" + note + ")", value: bare.reqs, unit: "req/s",
 		extra: fmt.Sprintf("p50 %s, p99 %s; CPU per request: server %.1f µs", ms(bare.p50), ms(bare.p99), bare.serverCPU), load: load,
-		command: bare.command + "  (go run ./intake/internal/bareserver)"})
+		command: bare.command + "  (go -C bench run ./bareserver)"})
 	t.add(fig{id: "MI", what: "memory: intake peak RSS under wrk load", value: hwm, unit: "MB", load: load, command: "VmHWM of the process in I"})
 	return nil
 }
