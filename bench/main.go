@@ -94,7 +94,7 @@ type sizes struct {
 	wrkFor         time.Duration
 	e2eFor         time.Duration
 	importEvents   int
-	importRounds   int // IM and IMN, alternating
+	importRounds   int
 	rebuildEvents  int
 	rebuildRounds  int
 	projectorLimit time.Duration
@@ -166,7 +166,6 @@ type options struct {
 	adminURL, redisURL string
 	tally, bare, wrk   string
 	syncSrv            string
-	noLog              string
 	lua                string
 	out                string
 	only               map[string]bool // empty: every measurement
@@ -180,7 +179,6 @@ func parseFlags() options {
 	flag.StringVar(&o.adminURL, "admin-url", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "PostgreSQL `URL` of a database to create and drop the run's databases from")
 	flag.StringVar(&o.redisURL, "redis-url", "redis://127.0.0.1:6379/0", "Redis `URL`")
 	flag.StringVar(&o.tally, "tally", "./tally", "the tally binary")
-	flag.StringVar(&o.noLog, "tally-nolog", "", "the tally binary built with -tags tally_nolog, for the log's cost (PN, IMN, BN); empty skips those rows")
 	flag.StringVar(&o.bare, "bare", "", "the bare 202 server binary (bench/bareserver)")
 	flag.StringVar(&o.syncSrv, "sync", "", "the synchronous design's server binary (bench/syncserver), for the burst")
 	flag.StringVar(&o.wrk, "wrk", "wrk", "the wrk binary; empty skips the intake measurement")
@@ -219,7 +217,7 @@ func main() {
 	ctx, cancelT := context.WithTimeout(ctx, o.timeout)
 	defer cancelT()
 
-	e, err := newEnv(ctx, o.adminURL, o.redisURL, o.tally, o.noLog, o.bare, o.syncSrv, o.wrk)
+	e, err := newEnv(ctx, o.adminURL, o.redisURL, o.tally, o.bare, o.syncSrv, o.wrk)
 	if err != nil {
 		fail(err)
 	}

@@ -53,13 +53,12 @@ fi
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 go build -o "$work/tally" .
-go build -tags tally_nolog -o "$work/tally-nolog" .
 go -C bench build -o "$work/bare" ./bareserver
 go -C bench build -o "$work/sync" ./syncserver
 go -C bench build -o "$work/bench" .
 
 echo "bench: load before the run: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
-"$work/bench" -tally "$work/tally" -tally-nolog "$work/tally-nolog" -bare "$work/bare" -sync "$work/sync" -wrk "$wrk_bin" \
+"$work/bench" -tally "$work/tally" -bare "$work/bare" -sync "$work/sync" -wrk "$wrk_bin" \
 	-admin-url "$TALLY_ADMIN_DATABASE_URL" -redis-url "$TALLY_REDIS_URL" -log "$work/children.log" \
 	"${short[@]}" "${out[@]}" "${args[@]}" || {
 	rc=$?
