@@ -35,10 +35,11 @@ build: ## build the tally binary into ./tally
 run: ## set up PostgreSQL and Redis, migrate, and run the demo poll end to end
 	@scripts/run.sh
 
-test: ## vet, every test with -race, short fuzz and benchmark runs (CI runs lint, then this)
+test: ## vet, every test with -race (tally's and the bench module's), short fuzz and benchmark runs (CI runs lint, then this)
 	@$(SERVICES); \
-	$(GO) vet ./... && \
+	$(GO) vet ./... && $(GO) -C bench vet ./... && \
 	$(GO) test -race -count=1 -timeout 8m ./... && \
+	$(GO) -C bench test -race -count=1 ./... && \
 	$(MAKE) --no-print-directory fuzz && \
 	$(MAKE) --no-print-directory bench-short
 
@@ -81,13 +82,15 @@ bench-short: ## every Go benchmark once, and every bench measurement at small si
 chaos: ## the long fault suite: 80+ kills and crash-restarts under load, then its table
 	@$(SERVICES); TALLY_CHAOS=long $(GO) test ./internal/chaos/ -count=1 -run . -timeout 30m -v
 
-lint: ## go mod tidy -diff, gofmt, go vet, staticcheck and Redocly's OpenAPI lint (pinned); reports every check, fails if any did
+lint: ## go mod tidy -diff, gofmt, go vet, staticcheck (tally and the bench module) and Redocly's OpenAPI lint (pinned); reports every check, fails if any did
 	@rc=0; \
-	$(GO) mod tidy -diff || { echo "lint: go.mod or go.sum is not tidy (diff above); run: go mod tidy" >&2; rc=1; }; \
+	for m in . bench; do \
+		$(GO) -C $$m mod tidy -diff || { echo "lint: $$m/go.mod or $$m/go.sum is not tidy (diff above); run: go -C $$m mod tidy" >&2; rc=1; }; \
+		$(GO) -C $$m vet ./... || { echo "lint: go vet found the problems above in module $$m" >&2; rc=1; }; \
+		$(GO) -C $$m run $(STATICCHECK) ./... || { echo "lint: staticcheck found the problems above in module $$m" >&2; rc=1; }; \
+	done; \
 	unformatted="$$(gofmt -l .)"; \
 	if [[ -n "$$unformatted" ]]; then echo "$$unformatted"; echo "lint: the files above need gofmt -w" >&2; rc=1; fi; \
-	$(GO) vet ./... || { echo "lint: go vet found the problems above" >&2; rc=1; }; \
-	$(GO) run $(STATICCHECK) ./... || { echo "lint: staticcheck found the problems above" >&2; rc=1; }; \
 	scripts/openapi-lint.sh || { echo "lint: Redocly found the problems above in intake/openapi.json (its settings: redocly.yaml)" >&2; rc=1; }; \
 	if ((rc == 0)); then echo "lint: ok"; fi; \
 	exit $$rc

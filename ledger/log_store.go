@@ -212,7 +212,7 @@ func appendLogs(ctx context.Context, tx pgx.Tx, events []Event, outcomes []Outco
 		}
 		added[p] = append(added[p], newLeaf{seq: o.Seq, event: i})
 	}
-	if len(polls) == 0 || logOff {
+	if len(polls) == 0 {
 		return nil
 	}
 	heads, err := lockHeads(ctx, tx, polls)

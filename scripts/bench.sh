@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # bench.sh: tally's benchmarks in one run, next to their baselines (see
-# internal/bench). Prints the table and writes it into BENCHMARKS.md.
+# bench/, a module of its own). Prints the table and writes it into
+# BENCHMARKS.md.
 #
 #   scripts/bench.sh           the full run (about 16 minutes on 2 quiet cores)
 #   scripts/bench.sh --short   small sizes, under two minutes: a check that
@@ -52,13 +53,12 @@ fi
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 go build -o "$work/tally" .
-go build -tags tally_nolog -o "$work/tally-nolog" .
-go build -o "$work/bare" ./intake/internal/bareserver
-go build -o "$work/sync" ./intake/internal/syncserver
-go build -o "$work/bench" ./internal/bench
+go -C bench build -o "$work/bare" ./bareserver
+go -C bench build -o "$work/sync" ./syncserver
+go -C bench build -o "$work/bench" .
 
 echo "bench: load before the run: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
-"$work/bench" -tally "$work/tally" -tally-nolog "$work/tally-nolog" -bare "$work/bare" -sync "$work/sync" -wrk "$wrk_bin" \
+"$work/bench" -tally "$work/tally" -bare "$work/bare" -sync "$work/sync" -wrk "$wrk_bin" \
 	-admin-url "$TALLY_ADMIN_DATABASE_URL" -redis-url "$TALLY_REDIS_URL" -log "$work/children.log" \
 	"${short[@]}" "${out[@]}" "${args[@]}" || {
 	rc=$?

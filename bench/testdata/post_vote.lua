@@ -1,7 +1,7 @@
 -- wrk script: POST /v1/votes with a new event_id on every request.
 --
 --   TALLY_TOKEN=... TALLY_RUN=r1 wrk -t2 -c64 -d20s --latency \
---     -s intake/testdata/bench/post_vote.lua http://127.0.0.1:8090
+--     -s bench/testdata/post_vote.lua http://127.0.0.1:8090
 --
 -- TALLY_TOKEN is the bearer token, TALLY_POLL and TALLY_CHOICE the poll
 -- and candidate (default p1 and a), TALLY_RUN a prefix that keeps the event

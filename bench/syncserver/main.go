@@ -8,7 +8,7 @@
 // limit, no log). Run it against a migrated tally database whose
 // principals hold token hashes.
 //
-//	go run ./intake/internal/syncserver -listen 127.0.0.1:8092 -database-url URL
+//	go -C bench run ./syncserver -listen 127.0.0.1:8092 -database-url URL
 package main
 
 import (

@@ -77,7 +77,7 @@ func (e *env) runWrk(ctx context.Context, addr, token, poll, runID string, threa
 		n, _ := strconv.Atoi(string(m[1]))
 		r.non202 = max(r.non202, n)
 	}
-	r.command = "wrk " + strings.Join(args[:len(args)-3], " ") + " -s intake/testdata/bench/post_vote.lua http://" + addr
+	r.command = "wrk " + strings.Join(args[:len(args)-3], " ") + " -s bench/testdata/post_vote.lua http://" + addr
 	return r, nil
 }
 

@@ -178,7 +178,7 @@ func (s *pgServer) init(ctx context.Context) error {
 		return err
 	}
 	settings := tunedSettings(ram, s.walCompression(ctx, data))
-	conf := "\n# The tuned configuration of internal/bench (tunedSettings).\n"
+	conf := "\n# The tuned configuration of the bench (tunedSettings).\n"
 	var summary []string
 	for _, st := range settings {
 		conf += fmt.Sprintf("%s = '%s'\n", st.name, st.value)

@@ -21,8 +21,8 @@ import (
 // intake started, each vote once into one poll with a credential intake
 // has never seen, burstConcurrency requests at a time, through tally
 // intake with the projector running. Side by side, in alternating rounds,
-// the same requests go to the bare 202 handler (intake/internal/bareserver)
-// and to the seed's synchronous design (intake/internal/syncserver: the
+// the same requests go to the bare 202 handler (bench/bareserver)
+// and to the seed's synchronous design (bench/syncserver: the
 // token looked up in PostgreSQL, the vote inserted and counted in one
 // transaction per request). Each round of each intake variant gets a fresh
 // intake and projector, fresh principals and a poll of its own.
@@ -124,7 +124,7 @@ const (
 // measureBurst: B, BC, BX, B-LC, B-LCC, B-OIDC, B-OIDCC, BB and BS.
 func measureBurst(ctx context.Context, e *env, sz sizes, t *table) error {
 	if e.bare == "" || e.syncSrv == "" {
-		return errors.New("the burst needs -bare and -sync (the servers of intake/internal/bareserver and intake/internal/syncserver; scripts/bench.sh builds them)")
+		return errors.New("the burst needs -bare and -sync (the servers of bench/bareserver and bench/syncserver; scripts/bench.sh builds them)")
 	}
 	load := loadAvg()
 	own, err := newOwnKeyIssuer(e.tmp)
@@ -170,12 +170,12 @@ func measureBurst(ctx context.Context, e *env, sz sizes, t *table) error {
 	t.add(fig{id: "BB", what: "the bare net/http handler answering 202 to the same burst (" + note + ")",
 		value: bare.median(burstRun.accepted), unit: "req/s",
 		extra: fmt.Sprintf("p50 %s, p99 %s; rounds %s req/s", ms(time.Duration(bare.median(p50))), ms(time.Duration(bare.median(p99))), bare.rounds(burstRun.accepted)),
-		load:  load, command: "bench -only burst  (go run ./intake/internal/bareserver)"})
+		load:  load, command: "bench -only burst  (go -C bench run ./bareserver)"})
 	t.add(fig{id: "BS", what: "the synchronous design under the same burst: a net/http handler that looks the token up (SHA-256 in principals), then inserts the vote (ON CONFLICT DO NOTHING) and upserts the tally in one transaction, and answers once it committed (" + note + ")",
 		value: syncd.median(burstRun.countedRate), unit: "votes/s counted",
 		extra: fmt.Sprintf("p50 %s, p99 %s; PostgreSQL commits per vote %.2f; rounds %s votes/s", ms(time.Duration(syncd.median(p50))), ms(time.Duration(syncd.median(p99))),
 			syncd.median(syncd.perVote), syncd.rounds(burstRun.countedRate)),
-		load: load, command: "bench -only burst  (go run ./intake/internal/syncserver -max-conns 16)"})
+		load: load, command: "bench -only burst  (go -C bench run ./syncserver -max-conns 16)"})
 	return nil
 }
 

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # compare.sh: POST /v1/votes under wrk on loopback, against a real tally
 # intake and, in the same run, against a bare net/http handler that only
-# answers 202 (intake/internal/bareserver). Prints wrk's figures for each,
+# answers 202 (bench/bareserver). Prints wrk's figures for each,
 # ROUNDS times, alternating (every other round in reverse order), with the CPU each server spent per request
 # (from /proc) and, for intakes, Redis' CPU per EVALSHA (from the deltas of
 # INFO commandstats; never reset, the Redis may be shared: another client's
 # EVALSHAs in the same seconds would count too).
 #
 #   TALLY_DATABASE_URL=postgres://postgres@127.0.0.1:5432/tally_bench_intake?sslmode=disable \
-#     intake/testdata/bench/compare.sh
+#     bench/compare.sh
 #
 # BASE=REV adds a third target, the intake of git revision REV (built from
 # git archive), so a change can be measured against it in the same rounds.
@@ -18,7 +18,7 @@
 # The database must exist; it is migrated, and a poll and a principal are
 # added to it. The Redis keys written under the run's own prefix are
 # deleted at the end. Needs wrk, redis-cli and the go tool; run it from the
-# module root.
+# repository root.
 set -euo pipefail
 
 : "${TALLY_DATABASE_URL:?set TALLY_DATABASE_URL to an existing database}"
@@ -47,7 +47,7 @@ cleanup() {
 trap cleanup EXIT
 
 go build -o "$work/tally" .
-go build -o "$work/bare" ./intake/internal/bareserver
+go -C bench build -o "$work/bare" ./bareserver
 targets=(intake bare)
 if [[ -n $BASE ]]; then
 	mkdir "$work/base"
@@ -102,7 +102,7 @@ for round in $(seq "$ROUNDS"); do
 		read -r c0 u0 < <(evalsha)
 		out=$(TALLY_TOKEN=$token TALLY_POLL=$run TALLY_RUN="$run-$round-$target" \
 			timeout 120 wrk -t"$THREADS" -c"$CONNECTIONS" -d"$DURATION" --latency \
-			-s intake/testdata/bench/post_vote.lua "http://$addr")
+			-s bench/testdata/post_vote.lua "http://$addr")
 		t1=$(cpu_ticks "${pid_of[$target]}")
 		read -r c1 u1 < <(evalsha)
 		grep -E 'Requests/sec|^ +(50|99)%|answers other|Socket errors' <<<"$out"

@@ -55,6 +55,17 @@
 //   - host.go: CPU time, load and versions of the machine and servers;
 //   - table.go: figures, ratios and their markdown, written between the
 //     markers of BENCHMARKS.md.
+//
+// Beside it, in this module: bareserver and syncserver, the baselines'
+// servers; testdata/post_vote.lua, wrk's vote script; compare.sh, intake
+// against the bare handler (and another revision of intake) under wrk.
+//
+// The bench is a module of its own (go.mod), so that the product's go.mod
+// lists only what the product needs; its replace builds it against the
+// tally of the same checkout. It runs the tally binary it is given and
+// imports tally's public packages, and two of tally's internal ones that
+// tally's tests use too (pgbin, procstat), which Go allows because the
+// bench's module path lies under tally's.
 package main
 
 import (
@@ -83,7 +94,7 @@ type sizes struct {
 	wrkFor         time.Duration
 	e2eFor         time.Duration
 	importEvents   int
-	importRounds   int // IM and IMN, alternating
+	importRounds   int
 	rebuildEvents  int
 	rebuildRounds  int
 	projectorLimit time.Duration
@@ -155,7 +166,6 @@ type options struct {
 	adminURL, redisURL string
 	tally, bare, wrk   string
 	syncSrv            string
-	noLog              string
 	lua                string
 	out                string
 	only               map[string]bool // empty: every measurement
@@ -169,11 +179,10 @@ func parseFlags() options {
 	flag.StringVar(&o.adminURL, "admin-url", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "PostgreSQL `URL` of a database to create and drop the run's databases from")
 	flag.StringVar(&o.redisURL, "redis-url", "redis://127.0.0.1:6379/0", "Redis `URL`")
 	flag.StringVar(&o.tally, "tally", "./tally", "the tally binary")
-	flag.StringVar(&o.noLog, "tally-nolog", "", "the tally binary built with -tags tally_nolog, for the log's cost (PN, IMN, BN); empty skips those rows")
-	flag.StringVar(&o.bare, "bare", "", "the bare 202 server binary (intake/internal/bareserver)")
-	flag.StringVar(&o.syncSrv, "sync", "", "the synchronous design's server binary (intake/internal/syncserver), for the burst")
+	flag.StringVar(&o.bare, "bare", "", "the bare 202 server binary (bench/bareserver)")
+	flag.StringVar(&o.syncSrv, "sync", "", "the synchronous design's server binary (bench/syncserver), for the burst")
 	flag.StringVar(&o.wrk, "wrk", "wrk", "the wrk binary; empty skips the intake measurement")
-	flag.StringVar(&o.lua, "lua", "intake/testdata/bench/post_vote.lua", "wrk's vote script")
+	flag.StringVar(&o.lua, "lua", "bench/testdata/post_vote.lua", "wrk's vote script")
 	flag.StringVar(&o.out, "out", "", "markdown `FILE` to write the table into (between its bench markers)")
 	only := flag.String("only", "", "comma-separated measurements to run (default all): projector, kinds, naive, batch1, copy, floor, tuned, intake, burst, e2e, cluster, scaling, import, rebuild, rebuildranked, log, live")
 	flag.BoolVar(&o.short, "short", false, "small sizes: a check that every measurement runs")
@@ -208,7 +217,7 @@ func main() {
 	ctx, cancelT := context.WithTimeout(ctx, o.timeout)
 	defer cancelT()
 
-	e, err := newEnv(ctx, o.adminURL, o.redisURL, o.tally, o.noLog, o.bare, o.syncSrv, o.wrk)
+	e, err := newEnv(ctx, o.adminURL, o.redisURL, o.tally, o.bare, o.syncSrv, o.wrk)
 	if err != nil {
 		fail(err)
 	}

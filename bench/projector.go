@@ -26,6 +26,7 @@ type drainResult struct {
 	redisCPU       float64 // the whole Redis server's, per event
 	bytes          int64   // on disk: the ledger and its log, with their indexes
 	indexBytes     int64   // of bytes, their indexes
+	logBytes       int64   // of bytes, the log's tables (poll_log_*)
 	// walBytes is the WAL the whole server wrote from the projector's
 	// start to the drained stream.
 	walBytes int64
@@ -126,7 +127,7 @@ func (e *env) drainLoad(ctx context.Context, l load, bin, what string, n int, li
 		return res, err
 	}
 	res.events = n - int(left)
-	if res.bytes, res.indexBytes, err = ledgerBytes(ctx, pool); err != nil {
+	if res.bytes, res.indexBytes, res.logBytes, err = ledgerBytes(ctx, pool); err != nil {
 		return res, err
 	}
 	if res.events > 0 {
@@ -212,13 +213,14 @@ func (e *env) checkDrained(ctx context.Context, pool *pgxpool.Pool, keys stream.
 }
 
 // ledgerBytes is what the ledger and its log take on disk, indexes
-// included, and of that their indexes: the tables an append writes, but
-// the projection.
-func ledgerBytes(ctx context.Context, pool *pgxpool.Pool) (total, indexes int64, err error) {
-	err = pool.QueryRow(ctx, `SELECT sum(pg_total_relation_size(c.oid))::bigint, sum(pg_indexes_size(c.oid))::bigint FROM pg_class c
+// included, and of that their indexes and the log's tables: the tables an
+// append writes, but the projection.
+func ledgerBytes(ctx context.Context, pool *pgxpool.Pool) (total, indexes, logTables int64, err error) {
+	err = pool.QueryRow(ctx, `SELECT sum(pg_total_relation_size(c.oid))::bigint, sum(pg_indexes_size(c.oid))::bigint,
+		  sum(pg_total_relation_size(c.oid)) FILTER (WHERE c.relname <> 'poll_events')::bigint FROM pg_class c
 		WHERE c.relkind = 'r' AND c.relnamespace = 'public'::regnamespace
-		  AND c.relname IN ('poll_events', 'poll_log_leaves', 'poll_log_tiles', 'poll_log_heads')`).Scan(&total, &indexes)
-	return total, indexes, err
+		  AND c.relname IN ('poll_events', 'poll_log_leaves', 'poll_log_tiles', 'poll_log_heads')`).Scan(&total, &indexes, &logTables)
+	return total, indexes, logTables, err
 }
 
 // walLSN is the server's current WAL position, in bytes, asked over a

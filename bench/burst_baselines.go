@@ -13,8 +13,8 @@ import (
 )
 
 // This file owns the burst's two baselines: the bare 202 handler
-// (intake/internal/bareserver) and the seed's synchronous design
-// (intake/internal/syncserver), each sent the same burst as intake.
+// (bench/bareserver) and the seed's synchronous design
+// (bench/syncserver), each sent the same burst as intake.
 
 // burstBare runs one round against the bare handler.
 func (e *env) burstBare(ctx context.Context, sz sizes) (burstRun, error) {

@@ -3,7 +3,7 @@
 // shaped like intake's, doing nothing else. Run it next to tally intake and
 // point the same load tool at both.
 //
-//	go run ./intake/internal/bareserver -listen 127.0.0.1:8091
+//	go -C bench run ./bareserver -listen 127.0.0.1:8091
 package main
 
 import (

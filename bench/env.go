@@ -27,9 +27,8 @@ type env struct {
 	adminURL string // a database to create and drop the run's databases from
 	redisURL string
 	tally    string // the tally binary
-	noLog    string // the tally binary built with -tags tally_nolog ("": not measured)
 	bare     string // the bare 202 server binary
-	syncSrv  string // the synchronous design's server binary (intake/internal/syncserver)
+	syncSrv  string // the synchronous design's server binary (bench/syncserver)
 	wrk      string // the wrk binary ("" when missing)
 	lua      string // wrk's vote script
 	run      string // unique per run
@@ -41,7 +40,7 @@ type env struct {
 	prefixes []string
 }
 
-func newEnv(ctx context.Context, adminURL, redisURL, tally, noLog, bare, syncSrv, wrk string) (*env, error) {
+func newEnv(ctx context.Context, adminURL, redisURL, tally, bare, syncSrv, wrk string) (*env, error) {
 	opt, err := redis.ParseURL(redisURL)
 	if err != nil {
 		return nil, fmt.Errorf("redis url: %w", err)
@@ -55,7 +54,7 @@ func newEnv(ctx context.Context, adminURL, redisURL, tally, noLog, bare, syncSrv
 		return nil, err
 	}
 	return &env{
-		adminURL: adminURL, redisURL: redisURL, tally: tally, noLog: noLog, bare: bare, syncSrv: syncSrv, wrk: wrk,
+		adminURL: adminURL, redisURL: redisURL, tally: tally, bare: bare, syncSrv: syncSrv, wrk: wrk,
 		run: "b" + strings.ToLower(rand.Text()[:8]), rdb: rdb, tmp: tmp,
 	}, nil
 }
@@ -64,7 +63,7 @@ func newEnv(ctx context.Context, adminURL, redisURL, tally, noLog, bare, syncSrv
 // the same Redis, binaries and run name. Its release drops what was
 // created through it; e's close does not.
 func (e *env) onServer(adminURL string) *env {
-	return &env{adminURL: adminURL, redisURL: e.redisURL, tally: e.tally, noLog: e.noLog, bare: e.bare, syncSrv: e.syncSrv, wrk: e.wrk,
+	return &env{adminURL: adminURL, redisURL: e.redisURL, tally: e.tally, bare: e.bare, syncSrv: e.syncSrv, wrk: e.wrk,
 		lua: e.lua, run: e.run, rdb: e.rdb, tmp: e.tmp}
 }
 

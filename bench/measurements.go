@@ -37,7 +37,8 @@ var measurements = []measurement{
 	{"live", measureLive},
 }
 
-// measureProjector: P and MB with the shipped settings, P1 with one worker.
+// measureProjector: P, MB and BL with the shipped settings, P1 with one
+// worker.
 func measureProjector(ctx context.Context, e *env, sz sizes, t *table) error {
 	r, err := measureP(ctx, e, sz, t)
 	if err != nil {
@@ -54,24 +55,10 @@ func measureProjector(ctx context.Context, e *env, sz sizes, t *table) error {
 	}
 	t.add(fig{id: "P1", what: "projector as P with one worker (one transaction in flight)",
 		value: r1.rate(), unit: "events/s", load: load, command: r1.command, extra: r1.cpu()})
-	if e.noLog == "" {
-		return nil
-	}
-	e.settle(ctx)
-	load = loadAvg()
-	rn, err := e.drainProjector(ctx, e.noLog, "projnolog", sz.projector, sz.projectorLimit)
-	if err != nil {
-		return err
-	}
-	if rn.events < sz.projector {
-		return fmt.Errorf("the projector without the log applied %d of %d events within %s", rn.events, sz.projector, sz.projectorLimit)
-	}
-	t.add(fig{id: "PN", what: "projector as P, built without the Merkle log (-tags tally_nolog)",
-		value: rn.rate(), unit: "events/s", load: load, command: rn.command + " (tally built with -tags tally_nolog)", extra: rn.cpu()})
 	t.add(fig{id: "BL", what: "disk: bytes per event of the ledger and its log after P (tables and indexes)",
-		value: float64(r.bytes) / float64(r.events), unit: "B", load: load, command: "pg_total_relation_size of poll_events and poll_log_* after P"})
-	t.add(fig{id: "BN", what: "disk: bytes per event of the ledger after PN (no log)",
-		value: float64(rn.bytes) / float64(rn.events), unit: "B", load: load, command: "the same after PN"})
+		value: float64(r.bytes) / float64(r.events), unit: "B", load: load,
+		extra:   fmt.Sprintf("of which the log's tables %.0f B", float64(r.logBytes)/float64(r.events)),
+		command: "pg_total_relation_size of poll_events and poll_log_* after P"})
 	return nil
 }
 
@@ -153,7 +140,7 @@ func measureIntake(ctx context.Context, e *env, sz sizes, t *table) error {
 		command: in.command + "  (tally intake " + strings.Join(intakeFlags, " ") + ")"})
 	t.add(fig{id: "IB", what: "bare net/http handler answering 202 to the same body (" + note + ")", value: bare.reqs, unit: "req/s",
 		extra: fmt.Sprintf("p50 %s, p99 %s; CPU per request: server %.1f µs", ms(bare.p50), ms(bare.p99), bare.serverCPU), load: load,
-		command: bare.command + "  (go run ./intake/internal/bareserver)"})
+		command: bare.command + "  (go -C bench run ./bareserver)"})
 	t.add(fig{id: "MI", what: "memory: intake peak RSS under wrk load", value: hwm, unit: "MB", load: load, command: "VmHWM of the process in I"})
 	return nil
 }
@@ -177,10 +164,9 @@ func measureEndToEnd(ctx context.Context, e *env, sz sizes, t *table) error {
 // measureImport: IM, tally import of a file.
 func measureImport(ctx context.Context, e *env, sz sizes, t *table) error {
 	load := loadAvg()
-	var im, imn []float64
+	var im []float64
 	var cmd string
-	// IM and IMN alternate, so that a slower minute of the machine falls
-	// on both: one import each varied by a third from run to run here.
+	// Several rounds: one import varied by a third from run to run here.
 	for range sz.importRounds {
 		v, c, err := e.importFile(ctx, e.tally, "import", sz.importEvents)
 		if err != nil {
@@ -188,15 +174,6 @@ func measureImport(ctx context.Context, e *env, sz sizes, t *table) error {
 		}
 		im, cmd = append(im, v), c
 		e.settle(ctx) // drops the round's database, whose name the next round takes
-		if e.noLog == "" {
-			continue
-		}
-		v, _, err = e.importFile(ctx, e.noLog, "importnolog", sz.importEvents)
-		if err != nil {
-			return err
-		}
-		imn = append(imn, v)
-		e.settle(ctx)
 	}
 	rounds := func(vs []float64) string {
 		var out []string
@@ -205,13 +182,8 @@ func measureImport(ctx context.Context, e *env, sz sizes, t *table) error {
 		}
 		return strings.Join(out, ", ")
 	}
-	t.add(fig{id: "IM", what: fmt.Sprintf("import: tally import of a %s-event file (median of %d round(s), alternating with IMN's)", count(sz.importEvents), len(im)),
+	t.add(fig{id: "IM", what: fmt.Sprintf("import: tally import of a %s-event file (median of %d round(s))", count(sz.importEvents), len(im)),
 		value: medianFloat(im), unit: "events/s", extra: "rounds " + rounds(im) + " events/s", load: load, command: cmd})
-	if len(imn) > 0 {
-		t.add(fig{id: "IMN", what: "import as IM, built without the Merkle log (-tags tally_nolog)",
-			value: medianFloat(imn), unit: "events/s", extra: "rounds " + rounds(imn) + " events/s", load: load,
-			command: cmd + " (tally built with -tags tally_nolog)"})
-	}
 	return nil
 }
 
