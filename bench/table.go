@@ -175,6 +175,9 @@ func (t *table) markdown() string {
 		}
 		v := of.value / den
 		val := fmt.Sprintf("%.1f×", v)
+		if v < 10 { // 0.77× is not 0.8×, which a target of 0.8 would read as met
+			val = fmt.Sprintf("%.2f×", v)
+		}
 		if r.asPercent {
 			val = fmt.Sprintf("%.0f%%", 100*v)
 		}
