@@ -237,3 +237,35 @@ func FuzzScanBallot(f *testing.F) {
 // compact reports whether s holds no byte that only the JSON reader takes
 // (white space, an escape, a minus: "-0" is a score of 0 to it).
 func compact(s string) bool { return !strings.ContainsAny(s, " \t\n\r\\-") }
+
+// FuzzScanCanonical: the fast scanner takes only canonical forms, reads
+// them as the JSON reader does, and takes every canonical form of a ballot
+// the JSON reader takes (so that it is the fast path, not a rare one).
+func FuzzScanCanonical(f *testing.F) {
+	for _, s := range []string{`["a","c"]`, `["c","a"]`, `["a","a"]`, `{"a":"yes","b":"no"}`, `{"b":1,"a":2}`, `{"a":0}`,
+		`{"a":01}`, `{"a":2147483648}`, `[]`, `{}`, `[ "a"]`, `{"a":"yes","a":"no"}`, `["a",]`, `{"a":-1}`} {
+		for k := range len(Kinds) - 1 {
+			f.Add(uint8(k), s)
+		}
+	}
+	f.Fuzz(func(t *testing.T, k uint8, s string) {
+		kind := Kinds[1+int(k)%(len(Kinds)-1)]
+		fast, okFast := scanCanonical(kind, s)
+		slow, okSlow := parseCanonicalJSON(kind, s)
+		if okFast != okSlow {
+			t.Fatalf("%s %q: the scanner says %v, the JSON reader %v", kind, s, okFast, okSlow)
+		}
+		if okFast && fast.Canonical() != slow.Canonical() {
+			t.Fatalf("%s %q: the scanner reads %q, the JSON reader %q", kind, s, fast.Canonical(), slow.Canonical())
+		}
+		if okSlow != ValidCanonicalKind(kind, s) {
+			t.Fatalf("%s %q: ValidCanonical disagrees", kind, s)
+		}
+	})
+}
+
+// ValidCanonicalKind is whether ParseCanonical(k, s) takes s.
+func ValidCanonicalKind(k Kind, s string) bool {
+	_, err := ParseCanonical(k, s)
+	return err == nil
+}
