@@ -42,6 +42,8 @@ func auditCommand() *ucli.Command {
 					&ucli.StringFlag{Name: "results", Usage: "published results to compare, JSON objects as GET /v1/polls/{id}/results answers (`FILE`)"},
 					&ucli.StringSliceFlag{Name: "eligible", Usage: "`POLL=FILE`: the principal ids a restricted poll takes, one a line; " +
 						"checked against the hash its definitions commit, and every vote against it (repeat for each poll)"},
+					&ucli.StringSliceFlag{Name: "before-definitions", Usage: "`POLL` created before definitions were logged (migration 00011), " +
+						"whose log may begin with votes; any other poll's log must begin with its definition (repeat for each poll)"},
 					formatFlag(),
 				},
 				Action: auditVerify,
@@ -97,7 +99,8 @@ func auditVerify(c *ucli.Context) error {
 	var rep audit.Report
 	if err := readFile("--export", c.String("export"), func(r io.Reader) (err error) {
 		rep, err = audit.Verify(bufio.NewReaderSize(r, 1<<16),
-			audit.Inputs{Checkpoints: cps, Verifiers: verifiers, Results: results, Eligible: eligible})
+			audit.Inputs{Checkpoints: cps, Verifiers: verifiers, Results: results, Eligible: eligible,
+				BeforeDefinitions: c.StringSlice("before-definitions")})
 		return err
 	}); err != nil {
 		return err

@@ -83,6 +83,11 @@ var vectorBatches = []struct {
 	{"dinner", []vectorVote{{23, "grace", "pasta"}, {24, "heidi", "fish"}}},
 }
 
+// vectorLegacyPolls are the first ledger's polls, all from before
+// definitions were logged: tally audit verify is told so
+// (--before-definitions), or it finds each log's missing definition.
+var vectorLegacyPolls = []string{"board", "dinner", "lunch"}
+
 // vectorCheckpointSizes are the sizes signed of each poll; the last is
 // the poll's full size.
 var vectorCheckpointSizes = map[string][]int64{"board": {2, 6}, "dinner": {2, 4, 8}, "lunch": {3, 7, 10}}
@@ -241,6 +246,9 @@ type vectorGen struct {
 	files    map[string][]byte
 	cases    []vectorCase
 	base     vectorBase // the files verify's cases start from; zero: export.jsonl and its own
+	// before are the polls a verify case of the first ledger names as
+	// from before definitions: all of them, unless a case says otherwise.
+	before []string
 }
 
 // vectorBase names the export, checkpoints and results files a verify
@@ -255,6 +263,7 @@ func conformanceVectors(t *testing.T) map[string][]byte {
 	g.signer, g.key = vectorKeyPair(t, vectorKeySeed)
 	_, g.otherKey = vectorKeyPair(t, vectorOtherKeySeed)
 	g.honest = g.ledger(vectorRows())
+	g.before = vectorLegacyPolls
 	g.baseFiles()
 	g.exportCases()
 	g.checkpointCases()
@@ -754,10 +763,12 @@ func (g *vectorGen) verifyEligible(name, about string, over map[string][]byte, e
 	want []vectorDiscrepancy, errs ...string) {
 	f := g.overrides(name, over)
 	base := g.base
+	var before []string
 	if base == (vectorBase{}) {
 		base = vectorBase{vectorExport, vectorCheckpoints, vectorResults}
+		before = g.before
 	}
-	c := vectorCase{Name: name, About: about, Command: "verify", Exit: exit, ErrorContains: errs, Files: vectorFiles{
+	c := vectorCase{Name: name, About: about, Command: "verify", Exit: exit, ErrorContains: errs, BeforeDefinitions: before, Files: vectorFiles{
 		Export: f(base.export), Checkpoints: f(base.checkpoints), Key: f(vectorKey), Results: f(base.results)}}
 	for poll, file := range eligible {
 		if c.Files.Eligible == nil {
