@@ -310,3 +310,17 @@ func TestAuditReceiptRefusesAnotherPoll(t *testing.T) {
 		}
 	}
 }
+
+// Both audit commands print the one exit code table of docs/audit.md.
+func TestAuditHelpExitCodes(t *testing.T) {
+	t.Parallel()
+	for _, cmd := range []string{"verify", "receipt"} {
+		r := offline(t, "", "audit", cmd, "--help")
+		for _, line := range []string{"Exit codes:", "0  it verifies", "1  the files were read and do not verify",
+			"A well-formed --key that did not sign", "2  the check could not be made"} {
+			if !strings.Contains(r.stdout, line) {
+				t.Errorf("tally audit %s --help does not say %q:\n%s", cmd, line, r.stdout)
+			}
+		}
+	}
+}

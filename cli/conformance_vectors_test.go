@@ -539,6 +539,10 @@ func (g *vectorGen) checkpointCases() {
 	}
 	g.verify("wrong-key", "another key of the same log name: no checkpoint is signed by it",
 		map[string][]byte{vectorKey: []byte(g.otherKey + "\n")}, ExitCheck, wrong)
+	g.verify("key-malformed", "the key file holds a key of the log's name whose hash is cut short: not a verifier key, "+
+		"so nothing could be checked with it (exit 2), unlike a well-formed key that signed nothing here (wrong-key, exit 1)",
+		map[string][]byte{vectorKey: []byte(g.key[:strings.Index(g.key, "+")+5] + "\n")}, ExitError, nil,
+		"--key", "malformed verifier key")
 }
 
 // flipSignatureByte changes one byte of the Ed25519 signature of the
