@@ -519,6 +519,26 @@ func (g *vectorGen) checkpointCases() {
 	g.verify("checkpoint-size-mismatch", `board's checkpoint of size 6 (checkpoints line 2) stored with "size": 5`,
 		over(cps), ExitCheck, []vectorDiscrepancy{checkpointField("board", "size", 2)})
 
+	var supper audit.Tree
+	for _, r := range g.honest.rows[:2] {
+		r.PollID = "supper"
+		if err := supper.AppendLeaf(r.Leaf()); err != nil {
+			g.t.Fatal(err)
+		}
+	}
+	supperRoot, err := supper.Root(2)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	supperNote, err := audit.SignCheckpoint(g.signer, audit.Origin(vectorLog, "supper"), 2, supperRoot)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	g.verify("checkpoint-poll-not-in-export", "a signed checkpoint of 2 leaves of poll supper (checkpoints line 9), which the export does not hold: "+
+		"its leaves 0 to 1 are missing from the export",
+		over(append(slices.Clone(g.honest.checkpoints), audit.StoredCheckpoint{PollID: "supper", Size: 2, Checkpoint: string(supperNote)})),
+		ExitCheck, []vectorDiscrepancy{rootDiffers("supper", 0, 1, 9)})
+
 	cpText := string(g.files[vectorCheckpoints])
 	g.verify("checkpoints-key-case", `checkpoints line 2 carries "Size":5 beside "size":6: keys are spelt exactly, as in the export`,
 		map[string][]byte{vectorCheckpoints: []byte(g.editLine(cpText, 2, `"size":6,`, `"size":6,"Size":5,`))}, ExitError, nil,
