@@ -28,19 +28,30 @@
 //     a vote and of the definition after it.
 //   - ballot.go: the audit's own reading of a canonical ballot against
 //     the definition in force, apart from package vote's on purpose.
+//   - lines.go: the line rules every JSON-lines file the audit reads
+//     shares (EachLine): the newline, the 1 MiB bound, the white space
+//     around a line.
+//   - json_text.go: free text read from JSON (a poll's title) refused
+//     when readers would decode it differently (CheckJSONString).
 //   - export_line.go: the export's line, written and read strictly;
 //     export_definition.go, a definition's line; export_line_written.go,
 //     the fast path for a vote's line as tally writes it.
 //   - checkpoint.go: keys, signing and opening checkpoints, the
 //     checkpoints file (JSON lines of StoredCheckpoint), the errors callers
 //     branch on (ErrMalformed, ErrSignature, ErrOrigin, ErrProof).
-//   - proof.go: inclusion and consistency checks, and the voter's Receipt.
+//   - proof.go: inclusion and consistency checks, the voter's Receipt,
+//     and the strict reading of a receipt, a vote's status and a
+//     consistency proof.
 //   - tree.go: Tree, a poll's log in memory: roots at any size and proofs.
-//   - verify.go: VerifyExport, the audit of an export against checkpoints
-//     and published results, and its Report; its stages:
+//   - verify.go: Verify, the audit of an export against checkpoints,
+//     published results, eligible lists and the polls named as from
+//     before definitions, and its Report; its stages:
 //   - verify_rows.go: the export's rows and definitions (ExportRow) read
-//     into each poll's tree, and what one line can show checked, each vote
-//     against the definition in force;
+//     into each poll's tree, and what one line can show checked (a log
+//     that begins with a vote, unless its poll is from before
+//     definitions), each vote against the definition in force;
+//   - verify_eligible.go: the eligible lists given (ReadEligible) checked
+//     against the definitions, and the votes against them;
 //   - verify_checkpoints.go: each stored checkpoint opened
 //     (OpenPollCheckpoint) and compared with its poll's tree;
 //   - recount.go: which votes count (a principal's first, or in a poll

@@ -137,6 +137,20 @@ func ParseReceipt(b []byte) (Receipt, error) {
 	if err != nil {
 		return Receipt{}, fmt.Errorf("%w receipt: %v", ErrMalformed, err)
 	}
+	for k, v := range keys {
+		if string(v) == "null" {
+			return Receipt{}, fmt.Errorf("%w receipt: %s is null; a receipt gives every field it has", ErrMalformed, k)
+		}
+	}
+	for _, k := range []string{"poll_id", "principal_id", "event_id", "leaf_index", "leaf_hash", "tree_size", "inclusion_proof"} {
+		if _, ok := keys[k]; !ok && keys != nil {
+			return Receipt{}, fmt.Errorf("%w receipt: %s is missing; a receipt has %s", ErrMalformed, k, strings.Join(receiptKeys, ", "))
+		}
+	}
+	if _, c := keys["candidate_id"]; keys != nil && c == (keys["ballot"] != nil) {
+		return Receipt{}, fmt.Errorf("%w receipt: it has %s: a vote of one choice has candidate_id, any other a ballot, never both", ErrMalformed,
+			map[bool]string{true: "both candidate_id and ballot", false: "neither candidate_id nor ballot"}[c])
+	}
 	if at, ok := keys["received_at"]; ok {
 		// As the export reads it: at most six fractional digits, from 1970.
 		if _, err := timeField("received_at", at); err != nil {

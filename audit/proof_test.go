@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -394,6 +395,10 @@ func TestParseReceiptRefusals(t *testing.T) {
 		{"not json", "receipt", "malformed receipt"},
 		{"a key in another case beside it", strings.Replace(string(good), `"poll_id"`, `"Candidate_ID":"salad","poll_id"`, 1), `key "candidate_id" is spelt "Candidate_ID"`},
 		{"a key twice", strings.Replace(string(good), `"poll_id"`, `"candidate_id":"salad","poll_id"`, 1), `key "candidate_id" is given twice`},
+		{"a null", regexp.MustCompile(`"leaf_index":\d+`).ReplaceAllString(string(good), `"leaf_index":null`), "leaf_index is null"},
+		{"no leaf_hash", regexp.MustCompile(`"leaf_hash":"[^"]*",`).ReplaceAllString(string(good), ``), "leaf_hash is missing"},
+		{"no candidate", regexp.MustCompile(`"candidate_id":"[^"]*",`).ReplaceAllString(string(good), ``), "neither candidate_id nor ballot"},
+		{"a candidate and a ballot", strings.Replace(string(good), `"poll_id":"p",`, `"poll_id":"p","ballot":["a"],`, 1), "both candidate_id and ballot"},
 	} {
 		if _, err := audit.ParseReceipt([]byte(tc.in)); !errors.Is(err, audit.ErrMalformed) || !strings.Contains(err.Error(), tc.says) {
 			t.Errorf("%s: error %v, want ErrMalformed saying %q", tc.name, err, tc.says)

@@ -137,6 +137,14 @@ type Inputs struct {
 	// (verify_eligible.go). A list for a poll the export lacks, or two
 	// lists for one poll, is an error.
 	Eligible []EligibleList
+	// BeforeDefinitions are the polls created before definitions were
+	// logged (migration 00011), whose logs may begin with votes. Any other
+	// poll's log must begin with its definition: a first leaf that is a
+	// vote is a discrepancy (field "definition"), since a definition
+	// removed, with checkpoints signed again over what is left, would
+	// otherwise leave a log that looks like one from before. A poll named
+	// that the export does not hold is an error.
+	BeforeDefinitions []string
 }
 
 // Verify is VerifyExport with every input an audit takes.
@@ -145,12 +153,23 @@ func Verify(export io.Reader, in Inputs) (Report, error) {
 	if len(verifiers) == 0 && len(checkpoints) > 0 {
 		return Report{}, errors.New("audit: no verifier key to check the checkpoints with")
 	}
-	a := &auditor{polls: map[string]*pollLog{}, seqs: map[int64]int{}, keys: map[eventKey]int{}}
+	a := &auditor{polls: map[string]*pollLog{}, seqs: map[int64]int{}, keys: map[eventKey]int{}, before: map[string]bool{}}
 	if err := a.useEligible(in.Eligible); err != nil {
 		return Report{}, err
 	}
+	for _, id := range in.BeforeDefinitions {
+		if !vote.ValidID(id) {
+			return Report{}, fmt.Errorf("audit: %q is not a poll id (%s), so it names no poll from before definitions", id, vote.IDRule)
+		}
+		a.before[id] = true
+	}
 	if err := a.readExport(export); err != nil {
 		return Report{}, err
+	}
+	for _, id := range in.BeforeDefinitions {
+		if a.polls[id] == nil {
+			return Report{}, fmt.Errorf("audit: poll %s is named as from before definitions, but the export does not hold it; check the poll id", id)
+		}
 	}
 	if err := a.checkEligibleUsed(in.Eligible); err != nil {
 		return Report{}, err
@@ -175,6 +194,8 @@ type auditor struct {
 	found []Discrepancy
 	// eligible are the lists given, by poll (verify_eligible.go).
 	eligible map[string]*eligibility
+	// before are the polls from before definitions (Inputs).
+	before map[string]bool
 }
 
 // pollLog is one poll of the export: its tree and, per leaf, what the

@@ -54,7 +54,7 @@ func verifyBallots(t failer, rows []audit.ExportRow, results []audit.PublishedRe
 		r.Seq = int64(i + 1)
 		b = audit.AppendExportLine(b, r)
 	}
-	return audit.VerifyExport(bytes.NewReader(b), nil, nil, results)
+	return verifyLegacy(bytes.NewReader(b), nil, nil, results)
 }
 
 var (

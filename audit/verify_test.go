@@ -6,12 +6,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/mod/sumdb/note"
 
@@ -111,7 +113,7 @@ func setupAudit(t *testing.T) auditFixture {
 
 func (f auditFixture) verify(t *testing.T, rows []audit.ExportRow, cps []audit.StoredCheckpoint, results []audit.PublishedResults) audit.Report {
 	t.Helper()
-	rep, err := audit.VerifyExport(exportFile(t, rows), cps, []note.Verifier{f.k.verifier}, results)
+	rep, err := verifyLegacy(exportFile(t, rows), cps, []note.Verifier{f.k.verifier}, results)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -273,11 +275,11 @@ func TestVerifyExportRotatedKey(t *testing.T) {
 	f := setupAudit(t)
 	cps := append(signAt(t, f.k.signer, "p", f.rows, 5), signAt(t, f.k.rotated, "p", f.rows, 20)...)
 	both := []note.Verifier{f.k.verifier, f.k.rotatedV}
-	rep, err := audit.VerifyExport(exportFile(t, f.rows), cps, both, nil)
+	rep, err := verifyLegacy(exportFile(t, f.rows), cps, both, nil)
 	if err != nil || !rep.OK() || rep.Polls[0].CheckpointsVerified != 2 {
 		t.Fatalf("both keys: %+v, %v", rep, err)
 	}
-	rep, err = audit.VerifyExport(exportFile(t, f.rows), cps, []note.Verifier{f.k.rotatedV}, nil)
+	rep, err = verifyLegacy(exportFile(t, f.rows), cps, []note.Verifier{f.k.rotatedV}, nil)
 	if err != nil || len(rep.Discrepancies) != 1 || rep.Discrepancies[0].CheckpointLine != 1 {
 		t.Fatalf("only the new key: %+v, %v", rep.Discrepancies, err)
 	}
@@ -297,7 +299,7 @@ func TestVerifyExportRowChecks(t *testing.T) {
 	dup.Seq = 2
 	b, _ := json.Marshal(dup)
 	lines = append(lines, string(b)+"\n")
-	rep, err := audit.VerifyExport(strings.NewReader(strings.Join(lines, "")), nil, nil, nil)
+	rep, err := verifyLegacy(strings.NewReader(strings.Join(lines, "")), nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -438,14 +440,14 @@ func TestVerifyExportUnreadable(t *testing.T) {
 		{"\nnot json\n", "line 2"},
 		{`{"event_id":"e","poll_id":"p q","candidate_id":"a","principal_id":"x","received_at":"2026-01-01T00:00:00Z"}`, "poll_id"},
 	} {
-		_, err := audit.VerifyExport(strings.NewReader(tc.in), nil, nil, nil)
+		_, err := verifyLegacy(strings.NewReader(tc.in), nil, nil, nil)
 		if err == nil || !strings.Contains(err.Error(), tc.says) {
 			t.Errorf("%q: error %v, want one saying %q", tc.in, err, tc.says)
 		}
 	}
 	k := testKeys(t)
 	cps := signAt(t, k.signer, "p", nil, 0)
-	if _, err := audit.VerifyExport(strings.NewReader(""), cps, nil, nil); err == nil {
+	if _, err := verifyLegacy(strings.NewReader(""), cps, nil, nil); err == nil {
 		t.Error("checkpoints without a verifier key were not refused")
 	}
 }
@@ -490,10 +492,61 @@ func BenchmarkVerifyExport1M(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		rep, err := audit.VerifyExport(f, cps, []note.Verifier{k.verifier}, results)
+		rep, err := verifyLegacy(f, cps, []note.Verifier{k.verifier}, results)
 		f.Close()
 		if err != nil || !rep.OK() {
 			b.Fatalf("%v %v", err, rep.Discrepancies)
 		}
+	}
+}
+
+// verifyLegacy is VerifyExport with every poll of export named as from
+// before definitions, as the logs these tests build (votes only) are:
+// what is checked here is not whether a log begins with its definition
+// (TestVerifyLogBeginsWithDefinition is).
+func verifyLegacy(export io.Reader, cps []audit.StoredCheckpoint, verifiers []note.Verifier, results []audit.PublishedResults) (audit.Report, error) {
+	b, err := io.ReadAll(export)
+	if err != nil {
+		return audit.Report{}, err
+	}
+	var polls []string
+	for _, line := range bytes.Split(b, []byte("\n")) {
+		if r, err := audit.ParseExportLine(line); err == nil && !slices.Contains(polls, r.PollID) {
+			polls = append(polls, r.PollID)
+		}
+	}
+	return audit.Verify(bytes.NewReader(b), audit.Inputs{Checkpoints: cps, Verifiers: verifiers, Results: results, BeforeDefinitions: polls})
+}
+
+// A log that begins with a vote is a discrepancy "definition" at its
+// first line, unless its poll is named as from before definitions; a
+// poll named that the export does not hold is an error.
+func TestVerifyLogBeginsWithDefinition(t *testing.T) {
+	rows := []audit.ExportRow{
+		{PollID: "old", EventID: "e-1", CandidateID: "a", PrincipalID: "u-1", ReceivedAt: time.Unix(1_700_000_000, 0)},
+		{PollID: "new", EventID: "e-2", CandidateID: "a", PrincipalID: "u-1", ReceivedAt: time.Unix(1_700_000_001, 0)},
+	}
+	var b []byte
+	for _, r := range rows {
+		b = audit.AppendExportLine(b, r)
+	}
+	rep, err := audit.Verify(bytes.NewReader(b), audit.Inputs{BeforeDefinitions: []string{"old"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Discrepancies) != 1 || rep.Discrepancies[0].PollID != "new" || rep.Discrepancies[0].Field != "definition" ||
+		rep.Discrepancies[0].ExportLine != 2 || rep.Discrepancies[0].Leaves == nil || rep.Discrepancies[0].Leaves.First != 0 {
+		t.Fatalf("discrepancies %v, want one of poll new, field definition, leaf 0, line 2", rep.Discrepancies)
+	}
+	if rep, err := audit.Verify(bytes.NewReader(b), audit.Inputs{BeforeDefinitions: []string{"old", "new"}}); err != nil || !rep.OK() {
+		t.Fatalf("both named: %v %v", rep.Discrepancies, err)
+	}
+	if _, err := audit.Verify(bytes.NewReader(b), audit.Inputs{BeforeDefinitions: []string{"old", "gone"}}); err == nil ||
+		!strings.Contains(err.Error(), "poll gone is named as from before definitions, but the export does not hold it") {
+		t.Fatalf("a poll named that the export lacks: %v", err)
+	}
+	if _, err := audit.Verify(bytes.NewReader(b), audit.Inputs{BeforeDefinitions: []string{"not an id"}}); err == nil ||
+		!strings.Contains(err.Error(), "is not a poll id") {
+		t.Fatalf("a name that is not an id: %v", err)
 	}
 }

@@ -21,6 +21,20 @@ import (
 // them all): a log rewritten early fails every later checkpoint.
 const maxPrinted = 100
 
+// auditExitCodes is the exit code table of tally audit verify and
+// receipt, as docs/audit.md ("Exit codes") gives it.
+const auditExitCodes = `Exit codes:
+  0  it verifies: every checkpoint is signed by a key given and is a prefix of the export's
+     tree, the results given equal the recount, nothing else is found (verify); the receipt's
+     leaf is in its signed tree, and the later checkpoint holds that tree (receipt)
+  1  the files were read and do not verify: each discrepancy is named (poll, leaves, field,
+     line), or the receipt is REFUSED, saying why. A well-formed --key that did not sign the
+     checkpoints is this case: each checkpoint it did not sign is a discrepancy, or the
+     receipt is refused
+  2  the check could not be made: a flag missing or wrong, a file that cannot be read or is not
+     in its format, a --key that is neither a verifier key nor a file holding one, a poll named
+     (--eligible, --before-definitions) that the export does not hold`
+
 func auditCommand() *ucli.Command {
 	keyFlag := &ucli.StringSliceFlag{Name: "key", Required: true,
 		Usage: "verifier `KEY` (the key text, or a file holding it); repeat for keys from before a rotation"}
@@ -32,9 +46,7 @@ func auditCommand() *ucli.Command {
 				Name:  "verify",
 				Usage: "rebuild each poll's tree from an export, check every checkpoint and recount (exit 1 on a discrepancy)",
 				Description: "No database and no network: the export (tally export), the checkpoints file and the\n" +
-					"verifier key are all it reads. Exit 0: every checkpoint is signed and is a prefix of the\n" +
-					"export's tree, and the published results (--results) equal the recount; 1: a discrepancy\n" +
-					"(each one is named: poll, leaves, field, line); 2: a file could not be read.",
+					"verifier key are all it reads.\n\n" + auditExitCodes,
 				Flags: []ucli.Flag{
 					&ucli.StringFlag{Name: "export", Required: true, Usage: "the ledger as tally export wrote it (`FILE`)"},
 					&ucli.StringFlag{Name: "checkpoints", Required: true, Usage: "the stored checkpoints, JSON lines (`FILE`)"},
@@ -42,6 +54,8 @@ func auditCommand() *ucli.Command {
 					&ucli.StringFlag{Name: "results", Usage: "published results to compare, JSON objects as GET /v1/polls/{id}/results answers (`FILE`)"},
 					&ucli.StringSliceFlag{Name: "eligible", Usage: "`POLL=FILE`: the principal ids a restricted poll takes, one a line; " +
 						"checked against the hash its definitions commit, and every vote against it (repeat for each poll)"},
+					&ucli.StringSliceFlag{Name: "before-definitions", Usage: "`POLL` created before definitions were logged (migration 00011), " +
+						"whose log may begin with votes; any other poll's log must begin with its definition (repeat for each poll)"},
 					formatFlag(),
 				},
 				Action: auditVerify,
@@ -51,7 +65,7 @@ func auditCommand() *ucli.Command {
 				Usage:     "check a vote's receipt: its leaf is in the signed tree (exit 1 if not)",
 				ArgsUsage: "FILE (the receipt, or the GET /v1/votes/{id} answer that carries it; - for standard input)",
 				Description: "With --checkpoint and --consistency, also checks that a later checkpoint still holds\n" +
-					"the receipt's tree, so the vote was not removed since.",
+					"the receipt's tree, so the vote was not removed since.\n\n" + auditExitCodes,
 				Flags: []ucli.Flag{
 					keyFlag,
 					&ucli.StringFlag{Name: "checkpoint", Usage: "a later signed checkpoint of the poll (`FILE`)"},
@@ -97,7 +111,8 @@ func auditVerify(c *ucli.Context) error {
 	var rep audit.Report
 	if err := readFile("--export", c.String("export"), func(r io.Reader) (err error) {
 		rep, err = audit.Verify(bufio.NewReaderSize(r, 1<<16),
-			audit.Inputs{Checkpoints: cps, Verifiers: verifiers, Results: results, Eligible: eligible})
+			audit.Inputs{Checkpoints: cps, Verifiers: verifiers, Results: results, Eligible: eligible,
+				BeforeDefinitions: c.StringSlice("before-definitions")})
 		return err
 	}); err != nil {
 		return err

@@ -138,7 +138,7 @@ func write(t *testing.T, path, text string) {
 func TestAuditVerifyExitCodes(t *testing.T) {
 	t.Parallel()
 	f := writeAuditFiles(t)
-	args := []string{"audit", "verify", "--export", f.export, "--checkpoints", f.checkpoints, "--key", f.key, "--results", f.results}
+	args := []string{"audit", "verify", "--export", f.export, "--checkpoints", f.checkpoints, "--key", f.key, "--results", f.results, "--before-definitions", "lunch"}
 	r := offline(t, "", args...)
 	if r.code != ExitOK || !strings.Contains(r.stdout, "OK: 12 events in 1 polls; all 3 checkpoints") ||
 		!strings.Contains(r.stdout, "every leaf is under a signed checkpoint") {
@@ -149,12 +149,12 @@ func TestAuditVerifyExitCodes(t *testing.T) {
 	cps, _ := os.ReadFile(f.checkpoints)
 	fewer := filepath.Join(t.TempDir(), "fewer.jsonl")
 	write(t, fewer, strings.Join(strings.SplitAfter(string(cps), "\n")[:2], ""))
-	r = offline(t, "", "audit", "verify", "--export", f.export, "--checkpoints", fewer, "--key", f.key)
+	r = offline(t, "", "audit", "verify", "--export", f.export, "--checkpoints", fewer, "--key", f.key, "--before-definitions", "lunch")
 	if r.code != ExitOK || !strings.Contains(r.stdout, "4 of the 12 leaves are past the largest checkpoint of their poll: no checkpoint signs them") {
 		t.Fatalf("audit with the last checkpoint left out: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	vkey, _ := os.ReadFile(f.key)
-	r = offline(t, "", "audit", "verify", "--export", f.export, "--checkpoints", f.checkpoints, "--key", strings.TrimSpace(string(vkey)), "--format", "json")
+	r = offline(t, "", "audit", "verify", "--export", f.export, "--checkpoints", f.checkpoints, "--key", strings.TrimSpace(string(vkey)), "--format", "json", "--before-definitions", "lunch")
 	var rep audit.Report
 	if r.code != ExitOK || json.Unmarshal([]byte(r.stdout), &rep) != nil || rep.Rows != 12 || !rep.OK() {
 		t.Fatalf("key given as text, --format json: exit %d\n%s%s", r.code, r.stdout, r.stderr)
@@ -306,6 +306,20 @@ func TestAuditReceiptRefusesAnotherPoll(t *testing.T) {
 		for _, s := range tc.says {
 			if !strings.Contains(r.stdout, s) {
 				t.Errorf("%s: %q does not say %q", tc.name, r.stdout, s)
+			}
+		}
+	}
+}
+
+// Both audit commands print the one exit code table of docs/audit.md.
+func TestAuditHelpExitCodes(t *testing.T) {
+	t.Parallel()
+	for _, cmd := range []string{"verify", "receipt"} {
+		r := offline(t, "", "audit", cmd, "--help")
+		for _, line := range []string{"Exit codes:", "0  it verifies", "1  the files were read and do not verify",
+			"A well-formed --key that did not sign", "2  the check could not be made"} {
+			if !strings.Contains(r.stdout, line) {
+				t.Errorf("tally audit %s --help does not say %q:\n%s", cmd, line, r.stdout)
 			}
 		}
 	}

@@ -226,12 +226,44 @@ func (g *vectorGen) definedCases() {
 	g.verify("defined-definition-deleted", "picnic's first definition (line 1) deleted: its rows' leaf_index, every checkpoint of picnic "+
 		"and the results' tree_size disagree",
 		over(strings.Join(lines[1:], "")), ExitCheck, []vectorDiscrepancy{
-			rowField("picnic", 0, "leaf_index", 2), rowField("picnic", 1, "leaf_index", 3), rowField("picnic", 2, "leaf_index", 4),
+			rowField("picnic", 0, "definition", 2), rowField("picnic", 0, "leaf_index", 2), rowField("picnic", 1, "leaf_index", 3), rowField("picnic", 2, "leaf_index", 4),
 			rowField("picnic", 3, "leaf_index", 5), rowField("picnic", 4, "leaf_index", 8), rowField("picnic", 5, "leaf_index", 9),
 			rowField("picnic", 6, "leaf_index", 10),
 			rootDiffers("picnic", 0, 0, 1), rootDiffers("picnic", 0, 4, 2), rootDiffers("picnic", 7, 7, 3), resultsField("picnic", "tree_size")})
 
+	// picnic's first definition removed, the rest renumbered, and every
+	// file signed and counted again over the shorter log: only the rule
+	// that a poll's log begins with its definition sees it.
+	var shorter []audit.ExportRow
+	for _, r := range honest.rows[1:] {
+		if r.PollID == "picnic" {
+			r.LeafIndex = ptr(*r.LeafIndex - 1)
+		}
+		shorter = append(shorter, r)
+	}
+	resigned := g.ledgerSigned(shorter, map[string][]int64{"picnic": {4, 7}, "team": {4}})
+	g.verify("defined-first-definition-removed-resigned", "picnic's first definition (line 1) removed, its later leaves renumbered, "+
+		"its checkpoints signed again (sizes 4 and 7) and its results counted over the shorter log: a log that begins with a vote "+
+		"is refused unless its poll is named as from before definitions",
+		map[string][]byte{vectorDefinedExport: resigned.export(), vectorDefinedCheckpoints: resigned.checkpointsFile(),
+			vectorDefinedResults: resultLines(g.t, resigned.results())},
+		ExitCheck, []vectorDiscrepancy{rowField("picnic", 0, "definition", 2)})
+
+	g.verify("defined-named-before-definitions", "picnic named with --before-definitions, though its log begins with its definition: "+
+		"the name only allows a log to begin with votes, so nothing changes", nil, ExitOK, nil)
+	g.cases[len(g.cases)-1].BeforeDefinitions = []string{"picnic"}
+
+	g.verify("defined-before-definitions-poll-not-in-export", "lunch named with --before-definitions, a poll this export does not hold: "+
+		"refused, as a typo would be", nil, ExitError, nil, "poll lunch is named as from before definitions, but the export does not hold it")
+	g.cases[len(g.cases)-1].BeforeDefinitions = []string{"lunch"}
+
 	g.base = vectorBase{}
+	g.before = nil
+	g.verify("export-before-definitions-not-named", "the honest first ledger, whose logs are from before definitions, without "+
+		"--before-definitions: each poll's log begins with a vote, which a poll created since definitions are logged never does",
+		nil, ExitCheck, []vectorDiscrepancy{rowField("lunch", 0, "definition", 1), rowField("dinner", 0, "definition", 4),
+			rowField("board", 0, "definition", 6)})
+	g.before = vectorLegacyPolls
 	g.verifyEligible("eligible-poll-without-definition", "team's list given for lunch of the first ledger, whose log holds no definition: "+
 		"none commits a list to check it against", nil, map[string]string{"lunch": vectorTeamEligible},
 		ExitCheck, []vectorDiscrepancy{resultsField("lunch", "eligible_hash")})

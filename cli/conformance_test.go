@@ -49,6 +49,10 @@ type vectorCase struct {
 	// Discrepancies are those tally reports, in its order, without their
 	// detail.
 	Discrepancies []vectorDiscrepancy `json:"discrepancies,omitempty"`
+	// BeforeDefinitions are, for verify, the polls named with
+	// --before-definitions: the first ledger's, whose logs are from
+	// before definitions were logged.
+	BeforeDefinitions []string `json:"before_definitions,omitempty"`
 	// ErrorContains are phrases of the error: standard error for exit 2,
 	// the REFUSED line for exit 1 of receipt.
 	ErrorContains []string `json:"error_contains,omitempty"`
@@ -174,6 +178,9 @@ func runVector(t *testing.T, dir string, c vectorCase) {
 			"--key", path(c.Files.Key), "--format", "json"}
 		if c.Files.Results != "" {
 			args = append(args, "--results", path(c.Files.Results))
+		}
+		for _, poll := range c.BeforeDefinitions {
+			args = append(args, "--before-definitions", poll)
 		}
 		for _, poll := range slices.Sorted(maps.Keys(c.Files.Eligible)) {
 			args = append(args, "--eligible", poll+"="+path(c.Files.Eligible[poll]))

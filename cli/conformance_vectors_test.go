@@ -83,6 +83,11 @@ var vectorBatches = []struct {
 	{"dinner", []vectorVote{{23, "grace", "pasta"}, {24, "heidi", "fish"}}},
 }
 
+// vectorLegacyPolls are the first ledger's polls, all from before
+// definitions were logged: tally audit verify is told so
+// (--before-definitions), or it finds each log's missing definition.
+var vectorLegacyPolls = []string{"board", "dinner", "lunch"}
+
 // vectorCheckpointSizes are the sizes signed of each poll; the last is
 // the poll's full size.
 var vectorCheckpointSizes = map[string][]int64{"board": {2, 6}, "dinner": {2, 4, 8}, "lunch": {3, 7, 10}}
@@ -241,6 +246,9 @@ type vectorGen struct {
 	files    map[string][]byte
 	cases    []vectorCase
 	base     vectorBase // the files verify's cases start from; zero: export.jsonl and its own
+	// before are the polls a verify case of the first ledger names as
+	// from before definitions: all of them, unless a case says otherwise.
+	before []string
 }
 
 // vectorBase names the export, checkpoints and results files a verify
@@ -255,6 +263,7 @@ func conformanceVectors(t *testing.T) map[string][]byte {
 	g.signer, g.key = vectorKeyPair(t, vectorKeySeed)
 	_, g.otherKey = vectorKeyPair(t, vectorOtherKeySeed)
 	g.honest = g.ledger(vectorRows())
+	g.before = vectorLegacyPolls
 	g.baseFiles()
 	g.exportCases()
 	g.checkpointCases()
@@ -510,6 +519,26 @@ func (g *vectorGen) checkpointCases() {
 	g.verify("checkpoint-size-mismatch", `board's checkpoint of size 6 (checkpoints line 2) stored with "size": 5`,
 		over(cps), ExitCheck, []vectorDiscrepancy{checkpointField("board", "size", 2)})
 
+	var supper audit.Tree
+	for _, r := range g.honest.rows[:2] {
+		r.PollID = "supper"
+		if err := supper.AppendLeaf(r.Leaf()); err != nil {
+			g.t.Fatal(err)
+		}
+	}
+	supperRoot, err := supper.Root(2)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	supperNote, err := audit.SignCheckpoint(g.signer, audit.Origin(vectorLog, "supper"), 2, supperRoot)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	g.verify("checkpoint-poll-not-in-export", "a signed checkpoint of 2 leaves of poll supper (checkpoints line 9), which the export does not hold: "+
+		"its leaves 0 to 1 are missing from the export",
+		over(append(slices.Clone(g.honest.checkpoints), audit.StoredCheckpoint{PollID: "supper", Size: 2, Checkpoint: string(supperNote)})),
+		ExitCheck, []vectorDiscrepancy{rootDiffers("supper", 0, 1, 9)})
+
 	cpText := string(g.files[vectorCheckpoints])
 	g.verify("checkpoints-key-case", `checkpoints line 2 carries "Size":5 beside "size":6: keys are spelt exactly, as in the export`,
 		map[string][]byte{vectorCheckpoints: []byte(g.editLine(cpText, 2, `"size":6,`, `"size":6,"Size":5,`))}, ExitError, nil,
@@ -530,6 +559,10 @@ func (g *vectorGen) checkpointCases() {
 	}
 	g.verify("wrong-key", "another key of the same log name: no checkpoint is signed by it",
 		map[string][]byte{vectorKey: []byte(g.otherKey + "\n")}, ExitCheck, wrong)
+	g.verify("key-malformed", "the key file holds a key of the log's name whose hash is cut short: not a verifier key, "+
+		"so nothing could be checked with it (exit 2), unlike a well-formed key that signed nothing here (wrong-key, exit 1)",
+		map[string][]byte{vectorKey: []byte(g.key[:strings.Index(g.key, "+")+5] + "\n")}, ExitError, nil,
+		"--key", "malformed verifier key")
 }
 
 // flipSignatureByte changes one byte of the Ed25519 signature of the
@@ -754,10 +787,12 @@ func (g *vectorGen) verifyEligible(name, about string, over map[string][]byte, e
 	want []vectorDiscrepancy, errs ...string) {
 	f := g.overrides(name, over)
 	base := g.base
+	var before []string
 	if base == (vectorBase{}) {
 		base = vectorBase{vectorExport, vectorCheckpoints, vectorResults}
+		before = g.before
 	}
-	c := vectorCase{Name: name, About: about, Command: "verify", Exit: exit, ErrorContains: errs, Files: vectorFiles{
+	c := vectorCase{Name: name, About: about, Command: "verify", Exit: exit, ErrorContains: errs, BeforeDefinitions: before, Files: vectorFiles{
 		Export: f(base.export), Checkpoints: f(base.checkpoints), Key: f(vectorKey), Results: f(base.results)}}
 	for poll, file := range eligible {
 		if c.Files.Eligible == nil {

@@ -340,5 +340,8 @@ func parseTimeFlag(c *ucli.Context, name string) (time.Time, error) {
 	if err != nil {
 		return time.Time{}, fmt.Errorf("--%s %q: want an RFC 3339 time such as 2026-12-01T17:00:00Z", name, v)
 	}
+	if t.Before(time.Unix(0, 0)) { // the audit reads no time before 1970 (docs/audit.md, "Times")
+		return time.Time{}, fmt.Errorf("--%s %q is before 1970-01-01T00:00:00Z, which the audit of the poll's log refuses: give a later time", name, v)
+	}
 	return t, nil
 }

@@ -37,6 +37,12 @@ func TestPollCreateFlags(t *testing.T) {
 	if r.code != 2 || !strings.Contains(r.stderr, `--closes-at "tomorrow": want an RFC 3339 time`) {
 		t.Fatalf("poll create --closes-at tomorrow: %+v", r)
 	}
+	// A time before 1970, which the audit refuses: exit 2 naming the flag.
+	r = tallyWith(t, "poll", "create", "p2", "--title", "T", "--choice", "a", "--opens-at", "0001-01-01T00:00:00Z",
+		"--database-url", "postgres://postgres@127.0.0.1:1/none")
+	if r.code != 2 || !strings.Contains(r.stderr, `--opens-at "0001-01-01T00:00:00Z" is before 1970`) {
+		t.Fatalf("poll create --opens-at 0001-01-01T00:00:00Z: %+v", r)
+	}
 	// A title that is not UTF-8 (a surrogate's bytes included): exit 2
 	// naming --title, before connecting.
 	for _, title := range []string{"Lunch \xff?", "Lunch \xed\xa0\x80?"} {

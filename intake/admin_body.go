@@ -234,6 +234,10 @@ func parseTimeField(field string, v *string) (*time.Time, error) {
 		return nil, &ledger.FieldError{Op: "read the body", Field: field,
 			Reason: fmt.Sprintf("%q is not an RFC 3339 time such as 2026-12-01T17:00:00Z", *v)}
 	}
+	if t.Before(time.Unix(0, 0)) { // the audit reads no time before 1970 (docs/audit.md, "Times")
+		return nil, &ledger.FieldError{Op: "read the body", Field: field,
+			Reason: fmt.Sprintf("%q is before 1970-01-01T00:00:00Z, which the audit of the poll's log refuses; give a later time", *v)}
+	}
 	return &t, nil
 }
 

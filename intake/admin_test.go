@@ -116,6 +116,38 @@ func TestAdminCreatePollRepeats(t *testing.T) {
 			t.Errorf("an invalid %s: detail %q, want the field named", field, r.str("detail"))
 		}
 	}
+	for what, body := range map[string]string{
+		"an unknown key":  `{"poll_id":"t2","title":"T","choices":["a"],"colour":"red"}`,
+		"a wrong type":    `{"poll_id":"t2","title":"T","choices":"a"}`,
+		"trailing data":   `{"poll_id":"t2","title":"T","choices":["a"]} {}`,
+		"not JSON":        `poll_id=t2`,
+		"an empty object": `{}`,
+	} {
+		if r := b.adminDo(t, http.MethodPost, "/v1/polls", admin, body); r.code != http.StatusBadRequest {
+			t.Errorf("%s: %d %s, want 400", what, r.code, r.raw)
+		}
+	}
+	if _, err := b.store.Poll(context.Background(), "t2"); err == nil {
+		t.Fatal("a refused create stored poll t2")
+	}
+}
+
+// POST /v1/polls refuses, naming the field, what the audit of the poll's
+// log could not read alike: a title whose JSON text readers decode
+// differently, a time before 1970.
+func TestAdminCreatePollAuditable(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, admin := b.admin(t, "app")
+	// A time before 1970, the zero time among them, is refused: the audit
+	// reads none (and the zero time must not be taken for "now").
+	for _, at := range []string{"1969-12-31T23:59:59Z", "0001-01-01T00:00:00Z"} {
+		r := b.adminDo(t, http.MethodPost, "/v1/polls", admin, `{"poll_id":"t2","title":"T","choices":["a"],"opens_at":"`+at+`"}`)
+		wantProblemType(t, r, http.StatusBadRequest, "invalid-request")
+		if !strings.Contains(r.str("detail"), `"opens_at"`) || !strings.Contains(r.str("detail"), "before 1970") {
+			t.Errorf("opens_at %s: detail %q, want the field and 1970 named", at, r.str("detail"))
+		}
+	}
 	// A title whose JSON text readers decode differently (most replace a
 	// byte that is not UTF-8, or a lone surrogate, with U+FFFD) is refused.
 	for what, title := range map[string]string{
@@ -134,20 +166,6 @@ func TestAdminCreatePollRepeats(t *testing.T) {
 	if r := b.adminDo(t, http.MethodPost, "/v1/polls", admin, `{"poll_id":"t3","title":"Lunch \ud83c\udf5c \\ud800?","choices":["a"]}`); r.code != http.StatusCreated ||
 		r.str("title") != "Lunch \U0001f35c \\ud800?" {
 		t.Errorf("a title with a surrogate pair and an escaped backslash before ud800: %d %s, want 201 with the title decoded", r.code, r.raw)
-	}
-	for what, body := range map[string]string{
-		"an unknown key":  `{"poll_id":"t2","title":"T","choices":["a"],"colour":"red"}`,
-		"a wrong type":    `{"poll_id":"t2","title":"T","choices":"a"}`,
-		"trailing data":   `{"poll_id":"t2","title":"T","choices":["a"]} {}`,
-		"not JSON":        `poll_id=t2`,
-		"an empty object": `{}`,
-	} {
-		if r := b.adminDo(t, http.MethodPost, "/v1/polls", admin, body); r.code != http.StatusBadRequest {
-			t.Errorf("%s: %d %s, want 400", what, r.code, r.raw)
-		}
-	}
-	if _, err := b.store.Poll(context.Background(), "t2"); err == nil {
-		t.Fatal("a refused create stored poll t2")
 	}
 }
 

@@ -246,7 +246,7 @@ ALTER TABLE poll_events DROP COLUMN ballot, DROP COLUMN latest`); err != nil {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rep2, err := audit.VerifyExport(&export, cps, []note.Verifier{verifier}, nil)
+		rep2, err := audit.Verify(&export, audit.Inputs{Checkpoints: cps, Verifiers: []note.Verifier{verifier}, BeforeDefinitions: []string{"old"}})
 		if err != nil || !rep2.OK() || rep2.Definitions != wantDefs || rep2.VotesWithoutDefinition() != 40 || rep2.Polls[0].CheckpointsVerified != len(cps) {
 			t.Fatalf("audit of the export: %+v (%v), want OK with %d definitions and the 40 votes without one", rep2, err, wantDefs)
 		}
