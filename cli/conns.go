@@ -377,7 +377,7 @@ func openRedisWaiting(c *ucli.Context, wait time.Duration, log *slog.Logger) (re
 			return err
 		}
 		if err := rdb.Ping(ctx).Err(); err != nil {
-			return modeMismatch(mode, err)
+			return redisAuthRefused(modeMismatch(mode, err))
 		}
 		return checkNotCluster(ctx, mode, rdb)
 	}
@@ -409,6 +409,19 @@ func modeMismatch(mode string, err error) error {
 	case mode == redisSentinel && strings.Contains(msg, "unknown command 'sentinel'"):
 		return wrongModeError{"it is not a Sentinel (" + msg + "): with --redis-mode sentinel, --redis-url names the " +
 			"sentinels (port 26379 by default), not the master; use --redis-mode single for one server"}
+	}
+	return err
+}
+
+// redisAuthRefused makes a finalError of Redis' refusal of the login: a
+// wrong user or password (WRONGPASS), or none given to a server that
+// requires one (NOAUTH). Any other error is returned as it is.
+func redisAuthRefused(err error) error {
+	switch {
+	case redis.HasErrorPrefix(err, "WRONGPASS"):
+		return finalError{err, "fix the user name or password in --redis-url (redis://USER:PASSWORD@HOST:6379/0, or TALLY_REDIS_URL)"}
+	case redis.HasErrorPrefix(err, "NOAUTH"):
+		return finalError{err, "the server requires a password: give it in --redis-url (redis://:PASSWORD@HOST:6379/0, or TALLY_REDIS_URL)"}
 	}
 	return err
 }

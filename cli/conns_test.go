@@ -277,6 +277,9 @@ func TestURLSchemeTypos(t *testing.T) {
 		{[]string{"status", "--redis-url", "http://127.0.0.1:6379"}, `--redis-url starts with "http:"`},
 		{[]string{"status", "--redis-url", "127.0.0.1:6379"}, "--redis-url has no scheme: write redis://HOST:6379/0"},
 		{[]string{"status", "--redis-url", rediss}, "answers without TLS: rediss:// is Redis over TLS: write redis://"},
+		// A user the server does not have: refused at once, not waited for.
+		{[]string{"projector", "--redis-url", strings.Replace(testenv.RedisURL(), "redis://", "redis://nouser:pw@", 1),
+			"--database-url", testenv.DatabaseURL(), "--startup-wait", "1m"}, "WRONGPASS invalid username-password pair or user is disabled.: fix the user name or password in --redis-url"},
 		// Checked before the daemon waits for a PostgreSQL that is down.
 		{[]string{"projector", "--redis-url", "reddis://127.0.0.1:6379/0", "--database-url", "postgres://127.0.0.1:1/none", "--startup-wait", "1m"}, `--redis-url starts with "reddis:"`},
 	} {
