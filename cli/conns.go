@@ -224,8 +224,9 @@ var urlScheme = regexp.MustCompile(`^([A-Za-z][A-Za-z0-9+.-]*):(//)?`)
 // "host=... dbname=..."), unless it holds "//" (a scheme without its ':').
 func checkScheme(flag, raw string, schemes []string, keywordForm bool, example string) error {
 	m := urlScheme.FindStringSubmatch(raw)
+	before, _, slashes := strings.Cut(raw, "//")
 	switch {
-	case m == nil && strings.Contains(raw, "//"):
+	case m == nil && slashes && !strings.Contains(before, "="): // not a keyword's value
 		return fmt.Errorf("%s has no scheme (it holds // but does not start with NAME://): write %s", flag, example)
 	case m == nil && !keywordForm:
 		return fmt.Errorf("%s has no scheme: write %s", flag, example)

@@ -273,6 +273,8 @@ func TestURLSchemeTypos(t *testing.T) {
 		{[]string{"migrate", "status", "--database-url", "postgresq://127.0.0.1:5432/tally"}, `--database-url starts with "postgresq:"`},
 		{[]string{"rebuild", "--database-url", "postgres:/127.0.0.1/tally"}, `--database-url starts with "postgres:" without the // that follows it`},
 		{[]string{"rebuild", "--database-url", "postgres//127.0.0.1/tally"}, "--database-url has no scheme"},
+		// The keyword/value form passes, "//" in a value too: the server's answer follows.
+		{[]string{"rebuild", "--database-url", "host=127.0.0.1 port=5432 user=postgres password=a//b dbname=nosuchdb_x"}, `database "nosuchdb_x" does not exist`},
 		{[]string{"status", "--redis-url", "reddis://127.0.0.1:6379/0"}, `--redis-url starts with "reddis:", which is not a scheme it takes (redis://, rediss://, unix://)`},
 		{[]string{"status", "--redis-url", "http://127.0.0.1:6379"}, `--redis-url starts with "http:"`},
 		{[]string{"status", "--redis-url", "127.0.0.1:6379"}, "--redis-url has no scheme: write redis://HOST:6379/0"},
