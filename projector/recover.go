@@ -205,7 +205,7 @@ func (p *Projector) claim(ctx context.Context, s string, in chan<- []message) bo
 // claimPage runs claimScript on stream s from start: the entries claimed,
 // the next start, and the ids deleted while pending.
 func (p *Projector) claimPage(ctx context.Context, s, start string) (xs []redis.XMessage, next string, deleted []string, err error) {
-	held := p.held.of(s)
+	held := p.held.heldFor(s, heldMargin(p.cfg.MinIdle))
 	args := make([]any, 0, 5+len(held))
 	args = append(args, stream.Group, p.cfg.Consumer, p.cfg.MinIdle.Milliseconds(), start, p.cfg.BatchSize)
 	for _, id := range held {
@@ -234,6 +234,19 @@ func (p *Projector) claimPage(ctx context.Context, s, start string) (xs []redis.
 		}
 	}
 	return xs, next, deleted, nil
+}
+
+// heldMargin is how long an entry must have been held here before the
+// claim names it to Redis as held: only an entry delivered at least
+// minIdle ago can be claimed, and one held for less than half of it was
+// delivered too recently, however long the read took to reach the hold.
+// Below a second every held entry is named. So a claim names only the
+// slow batches' entries, not every entry in the mailboxes.
+func heldMargin(minIdle time.Duration) time.Duration {
+	if minIdle < time.Second {
+		return 0
+	}
+	return minIdle / 2
 }
 
 // xMessage reads one entry of an XCLAIM reply, [id, [field, value, ...]].
