@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -378,6 +379,9 @@ func openRedisWaiting(c *ucli.Context, wait time.Duration, log *slog.Logger) (re
 			return err
 		}
 		if err := rdb.Ping(ctx).Err(); err != nil {
+			if tlsErr := tlsNotPlain(ctx, redisURL); tlsErr != nil {
+				return tlsErr
+			}
 			return redisAuthRefused(modeMismatch(mode, err))
 		}
 		return checkNotCluster(ctx, mode, rdb)
@@ -459,6 +463,32 @@ func plainNotTLS(ctx context.Context, rawURL string) error {
 	}
 	return finalError{fmt.Errorf("the server at %s answers without TLS", addr),
 		"rediss:// is Redis over TLS: write redis:// in --redis-url (or TALLY_REDIS_URL)"}
+}
+
+// tlsNotPlain returns a finalError when rawURL is a redis:// URL whose
+// PING failed and whose server completes a TLS handshake: the scheme lacks
+// its s. It returns nil otherwise.
+func tlsNotPlain(ctx context.Context, rawURL string) error {
+	u, err := url.Parse(rawURL)
+	if err != nil || u.Scheme != "redis" {
+		return nil
+	}
+	addr := u.Host
+	if u.Port() == "" {
+		addr = net.JoinHostPort(u.Hostname(), "6379")
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	// Only whether the server speaks TLS is asked: its certificate is
+	// the real client's to check, with rediss://.
+	d := tls.Dialer{Config: &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}}
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil
+	}
+	conn.Close()
+	return finalError{fmt.Errorf("the server at %s speaks TLS", addr),
+		"redis:// is Redis without TLS: write rediss:// in --redis-url (or TALLY_REDIS_URL)"}
 }
 
 // checkNotCluster refuses, in single and sentinel modes, a server that is
