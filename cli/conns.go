@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -224,8 +225,9 @@ var urlScheme = regexp.MustCompile(`^([A-Za-z][A-Za-z0-9+.-]*):(//)?`)
 // "host=... dbname=..."), unless it holds "//" (a scheme without its ':').
 func checkScheme(flag, raw string, schemes []string, keywordForm bool, example string) error {
 	m := urlScheme.FindStringSubmatch(raw)
+	before, _, slashes := strings.Cut(raw, "//")
 	switch {
-	case m == nil && strings.Contains(raw, "//"):
+	case m == nil && slashes && !strings.Contains(before, "="): // not a keyword's value
 		return fmt.Errorf("%s has no scheme (it holds // but does not start with NAME://): write %s", flag, example)
 	case m == nil && !keywordForm:
 		return fmt.Errorf("%s has no scheme: write %s", flag, example)
@@ -377,7 +379,10 @@ func openRedisWaiting(c *ucli.Context, wait time.Duration, log *slog.Logger) (re
 			return err
 		}
 		if err := rdb.Ping(ctx).Err(); err != nil {
-			return modeMismatch(mode, err)
+			if tlsErr := tlsNotPlain(ctx, redisURL); tlsErr != nil {
+				return tlsErr
+			}
+			return redisAuthRefused(modeMismatch(mode, err))
 		}
 		return checkNotCluster(ctx, mode, rdb)
 	}
@@ -409,6 +414,19 @@ func modeMismatch(mode string, err error) error {
 	case mode == redisSentinel && strings.Contains(msg, "unknown command 'sentinel'"):
 		return wrongModeError{"it is not a Sentinel (" + msg + "): with --redis-mode sentinel, --redis-url names the " +
 			"sentinels (port 26379 by default), not the master; use --redis-mode single for one server"}
+	}
+	return err
+}
+
+// redisAuthRefused makes a finalError of Redis' refusal of the login: a
+// wrong user or password (WRONGPASS), or none given to a server that
+// requires one (NOAUTH). Any other error is returned as it is.
+func redisAuthRefused(err error) error {
+	switch {
+	case redis.HasErrorPrefix(err, "WRONGPASS"):
+		return finalError{err, "fix the user name or password in --redis-url (redis://USER:PASSWORD@HOST:6379/0, or TALLY_REDIS_URL)"}
+	case redis.HasErrorPrefix(err, "NOAUTH"):
+		return finalError{err, "the server requires a password: give it in --redis-url (redis://:PASSWORD@HOST:6379/0, or TALLY_REDIS_URL)"}
 	}
 	return err
 }
@@ -445,6 +463,32 @@ func plainNotTLS(ctx context.Context, rawURL string) error {
 	}
 	return finalError{fmt.Errorf("the server at %s answers without TLS", addr),
 		"rediss:// is Redis over TLS: write redis:// in --redis-url (or TALLY_REDIS_URL)"}
+}
+
+// tlsNotPlain returns a finalError when rawURL is a redis:// URL whose
+// PING failed and whose server completes a TLS handshake: the scheme lacks
+// its s. It returns nil otherwise.
+func tlsNotPlain(ctx context.Context, rawURL string) error {
+	u, err := url.Parse(rawURL)
+	if err != nil || u.Scheme != "redis" {
+		return nil
+	}
+	addr := u.Host
+	if u.Port() == "" {
+		addr = net.JoinHostPort(u.Hostname(), "6379")
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	// Only whether the server speaks TLS is asked: its certificate is
+	// the real client's to check, with rediss://.
+	d := tls.Dialer{Config: &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}}
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil
+	}
+	conn.Close()
+	return finalError{fmt.Errorf("the server at %s speaks TLS", addr),
+		"redis:// is Redis without TLS: write rediss:// in --redis-url (or TALLY_REDIS_URL)"}
 }
 
 // checkNotCluster refuses, in single and sentinel modes, a server that is

@@ -3,16 +3,29 @@ package cli
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"math/big"
+	"net"
 	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/redis/go-redis/v9"
 
 	"tally/internal/testenv"
 )
@@ -273,10 +286,15 @@ func TestURLSchemeTypos(t *testing.T) {
 		{[]string{"migrate", "status", "--database-url", "postgresq://127.0.0.1:5432/tally"}, `--database-url starts with "postgresq:"`},
 		{[]string{"rebuild", "--database-url", "postgres:/127.0.0.1/tally"}, `--database-url starts with "postgres:" without the // that follows it`},
 		{[]string{"rebuild", "--database-url", "postgres//127.0.0.1/tally"}, "--database-url has no scheme"},
+		// The keyword/value form passes, "//" in a value too: the server's answer follows.
+		{[]string{"rebuild", "--database-url", "host=127.0.0.1 port=5432 user=postgres password=a//b dbname=nosuchdb_x"}, `database "nosuchdb_x" does not exist`},
 		{[]string{"status", "--redis-url", "reddis://127.0.0.1:6379/0"}, `--redis-url starts with "reddis:", which is not a scheme it takes (redis://, rediss://, unix://)`},
 		{[]string{"status", "--redis-url", "http://127.0.0.1:6379"}, `--redis-url starts with "http:"`},
 		{[]string{"status", "--redis-url", "127.0.0.1:6379"}, "--redis-url has no scheme: write redis://HOST:6379/0"},
 		{[]string{"status", "--redis-url", rediss}, "answers without TLS: rediss:// is Redis over TLS: write redis://"},
+		// A user the server does not have: refused at once, not waited for.
+		{[]string{"projector", "--redis-url", strings.Replace(testenv.RedisURL(), "redis://", "redis://nouser:pw@", 1),
+			"--database-url", testenv.DatabaseURL(), "--startup-wait", "1m"}, "WRONGPASS invalid username-password pair or user is disabled.: fix the user name or password in --redis-url"},
 		// Checked before the daemon waits for a PostgreSQL that is down.
 		{[]string{"projector", "--redis-url", "reddis://127.0.0.1:6379/0", "--database-url", "postgres://127.0.0.1:1/none", "--startup-wait", "1m"}, `--redis-url starts with "reddis:"`},
 	} {
@@ -285,6 +303,79 @@ func TestURLSchemeTypos(t *testing.T) {
 		took := time.Since(start)
 		if r.code != ExitError || took > 5*time.Second || !strings.Contains(r.stderr, tc.want) {
 			t.Errorf("tally %s: exit %d after %s, stderr:\n%s\nwant exit 2 at once saying %q", strings.Join(tc.args, " "), r.code, took.Round(time.Millisecond), r.stderr, tc.want)
+		}
+	}
+}
+
+// A redis:// URL to a Redis that speaks only TLS is reported as that, at
+// once, even by a daemon's start-up wait: not as a server that is not
+// running.
+func TestRedisURLWithoutTLS(t *testing.T) {
+	t.Parallel()
+	addr := startTLSRedis(t)
+	start := time.Now()
+	r := tallyWith(t, "projector", "--redis-url", "redis://"+addr+"/0", "--database-url", testenv.DatabaseURL(), "--startup-wait", "1m")
+	took := time.Since(start)
+	want := "speaks TLS: redis:// is Redis without TLS: write rediss://"
+	if r.code != ExitError || took > 5*time.Second || !strings.Contains(r.stderr, want) {
+		t.Errorf("redis:// to a TLS Redis: exit %d after %s, stderr:\n%s\nwant exit 2 at once saying %q", r.code, took.Round(time.Millisecond), r.stderr, want)
+	}
+}
+
+// startTLSRedis starts a private redis-server that listens with TLS only,
+// on a self-signed certificate, and returns its address; it is killed
+// when t ends.
+func startTLSRedis(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "127.0.0.1"},
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr, err := testenv.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := net.SplitHostPort(addr)
+	cmd := exec.Command("redis-server", "--bind", "127.0.0.1", "--port", "0", "--tls-port", port,
+		"--tls-cert-file", certFile, "--tls-key-file", keyFile, "--tls-auth-clients", "no",
+		"--save", "", "--appendonly", "no", "--dir", dir, "--logfile", filepath.Join(dir, "redis.log"))
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start redis-server with TLS: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, TLSConfig: &tls.Config{InsecureSkipVerify: true}})
+	defer rdb.Close()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		err := rdb.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			return addr
+		}
+		if time.Now().After(deadline) {
+			log, _ := os.ReadFile(filepath.Join(dir, "redis.log"))
+			t.Fatalf("redis-server with TLS on %s did not answer within 10s: %v\n%s", addr, err, log)
 		}
 	}
 }

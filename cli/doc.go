@@ -17,7 +17,8 @@
 //     flags (--redis-mode picks single, sentinel or cluster), and the
 //     start-up wait (--startup-wait) that keeps trying them while a daemon
 //     starts, except after an answer trying again will not change (a
-//     refused login, a missing database, TLS to a server without it);
+//     refused login, a missing database, TLS to a server without it, or
+//     none to a server that speaks only TLS);
 //     the URLs' schemes are checked before any connection.
 //   - output.go: --format, JSON output and the aligned tables people read.
 //   - args.go: lets positional arguments come before or after the flags.

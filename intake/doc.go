@@ -150,15 +150,18 @@
 //     (the bearer token, its 401 challenges, the principal it names) and
 //     the spending of a principal's reads.
 //   - admin_body.go, admin_polls.go, admin_principals.go: the admin
-//     routes (an admin's authentication and the strict body reader; polls
+//     routes (an admin's authentication and the strict body reader, whose
+//     refusals name the byte, key or field at fault as the vote's do; polls
 //     created, closed, listed and read; principals added, listed and
 //     revoked), each write through the ledger function the CLI runs. An
 //     admin adds voters; admins only with Config.AddAdminsOverHTTP, and
 //     their tokens expire no later than the asking admin's.
 //   - limits.go: the limits kept in memory, of failed authentications per
 //     client address and of reads per principal.
-//   - credentials.go: the signed credentials, verified in memory, and the
-//     refusal of a revoked principal or retired key; revocations.go: the
+//   - credentials.go: the signed credentials, verified in memory, the
+//     refusal of a revoked principal or retired key, and the 401 that names
+//     the key of a token signed by one this intake does not hold
+//     (Config.CredentialKeyIDs); revocations.go: the
 //     revocations held in memory and how they stay current.
 //   - auth.go: the cache of stored-kind tokens and the voter, a principal
 //     with its enqueue arguments made once.

@@ -56,8 +56,9 @@
 //     It never claims an entry it holds in flight itself (read, in a batch,
 //     or committed and not yet acknowledged), however slow its batch: that
 //     entry stays its own, its idle time started again, and counts no
-//     second delivery. Its own entries that a failure left pending are
-//     claimed like any other.
+//     second delivery; deleted from the stream meanwhile, it is still
+//     applied, and not counted lost. Its own entries that a failure left
+//     pending are claimed like any other.
 //   - Transient errors (ledger.IsRetryable) are retried with bounded
 //     exponential backoff and jitter. A circuit breaker stops reading
 //     and claiming while PostgreSQL fails, and lets one probe through after

@@ -1,6 +1,9 @@
 package projector
 
-import "sync"
+import (
+	"sync"
+	"time"
+)
 
 // inFlight is what this projector holds: the entries it has handed on and
 // not yet settled (acknowledged, dead-lettered, or left pending after a
@@ -9,23 +12,35 @@ import "sync"
 // after the batch is done) is settled at its last release.
 type inFlight struct {
 	mu  sync.Mutex
-	ids map[string]map[string]int // stream -> id -> holds
+	ids map[string]map[string]hold // stream -> id -> its hold
+}
+
+// hold is how often an entry is held, and since when.
+type hold struct {
+	count int
+	since time.Time
 }
 
 // hold marks msgs in flight.
 func (f *inFlight) hold(msgs []message) {
+	now := time.Now()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.ids == nil {
-		f.ids = map[string]map[string]int{}
+		f.ids = map[string]map[string]hold{}
 	}
 	for _, m := range msgs {
 		byID := f.ids[m.stream]
 		if byID == nil {
-			byID = map[string]int{}
+			byID = map[string]hold{}
 			f.ids[m.stream] = byID
 		}
-		byID[m.id]++
+		h := byID[m.id]
+		if h.count == 0 {
+			h.since = now
+		}
+		h.count++
+		byID[m.id] = h
 	}
 }
 
@@ -35,21 +50,28 @@ func (f *inFlight) release(msgs []message) {
 	defer f.mu.Unlock()
 	for _, m := range msgs {
 		byID := f.ids[m.stream]
-		if byID[m.id] > 1 {
-			byID[m.id]--
+		h := byID[m.id]
+		if h.count > 1 {
+			h.count--
+			byID[m.id] = h
 			continue
 		}
 		delete(byID, m.id)
 	}
 }
 
-// of returns the ids held in stream s.
-func (f *inFlight) of(s string) []string {
+// heldFor returns the ids of stream s held for at least d: an entry held
+// for less was delivered here more recently than that, so a claim of
+// entries idle for longer than d cannot find it.
+func (f *inFlight) heldFor(s string, d time.Duration) []string {
+	since := time.Now().Add(-d)
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	ids := make([]string, 0, len(f.ids[s]))
-	for id := range f.ids[s] {
-		ids = append(ids, id)
+	var ids []string
+	for id, h := range f.ids[s] {
+		if !h.since.After(since) {
+			ids = append(ids, id)
+		}
 	}
 	return ids
 }

@@ -136,11 +136,12 @@ func (p *Projector) readOwnPending(ctx context.Context, s string, in chan<- []me
 // while pending, then XCLAIM delivers the ones not held, counting one
 // delivery each. An entry held here only starts its idle time again and
 // stays this consumer's: claiming it would apply it a second time, after
-// the commit of the first.
+// the commit of the first. One held here and deleted from the stream is
+// not reported lost either: this consumer holds its fields and applies it.
 //
 // KEYS: stream. ARGV: group, consumer, min idle (ms), start, count, then
 // the ids held. Reply: next start, the entries claimed (as XCLAIM answers),
-// the ids deleted.
+// the ids deleted and not held.
 var claimScript = redis.NewScript(`
 local r = redis.call('XAUTOCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4], 'COUNT', ARGV[5], 'JUSTID')
 local held = {}
@@ -154,7 +155,11 @@ for i = 1, #ids, 500 do
   local part = redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, unpack(ids, i, math.min(i + 499, #ids)))
   for _, e in ipairs(part) do entries[#entries + 1] = e end
 end
-return {r[1], entries, r[3]}`)
+local gone = {}
+for _, id in ipairs(r[3]) do
+  if not held[id] then gone[#gone + 1] = id end
+end
+return {r[1], entries, gone}`)
 
 // claim takes over entries of stream s idle for longer than MinIdle, from
 // any consumer, except those in flight here, and hands them on; false
@@ -200,7 +205,7 @@ func (p *Projector) claim(ctx context.Context, s string, in chan<- []message) bo
 // claimPage runs claimScript on stream s from start: the entries claimed,
 // the next start, and the ids deleted while pending.
 func (p *Projector) claimPage(ctx context.Context, s, start string) (xs []redis.XMessage, next string, deleted []string, err error) {
-	held := p.held.of(s)
+	held := p.held.heldFor(s, heldMargin(p.cfg.MinIdle))
 	args := make([]any, 0, 5+len(held))
 	args = append(args, stream.Group, p.cfg.Consumer, p.cfg.MinIdle.Milliseconds(), start, p.cfg.BatchSize)
 	for _, id := range held {
@@ -229,6 +234,19 @@ func (p *Projector) claimPage(ctx context.Context, s, start string) (xs []redis.
 		}
 	}
 	return xs, next, deleted, nil
+}
+
+// heldMargin is how long an entry must have been held here before the
+// claim names it to Redis as held: only an entry delivered at least
+// minIdle ago can be claimed, and one held for less than half of it was
+// delivered too recently, however long the read took to reach the hold.
+// Below a second every held entry is named. So a claim names only the
+// slow batches' entries, not every entry in the mailboxes.
+func heldMargin(minIdle time.Duration) time.Duration {
+	if minIdle < time.Second {
+		return 0
+	}
+	return minIdle / 2
 }
 
 // xMessage reads one entry of an XCLAIM reply, [id, [field, value, ...]].

@@ -17,9 +17,20 @@ import (
 // claim passes over its entries while it applies them and leaves them
 // there (one delivery each, I2 without leaning on the ledger), and the
 // batch is applied once: every entry handed to Append once, recorded
-// once, none duplicate, none claimed. finish checks I1-I3.
+// once, none duplicate, none claimed. finish checks I1-I3. With a
+// MinIdle of a second or more the claim names to Redis only the entries
+// held for half of it, as those of the slow batch are.
 func TestClaimSkipsEntriesInFlight(t *testing.T) {
 	t.Parallel()
+	for _, minIdle := range []time.Duration{100 * time.Millisecond, time.Second} {
+		t.Run(minIdle.String(), func(t *testing.T) {
+			t.Parallel()
+			claimSkipsEntriesInFlight(t, minIdle)
+		})
+	}
+}
+
+func claimSkipsEntriesInFlight(t *testing.T, minIdle time.Duration) {
 	b := setup(t, 1)
 	b.poll("lunch", "pizza", "sushi")
 	const n = 30
@@ -39,7 +50,7 @@ func TestClaimSkipsEntriesInFlight(t *testing.T) {
 	b.enqueue(votes("u", n, "lunch", "pizza", "sushi")...)
 	cfg := fast("p1")
 	cfg.Workers = 1 // the n entries in one batch
-	cfg.MinIdle = 100 * time.Millisecond
+	cfg.MinIdle = minIdle
 	cfg.ClaimInterval = 20 * time.Millisecond
 	r := b.start(app, cfg)
 	select {
@@ -86,5 +97,62 @@ func TestClaimSkipsEntriesInFlight(t *testing.T) {
 	}
 	if got := r.metric("tally_projector_claimed_total"); got != 0 {
 		t.Errorf("claimed metric %v, want 0: nothing was left by another consumer", got)
+	}
+}
+
+// An entry deleted from its stream while this projector applies it is
+// not lost: the claim pass that finds it deleted leaves it to the
+// projector, which holds its fields and records it, and writes no
+// tombstone. finish checks that every entry is recorded once (and not
+// also dead-lettered).
+func TestDeletedWhileInFlightNotLost(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1)
+	b.poll("lunch", "pizza", "sushi")
+	const n = 10
+	var first sync.Once
+	inApply, release := make(chan struct{}), make(chan struct{})
+	releaseOnce := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(releaseOnce)
+	app := applierFunc(func(ctx context.Context, events []ledger.Event) ([]ledger.Outcome, error) {
+		first.Do(func() {
+			close(inApply)
+			<-release
+		})
+		return b.store.Append(ctx, events)
+	})
+	b.enqueue(votes("u", n, "lunch", "pizza", "sushi")...)
+	cfg := fast("p1")
+	cfg.Workers = 1
+	cfg.MinIdle = 100 * time.Millisecond
+	cfg.ClaimInterval = 20 * time.Millisecond
+	r := b.start(app, cfg)
+	select {
+	case <-inApply:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no batch was applied within 10s")
+	}
+	s := b.keys.Stream(0)
+	xs, err := b.rdb.XRange(b.ctx, s, "-", "+").Result()
+	if err != nil || len(xs) != n {
+		t.Fatalf("the stream holds %d entries (%v), want %d", len(xs), err, n)
+	}
+	ids := make([]string, len(xs))
+	for i, x := range xs {
+		ids[i] = x.ID
+	}
+	if err := b.rdb.XDel(b.ctx, s, ids...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// A claim pass finds them deleted and drops them from the pending list.
+	b.eventually(10*time.Second, "no claim pass went over the deleted entries", func() bool { return b.pending("") == 0 })
+	releaseOnce()
+	b.eventually(10*time.Second, "the batch is not recorded", func() bool { return b.ledgerRows() == n })
+	b.finish() // stops the projector once it applied all it held, tombstones included
+	if got := r.metric("tally_projector_lost_total"); got != 0 {
+		t.Errorf("lost metric %v, want 0: the projector held the entries", got)
+	}
+	if ds := b.deadLetters(); len(ds) != 0 {
+		t.Errorf("%d tombstones (the first: %s, %s) for entries the projector held and recorded", len(ds), ds[0].Reason, ds[0].Error)
 	}
 }

@@ -116,7 +116,8 @@ pids+=($!)
 # projector signs each poll's log with it, so votes get receipts.
 log_key="$logs/log.key"
 if [[ ! -f "$log_key" ]]; then
-	./tally log key generate --name "tally.local" --out "$log_key" >"$logs/log.vkey"
+	# Its verifier key goes to log.vkey; the banner below prints it.
+	./tally log key generate --name "tally.local" --out "$log_key" >"$logs/log.vkey" 2>/dev/null
 fi
 TALLY_DATABASE_URL="$daemon_url" ./tally projector --batch-wait 20ms --metrics-listen "$metrics" --log-key "$log_key" --log-format json >"$logs/projector.log" 2>&1 &
 pids+=($!)
@@ -156,6 +157,7 @@ tally is running.
   intake     http://$listen      (log: $logs/intake.log; probes and metrics on http://$admin)
   live page  http://$listen/polls/demo  (the demo poll's results, live; open it in a browser)
   projector  metrics on http://$metrics/metrics  (log: $logs/projector.log)
+  log key    verifier key $(cat "$logs/log.vkey")  (in $logs/log.vkey; the signer key, $log_key, stays secret)
   token      $token
   admin      $admin_token  (an admin's token: POST /v1/polls, /v1/principals; README "Polls and voters over HTTP")
   daemons connect to PostgreSQL as $daemon_as
