@@ -392,7 +392,7 @@ func TestPostgresGoneAndBack(t *testing.T) {
 	})
 	const n = 1000
 	b.enqueue(votes("u", n, "lunch", "pizza", "sushi")...)
-	cfg := fast("p1")
+	cfg := claiming("p1") // a batch that gives up while PostgreSQL is down stays pending until claimed
 	cfg.BatchSize = 50
 	cfg.BreakerFailures = 3
 	cfg.BreakerOpenFor = 200 * time.Millisecond
