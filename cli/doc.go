@@ -23,6 +23,8 @@
 //   - args.go: lets positional arguments come before or after the flags.
 //   - daemon.go: the process-wide settings of the daemons: the garbage
 //     collector's target and go-redis' log lines through slog.
+//   - notify.go: systemd's readiness protocol (NOTIFY_SOCKET, READY=1 and
+//     STOPPING=1) for the daemons run with Type=notify, without libsystemd.
 //   - migrate.go: tally migrate (goose on the embedded migrations).
 //   - intake.go: tally intake, the HTTP daemon, and its Redis version check.
 //   - projector.go: tally projector, the daemon, and its /metrics server.
