@@ -3,7 +3,11 @@
 // rules with their unit tests (prometheus/alerts.yml,
 // prometheus/alerts_test.yml) and an example scrape configuration whose
 // job names the rules use (prometheus/prometheus.yml). docs/dashboards.md
-// says how to load them and what to do when an alert fires.
+// says how to load them and what to do when an alert fires. It also holds
+// what runs the daemons: systemd units for intake and projector
+// (systemd/tally-intake.service, systemd/tally-projector.service) with the
+// environment file they share (systemd/tally.env); README.md, "Deploying",
+// says how to install them.
 //
 // The package has no code. Its tests hold the files to what the daemons
 // really do:
@@ -19,10 +23,17 @@
 //     the data source variable;
 //   - every alert has a section in docs/dashboards.md, and every link from
 //     there into docs/operations.md names a heading that exists.
+//   - the systemd units pass `systemd-analyze verify`, each has an
+//     exposure of 2.0 or less in `systemd-analyze security`, both read
+//     the one environment file, hand the daemons their keys as systemd
+//     credentials, and set only variables the daemons read.
 //
 // The promtool comes from scripts/promtool.sh, which extracts it from
 // Debian's prometheus package when none is installed; a test that cannot
 // get one fails, saying why.
+// systemd-analyze comes from scripts/tool.sh, which installs Debian's
+// package when it is missing and the tests run as root; a test that cannot
+// have it skips, saying how to install it.
 //
 // Files:
 //
@@ -34,4 +45,5 @@
 //   - rules_test.go: the alert rules' expressions and the promtool runs;
 //   - docs_test.go: docs/dashboards.md against the rules and
 //     docs/operations.md.
+//   - systemd_test.go: the systemd units, verified and scored.
 package deploy
