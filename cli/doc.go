@@ -19,6 +19,7 @@
 //     starts, except after an answer trying again will not change (a
 //     refused login, a missing database, TLS to a server without it);
 //     the URLs' schemes are checked before any connection.
+//   - version.go: what tally --version prints, stamped by make image.
 //   - output.go: --format, JSON output and the aligned tables people read.
 //   - args.go: lets positional arguments come before or after the flags.
 //   - daemon.go: the process-wide settings of the daemons: the garbage
