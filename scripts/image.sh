@@ -103,6 +103,9 @@ for l in "${labels[@]}"; do config+=(--config.label "$l" --manifest.annotation "
 sbom="$work/tally.cdx.json"
 go -C "$root" run ./internal/sbom -name tally -version "$version" -time "$sde" "$rootfs/usr/local/bin/tally" >"$sbom"
 
+# umoci writes the blobs 0600; the layout is there for others to read
+# (skopeo run by another user, a registry's pusher). No digest covers modes.
+chmod -R a+rX "$layout"
 digest="$(sed -nE 's/.*"digest":"(sha256:[0-9a-f]{64})".*/\1/p' "$layout/index.json")"
 [[ -n "$digest" ]] || { say "no manifest digest in the layout's index.json"; exit 1; }
 mkdir -p "$out"
