@@ -1,6 +1,9 @@
 package cli
 
 import (
+	"bytes"
+	"context"
+	"io"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -106,5 +109,59 @@ func TestProjectorNotifiesSystemd(t *testing.T) {
 	}
 	if err != nil || stopping != "STOPPING=1" {
 		t.Errorf("notification once stopped: %q, %v; want STOPPING=1", stopping, err)
+	}
+}
+
+// Under systemd's Type=notify, tally intake says READY=1 once it listens:
+// asked at once, /healthz answers on both its listeners; and STOPPING=1
+// when it is told to stop. Not parallel: it sets the environment.
+func TestIntakeNotifiesSystemd(t *testing.T) {
+	addr := filepath.Join(t.TempDir(), "notify")
+	conn := notifyListener(t, addr)
+	t.Setenv(notifySocketEnv, addr)
+	db := testenv.Postgres(t)
+	_, prefix := testenv.Redis(t)
+	listen, err := testenv.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, err := testenv.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	daemonURL := testenv.DaemonLogin(t, db)
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	done := make(chan int, 1)
+	var errOut bytes.Buffer
+	go func() {
+		runMu.Lock() // see runMu
+		defer runMu.Unlock()
+		done <- Run(ctx, []string{"tally", "intake", "--listen", listen, "--admin-listen", admin, "--database-url", daemonURL,
+			"--redis-url", testenv.RedisURL(), "--stream-prefix", prefix, "--log-format", "text"},
+			strings.NewReader(""), io.Discard, &errOut)
+	}()
+	ready, err := receive(t, conn, 20*time.Second)
+	if err != nil || ready != "READY=1" {
+		stop()
+		t.Fatalf("first notification %q, %v; want READY=1; intake's log:\n%s", ready, err, errOut.String())
+	}
+	for _, a := range []string{listen, admin} {
+		resp, err := http.Get("http://" + a + "/healthz")
+		if err != nil {
+			t.Errorf("/healthz on %s right after READY=1: %v", a, err)
+			continue
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("/healthz on %s right after READY=1: %s", a, resp.Status)
+		}
+	}
+	stop()
+	if stopping, err := receive(t, conn, 5*time.Second); err != nil || stopping != "STOPPING=1" {
+		t.Errorf("notification once stopped: %q, %v; want STOPPING=1", stopping, err)
+	}
+	if code := testenv.Receive(t, done, 15*time.Second, "intake to stop once its context ended"); code != 0 {
+		t.Errorf("intake exited %d:\n%s", code, errOut.String())
 	}
 }
