@@ -94,6 +94,21 @@ func TestSystemdUnitsVerifyAndExposure(t *testing.T) {
 		t.Fatal(err)
 	}
 	overall := regexp.MustCompile(`Overall exposure level for \S+: ([0-9]+\.[0-9]+)`)
+	// The README states the exposure systemd-analyze gave with one systemd
+	// version; with that version, the figure must still be the one stated.
+	readme, err := os.ReadFile(filepath.Join("..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stated := regexp.MustCompile("an exposure of ([0-9]+\\.[0-9]+) with systemd ([0-9]+)").FindSubmatch(bytes.Join(bytes.Fields(readme), []byte(" ")))
+	if stated == nil {
+		t.Fatal(`README.md states no "exposure of X with systemd N"`)
+	}
+	versionOut, err := exec.CommandContext(ctx, analyze, "--version").Output()
+	if err != nil {
+		t.Fatalf("systemd-analyze --version: %v", err)
+	}
+	sameSystemd := bytes.HasPrefix(versionOut, []byte("systemd "+string(stated[2])+" "))
 	for _, u := range systemdUnits {
 		src := filepath.Join("systemd", u.file)
 		b, err := os.ReadFile(src)
@@ -125,6 +140,9 @@ func TestSystemdUnitsVerifyAndExposure(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Logf("%s: exposure %.1f", u.file, exposure)
+		if sameSystemd && string(m[1]) != string(stated[1]) {
+			t.Errorf("%s: exposure %s with systemd %s, and README.md says %s: correct the README", src, m[1], stated[2], stated[1])
+		}
 		if exposure > maxExposure {
 			t.Errorf("%s: exposure %.1f, want at most %.1f; what is left open:\n%s", src, exposure, maxExposure, out)
 		}
