@@ -48,6 +48,7 @@ type (
 		OS           string `json:"os"`
 		Config       struct {
 			User       string            `json:"User"`
+			Env        []string          `json:"Env"`
 			Entrypoint []string          `json:"Entrypoint"`
 			Labels     map[string]string `json:"Labels"`
 		} `json:"config"`
@@ -147,6 +148,9 @@ func TestImage(t *testing.T) {
 		cfg.OS != "linux" || cfg.Created != created {
 		t.Errorf("config: user %q, entrypoint %q, os %q, created %q; want 65532:65532, the binary, linux, %s",
 			cfg.Config.User, cfg.Config.Entrypoint, cfg.OS, cfg.Created, created)
+	}
+	if len(cfg.Config.Env) != 1 || cfg.Config.Env[0] != "TALLY_INTAKE_LISTEN=:8080" {
+		t.Errorf("config: environment %q, want TALLY_INTAKE_LISTEN=:8080 alone (a container's loopback is its own)", cfg.Config.Env)
 	}
 	labels := cfg.Config.Labels
 	for _, k := range []string{"source", "revision", "version", "licenses"} {

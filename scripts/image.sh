@@ -17,7 +17,9 @@
 # certificates of this machine's ca-certificates package, and /etc/passwd
 # and /etc/group naming the user it runs as, tally (65532), never root. Its
 # entrypoint is the binary; its labels are the OCI ones (source, revision,
-# version, licenses, created, title, description).
+# version, licenses, created, title, description). In the image intake
+# listens on :8080 (TALLY_INTAKE_LISTEN), since a container's loopback
+# address is its own.
 #
 # Reproducible: every file's time is SOURCE_DATE_EPOCH (default: the
 # commit's time), owners are 0 or named, the layer is written in a fixed
@@ -95,7 +97,7 @@ labels=(
 )
 config=(--image "$layout:$tag" --no-history --created "$created" --os linux --architecture "$arch"
 	--config.user 65532:65532 --config.workingdir / --config.entrypoint /usr/local/bin/tally
-	--config.exposedports 8080/tcp)
+	--config.exposedports 8080/tcp --config.env TALLY_INTAKE_LISTEN=:8080)
 for l in "${labels[@]}"; do config+=(--config.label "$l" --manifest.annotation "$l"); done
 "$umoci" config "${config[@]}"
 "$umoci" gc --layout "$layout"
