@@ -104,6 +104,6 @@ services: ## start (or find) PostgreSQL and Redis and print their URLs
 services-stop: ## stop the private PostgreSQL and Redis that make started, if any
 	@scripts/services.sh stop
 
-clean: ## remove the binary and the private servers' data (.local/)
+clean: ## remove the binary, the image (bin/image/) and the private servers' data (.local/)
 	-@scripts/services.sh stop
-	rm -rf tally .local
+	rm -rf tally bin/image .local
