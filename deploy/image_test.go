@@ -191,7 +191,8 @@ func TestImage(t *testing.T) {
 }
 
 // checkLayer reads a gzip tar layer: every entry is owned by 0:0, has the
-// commit's time as its modification time and no access or change time.
+// commit's time as its modification time and no access or change time, and
+// the binary and the files it reads are open to any user.
 func checkLayer(t *testing.T, path string, commitTime int64) {
 	t.Helper()
 	f, err := os.Open(path)
@@ -214,6 +215,12 @@ func checkLayer(t *testing.T, path string, commitTime int64) {
 			t.Fatal(err)
 		}
 		names = append(names, h.Name)
+		// The image runs as 65532, which owns nothing in it: what it runs
+		// and reads must be open to others.
+		if want := map[string]int64{"usr/local/bin/tally": 0o555, "etc/ssl/certs/ca-certificates.crt": 0o444,
+			"etc/passwd": 0o444}[h.Name]; want != 0 && h.Mode&want != want {
+			t.Errorf("layer entry %s: mode %o, want at least %o for a user that owns nothing", h.Name, h.Mode, want)
+		}
 		if h.Uid != 0 || h.Gid != 0 || h.ModTime.Unix() != commitTime || !h.AccessTime.IsZero() || !h.ChangeTime.IsZero() {
 			t.Errorf("layer entry %s: owner %d:%d, mtime %v, atime %v, ctime %v; want 0:0 and the commit's time only",
 				h.Name, h.Uid, h.Gid, h.ModTime.Unix(), h.AccessTime, h.ChangeTime)
