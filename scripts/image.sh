@@ -24,8 +24,8 @@
 # Reproducible: every file's time is SOURCE_DATE_EPOCH (default: the
 # commit's time), owners are 0 or named, the layer is written in a fixed
 # order, and the configuration's dates are that time too, so the same
-# commit built twice gives the same digest (with the same Go toolchain and
-# CA bundle).
+# commit built twice gives the same digest (with the same Go toolchain,
+# umoci and CA bundle).
 #
 # Settings (environment): SOURCE_DATE_EPOCH, IMAGE_VERSION (default: git
 # describe --tags --always --dirty), IMAGE_SOURCE (default: the origin
