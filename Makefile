@@ -24,13 +24,16 @@ MUTATE_PKGS ?= audit:95 vote:95 stream:90
 quietly = out="$$(mktemp)"; if $(2) >"$$out" 2>&1; then rm -f "$$out"; else \
 	rc=$$?; cat "$$out"; rm -f "$$out"; echo "$(1) failed (exit $$rc); its output is above" >&2; exit $$rc; fi
 
-.PHONY: help build run test test-race fuzz mutate bench bench-short chaos lint services services-stop clean
+.PHONY: help build image run test test-race fuzz mutate bench bench-short chaos lint services services-stop clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
 
 build: ## build the tally binary into ./tally
 	$(GO) build -o tally .
+
+image: ## the OCI image (bin/image/oci, reproducible, built without a daemon) and its SBOM (bin/image/tally.cdx.json); IMAGE_DIR=DIR writes them there
+	@scripts/image.sh $(IMAGE_DIR)
 
 run: ## set up PostgreSQL and Redis, migrate, and run the demo poll end to end
 	@scripts/run.sh
@@ -101,6 +104,6 @@ services: ## start (or find) PostgreSQL and Redis and print their URLs
 services-stop: ## stop the private PostgreSQL and Redis that make started, if any
 	@scripts/services.sh stop
 
-clean: ## remove the binary and the private servers' data (.local/)
+clean: ## remove the binary, the image (bin/image/) and the private servers' data (.local/)
 	-@scripts/services.sh stop
-	rm -rf tally .local
+	rm -rf tally bin/image .local

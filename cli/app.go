@@ -94,6 +94,7 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *ucli.App {
 			"that tally rebuild can verify at any time.\n\n" +
 			"Not for governmental elections or secret ballots: a principal is an authenticated opaque identity, " +
 			"not a verified person.",
+		Version:   versionString(),
 		Reader:    stdin,
 		Writer:    stdout,
 		ErrWriter: stderr,

@@ -20,10 +20,13 @@
 //     refused login, a missing database, TLS to a server without it, or
 //     none to a server that speaks only TLS);
 //     the URLs' schemes are checked before any connection.
+//   - version.go: what tally --version prints, stamped by make image.
 //   - output.go: --format, JSON output and the aligned tables people read.
 //   - args.go: lets positional arguments come before or after the flags.
 //   - daemon.go: the process-wide settings of the daemons: the garbage
 //     collector's target and go-redis' log lines through slog.
+//   - notify.go: systemd's readiness protocol (NOTIFY_SOCKET, READY=1 and
+//     STOPPING=1) for the daemons run with Type=notify, without libsystemd.
 //   - migrate.go: tally migrate (goose on the embedded migrations).
 //   - intake.go: tally intake, the HTTP daemon, and its Redis version check.
 //   - projector.go: tally projector, the daemon, and its /metrics server.

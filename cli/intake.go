@@ -182,7 +182,8 @@ func intakeLiveFlags(def intake.Config) []ucli.Flag {
 }
 
 // runIntake is tally intake: it connects (waiting up to --startup-wait),
-// checks the Redis version and serves until ctx ends.
+// checks the Redis version, listens, tells systemd it is ready (under
+// Type=notify) and serves until ctx ends.
 func runIntake(c *ucli.Context) error {
 	log, err := logger(c)
 	if err != nil {
@@ -222,7 +223,12 @@ func runIntake(c *ucli.Context) error {
 	if err != nil {
 		return err
 	}
-	return srv.Run(c.Context)
+	ln, admin, err := srv.Listen(c.Context)
+	if err != nil {
+		return err
+	}
+	notifyReady(c.Context, log, "intake")
+	return srv.ServeAdmin(c.Context, ln, admin)
 }
 
 // intakeConfig is the intake.Config the flags describe.

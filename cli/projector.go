@@ -125,6 +125,7 @@ func runProjector(c *ucli.Context) error {
 		}
 		defer stop()
 	}
+	notifyReady(c.Context, log, "projector")
 	return p.Run(c.Context)
 }
 

@@ -116,20 +116,30 @@ func New(cfg Config, store *ledger.Store, rdb redis.UniversalClient, keys stream
 func (s *Server) Handler() http.Handler { return s.handler }
 
 // Run listens on Config.Listen, and on Config.AdminListen when it is
-// set, and serves until ctx is cancelled; see ServeAdmin.
+// set, and serves until ctx is cancelled; see Listen and ServeAdmin.
 func (s *Server) Run(ctx context.Context) error {
-	ln, err := listen(ctx, s.cfg.Listen, "--listen")
+	ln, admin, err := s.Listen(ctx)
 	if err != nil {
 		return err
 	}
-	var admin net.Listener
+	return s.ServeAdmin(ctx, ln, admin)
+}
+
+// Listen binds Config.Listen, and Config.AdminListen when it is set (admin
+// is nil otherwise), for ServeAdmin. A caller that must tell a supervisor
+// when intake accepts connections (tally intake under systemd) tells it
+// between the two.
+func (s *Server) Listen(ctx context.Context) (ln, admin net.Listener, err error) {
+	if ln, err = listen(ctx, s.cfg.Listen, "--listen"); err != nil {
+		return nil, nil, err
+	}
 	if s.cfg.AdminListen != "" {
 		if admin, err = listen(ctx, s.cfg.AdminListen, "--admin-listen"); err != nil {
 			ln.Close()
-			return err
+			return nil, nil, err
 		}
 	}
-	return s.ServeAdmin(ctx, ln, admin)
+	return ln, admin, nil
 }
 
 func listen(ctx context.Context, addr, flag string) (net.Listener, error) {
