@@ -33,8 +33,10 @@ func principalCommand() *ucli.Command {
 				Action: principalAdd,
 			},
 			{
-				Name:      "reissue",
-				Usage:     "print a new signed token for a principal (its token of the form before signed credentials stops working)",
+				Name:  "reissue",
+				Usage: "print a new signed token for a principal, replacing a lost one: every token it was issued before stops working",
+				Description: "The new token is signed with --credential-key. Every earlier token of the principal, signed or of\n" +
+					"the form before signed credentials, is refused by every intake within a second of the reissue.",
 				ArgsUsage: "ID",
 				Flags:     commonFlags(&flagCredentialKey, &flagExpires),
 				Action:    principalReissue,
@@ -139,19 +141,20 @@ func principalReissue(c *ucli.Context) error {
 		return err
 	}
 	return withStore(c, func(store *ledger.Store) error {
-		p, err := store.ForgetStoredToken(c.Context, c.Args().First())
+		p, validAfter, err := store.ReissuePrincipal(c.Context, c.Args().First())
 		if errors.Is(err, ledger.ErrNotFound) {
 			return fmt.Errorf("no principal %s (tally principal list shows them)", c.Args().First())
 		}
 		if err != nil {
 			return err
 		}
-		token, err := key.IssueRole(p.ID, p.Role, p.CreatedAt, expires)
+		token, err := key.IssueRoleAt(p.ID, p.Role, p.CreatedAt, validAfter, expires)
 		if err != nil {
 			return err
 		}
 		fmt.Fprintln(c.App.Writer, token)
-		fmt.Fprintf(c.App.ErrWriter, "reissued a token for principal %s (%s); it is on stdout and is not shown again\n", p.ID, p.Name)
+		fmt.Fprintf(c.App.ErrWriter, "reissued a token for principal %s (%s); it is on stdout and is not shown again. "+
+			"Its earlier tokens stop working at every intake within a second\n", p.ID, p.Name)
 		return nil
 	})
 }

@@ -163,6 +163,12 @@ func TestPrincipalAddFrom(t *testing.T) {
 	if _, err := store.Authenticate(context.Background(), old); !errors.Is(err, ledger.ErrNotFound) {
 		t.Fatalf("the stored token after reissue: %v, want ErrNotFound", err)
 	}
+	// The new token is issued at the time from which the principal's
+	// tokens are valid, so intake takes it and refuses every earlier one.
+	id, _ := v.Verify(context.Background(), strings.TrimSpace(r.stdout))
+	if rev, err := store.Revocations(context.Background()); err != nil || !rev.ValidAfter[p.ID].Equal(id.IssuedAt) {
+		t.Fatalf("the reissued token was issued at %v; the principal's tokens are valid after %v (%v)", id.IssuedAt, rev.ValidAfter[p.ID], err)
+	}
 
 	r = offline(t, "", "principal", "id", "--issuer", "https://id.example.org", "--subject", "alice")
 	if r.code != 0 || r.stdout != credential.PrincipalIDFor("https://id.example.org", "alice")+"\n" {

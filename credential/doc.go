@@ -47,7 +47,8 @@
 // intake beside the old one, issue with it, reissue the old tokens, then
 // retire the old key id (tally credential key retire) and drop it.
 //
-// What a token cannot say is whether its principal or key was revoked
-// since it was issued: the caller checks the Identity against the
+// What a token cannot say is whether its principal or key was revoked,
+// or its principal reissued a token, since it was issued: the caller
+// checks the Identity (its principal, key and issue time) against the
 // revocations it holds (intake keeps them in memory).
 package credential

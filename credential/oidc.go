@@ -301,7 +301,8 @@ func (o *OIDCIssuer) verify(ctx context.Context, token string) (Identity, error)
 	if t.Subject == "" {
 		return Identity{}, invalid("it names no subject")
 	}
-	id := Identity{PrincipalID: PrincipalIDFor(t.Issuer, t.Subject), Issuer: t.Issuer, KeyID: by.kid, ExpiresAt: t.Expiry, Role: RoleVoter}
+	id := Identity{PrincipalID: PrincipalIDFor(t.Issuer, t.Subject), Issuer: t.Issuer, KeyID: by.kid, ExpiresAt: t.Expiry,
+		IssuedAt: t.IssuedAt, Role: RoleVoter}
 	if o.cfg.AdminClaim != "" {
 		var claims map[string]any
 		if err := t.Claims(&claims); err != nil {

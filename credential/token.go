@@ -38,6 +38,11 @@ type Identity struct {
 	CreatedAt time.Time
 	// ExpiresAt is the token's expiry; zero when it has none.
 	ExpiresAt time.Time
+	// IssuedAt is when the token was issued ("iat", whole seconds); zero
+	// when it does not say. A principal reissued refuses its tokens
+	// issued before the reissue: the caller checks it, as it does the
+	// revocations.
+	IssuedAt time.Time
 	// Issuer is Issuer for tally's own tokens, else the OpenID Connect
 	// issuer's URL.
 	Issuer string
@@ -72,13 +77,20 @@ func (k Key) Issue(principalID string, createdAt, expires time.Time) (string, er
 
 // IssueRole is Issue for a principal of role, RoleVoter or RoleAdmin.
 func (k Key) IssueRole(principalID, role string, createdAt, expires time.Time) (string, error) {
+	return k.IssueRoleAt(principalID, role, createdAt, time.Now(), expires)
+}
+
+// IssueRoleAt is IssueRole with the token's issue time ("iat", rounded
+// down to the second) issuedAt: a reissued principal's new token is
+// issued at the time its earlier ones stopped being valid.
+func (k Key) IssueRoleAt(principalID, role string, createdAt, issuedAt, expires time.Time) (string, error) {
 	if !vote.ValidID(principalID) {
 		return "", fmt.Errorf("issue token: principal id %q is not 1-64 of [A-Za-z0-9_-]", principalID)
 	}
 	if role != RoleVoter && role != RoleAdmin {
 		return "", fmt.Errorf("issue token: the role is %q; it must be %s or %s", role, RoleVoter, RoleAdmin)
 	}
-	c := claims{RegisteredClaims: jwt.RegisteredClaims{Issuer: Issuer, Subject: principalID, IssuedAt: jwt.NewNumericDate(time.Now())},
+	c := claims{RegisteredClaims: jwt.RegisteredClaims{Issuer: Issuer, Subject: principalID, IssuedAt: jwt.NewNumericDate(issuedAt)},
 		Created: createdAt.Unix()}
 	if role == RoleAdmin {
 		c.Role = RoleAdmin
@@ -131,6 +143,9 @@ func (s *KeySet) verify(token string) (Identity, error) {
 	id := Identity{PrincipalID: c.Subject, CreatedAt: time.Unix(c.Created, 0), Issuer: Issuer, KeyID: kid, Role: role}
 	if c.ExpiresAt != nil {
 		id.ExpiresAt = c.ExpiresAt.Time
+	}
+	if c.IssuedAt != nil {
+		id.IssuedAt = c.IssuedAt.Time
 	}
 	return id, nil
 }

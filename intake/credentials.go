@@ -65,7 +65,7 @@ func (s *Server) signedPrincipal(w http.ResponseWriter, r *http.Request, token s
 			"the bearer token is invalid or expired: ask an operator for a valid token")
 		return nil, false
 	}
-	if s.refusedRevoked(w, id.PrincipalID, id.KeyID, true) {
+	if s.refusedRevoked(w, id.PrincipalID, id.KeyID, id.IssuedAt, true) {
 		return nil, false
 	}
 	s.metrics.credentials[credValid].Inc()
@@ -81,14 +81,15 @@ func (s *Server) authLimited(w http.ResponseWriter, wait time.Duration) {
 			"retry after the Retry-After delay, with a valid token", wait)
 }
 
-// refusedRevoked answers 401 when the principal principalID is revoked or
-// the key keyID retired ("" for a token that names no key), 503 when the
-// revocations were never loaded, and reports whether it answered. A token
-// of the form issued before signed credentials (signed false) is let
-// through while the revocations are not loaded: its own lookup reads the
-// revocation.
-func (s *Server) refusedRevoked(w http.ResponseWriter, principalID, keyID string, signed bool) bool {
-	refused, loaded := s.revoked.refuses(principalID, keyID)
+// refusedRevoked answers 401 when the principal principalID is revoked,
+// the key keyID retired ("" for a token that names no key), or the token,
+// issued at issuedAt (zero when it does not say), replaced by a reissue;
+// 503 when the revocations were never loaded; and reports whether it
+// answered. A token of the form issued before signed credentials (signed
+// false) is let through while the revocations are not loaded: its own
+// lookup reads the revocation.
+func (s *Server) refusedRevoked(w http.ResponseWriter, principalID, keyID string, issuedAt time.Time, signed bool) bool {
+	refused, loaded := s.revoked.refuses(principalID, keyID, issuedAt)
 	switch {
 	case !loaded && !signed:
 		return false
@@ -100,7 +101,8 @@ func (s *Server) refusedRevoked(w http.ResponseWriter, principalID, keyID string
 	case refused:
 		s.metrics.credentials[credRevoked].Inc()
 		unauthorized(w, challengeInvalidToken,
-			"the bearer token's principal was revoked, or the key that signed it retired: ask an operator for a new token")
+			"the bearer token's principal was revoked, the key that signed it retired, or a newer token reissued in its place: "+
+				"use the newest token, or ask an operator for a new one")
 		return true
 	}
 	return false

@@ -203,6 +203,39 @@ func TestRevokedCredentialRefused(t *testing.T) {
 	}
 }
 
+// TestReissuedCredentialRefused: once a principal is reissued a token,
+// every intake refuses its earlier tokens within a second (the NOTIFY of
+// the reissue), both the one issued just before and one issued long ago,
+// while the new token votes; another principal's token is untouched.
+func TestReissuedCredentialRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	p, lost := b.signed(t, "voter", time.Time{})
+	older, err := b.key.IssueRoleAt(p.ID, credential.RoleVoter, p.CreatedAt, p.CreatedAt.Add(-time.Hour), time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, other := b.signed(t, "other", time.Time{})
+	wantAccepted(t, b.vote(t, lost, "e1", "p1", "a"), "e1", ledger.StatusPending)
+
+	_, validAfter, err := b.store.ReissuePrincipal(ctx, p.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh, err := b.key.IssueRoleAt(p.ID, credential.RoleVoter, p.CreatedAt, validAfter, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	within(t, time.Second, "the token the reissue replaced refused", func() bool {
+		return b.vote(t, lost, "e2", "p1", "a").code == http.StatusUnauthorized
+	})
+	wantInvalidToken(t, "the replaced token", b.vote(t, lost, "e3", "p1", "a"))
+	wantInvalidToken(t, "a token of the principal issued an hour before", b.vote(t, older, "e4", "p1", "a"))
+	wantAccepted(t, b.vote(t, fresh, "e5", "p1", "a"), "e5", ledger.StatusPending)
+	wantAccepted(t, b.vote(t, other, "o1", "p1", "b"), "o1", ledger.StatusPending)
+}
+
 // within waits up to d for ok, failing with what it waited for.
 func within(t *testing.T, d time.Duration, what string, ok func() bool) {
 	t.Helper()

@@ -2,6 +2,7 @@ package intake
 
 import (
 	"context"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -50,7 +51,8 @@ func (s *Server) CatalogHolds(id string) bool {
 
 // Revoked reports whether the revocations in memory refuse principal id.
 func (s *Server) Revoked(id string) bool {
-	refused, _ := s.revoked.refuses(id, "")
+	// Issued in a day: a reissue's valid-after time does not refuse it.
+	refused, _ := s.revoked.refuses(id, "", time.Now().Add(24*time.Hour))
 	return refused
 }
 

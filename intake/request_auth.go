@@ -64,7 +64,7 @@ func (s *Server) principalBy(w http.ResponseWriter, r *http.Request, deadline ti
 		return s.signedPrincipal(w, r, token)
 	}
 	v, ok := s.storedPrincipal(w, r, token, deadline)
-	if ok && s.refusedRevoked(w, v.ID, "", false) {
+	if ok && s.refusedRevoked(w, v.ID, "", time.Time{}, false) {
 		return nil, false
 	}
 	return v, ok

@@ -11,9 +11,11 @@ import (
 )
 
 // This file owns what intake refuses whatever a token says: the revoked
-// principals and the retired credential keys, held whole in memory.
+// principals, the retired credential keys and the tokens a reissue
+// replaced, held whole in memory.
 
-// revocations holds every revoked principal and retired credential key,
+// revocations holds every revoked principal, retired credential key and
+// reissued principal's valid-after time (ledger.ReissuePrincipal),
 // loaded at start and again on every change the catalog's watcher reports
 // (the NOTIFY of a revocation, and every reconnection of the listener,
 // since notifications may have been missed meanwhile) and every
@@ -42,14 +44,19 @@ func newRevocations(store *ledger.Store, log *slog.Logger, cfg Config, pg *pgSta
 }
 
 // refuses reports whether a credential of principalID signed by keyID
-// ("" for a token without a key) must be refused. loaded is false until
-// the first load; nothing can be told then.
-func (r *revocations) refuses(principalID, keyID string) (refused, loaded bool) {
+// ("" for a token without a key) and issued at issuedAt (zero for a token
+// that does not say) must be refused: its principal was revoked, its key
+// retired, or its principal reissued a token after issuedAt. loaded is
+// false until the first load; nothing can be told then.
+func (r *revocations) refuses(principalID, keyID string, issuedAt time.Time) (refused, loaded bool) {
 	cur := r.cur.Load()
 	if cur == nil {
 		return false, false
 	}
 	if _, ok := cur.Principals[principalID]; ok {
+		return true, true
+	}
+	if after, ok := cur.ValidAfter[principalID]; ok && issuedAt.Before(after) {
 		return true, true
 	}
 	if keyID != "" {

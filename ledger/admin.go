@@ -63,8 +63,8 @@ type AdminAction struct {
 	PrincipalID string `json:"principal_id,omitempty"`
 	// DBUser is the database login that made the change.
 	DBUser string `json:"db_user"`
-	// Action is poll.create, poll.close, principal.add, principal.revoke
-	// or credential_key.retire.
+	// Action is poll.create, poll.close, principal.add, principal.revoke,
+	// principal.reissue or credential_key.retire.
 	Action string `json:"action"`
 	// Target is the poll, principal or key id changed.
 	Target string          `json:"target"`

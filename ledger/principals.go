@@ -97,49 +97,71 @@ func (s *Store) Principal(ctx context.Context, id string) (Principal, error) {
 	return p, interpretError("principal "+id, err)
 }
 
-// ForgetStoredToken drops the stored token of principal id, if it has
-// one: the token issued before signed credentials stops working, and only
-// signed credentials name the principal from then on (tally principal
-// reissue). It returns the principal; a revoked one is ErrInvalid.
-func (s *Store) ForgetStoredToken(ctx context.Context, id string) (Principal, error) {
-	var p Principal
-	err := s.pool.QueryRow(ctx, `
-UPDATE principals SET token_sha256 = NULL WHERE id = $1 RETURNING id, name, created_at, revoked_at, role`, id).
-		Scan(&p.ID, &p.Name, &p.CreatedAt, &p.RevokedAt, &p.Role)
+// ReissuePrincipal makes every token principal id was issued so far
+// stop working, so that a new one replaces them (tally principal
+// reissue): its stored token, if it has one, is dropped, and its signed
+// tokens issued before validAfter are refused from then on (intake holds
+// it with the revocations). validAfter is the next whole second, later
+// than the issue time of any token issued before (signed tokens carry
+// whole seconds) and than the last reissue's: issue the new token at
+// validAfter. It returns the principal; a revoked one is ErrInvalid.
+// admin_actions records it as asked for by the principal of ctx
+// (ActingAs).
+func (s *Store) ReissuePrincipal(ctx context.Context, id string) (p Principal, validAfter time.Time, err error) {
+	err = s.adminTx(ctx, "reissue principal "+id, func(tx pgx.Tx) error {
+		err := tx.QueryRow(ctx, `
+UPDATE principals SET token_sha256 = NULL,
+    valid_after = greatest(date_trunc('second', now()), date_trunc('second', valid_after)) + interval '1 second'
+WHERE id = $1 RETURNING id, name, created_at, revoked_at, role, valid_after`, id).
+			Scan(&p.ID, &p.Name, &p.CreatedAt, &p.RevokedAt, &p.Role, &validAfter)
+		if err != nil {
+			return err
+		}
+		if p.RevokedAt != nil {
+			return fmt.Errorf("%w: it was revoked at %s", ErrInvalid, p.RevokedAt.UTC().Format(time.RFC3339))
+		}
+		return nil
+	})
 	if err != nil {
-		return Principal{}, interpretError("reissue principal "+id, err)
+		return Principal{}, time.Time{}, err
 	}
-	if p.RevokedAt != nil {
-		return Principal{}, fmt.Errorf("reissue principal %s: %w: it was revoked at %s", id, ErrInvalid, p.RevokedAt.UTC().Format(time.RFC3339))
-	}
-	return p, nil
+	return p, validAfter, nil
 }
 
 // Revocations is what no credential may name any longer: the revoked
-// principals and the retired credential keys.
+// principals, the retired credential keys, and the tokens of a reissued
+// principal issued before its reissue.
 type Revocations struct {
 	Principals map[string]struct{}
 	Keys       map[string]struct{}
+	// ValidAfter is, for each principal reissued and not revoked, the
+	// least issue time its tokens may have (ReissuePrincipal).
+	ValidAfter map[string]time.Time
 }
 
-// Revocations reads every revoked principal and retired key, in one
-// snapshot.
+// Revocations reads every revoked principal, retired key and reissued
+// principal's valid-after time, in one snapshot.
 func (s *Store) Revocations(ctx context.Context) (Revocations, error) {
-	r := Revocations{Principals: map[string]struct{}{}, Keys: map[string]struct{}{}}
+	r := Revocations{Principals: map[string]struct{}{}, Keys: map[string]struct{}{}, ValidAfter: map[string]time.Time{}}
 	rows, err := s.pool.Query(ctx, `
-SELECT false, id FROM principals WHERE revoked_at IS NOT NULL
+SELECT 'principal', id, NULL::timestamptz FROM principals WHERE revoked_at IS NOT NULL
 UNION ALL
-SELECT true, key_id FROM credential_key_retirements`)
+SELECT 'key', key_id, NULL FROM credential_key_retirements
+UNION ALL
+SELECT 'valid_after', id, valid_after FROM principals WHERE valid_after IS NOT NULL AND revoked_at IS NULL`)
 	if err != nil {
 		return Revocations{}, interpretError("read revocations", err)
 	}
-	var isKey bool
-	var id string
-	_, err = pgx.ForEachRow(rows, []any{&isKey, &id}, func() error {
-		if isKey {
+	var kind, id string
+	var at *time.Time
+	_, err = pgx.ForEachRow(rows, []any{&kind, &id, &at}, func() error {
+		switch kind {
+		case "key":
 			r.Keys[id] = struct{}{}
-		} else {
+		case "principal":
 			r.Principals[id] = struct{}{}
+		default:
+			r.ValidAfter[id] = *at
 		}
 		return nil
 	})

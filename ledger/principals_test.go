@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"tally/ledger"
 )
@@ -93,9 +94,12 @@ func TestRevocations(t *testing.T) {
 	}
 }
 
-// TestForgetStoredToken: after a reissue the token of the stored kind no
-// longer authenticates; a revoked principal is not reissued.
-func TestForgetStoredToken(t *testing.T) {
+// TestReissuePrincipal: after a reissue the token of the stored kind no
+// longer authenticates, and the revocations name the principal's
+// valid-after time: a whole second later than any token issued before,
+// and later again at each reissue; a revoked principal is not reissued,
+// and admin_actions records each reissue.
+func TestReissuePrincipal(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	p, token, err := b.store.AddPrincipal(b.ctx, "old")
@@ -105,20 +109,48 @@ func TestForgetStoredToken(t *testing.T) {
 	if _, err := b.store.Authenticate(b.ctx, token); err != nil {
 		t.Fatal(err)
 	}
-	got, err := b.store.ForgetStoredToken(b.ctx, p.ID)
+	before := time.Now()
+	got, after, err := b.store.ReissuePrincipal(b.ctx, p.ID)
 	if err != nil || got.ID != p.ID || !got.CreatedAt.Equal(p.CreatedAt) {
-		t.Fatalf("ForgetStoredToken: %+v, %v", got, err)
+		t.Fatalf("ReissuePrincipal: %+v, %v", got, err)
+	}
+	if after.Truncate(time.Second) != after || !after.After(before) || after.After(time.Now().Add(time.Second)) {
+		t.Fatalf("valid after %v, want the whole second after %v", after, before)
 	}
 	if _, err := b.store.Authenticate(b.ctx, token); !errors.Is(err, ledger.ErrNotFound) {
 		t.Fatalf("the old token after a reissue: %v, want ErrNotFound", err)
 	}
+	r, err := b.store.Revocations(b.ctx)
+	if err != nil || !r.ValidAfter[p.ID].Equal(after) {
+		t.Fatalf("revocations: %+v, %v; want %s valid after %v", r, err, p.ID, after)
+	}
+	_, again, err := b.store.ReissuePrincipal(b.ctx, p.ID)
+	if err != nil || !again.After(after) {
+		t.Fatalf("a second reissue: valid after %v, %v; want later than %v", again, err, after)
+	}
+	actions, err := b.store.AdminActions(b.ctx, 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reissues := 0
+	for _, a := range actions {
+		if a.Action == "principal.reissue" && a.Target == p.ID {
+			reissues++
+		}
+	}
+	if reissues != 2 {
+		t.Fatalf("admin_actions records %d reissues of %s, want 2: %+v", reissues, p.ID, actions)
+	}
 	if err := b.store.RevokePrincipal(b.ctx, p.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.store.ForgetStoredToken(b.ctx, p.ID); !errors.Is(err, ledger.ErrInvalid) {
+	if _, _, err := b.store.ReissuePrincipal(b.ctx, p.ID); !errors.Is(err, ledger.ErrInvalid) {
 		t.Fatalf("reissuing a revoked principal: %v, want ErrInvalid", err)
 	}
-	if _, err := b.store.ForgetStoredToken(b.ctx, "p-nobody"); !errors.Is(err, ledger.ErrNotFound) {
+	if r, _ := b.store.Revocations(b.ctx); len(r.ValidAfter) != 0 {
+		t.Fatalf("a revoked principal's valid-after time is held: %v", r.ValidAfter)
+	}
+	if _, _, err := b.store.ReissuePrincipal(b.ctx, "p-nobody"); !errors.Is(err, ledger.ErrNotFound) {
 		t.Fatalf("reissuing nobody: %v, want ErrNotFound", err)
 	}
 }

@@ -1,0 +1,50 @@
+-- +goose Up
+-- tally principal reissue makes a principal's earlier signed tokens stop
+-- working: valid_after is the least issue time ("iat") a token of the
+-- principal may have, NULL while it was never reissued. A reissue sets it
+-- to the next whole second (signed tokens carry whole seconds), later
+-- than any token issued before, and issues the new token at that very
+-- time. Intake holds it beside the revocations, kept current by the
+-- tally_catalog NOTIFY of migration 00002.
+ALTER TABLE principals ADD COLUMN valid_after timestamptz;
+
+-- admin_actions records each reissue.
+ALTER TABLE admin_actions DROP CONSTRAINT admin_actions_action_check;
+ALTER TABLE admin_actions ADD CONSTRAINT admin_actions_action_check CHECK (action IN
+    ('poll.create', 'poll.close', 'principal.add', 'principal.revoke', 'principal.reissue', 'credential_key.retire'));
+
+-- +goose StatementBegin
+CREATE FUNCTION tally_record_principal_reissue() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+BEGIN
+    LOCK TABLE admin_actions IN SHARE ROW EXCLUSIVE MODE;
+    INSERT INTO admin_actions (principal_id, db_user, action, target, detail)
+    SELECT nullif(current_setting('tally.actor', true), ''), session_user, 'principal.reissue', n.id,
+           jsonb_build_object('valid_after', n.valid_after)
+    FROM new_rows n JOIN old_rows o ON o.id = n.id
+    WHERE n.valid_after IS DISTINCT FROM o.valid_after;
+    RETURN NULL;
+END;
+$$;
+-- +goose StatementEnd
+CREATE TRIGGER principals_record_reissue AFTER UPDATE ON principals
+    REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION tally_record_principal_reissue();
+
+-- +goose Down
+-- The record of reissues stays readable in admin_actions only while this
+-- migration is in place: going down is refused once one was recorded.
+-- +goose StatementBegin
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM admin_actions WHERE action = 'principal.reissue') THEN
+        RAISE EXCEPTION 'admin_actions records a principal.reissue; going down would make that record invalid: restore a backup from before migration 00014 instead';
+    END IF;
+END;
+$$;
+-- +goose StatementEnd
+DROP TRIGGER principals_record_reissue ON principals;
+DROP FUNCTION tally_record_principal_reissue();
+ALTER TABLE admin_actions DROP CONSTRAINT admin_actions_action_check;
+ALTER TABLE admin_actions ADD CONSTRAINT admin_actions_action_check CHECK (action IN
+    ('poll.create', 'poll.close', 'principal.add', 'principal.revoke', 'credential_key.retire'));
+ALTER TABLE principals DROP COLUMN valid_after;
