@@ -14,7 +14,6 @@ import (
 
 	"tally/credential"
 	"tally/ledger"
-	"tally/vote"
 )
 
 // credentialCommand is tally credential: the keys that sign principals'
@@ -25,7 +24,7 @@ func credentialCommand() *ucli.Command {
 		Usage: "the credential keys that sign principals' bearer tokens",
 		Subcommands: []*ucli.Command{{
 			Name:  "key",
-			Usage: "generate and retire credential keys",
+			Usage: "generate, list, show and retire credential keys",
 			Subcommands: []*ucli.Command{
 				{
 					Name:  "generate",
@@ -42,10 +41,26 @@ func credentialCommand() *ucli.Command {
 				},
 				{
 					Name:      "retire",
-					Usage:     "refuse every token a key signed, at every intake, within a second",
+					Usage:     "refuse every token one of the deployment's keys signed, at every intake, within a second",
 					ArgsUsage: "KEY_ID",
-					Flags:     commonFlags(),
-					Action:    credentialKeyRetire,
+					Description: "KEY_ID must be the id of one of the keys of --credential-key (the key files every intake\n" +
+						"takes): tally credential key list prints them. A retirement refuses tally's own tokens of that\n" +
+						"key only, never an OpenID Connect issuer's token whose kid happens to be the same.",
+					Flags:  commonFlags(&flagDeploymentKeys),
+					Action: credentialKeyRetire,
+				},
+				{
+					Name:   "list",
+					Usage:  "print the id of each key of --credential-key, its file, and whether it is retired",
+					Flags:  commonFlags(&flagDeploymentKeys, formatFlag()),
+					Action: credentialKeyList,
+				},
+				{
+					Name:      "show",
+					Usage:     "print the id of the key in FILE, and whether it is retired",
+					ArgsUsage: "FILE",
+					Flags:     commonFlags(formatFlag()),
+					Action:    credentialKeyShow,
 				},
 			},
 		}},
@@ -71,18 +86,123 @@ func credentialKeyGenerate(c *ucli.Context) error {
 	return err
 }
 
-// credentialKeyRetire is tally credential key retire KEY_ID.
+// flagDeploymentKeys are the deployment's keys, as every intake takes
+// them: the keys list shows and retire may retire.
+var flagDeploymentKeys = ucli.StringSliceFlag{Name: "credential-key", EnvVars: []string{"TALLY_CREDENTIAL_KEY"},
+	Usage: "the deployment's credential key `FILE`s, as every intake takes them (repeatable, or comma-separated in TALLY_CREDENTIAL_KEY)"}
+
+// deploymentKeys reads --credential-key, the keys of the deployment.
+func deploymentKeys(c *ucli.Context, why string) (*credential.KeySet, []string, error) {
+	files := c.StringSlice(flagDeploymentKeys.Name)
+	if len(files) == 0 {
+		return nil, nil, fmt.Errorf("give the deployment's credential key files with --credential-key FILE (or TALLY_CREDENTIAL_KEY), "+
+			"as every intake takes them: %s", why)
+	}
+	keys, err := credential.ReadKeySet(files)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--credential-key: %w", err)
+	}
+	return keys, files, nil
+}
+
+// credentialKeyRetire is tally credential key retire KEY_ID: the id must
+// have a key id's form and be one of the deployment's keys', so that a
+// typing error is not reported as a retirement.
 func credentialKeyRetire(c *ucli.Context) error {
 	kid := c.Args().First()
-	if c.NArg() != 1 || !vote.ValidID(kid) {
-		return errors.New("give the KEY_ID to retire, as tally credential key generate printed it (k- and 16 hex digits)")
+	switch {
+	case c.NArg() != 1:
+		return errors.New("give the KEY_ID to retire, as tally credential key list prints it (" + credential.KeyIDRule + ")")
+	case !credential.ValidKeyID(kid):
+		return fmt.Errorf("%.80q is not a credential key id: a key id is %s, as tally credential key list prints it", kid, credential.KeyIDRule)
+	}
+	keys, _, err := deploymentKeys(c, "the key retired must be one of them")
+	if err != nil {
+		return err
+	}
+	if !keys.Has(kid) {
+		return fmt.Errorf("%s is not the id of any key of --credential-key (they are %s): nothing was retired; "+
+			"tally credential key list prints the ids", kid, strings.Join(keys.IDs(), ", "))
 	}
 	return withStore(c, func(store *ledger.Store) error {
 		if err := store.RetireCredentialKey(c.Context, kid); err != nil {
 			return err
 		}
-		fmt.Fprintf(c.App.ErrWriter, "retired credential key %s: every intake refuses the tokens it signed\n", kid)
+		fmt.Fprintf(c.App.ErrWriter, "retired credential key %s: every intake refuses the tokens it signed within a second\n", kid)
 		return nil
+	})
+}
+
+// keyJSON is a key as tally credential key list and show --format json
+// write it: never its secret.
+type keyJSON struct {
+	ID        string     `json:"id"`
+	File      string     `json:"file"`
+	State     string     `json:"state"` // active or retired
+	RetiredAt *time.Time `json:"retired_at"`
+}
+
+// The states of a credential key.
+const (
+	keyActive  = "active"
+	keyRetired = "retired"
+)
+
+// credentialKeyList is tally credential key list.
+func credentialKeyList(c *ucli.Context) error {
+	if c.NArg() != 0 {
+		return errors.New("tally credential key list takes no arguments: give the key files with --credential-key FILE")
+	}
+	if _, err := outputJSON(c); err != nil {
+		return err
+	}
+	files := c.StringSlice(flagDeploymentKeys.Name)
+	if _, _, err := deploymentKeys(c, "list prints the id and state of each"); err != nil {
+		return err
+	}
+	return printKeys(c, files)
+}
+
+// credentialKeyShow is tally credential key show FILE.
+func credentialKeyShow(c *ucli.Context) error {
+	if c.NArg() != 1 {
+		return errors.New("give the key FILE whose id to print (tally credential key show /etc/tally/credential.key)")
+	}
+	if _, err := outputJSON(c); err != nil {
+		return err
+	}
+	return printKeys(c, []string{c.Args().First()})
+}
+
+// printKeys prints the id, file and state of the key in each of files.
+func printKeys(c *ucli.Context, files []string) error {
+	out := make([]keyJSON, len(files))
+	for i, f := range files {
+		k, err := credential.ReadKeyFile(f)
+		if err != nil {
+			return err
+		}
+		out[i] = keyJSON{ID: k.ID, File: f, State: keyActive}
+	}
+	asJSON, _ := outputJSON(c)
+	return withStore(c, func(store *ledger.Store) error {
+		retired, err := store.RetiredCredentialKeys(c.Context)
+		if err != nil {
+			return err
+		}
+		for i := range out {
+			if at, ok := retired[out[i].ID]; ok {
+				out[i].State, out[i].RetiredAt = keyRetired, &at
+			}
+		}
+		if asJSON {
+			return writeJSON(c.App.Writer, out)
+		}
+		t := newTable(c.App.Writer, "ID", "STATE", "RETIRED", "FILE")
+		for _, k := range out {
+			t.row(k.ID, k.State, fmtTimePtr(k.RetiredAt), k.File)
+		}
+		return t.flush()
 	})
 }
 

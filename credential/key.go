@@ -7,7 +7,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
+	"strings"
 
 	"github.com/go-jose/go-jose/v4"
 )
@@ -36,7 +39,32 @@ func GenerateKey() (Key, error) {
 
 func newKey(secret []byte) Key {
 	h := sha256.Sum256(append([]byte("tally credential key id\n"), secret...))
-	return Key{ID: "k-" + hex.EncodeToString(h[:8]), secret: secret}
+	return Key{ID: keyIDPrefix + hex.EncodeToString(h[:keyIDHashBytes]), secret: secret}
+}
+
+// A key id is keyIDPrefix and keyIDHashBytes bytes of a hash in lower-case
+// hex: "k-" and 16 hex digits.
+const (
+	keyIDPrefix    = "k-"
+	keyIDHashBytes = 8
+)
+
+// KeyIDRule says in words what ValidKeyID checks, for messages.
+const KeyIDRule = "k- and 16 lower-case hex digits"
+
+// ValidKeyID reports whether id has the form of a credential key's id
+// (KeyIDRule), as GenerateKey makes them.
+func ValidKeyID(id string) bool {
+	digits, ok := strings.CutPrefix(id, keyIDPrefix)
+	if !ok || len(digits) != 2*keyIDHashBytes {
+		return false
+	}
+	for _, c := range []byte(digits) {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // MarshalJSON writes the key as a JSON Web Key (RFC 7517): kty "oct", alg
@@ -111,6 +139,25 @@ func ReadKeySet(paths []string) (*KeySet, error) {
 		keys = append(keys, k)
 	}
 	return NewKeySet(keys...)
+}
+
+// Has reports whether the set holds the key of id.
+func (s *KeySet) Has(id string) bool {
+	if s == nil {
+		return false
+	}
+	_, ok := s.keys[id]
+	return ok
+}
+
+// IDs are the ids of the keys of the set, sorted.
+func (s *KeySet) IDs() []string {
+	if s == nil {
+		return nil
+	}
+	ids := slices.Collect(maps.Keys(s.keys))
+	slices.Sort(ids)
+	return ids
 }
 
 // Len is the number of keys in the set.

@@ -239,3 +239,22 @@ func signEd25519(t testing.TB, kid string) string {
 	}
 	return tok
 }
+
+// TestValidKeyID: every generated key's id has the form; ids one
+// character off do not.
+func TestValidKeyID(t *testing.T) {
+	t.Parallel()
+	k := newKey(t)
+	if !credential.ValidKeyID(k.ID) {
+		t.Fatalf("a generated key's id %q is refused", k.ID)
+	}
+	for _, id := range []string{"", "k-", "k-doesnotexist00", "k-0123456789abcde", "k-0123456789abcdef0",
+		"K-0123456789abcdef", "k-0123456789ABCDEF", "k_0123456789abcdef", "x-0123456789abcdef", "k-0123456789abcdeg"} {
+		if credential.ValidKeyID(id) {
+			t.Errorf("%q taken as a key id", id)
+		}
+	}
+	if !credential.ValidKeyID("k-0123456789abcdef") {
+		t.Error("k-0123456789abcdef refused")
+	}
+}

@@ -65,7 +65,13 @@ func (s *Server) signedPrincipal(w http.ResponseWriter, r *http.Request, token s
 			"the bearer token is invalid or expired: ask an operator for a valid token")
 		return nil, false
 	}
-	if s.refusedRevoked(w, id.PrincipalID, id.KeyID, id.IssuedAt, true) {
+	// Retirements are of tally's own keys: an OpenID Connect issuer's key
+	// of the same id is not one of them.
+	ownKey := ""
+	if id.Issuer == credential.Issuer {
+		ownKey = id.KeyID
+	}
+	if s.refusedRevoked(w, id.PrincipalID, ownKey, id.IssuedAt, true) {
 		return nil, false
 	}
 	s.metrics.credentials[credValid].Inc()
@@ -82,10 +88,10 @@ func (s *Server) authLimited(w http.ResponseWriter, wait time.Duration) {
 }
 
 // refusedRevoked answers 401 when the principal principalID is revoked,
-// the key keyID retired ("" for a token that names no key), or the token,
-// issued at issuedAt (zero when it does not say), replaced by a reissue;
-// 503 when the revocations were never loaded; and reports whether it
-// answered. A token of the form issued before signed credentials (signed
+// the key keyID of tally's own retired ("" for a token that names none),
+// or the token, issued at issuedAt (zero when it does not say), replaced
+// by a reissue; 503 when the revocations were never loaded; and reports
+// whether it answered. A token of the form issued before signed credentials (signed
 // false) is let through while the revocations are not loaded: its own
 // lookup reads the revocation.
 func (s *Server) refusedRevoked(w http.ResponseWriter, principalID, keyID string, issuedAt time.Time, signed bool) bool {

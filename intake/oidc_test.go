@@ -259,3 +259,39 @@ func TestOIDCIssuerDown(t *testing.T) {
 		return b.vote(t, rotated, "e4", "p1", "a").code == http.StatusAccepted
 	})
 }
+
+// TestRetirementIsOfTallyKeys: retiring a key id that happens to be the
+// kid of a trusted issuer's key does not switch that key off: the
+// issuer's tokens still vote once intake holds the retirement, while a
+// token of tally's own key of that id would be refused
+// (TestRevokedCredentialRefused).
+func TestRetirementIsOfTallyKeys(t *testing.T) {
+	t.Parallel()
+	p := oidctest.Start(t)
+	b := setup(t, trusting(oidcIssuer(t, p.URL(), credential.OIDCConfig{})))
+	waitKeys(t, b)
+	tok := p.Token()
+	header, err := base64.RawURLEncoding.DecodeString(strings.Split(tok, ".")[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h struct {
+		Kid string `json:"kid"`
+	}
+	if err := json.Unmarshal(header, &h); err != nil || h.Kid == "" {
+		t.Fatalf("the provider's token names no kid: %s (%v)", header, err)
+	}
+	wantAccepted(t, b.vote(t, tok, "e1", "p1", "a"), "e1", ledger.StatusPending)
+
+	ctx := context.Background()
+	if err := b.store.RetireCredentialKey(ctx, h.Kid); err != nil {
+		t.Fatal(err)
+	}
+	// A revocation after the retirement: once intake holds it, it holds
+	// the retirement too.
+	if err := b.store.RevokePrincipal(ctx, b.who.ID); err != nil {
+		t.Fatal(err)
+	}
+	within(t, 5*time.Second, "intake holds the revocation made after the retirement", func() bool { return b.srv.Revoked(b.who.ID) })
+	wantAccepted(t, b.vote(t, tok, "e2", "p1", "a"), "e2", ledger.StatusPending)
+}

@@ -43,8 +43,9 @@ func newRevocations(store *ledger.Store, log *slog.Logger, cfg Config, pg *pgSta
 	}
 }
 
-// refuses reports whether a credential of principalID signed by keyID
-// ("" for a token without a key) and issued at issuedAt (zero for a token
+// refuses reports whether a credential of principalID signed by tally's
+// own key keyID ("" for a token without one: an OpenID Connect issuer's
+// keys are never retired here) and issued at issuedAt (zero for a token
 // that does not say) must be refused: its principal was revoked, its key
 // retired, or its principal reissued a token after issuedAt. loaded is
 // false until the first load; nothing can be told then.

@@ -181,6 +181,26 @@ func (s *Store) RetireCredentialKey(ctx context.Context, id string) error {
 	})
 }
 
+// RetiredCredentialKeys are the retired credential key ids, each with
+// when it was retired.
+func (s *Store) RetiredCredentialKeys(ctx context.Context) (map[string]time.Time, error) {
+	rows, err := s.pool.Query(ctx, `SELECT key_id, retired_at FROM credential_key_retirements`)
+	if err != nil {
+		return nil, interpretError("read retired credential keys", err)
+	}
+	retired := map[string]time.Time{}
+	var id string
+	var at time.Time
+	_, err = pgx.ForEachRow(rows, []any{&id, &at}, func() error {
+		retired[id] = at
+		return nil
+	})
+	if err != nil {
+		return nil, interpretError("read retired credential keys", err)
+	}
+	return retired, nil
+}
+
 // AddPrincipal creates a principal named name with a fresh random bearer
 // token of the form issued before signed credentials ("tly_" and 43
 // characters), whose SHA-256 is stored and looked up (Authenticate). It is
