@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -232,5 +233,76 @@ func wantLiveRefused(t *testing.T, resp *http.Response, code int, slug string) {
 	wantProblemType(t, r, code, slug)
 	if resp.Header.Get("Retry-After") == "" {
 		t.Errorf("%s answered without Retry-After", slug)
+	}
+}
+
+// keepAlive opens n connections from ip to the server of url, each of
+// which asks for /healthz once and keeps its connection open (idle, as a
+// keep-alive client leaves it); it returns the connections answered 200
+// and the number answered otherwise (refused).
+func keepAlive(t *testing.T, url, ip string, n int) (kept []net.Conn, refused int) {
+	t.Helper()
+	addr := strings.TrimPrefix(url, "http://")
+	for range n {
+		c, err := dialerFrom(ip).Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: intake\r\n\r\n"); err != nil {
+			refused++
+			continue
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil || resp.StatusCode != http.StatusOK || resp.Close {
+			refused++
+			continue
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		c.SetDeadline(time.Time{})
+		kept = append(kept, c)
+	}
+	return kept, refused
+}
+
+// TestAdminListenerBounded: one address's 64 idle keep-alive connections
+// to the admin listener get 8 of its slots, /readyz from another address
+// is answered at once, and the idle connections are closed within the
+// admin listener's short idle time, whatever Config.IdleTimeout says;
+// without the bounds they held every slot for Config.IdleTimeout, and a
+// probe waited that long.
+func TestAdminListenerBounded(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *intake.Config) {
+		c.AdminListen = "127.0.0.1:0" // the fixture listens on a port of its own
+		c.ReadHeaderTimeout, c.IdleTimeout = time.Minute, time.Minute
+	})
+	kept, refused := keepAlive(t, b.adminURL, otherAddr, 64)
+	if len(kept) != 8 || refused != 56 {
+		t.Fatalf("%d idle keep-alive connections kept and %d refused from one address, want 8 and 56", len(kept), refused)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, b.adminURL+"/readyz", nil)
+	resp, err := clientFrom(t, "127.0.0.1").Do(req)
+	if err != nil {
+		t.Fatalf("/readyz from another address while one holds its most admin connections: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("/readyz on the admin listener: %d", resp.StatusCode)
+	}
+
+	start := time.Now()
+	for _, c := range kept {
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if n, err := c.Read(make([]byte, 1)); err == nil || n != 0 || errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("an idle admin connection: read %d bytes, %v; want it closed by intake", n, err)
+		}
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("the idle admin connections were closed after %s, want within about 2s", d)
 	}
 }

@@ -16,8 +16,10 @@ type Config struct {
 	// AdminListen, when set, is the TCP address Run serves /healthz,
 	// /readyz and /metrics on as well, in plain HTTP and apart from
 	// Listen's bounds, so that probes and scrapes are answered while the
-	// data routes are saturated; Listen then serves no /metrics. Keep it
-	// on a private network. Default "": none, and Listen serves /metrics.
+	// data routes are saturated; Listen then serves no /metrics. It has
+	// bounds of its own (ServeAdmin): a few connections per client address,
+	// closed after a short idle time. Keep it on a private network.
+	// Default "": none, and Listen serves /metrics.
 	AdminListen string
 	// TLSCertFile and TLSKeyFile, both set, make Serve speak TLS 1.2 or
 	// later (HTTP/2 or HTTP/1.1) with the PEM certificate chain and key in

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
@@ -157,7 +158,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 // HTTP, apart from ln's bounds, so that probes and scrapes are answered
 // while the data routes are saturated; ln then serves no /metrics (it
 // keeps /healthz and /readyz, for a load balancer that probes the port
-// it sends traffic to).
+// it sends traffic to). admin has bounds of its own: 64 connections, 8
+// from one client address, closed after 2 s without a request.
 func (s *Server) ServeAdmin(ctx context.Context, ln, admin net.Listener) error {
 	served := false
 	s.runOnce.Do(func() { served = true })
@@ -181,6 +183,8 @@ func (s *Server) ServeAdmin(ctx context.Context, ln, admin net.Listener) error {
 	var adminSrv *http.Server
 	if admin != nil {
 		adminSrv = s.httpServer(ctx, s.adminRoutes(), nil)
+		adminSrv.IdleTimeout = adminIdleTimeout
+		adminSrv.ReadHeaderTimeout = min(adminSrv.ReadHeaderTimeout, adminIdleTimeout)
 	}
 
 	s.loadAtStart(ctx)
@@ -211,7 +215,7 @@ func (s *Server) ServeAdmin(ctx context.Context, ln, admin net.Listener) error {
 	servers := []*http.Server{srv}
 	if adminSrv != nil {
 		go func() {
-			serveErr <- serve(adminSrv, limitListen(admin, adminMaxConns, -1, false, s.metrics.connsRefused))
+			serveErr <- serve(adminSrv, limitListen(admin, adminMaxConns, adminMaxConnsPerAddr, false, s.metrics.connsRefused))
 		}()
 		servers = append(servers, adminSrv)
 	}
@@ -224,9 +228,17 @@ func (s *Server) ServeAdmin(ctx context.Context, ln, admin net.Listener) error {
 	return s.drain(ctx, servers, serveErr)
 }
 
-// adminMaxConns bounds the admin listener's connections: probes and
-// scrapes need a few.
-const adminMaxConns = 64
+// The admin listener's bounds: probes and scrapes need a few connections,
+// each for a moment. So one client address holds at most
+// adminMaxConnsPerAddr of its adminMaxConns, and a connection that sends
+// no request for adminIdleTimeout is closed, so that idle connections
+// from many addresses hold the listener for seconds, not for
+// Config.IdleTimeout.
+const (
+	adminMaxConns        = 64
+	adminMaxConnsPerAddr = 8
+	adminIdleTimeout     = 2 * time.Second
+)
 
 // httpServer is the http.Server of h, with Config's timeouts.
 func (s *Server) httpServer(ctx context.Context, h http.Handler, tlsConfig *tls.Config) *http.Server {
