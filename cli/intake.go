@@ -80,6 +80,9 @@ func intakeEnqueueFlags(def intake.Config) []ucli.Flag {
 		&ucli.StringSliceFlag{Name: "credential-key", EnvVars: []string{"TALLY_CREDENTIAL_KEY"},
 			Usage: "a credential key `FILE` (tally credential key generate) whose tokens intake takes; repeat it for each key " +
 				"that verifies (the old and new keys while rotating). The first signs the tokens POST /v1/principals issues"},
+		&ucli.BoolFlag{Name: "add-admins-over-http", EnvVars: []string{"TALLY_INTAKE_ADD_ADMINS_OVER_HTTP"},
+			Usage: "let an admin add admins through POST /v1/principals (their tokens expire no later than its own); " +
+				"default: that route adds voters only, and admins are added with tally principal add --role admin"},
 		&ucli.StringFlag{Name: "oidc-admin-claim", EnvVars: []string{"TALLY_INTAKE_OIDC_ADMIN_CLAIM"},
 			Usage: "`CLAIM=VALUE`: an OpenID Connect token whose CLAIM is VALUE, or an array holding it " +
 				"(groups=tally-admins), is an admin's, who may use the admin routes (default: none is)"},
@@ -260,6 +263,7 @@ func intakeConfig(c *ucli.Context) intake.Config {
 		MaxConns:            c.Int("max-conns"),
 		MaxConnsPerAddr:     unbounded(c.Int("max-conns-per-addr")),
 		AdminListen:         c.String("admin-listen"),
+		AddAdminsOverHTTP:   c.Bool("add-admins-over-http"),
 		MaxHeaderBytes:      c.Int("max-header-bytes"),
 		ShutdownTimeout:     c.Duration("shutdown-timeout"),
 		MaxLiveViewers:      liveViewers(c),

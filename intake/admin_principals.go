@@ -51,7 +51,9 @@ type principalsAnswer struct {
 
 // handleAddPrincipals takes POST /v1/principals: 201 with each principal
 // added and its credential, which no later answer shows again. Nothing is
-// stored when this intake has no key to sign the credentials with.
+// stored when this intake has no key to sign the credentials with. Admins
+// are added only with Config.AddAdminsOverHTTP (403 otherwise), and their
+// tokens expire no later than the token of the admin that asked.
 func (s *Server) handleAddPrincipals(w http.ResponseWriter, r *http.Request) {
 	a, ok := s.admin(w, r)
 	if !ok {
@@ -71,6 +73,15 @@ func (s *Server) handleAddPrincipals(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		s.adminWriteFailed(w, r, &ledger.FieldError{Field: "expires", Reason: err.Error()})
 		return
+	}
+	if q.Role == ledger.RoleAdmin {
+		if !s.cfg.AddAdminsOverHTTP {
+			writeProblem(w, http.StatusForbidden, probForbidden,
+				"this intake adds voters only: an operator adds admins with tally principal add --role admin "+
+					"(or starts intake with --add-admins-over-http); nothing was added", 0)
+			return
+		}
+		expires = notAfter(expires, a.expiresAt)
 	}
 	if n := len(q.Names); n == 0 || n > MaxPrincipalsPerRequest {
 		s.adminWriteFailed(w, r, &ledger.FieldError{Field: "names",
@@ -101,6 +112,16 @@ func (s *Server) handleAddPrincipals(w http.ResponseWriter, r *http.Request) {
 		out.Principals[i] = issuedPrincipal{PrincipalID: p.ID, Name: p.Name, Role: p.Role, CreatedAt: p.CreatedAt, Token: token}
 	}
 	writeJSON(w, http.StatusCreated, out)
+}
+
+// notAfter is the expiry expires (zero: none) brought back to limit when
+// limit is set and expires is later, or none: an admin's tokens expire
+// no later than those of the admin that added it.
+func notAfter(expires, limit time.Time) time.Time {
+	if !limit.IsZero() && (expires.IsZero() || expires.After(limit)) {
+		return limit
+	}
+	return expires
 }
 
 // The page size of GET /v1/principals: by default, and at most.

@@ -233,14 +233,57 @@ func TestAdminPrincipalsRefused(t *testing.T) {
 		t.Fatalf("refused requests added principals: %d before, %d after (%v)", len(before), len(after), err)
 	}
 	r := b.adminDo(t, http.MethodPost, "/v1/principals", admin, `{"names":["ops"],"role":"admin","expires":"1h"}`)
-	if r.code != http.StatusCreated || r.str("expires_at") == "" {
-		t.Fatalf("an admin with an expiry: %d %s", r.code, r.raw)
+	wantProblemType(t, r, http.StatusForbidden, "forbidden")
+	if !strings.Contains(r.str("detail"), "tally principal add --role admin") {
+		t.Errorf("adding an admin over HTTP by default: detail %q, want it to say how admins are added", r.str("detail"))
 	}
-	ps, _ := r.body["principals"].([]any)
-	p, _ := ps[0].(map[string]any)
-	token, _ := p["token"].(string)
-	if got := b.adminDo(t, http.MethodGet, "/v1/polls", token, ""); got.code != http.StatusOK {
-		t.Fatalf("the admin token issued over HTTP lists polls: %d %s, want 200", got.code, got.raw)
+	if after, err := b.store.Principals(ctx); err != nil || len(after) != len(before) {
+		t.Fatalf("a refused admin was added: %d principals before, %d after (%v)", len(before), len(after), err)
+	}
+}
+
+// TestAdminAddsAdmins: with Config.AddAdminsOverHTTP an admin adds admins,
+// whose tokens expire no later than its own: an admin whose token expires
+// in an hour gets admins that expire then, whatever expiry it asks for
+// (none, or later); one asked to expire sooner does; the token works.
+func TestAdminAddsAdmins(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *intake.Config) { c.AddAdminsOverHTTP = true })
+	ps, err := b.store.AddPrincipals(context.Background(), []string{"ops-lead"}, ledger.RoleAdmin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	creatorExpiry := time.Now().Add(time.Hour).Truncate(time.Second)
+	creator, err := b.key.IssueRole(ps[0].ID, credential.RoleAdmin, ps[0].CreatedAt, creatorExpiry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		expires string
+		want    time.Time
+	}{
+		{"", creatorExpiry},
+		{"720h", creatorExpiry},
+		{"10m", time.Now().Add(10 * time.Minute)},
+	} {
+		r := b.adminDo(t, http.MethodPost, "/v1/principals", creator, `{"names":["ops"],"role":"admin","expires":"`+c.expires+`"}`)
+		if r.code != http.StatusCreated {
+			t.Fatalf("an admin asking for an admin expiring %q: %d %s", c.expires, r.code, r.raw)
+		}
+		got, err := time.Parse(time.RFC3339, r.str("expires_at"))
+		if err != nil || got.Sub(c.want).Abs() > 2*time.Second {
+			t.Fatalf("an admin asked to expire %q by an admin whose token expires at %v expires at %q, want %v",
+				c.expires, creatorExpiry, r.str("expires_at"), c.want)
+		}
+		p, _ := r.body["principals"].([]any)[0].(map[string]any)
+		token, _ := p["token"].(string)
+		id, err := b.cfg.Credentials.Verify(context.Background(), token)
+		if err != nil || !id.ExpiresAt.Equal(got.Truncate(time.Second)) || id.Role != credential.RoleAdmin {
+			t.Fatalf("the admin's token: %+v (%v), want an admin's expiring at %v", id, err, got)
+		}
+		if got := b.adminDo(t, http.MethodGet, "/v1/polls", token, ""); got.code != http.StatusOK {
+			t.Fatalf("the admin token issued over HTTP lists polls: %d %s, want 200", got.code, got.raw)
+		}
 	}
 }
 

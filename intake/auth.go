@@ -20,6 +20,9 @@ var errUnauthenticated = errors.New("unknown or revoked token")
 // only, boxed as go-redis takes them.
 type voter struct {
 	ledger.Principal
+	// expiresAt is when the token that authenticated it expires; zero
+	// when it does not (or is of the stored kind, which does not say).
+	expiresAt  time.Time
 	shard      int
 	idArg      any    // the principal id
 	rateKeyArg any    // the key of its rate-limit bucket

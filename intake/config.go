@@ -131,6 +131,12 @@ type Config struct {
 	// TokenKey signs the credentials POST /v1/principals issues. Default
 	// nil: that route adds nobody and answers 501 not-configured.
 	TokenKey *credential.Key
+	// AddAdminsOverHTTP lets an admin add admins through POST
+	// /v1/principals. Default false: that route adds voters only, and
+	// admins are added by an operator (tally principal add --role admin).
+	// Either way an admin added over HTTP has tokens that expire no later
+	// than the token of the admin that added it.
+	AddAdminsOverHTTP bool
 
 	// LedgerCheck, when true, asks the ledger whether the event id of a
 	// new vote is new when Redis no longer holds the principal's records

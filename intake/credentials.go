@@ -75,7 +75,9 @@ func (s *Server) signedPrincipal(w http.ResponseWriter, r *http.Request, token s
 		return nil, false
 	}
 	s.metrics.credentials[credValid].Inc()
-	return newVoter(ledger.Principal{ID: id.PrincipalID, CreatedAt: id.CreatedAt, Role: id.Role}, s.keys), true
+	v := newVoter(ledger.Principal{ID: id.PrincipalID, CreatedAt: id.CreatedAt, Role: id.Role}, s.keys)
+	v.expiresAt = id.ExpiresAt
+	return v, true
 }
 
 // authLimited answers 429: the allowance of failed authentications of

@@ -152,7 +152,9 @@
 //   - admin_body.go, admin_polls.go, admin_principals.go: the admin
 //     routes (an admin's authentication and the strict body reader; polls
 //     created, closed, listed and read; principals added, listed and
-//     revoked), each write through the ledger function the CLI runs.
+//     revoked), each write through the ledger function the CLI runs. An
+//     admin adds voters; admins only with Config.AddAdminsOverHTTP, and
+//     their tokens expire no later than the asking admin's.
 //   - limits.go: the limits kept in memory, of failed authentications per
 //     client address and of reads per principal.
 //   - credentials.go: the signed credentials, verified in memory, and the
