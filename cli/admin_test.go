@@ -196,8 +196,23 @@ func TestAdminLog(t *testing.T) {
 	}
 }
 
-// TestIntakeOIDCAdminClaimFlag: a malformed --oidc-admin-claim, or one
-// without an issuer, is refused before intake connects anywhere.
+// TestAdminClaimsPerIssuer: each issuer gets the claim in its position,
+// none for -, and none at all when no claim is given.
+func TestAdminClaimsPerIssuer(t *testing.T) {
+	t.Parallel()
+	urls := []string{"https://a.example.org", "https://b.example.org"}
+	got, err := adminClaims(urls, []string{"-", "roles=tally-admin"})
+	if err != nil || got[0] != (adminClaim{}) || got[1] != (adminClaim{"roles", "tally-admin"}) {
+		t.Fatalf("adminClaims(-, roles=tally-admin): %+v, %v", got, err)
+	}
+	if got, err := adminClaims(urls, nil); err != nil || len(got) != 2 || got[0] != (adminClaim{}) || got[1] != (adminClaim{}) {
+		t.Fatalf("adminClaims with none given: %+v, %v", got, err)
+	}
+}
+
+// TestIntakeOIDCAdminClaimFlag: a malformed --oidc-admin-claim, one
+// without an issuer, or one for several issuers, is refused before intake
+// connects anywhere.
 func TestIntakeOIDCAdminClaimFlag(t *testing.T) {
 	t.Parallel()
 	const issuer = "https://id.example.org"
@@ -209,6 +224,8 @@ func TestIntakeOIDCAdminClaimFlag(t *testing.T) {
 		{[]string{"--oidc-issuer", issuer, "--oidc-audience", "tally", "--oidc-admin-claim", "groups="}, `--oidc-admin-claim "groups=": give CLAIM=VALUE`},
 		{[]string{"--oidc-issuer", issuer, "--oidc-audience", "tally", "--oidc-admin-claim", "=tally-admins"}, `--oidc-admin-claim "=tally-admins": give CLAIM=VALUE`},
 		{[]string{"--oidc-admin-claim", "groups=tally-admins"}, "--oidc-admin-claim needs an --oidc-issuer"},
+		{[]string{"--oidc-issuer", issuer, "--oidc-audience", "tally", "--oidc-issuer", "https://other.example.org", "--oidc-audience", "tally",
+			"--oidc-admin-claim", "groups=tally-admins"}, "1 --oidc-admin-claim for 2 --oidc-issuer: give one for each issuer"},
 	} {
 		// An unreachable database: the flags are checked before connecting.
 		r := tally(t, "postgres://postgres@127.0.0.1:1/none?connect_timeout=1", append(append([]string{"intake"}, c.args...), "--startup-wait", "0s")...)

@@ -83,9 +83,10 @@ func intakeEnqueueFlags(def intake.Config) []ucli.Flag {
 		&ucli.BoolFlag{Name: "add-admins-over-http", EnvVars: []string{"TALLY_INTAKE_ADD_ADMINS_OVER_HTTP"},
 			Usage: "let an admin add admins through POST /v1/principals (their tokens expire no later than its own); " +
 				"default: that route adds voters only, and admins are added with tally principal add --role admin"},
-		&ucli.StringFlag{Name: "oidc-admin-claim", EnvVars: []string{"TALLY_INTAKE_OIDC_ADMIN_CLAIM"},
-			Usage: "`CLAIM=VALUE`: an OpenID Connect token whose CLAIM is VALUE, or an array holding it " +
-				"(groups=tally-admins), is an admin's, who may use the admin routes (default: none is)"},
+		&ucli.StringSliceFlag{Name: "oidc-admin-claim", EnvVars: []string{"TALLY_INTAKE_OIDC_ADMIN_CLAIM"},
+			Usage: "`CLAIM=VALUE` of the --oidc-issuer in the same position: a token of that issuer whose CLAIM is VALUE, " +
+				"or an array holding it (groups=tally-admins), is an admin's, who may use the admin routes; give one for each " +
+				"issuer, - for an issuer none of whose tokens is an admin's (default: none is, of any issuer)"},
 		&ucli.IntFlag{Name: "redis-wait-replicas", EnvVars: []string{"TALLY_INTAKE_REDIS_WAIT_REPLICAS"}, Value: def.WaitReplicas,
 			Usage: "answer 202 only after WAIT confirmed the vote on `N` replicas (0: off)"},
 		intakeDuration("redis-wait-timeout", "TALLY_INTAKE_REDIS_WAIT_TIMEOUT", def.WaitTimeout,
@@ -296,26 +297,54 @@ func oidcIssuers(c *ucli.Context, log *slog.Logger) ([]*credential.OIDCIssuer, e
 	if len(urls) != len(auds) {
 		return nil, fmt.Errorf("%d --oidc-issuer and %d --oidc-audience: give one audience for each issuer, in the same order", len(urls), len(auds))
 	}
-	var claim, value string
-	if v := c.String("oidc-admin-claim"); v != "" {
-		var ok bool
-		if claim, value, ok = strings.Cut(v, "="); !ok || claim == "" || value == "" {
-			return nil, fmt.Errorf("--oidc-admin-claim %q: give CLAIM=VALUE, such as groups=tally-admins", v)
-		}
-		if len(urls) == 0 {
-			return nil, errors.New("--oidc-admin-claim needs an --oidc-issuer whose tokens carry the claim")
-		}
+	claims, err := adminClaims(urls, c.StringSlice("oidc-admin-claim"))
+	if err != nil {
+		return nil, err
 	}
 	issuers := make([]*credential.OIDCIssuer, len(urls))
 	for i, u := range urls {
 		iss, err := credential.NewOIDCIssuer(credential.OIDCConfig{Issuer: u, Audience: auds[i], Logger: log,
-			AdminClaim: claim, AdminValue: value})
+			AdminClaim: claims[i].claim, AdminValue: claims[i].value})
 		if err != nil {
 			return nil, fmt.Errorf("--oidc-issuer %s: %w", u, err)
 		}
 		issuers[i] = iss
 	}
 	return issuers, nil
+}
+
+// adminClaim is the claim and value that make a token of an issuer an
+// admin's; zero for none.
+type adminClaim struct{ claim, value string }
+
+// adminClaims reads --oidc-admin-claim, one CLAIM=VALUE (or - for none)
+// for each issuer of urls, in the same order, into the claim of each
+// issuer; none given is no admin claim for any issuer. One claim is not
+// taken for several issuers: each issuer names its own groups, and a
+// claim that makes admins at one could at another.
+func adminClaims(urls, given []string) ([]adminClaim, error) {
+	claims := make([]adminClaim, len(urls))
+	if len(given) == 0 {
+		return claims, nil
+	}
+	if len(urls) == 0 {
+		return nil, errors.New("--oidc-admin-claim needs an --oidc-issuer whose tokens carry the claim")
+	}
+	if len(given) != len(urls) {
+		return nil, fmt.Errorf("%d --oidc-admin-claim for %d --oidc-issuer: give one for each issuer, in the same order, "+
+			"- for an issuer none of whose tokens is an admin's", len(given), len(urls))
+	}
+	for i, v := range given {
+		if v == "-" {
+			continue
+		}
+		claim, value, ok := strings.Cut(v, "=")
+		if !ok || claim == "" || value == "" {
+			return nil, fmt.Errorf("--oidc-admin-claim %q: give CLAIM=VALUE, such as groups=tally-admins, or - for none", v)
+		}
+		claims[i] = adminClaim{claim, value}
+	}
+	return claims, nil
 }
 
 // liveViewers is --max-live-viewers, or 0 (half of --max-conns) when it is
