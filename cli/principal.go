@@ -189,7 +189,9 @@ type principalJSON struct {
 	Name      string     `json:"name"`
 	CreatedAt time.Time  `json:"created_at"`
 	RevokedAt *time.Time `json:"revoked_at"`
-	Role      string     `json:"role"`
+	// Role is null for an OpenID Connect subject: its issuer's tokens say
+	// its role, token by token.
+	Role *string `json:"role"`
 }
 
 // principalList is tally principal list.
@@ -206,13 +208,20 @@ func principalList(c *ucli.Context) error {
 		if asJSON {
 			out := make([]principalJSON, len(ps))
 			for i, p := range ps {
-				out[i] = principalJSON(p)
+				out[i] = principalJSON{ID: p.ID, Name: p.Name, CreatedAt: p.CreatedAt, RevokedAt: p.RevokedAt}
+				if p.Role != "" {
+					out[i].Role = &p.Role
+				}
 			}
 			return writeJSON(c.App.Writer, out)
 		}
 		t := newTable(c.App.Writer, "ID", "NAME", "ROLE", "CREATED", "REVOKED")
 		for _, p := range ps {
-			t.row(p.ID, p.Name, p.Role, p.CreatedAt.UTC().Format(time.RFC3339), fmtTimePtr(p.RevokedAt))
+			role := p.Role
+			if role == "" {
+				role = "(issuer's)" // an OpenID Connect subject's tokens say its role
+			}
+			t.row(p.ID, p.Name, role, p.CreatedAt.UTC().Format(time.RFC3339), fmtTimePtr(p.RevokedAt))
 		}
 		return t.flush()
 	})

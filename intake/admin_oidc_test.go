@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"tally/credential"
+	"tally/intake"
 	"tally/internal/oidctest"
 )
 
@@ -19,12 +20,21 @@ import (
 // TestOIDCAdminClaim: tokens signed by the provider's key, alike but for
 // their subject and groups claim. The one whose groups hold tally-admins
 // lists and creates polls; one without the value, or without the claim,
-// gets 403 forbidden and creates nothing; once revoked, the admin gets
-// 401.
+// gets 403 forbidden and creates nothing; once revoked (over HTTP, whose
+// answer names no made-up role), the admin gets 401.
 func TestOIDCAdminClaim(t *testing.T) {
 	t.Parallel()
 	p := oidctest.Start(t)
-	b := setup(t, trusting(oidcIssuer(t, p.URL(), credential.OIDCConfig{AdminClaim: "groups", AdminValue: "tally-admins"})))
+	iss := oidcIssuer(t, p.URL(), credential.OIDCConfig{AdminClaim: "groups", AdminValue: "tally-admins"})
+	// tally's own tokens too: an admin of tally's own revokes the
+	// issuer's admin.
+	b := setup(t, func(c *intake.Config) {
+		own, err := credential.NewKeySet(*c.TokenKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Credentials = credential.NewVerifier(own, iss)
+	})
 	waitKeys(t, b)
 	good := p.Token()
 	base, _ := claimsOf(t, good)
@@ -87,8 +97,18 @@ func TestOIDCAdminClaim(t *testing.T) {
 		t.Fatalf("admin_actions %+v: no poll.create of by-admin", acts)
 	}
 
-	if err := b.store.RevokePrincipal(context.Background(), id); err != nil {
-		t.Fatal(err)
+	// Revoked over HTTP by an admin of tally's own: the answer does not
+	// make up a role (the row stores none; the issuer's tokens say it).
+	_, ops := b.admin(t, "ops")
+	r = b.adminDo(t, http.MethodPost, "/v1/principals/"+id+"/revoke", ops, "")
+	if role, held := r.body["role"]; r.code != http.StatusOK || !held || role != nil {
+		t.Fatalf("revoking the OpenID Connect admin: %d %s, want 200 with role null", r.code, r.raw)
+	}
+	r = b.adminDo(t, http.MethodGet, "/v1/principals?limit=1000", ops, "")
+	for _, e := range r.body["principals"].([]any) {
+		if e := e.(map[string]any); e["principal_id"] == id && e["role"] != nil {
+			t.Fatalf("GET /v1/principals lists the OpenID Connect admin with role %v, want null", e["role"])
+		}
 	}
 	within(t, time.Second, "the revoked OpenID Connect admin refused", func() bool {
 		return b.adminDo(t, http.MethodGet, "/v1/polls", admin, "").code == http.StatusUnauthorized

@@ -134,9 +134,19 @@ const (
 type principalEntry struct {
 	PrincipalID string     `json:"principal_id"`
 	Name        string     `json:"name"`
-	Role        string     `json:"role"`
+	Role        *string    `json:"role"` // see roleOf
 	CreatedAt   time.Time  `json:"created_at"`
 	RevokedAt   *time.Time `json:"revoked_at"`
+}
+
+// roleOf is the role of p as the admin routes answer it: null for an
+// OpenID Connect subject, whose role its issuer's tokens say, token by
+// token, and which no stored role could tell truly.
+func roleOf(p ledger.Principal) *string {
+	if p.Role == "" {
+		return nil
+	}
+	return &p.Role
 }
 
 // handleListPrincipals takes GET /v1/principals?after=ID&limit=N: a page
@@ -165,7 +175,7 @@ func (s *Server) handleListPrincipals(w http.ResponseWriter, r *http.Request) {
 		NextAfter  string           `json:"next_after,omitempty"`
 	}{Principals: make([]principalEntry, len(ps))}
 	for i, p := range ps {
-		out.Principals[i] = principalEntry{PrincipalID: p.ID, Name: p.Name, Role: p.Role, CreatedAt: p.CreatedAt, RevokedAt: p.RevokedAt}
+		out.Principals[i] = principalEntry{PrincipalID: p.ID, Name: p.Name, Role: roleOf(p), CreatedAt: p.CreatedAt, RevokedAt: p.RevokedAt}
 	}
 	if len(ps) == limit {
 		out.NextAfter = ps[len(ps)-1].ID
@@ -226,8 +236,8 @@ func (s *Server) handleRevokePrincipal(w http.ResponseWriter, r *http.Request) {
 		s.reloadAfter(r, "revocations", s.revoked.reload)
 		writeJSON(w, http.StatusOK, struct {
 			PrincipalID string     `json:"principal_id"`
-			Role        string     `json:"role"`
+			Role        *string    `json:"role"`
 			RevokedAt   *time.Time `json:"revoked_at"`
-		}{p.ID, p.Role, p.RevokedAt})
+		}{p.ID, roleOf(p), p.RevokedAt})
 	}
 }

@@ -19,8 +19,13 @@ type Principal struct {
 	Name      string
 	CreatedAt time.Time
 	RevokedAt *time.Time
-	Role      string // RoleVoter or RoleAdmin
+	// Role is RoleVoter or RoleAdmin; "" for an OpenID Connect subject,
+	// whose issuer's tokens say its role, token by token.
+	Role string
 }
+
+// principalColumns are the columns of a Principal, in its order.
+const principalColumns = `id, name, created_at, revoked_at, coalesce(role, '')`
 
 // LegacyTokenPrefix starts every token issued before signed credentials;
 // such a token is looked up by its hash (Authenticate).
@@ -92,7 +97,7 @@ func newPrincipalID() (string, error) {
 // Principal returns the principal of id, revoked or not.
 func (s *Store) Principal(ctx context.Context, id string) (Principal, error) {
 	var p Principal
-	err := s.pool.QueryRow(ctx, `SELECT id, name, created_at, revoked_at, role FROM principals WHERE id = $1`, id).
+	err := s.pool.QueryRow(ctx, `SELECT `+principalColumns+` FROM principals WHERE id = $1`, id).
 		Scan(&p.ID, &p.Name, &p.CreatedAt, &p.RevokedAt, &p.Role)
 	return p, interpretError("principal "+id, err)
 }
@@ -112,7 +117,7 @@ func (s *Store) ReissuePrincipal(ctx context.Context, id string) (p Principal, v
 		err := tx.QueryRow(ctx, `
 UPDATE principals SET token_sha256 = NULL,
     valid_after = greatest(date_trunc('second', now()), date_trunc('second', valid_after)) + interval '1 second'
-WHERE id = $1 RETURNING id, name, created_at, revoked_at, role, valid_after`, id).
+WHERE id = $1 RETURNING `+principalColumns+`, valid_after`, id).
 			Scan(&p.ID, &p.Name, &p.CreatedAt, &p.RevokedAt, &p.Role, &validAfter)
 		if err != nil {
 			return err
@@ -244,7 +249,7 @@ const OIDCPrincipalPrefix = "o-"
 func (s *Store) RevokePrincipal(ctx context.Context, id string) error {
 	sql := `UPDATE principals SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1`
 	if strings.HasPrefix(id, OIDCPrincipalPrefix) {
-		sql = `INSERT INTO principals (id, name, revoked_at) VALUES ($1, 'OpenID Connect subject', now())
+		sql = `INSERT INTO principals (id, name, role, revoked_at) VALUES ($1, 'OpenID Connect subject', NULL, now())
 ON CONFLICT (id) DO UPDATE SET revoked_at = coalesce(principals.revoked_at, now())`
 	}
 	return s.adminTx(ctx, "revoke principal "+id, func(tx pgx.Tx) error {
@@ -258,7 +263,7 @@ ON CONFLICT (id) DO UPDATE SET revoked_at = coalesce(principals.revoked_at, now(
 
 // Principals lists every principal, oldest first.
 func (s *Store) Principals(ctx context.Context) ([]Principal, error) {
-	rows, err := s.pool.Query(ctx, `SELECT id, name, created_at, revoked_at, role FROM principals ORDER BY created_at, id`)
+	rows, err := s.pool.Query(ctx, `SELECT `+principalColumns+` FROM principals ORDER BY created_at, id`)
 	if err != nil {
 		return nil, interpretError("list principals", err)
 	}
@@ -273,7 +278,7 @@ func (s *Store) PrincipalsAfter(ctx context.Context, after string, limit int) ([
 	if limit <= 0 {
 		return nil, fmt.Errorf("list principals: %w: the limit must be positive, not %d", ErrInvalid, limit)
 	}
-	rows, err := s.pool.Query(ctx, `SELECT id, name, created_at, revoked_at, role FROM principals WHERE id > $1 ORDER BY id LIMIT $2`,
+	rows, err := s.pool.Query(ctx, `SELECT `+principalColumns+` FROM principals WHERE id > $1 ORDER BY id LIMIT $2`,
 		after, limit)
 	if err != nil {
 		return nil, interpretError("list principals", err)
@@ -288,7 +293,7 @@ func (s *Store) Authenticate(ctx context.Context, token string) (Principal, erro
 	h := TokenHash(token)
 	var p Principal
 	err := s.pool.QueryRow(ctx, `
-SELECT id, name, created_at, revoked_at, role FROM principals WHERE token_sha256 = $1 AND revoked_at IS NULL`,
+SELECT `+principalColumns+` FROM principals WHERE token_sha256 = $1 AND revoked_at IS NULL`,
 		h[:]).Scan(&p.ID, &p.Name, &p.CreatedAt, &p.RevokedAt, &p.Role)
 	if err != nil {
 		return Principal{}, interpretError("authenticate", err)

@@ -30,6 +30,14 @@ $$;
 CREATE TRIGGER principals_record_reissue AFTER UPDATE ON principals
     REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION tally_record_principal_reissue();
 
+-- An OpenID Connect subject's row (made when it is revoked) has no role:
+-- its issuer's tokens say its role, token by token (intake's admin claim
+-- of that issuer), so a stored one would be made up. Every other
+-- principal has one.
+UPDATE principals SET role = NULL WHERE id LIKE 'o-%';
+ALTER TABLE principals ALTER COLUMN role DROP NOT NULL,
+    ADD CONSTRAINT principals_role_known CHECK ((role IS NULL) = (id LIKE 'o-%'));
+
 -- +goose Down
 -- The record of reissues stays readable in admin_actions only while this
 -- migration is in place: going down is refused once one was recorded.
@@ -47,4 +55,7 @@ DROP FUNCTION tally_record_principal_reissue();
 ALTER TABLE admin_actions DROP CONSTRAINT admin_actions_action_check;
 ALTER TABLE admin_actions ADD CONSTRAINT admin_actions_action_check CHECK (action IN
     ('poll.create', 'poll.close', 'principal.add', 'principal.revoke', 'credential_key.retire'));
+ALTER TABLE principals DROP CONSTRAINT principals_role_known;
+UPDATE principals SET role = 'voter' WHERE role IS NULL;
+ALTER TABLE principals ALTER COLUMN role SET NOT NULL;
 ALTER TABLE principals DROP COLUMN valid_after;
