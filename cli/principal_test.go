@@ -175,3 +175,53 @@ func TestPrincipalAddFrom(t *testing.T) {
 		t.Fatalf("principal id: %+v", r)
 	}
 }
+
+// TestPrincipalRevokeMinted: revoke --minted revokes the admin and what it
+// minted over HTTP, down the chain, and says how many; list --format json
+// names who minted each; without --minted the minted stay.
+func TestPrincipalRevokeMinted(t *testing.T) {
+	t.Parallel()
+	db := testenv.Postgres(t)
+	store, err := ledger.New(db.Pool, ledger.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	add := func(ctx context.Context, name, role string) ledger.Principal {
+		ps, err := store.AddPrincipals(ctx, []string{name}, role)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ps[0]
+	}
+	admin := add(ctx, "app", ledger.RoleAdmin)
+	minted := add(ledger.ActingAs(ctx, admin.ID), "minted", ledger.RoleAdmin)
+	voter := add(ledger.ActingAs(ctx, minted.ID), "voter", ledger.RoleVoter)
+	other := add(ctx, "other", ledger.RoleAdmin)
+	kept := add(ledger.ActingAs(ctx, other.ID), "kept", ledger.RoleVoter)
+
+	r := tally(t, db.URL, "principal", "list", "--format", "json")
+	var ps []principalJSON
+	if err := json.Unmarshal([]byte(r.stdout), &ps); err != nil || r.code != 0 {
+		t.Fatalf("principal list --format json: %+v (%v)", r, err)
+	}
+	for _, p := range ps {
+		if p.ID == voter.ID && (p.CreatedBy == nil || *p.CreatedBy != minted.ID) {
+			t.Fatalf("principal list names the voter's minter %v, want %s", p.CreatedBy, minted.ID)
+		}
+	}
+
+	if r := tally(t, db.URL, "principal", "revoke", other.ID); r.code != 0 {
+		t.Fatalf("principal revoke: %+v", r)
+	}
+	if r := tally(t, db.URL, "principal", "revoke", "--minted", admin.ID); r.code != 0 ||
+		!strings.Contains(r.stderr, "revoked 2 principals "+admin.ID+" minted") {
+		t.Fatalf("principal revoke --minted: %+v; want 2 minted revoked", r)
+	}
+	for p, want := range map[string]bool{admin.ID: true, minted.ID: true, voter.ID: true, other.ID: true, kept.ID: false} {
+		got, err := store.Principal(ctx, p)
+		if err != nil || (got.RevokedAt != nil) != want {
+			t.Errorf("%s (%s): revoked at %v (%v), want revoked %v", p, got.Name, got.RevokedAt, err, want)
+		}
+	}
+}
