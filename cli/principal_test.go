@@ -224,4 +224,24 @@ func TestPrincipalRevokeMinted(t *testing.T) {
 			t.Errorf("%s (%s): revoked at %v (%v), want revoked %v", p, got.Name, got.RevokedAt, err, want)
 		}
 	}
+
+	// An OpenID Connect subject revoked is listed with no made-up role.
+	subject := credential.PrincipalIDFor("https://id.example.org", "alice")
+	if r := tally(t, db.URL, "principal", "revoke", subject); r.code != 0 {
+		t.Fatalf("principal revoke %s: %+v", subject, r)
+	}
+	r = tally(t, db.URL, "principal", "list")
+	if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(subject) + `\s+OpenID Connect subject\s+\(issuer's\)\s`).MatchString(r.stdout) {
+		t.Fatalf("principal list: %+v; want the OpenID Connect subject with the role (issuer's)", r)
+	}
+	r = tally(t, db.URL, "principal", "list", "--format", "json")
+	ps = nil
+	if err := json.Unmarshal([]byte(r.stdout), &ps); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range ps {
+		if p.ID == subject && p.Role != nil {
+			t.Fatalf("principal list --format json gives the OpenID Connect subject the role %q, want null", *p.Role)
+		}
+	}
 }
