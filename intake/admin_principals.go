@@ -138,6 +138,9 @@ type principalEntry struct {
 	Role        *string    `json:"role"` // see roleOf
 	CreatedAt   time.Time  `json:"created_at"`
 	RevokedAt   *time.Time `json:"revoked_at"`
+	// CreatedBy is the admin that added it over HTTP; null when an
+	// operator did.
+	CreatedBy *string `json:"created_by"`
 }
 
 // roleOf is the role of p as the admin routes answer it: null for an
@@ -177,6 +180,9 @@ func (s *Server) handleListPrincipals(w http.ResponseWriter, r *http.Request) {
 	}{Principals: make([]principalEntry, len(ps))}
 	for i, p := range ps {
 		out.Principals[i] = principalEntry{PrincipalID: p.ID, Name: p.Name, Role: roleOf(p), CreatedAt: p.CreatedAt, RevokedAt: p.RevokedAt}
+		if p.CreatedBy != "" {
+			out.Principals[i].CreatedBy = &p.CreatedBy
+		}
 	}
 	if len(ps) == limit {
 		out.NextAfter = ps[len(ps)-1].ID

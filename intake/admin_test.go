@@ -384,7 +384,8 @@ func TestAdminWriteHoldsHereAtOnce(t *testing.T) {
 }
 
 // TestAdminRevokeMinted: an admin that minted an admin over HTTP, which
-// minted a voter, is revoked with ?minted=true: the answer says 2 more
+// minted a voter (GET /v1/principals names who minted each), is revoked
+// with ?minted=true: the answer says 2 more
 // were revoked, and the voter's token is refused within a second, while
 // a voter another admin minted still votes; a minted value other than
 // true or false is 400 and revokes nothing.
@@ -409,11 +410,21 @@ func TestAdminRevokeMinted(t *testing.T) {
 		p := r.body["principals"].([]any)[0].(map[string]any)
 		return p["principal_id"].(string), p["token"].(string)
 	}
-	_, mintedAdmin := mint(root, "admin")
-	_, mintedVoter := mint(mintedAdmin, "voter")
+	mintedAdminID, mintedAdmin := mint(root, "admin")
+	mintedVoterID, mintedVoter := mint(mintedAdmin, "voter")
 	_, othersVoter := mint(ops, "voter")
+	r := b.adminDo(t, http.MethodGet, "/v1/principals?limit=1000", ops, "")
+	minters := map[string]any{}
+	for _, e := range r.body["principals"].([]any) {
+		e := e.(map[string]any)
+		minters[e["principal_id"].(string)] = e["created_by"]
+	}
+	if minters[mintedAdminID] != rootID || minters[mintedVoterID] != mintedAdminID || minters[rootID] != nil {
+		t.Fatalf("GET /v1/principals names the minters %v, want %s by %s, %s by %s, and %s by an operator (null)",
+			minters, mintedAdminID, rootID, mintedVoterID, mintedAdminID, rootID)
+	}
 
-	r := b.adminDo(t, http.MethodPost, "/v1/principals/"+rootID+"/revoke?minted=maybe", ops, "")
+	r = b.adminDo(t, http.MethodPost, "/v1/principals/"+rootID+"/revoke?minted=maybe", ops, "")
 	wantProblemType(t, r, http.StatusBadRequest, "invalid-request")
 	if b.srv.Revoked(rootID) {
 		t.Fatal("a refused revocation revoked the admin")
