@@ -34,9 +34,9 @@ CREATE TRIGGER principals_record_reissue AFTER UPDATE ON principals
 -- its issuer's tokens say its role, token by token (intake's admin claim
 -- of that issuer), so a stored one would be made up. Every other
 -- principal has one.
+ALTER TABLE principals ALTER COLUMN role DROP NOT NULL;
 UPDATE principals SET role = NULL WHERE id LIKE 'o-%';
-ALTER TABLE principals ALTER COLUMN role DROP NOT NULL,
-    ADD CONSTRAINT principals_role_known CHECK ((role IS NULL) = (id LIKE 'o-%'));
+ALTER TABLE principals ADD CONSTRAINT principals_role_known CHECK ((role IS NULL) = (id LIKE 'o-%'));
 
 -- created_by: who minted the principal: the admin that added it through
 -- intake's admin routes (the transaction's tally.actor, ledger.ActingAs),
