@@ -56,8 +56,9 @@ func principalCommand() *ucli.Command {
 				Name:      "revoke",
 				Usage:     "revoke a principal's token; its ledger rows stay",
 				ArgsUsage: "ID",
-				Flags:     commonFlags(),
-				Action:    principalRevoke,
+				Flags: commonFlags(&ucli.BoolFlag{Name: "minted",
+					Usage: "also revoke every principal the admin ID added through intake's admin routes, those they added, and so on"}),
+				Action: principalRevoke,
 			},
 			{
 				Name:   "list",
@@ -171,13 +172,22 @@ func principalRevoke(c *ucli.Context) error {
 		return errors.New("give the principal ID to revoke (tally principal list shows them)")
 	}
 	return withStore(c, func(store *ledger.Store) error {
-		if err := store.RevokePrincipal(c.Context, c.Args().First()); err != nil {
+		id := c.Args().First()
+		if err := store.RevokePrincipal(c.Context, id); err != nil {
 			if errors.Is(err, ledger.ErrNotFound) {
-				return fmt.Errorf("no principal %s (tally principal list shows them)", c.Args().First())
+				return fmt.Errorf("no principal %s (tally principal list shows them)", id)
 			}
 			return err
 		}
-		fmt.Fprintf(c.App.ErrWriter, "revoked principal %s\n", c.Args().First())
+		fmt.Fprintf(c.App.ErrWriter, "revoked principal %s\n", id)
+		if !c.Bool("minted") {
+			return nil
+		}
+		n, err := store.RevokeMinted(c.Context, id)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(c.App.ErrWriter, "revoked %d principals %s minted, directly or through admins it minted\n", n, id)
 		return nil
 	})
 }
@@ -192,6 +202,9 @@ type principalJSON struct {
 	// Role is null for an OpenID Connect subject: its issuer's tokens say
 	// its role, token by token.
 	Role *string `json:"role"`
+	// CreatedBy is the admin that added it over HTTP; null when an
+	// operator did.
+	CreatedBy *string `json:"created_by"`
 }
 
 // principalList is tally principal list.
@@ -211,6 +224,9 @@ func principalList(c *ucli.Context) error {
 				out[i] = principalJSON{ID: p.ID, Name: p.Name, CreatedAt: p.CreatedAt, RevokedAt: p.RevokedAt}
 				if p.Role != "" {
 					out[i].Role = &p.Role
+				}
+				if p.CreatedBy != "" {
+					out[i].CreatedBy = &p.CreatedBy
 				}
 			}
 			return writeJSON(c.App.Writer, out)

@@ -175,3 +175,73 @@ func TestPrincipalAddFrom(t *testing.T) {
 		t.Fatalf("principal id: %+v", r)
 	}
 }
+
+// TestPrincipalRevokeMinted: revoke --minted revokes the admin and what it
+// minted over HTTP, down the chain, and says how many; list --format json
+// names who minted each; without --minted the minted stay.
+func TestPrincipalRevokeMinted(t *testing.T) {
+	t.Parallel()
+	db := testenv.Postgres(t)
+	store, err := ledger.New(db.Pool, ledger.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	add := func(ctx context.Context, name, role string) ledger.Principal {
+		ps, err := store.AddPrincipals(ctx, []string{name}, role)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ps[0]
+	}
+	admin := add(ctx, "app", ledger.RoleAdmin)
+	minted := add(ledger.ActingAs(ctx, admin.ID), "minted", ledger.RoleAdmin)
+	voter := add(ledger.ActingAs(ctx, minted.ID), "voter", ledger.RoleVoter)
+	other := add(ctx, "other", ledger.RoleAdmin)
+	kept := add(ledger.ActingAs(ctx, other.ID), "kept", ledger.RoleVoter)
+
+	r := tally(t, db.URL, "principal", "list", "--format", "json")
+	var ps []principalJSON
+	if err := json.Unmarshal([]byte(r.stdout), &ps); err != nil || r.code != 0 {
+		t.Fatalf("principal list --format json: %+v (%v)", r, err)
+	}
+	for _, p := range ps {
+		if p.ID == voter.ID && (p.CreatedBy == nil || *p.CreatedBy != minted.ID) {
+			t.Fatalf("principal list names the voter's minter %v, want %s", p.CreatedBy, minted.ID)
+		}
+	}
+
+	if r := tally(t, db.URL, "principal", "revoke", other.ID); r.code != 0 {
+		t.Fatalf("principal revoke: %+v", r)
+	}
+	if r := tally(t, db.URL, "principal", "revoke", "--minted", admin.ID); r.code != 0 ||
+		!strings.Contains(r.stderr, "revoked 2 principals "+admin.ID+" minted") {
+		t.Fatalf("principal revoke --minted: %+v; want 2 minted revoked", r)
+	}
+	for p, want := range map[string]bool{admin.ID: true, minted.ID: true, voter.ID: true, other.ID: true, kept.ID: false} {
+		got, err := store.Principal(ctx, p)
+		if err != nil || (got.RevokedAt != nil) != want {
+			t.Errorf("%s (%s): revoked at %v (%v), want revoked %v", p, got.Name, got.RevokedAt, err, want)
+		}
+	}
+
+	// An OpenID Connect subject revoked is listed with no made-up role.
+	subject := credential.PrincipalIDFor("https://id.example.org", "alice")
+	if r := tally(t, db.URL, "principal", "revoke", subject); r.code != 0 {
+		t.Fatalf("principal revoke %s: %+v", subject, r)
+	}
+	r = tally(t, db.URL, "principal", "list")
+	if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(subject) + `\s+OpenID Connect subject\s+\(issuer's\)\s`).MatchString(r.stdout) {
+		t.Fatalf("principal list: %+v; want the OpenID Connect subject with the role (issuer's)", r)
+	}
+	r = tally(t, db.URL, "principal", "list", "--format", "json")
+	ps = nil
+	if err := json.Unmarshal([]byte(r.stdout), &ps); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range ps {
+		if p.ID == subject && p.Role != nil {
+			t.Fatalf("principal list --format json gives the OpenID Connect subject the role %q, want null", *p.Role)
+		}
+	}
+}

@@ -39,8 +39,8 @@ func TestOIDCTokenVerifies(t *testing.T) {
 	sub, _ := c["sub"].(string)
 	exp, _ := c["exp"].(float64)
 	iat, _ := c["iat"].(float64)
-	if c["iss"] != p.URL() || sub == "" {
-		t.Fatalf("the provider's token says iss %v, sub %v", c["iss"], c["sub"])
+	if c["iss"] != p.URL() || sub == "" || iat == 0 {
+		t.Fatalf("the provider's token says iss %v, sub %v, iat %v", c["iss"], c["sub"], c["iat"])
 	}
 	want := credential.Identity{PrincipalID: credential.PrincipalIDFor(p.URL(), sub), Issuer: p.URL(),
 		KeyID: p.SigningKey().ID, ExpiresAt: time.Unix(int64(exp), 0), IssuedAt: time.Unix(int64(iat), 0), Role: credential.RoleVoter}

@@ -17,7 +17,8 @@ import (
 // goes through the ledger's AddPrincipals and credential's IssueRole, as
 // tally principal add does; revoking through RevokePrincipal, as tally
 // principal revoke does, so every intake refuses the principal as soon as
-// the revocation's NOTIFY reaches it.
+// the revocation's NOTIFY reaches it, and, asked to, what that admin
+// minted (RevokeMinted, as tally principal revoke --minted does).
 
 const (
 	routePrincipals      = "/v1/principals"
@@ -137,6 +138,9 @@ type principalEntry struct {
 	Role        *string    `json:"role"` // see roleOf
 	CreatedAt   time.Time  `json:"created_at"`
 	RevokedAt   *time.Time `json:"revoked_at"`
+	// CreatedBy is the admin that added it over HTTP; null when an
+	// operator did.
+	CreatedBy *string `json:"created_by"`
 }
 
 // roleOf is the role of p as the admin routes answer it: null for an
@@ -176,6 +180,9 @@ func (s *Server) handleListPrincipals(w http.ResponseWriter, r *http.Request) {
 	}{Principals: make([]principalEntry, len(ps))}
 	for i, p := range ps {
 		out.Principals[i] = principalEntry{PrincipalID: p.ID, Name: p.Name, Role: roleOf(p), CreatedAt: p.CreatedAt, RevokedAt: p.RevokedAt}
+		if p.CreatedBy != "" {
+			out.Principals[i].CreatedBy = &p.CreatedBy
+		}
 	}
 	if len(ps) == limit {
 		out.NextAfter = ps[len(ps)-1].ID
@@ -206,7 +213,9 @@ func pageQuery(w http.ResponseWriter, r *http.Request) (after string, limit int,
 }
 
 // handleRevokePrincipal takes POST /v1/principals/{principal_id}/revoke:
-// 200 with the time it was revoked, the first time or any later one.
+// 200 with the time it was revoked, the first time or any later one. With
+// ?minted=true it revokes too every principal the admin minted over HTTP,
+// those they minted, and so on, and answers how many it revoked now.
 func (s *Server) handleRevokePrincipal(w http.ResponseWriter, r *http.Request) {
 	a, ok := s.admin(w, r)
 	if !ok {
@@ -216,10 +225,29 @@ func (s *Server) handleRevokePrincipal(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	var withMinted bool
+	switch v := r.URL.Query().Get("minted"); v {
+	case "", "false":
+	case "true":
+		withMinted = true
+	default:
+		writeProblem(w, http.StatusBadRequest, probBadRequest, fmt.Sprintf(
+			"the query parameter \"minted\" is %s: give true to revoke what the principal minted too, or leave it out", quoteClip(v)), 0)
+		return
+	}
 	var p ledger.Principal
+	var minted *int
 	err := s.askLedger(r, func() error {
-		if err := s.store.RevokePrincipal(ledger.ActingAs(r.Context(), a.ID), id); err != nil {
+		ctx := ledger.ActingAs(r.Context(), a.ID)
+		if err := s.store.RevokePrincipal(ctx, id); err != nil {
 			return err
+		}
+		if withMinted {
+			n, err := s.store.RevokeMinted(ctx, id)
+			if err != nil {
+				return err
+			}
+			minted = &n
 		}
 		var err error
 		p, err = s.store.Principal(r.Context(), id)
@@ -238,6 +266,9 @@ func (s *Server) handleRevokePrincipal(w http.ResponseWriter, r *http.Request) {
 			PrincipalID string     `json:"principal_id"`
 			Role        *string    `json:"role"`
 			RevokedAt   *time.Time `json:"revoked_at"`
-		}{p.ID, roleOf(p), p.RevokedAt})
+			// MintedRevoked: with ?minted=true, how many principals it
+			// minted (down the chain) were revoked now.
+			MintedRevoked *int `json:"minted_revoked,omitempty"`
+		}{p.ID, roleOf(p), p.RevokedAt, minted})
 	}
 }

@@ -459,3 +459,59 @@ func TestAdminMalformedBodies(t *testing.T) {
 		}
 	}
 }
+
+// TestAdminRevokeMinted: an admin that minted an admin over HTTP, which
+// minted a voter (GET /v1/principals names who minted each), is revoked
+// with ?minted=true: the answer says 2 more
+// were revoked, and the voter's token is refused within a second, while
+// a voter another admin minted still votes; a minted value other than
+// true or false is 400 and revokes nothing.
+func TestAdminRevokeMinted(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *intake.Config) { c.AddAdminsOverHTTP = true })
+	_, root := b.admin(t, "root")
+	rootID := func() string {
+		id, err := b.cfg.Credentials.Verify(context.Background(), root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id.PrincipalID
+	}()
+	_, ops := b.admin(t, "ops")
+	mint := func(by, role string) (string, string) {
+		t.Helper()
+		r := b.adminDo(t, http.MethodPost, "/v1/principals", by, `{"names":["x"],"role":"`+role+`"}`)
+		if r.code != http.StatusCreated {
+			t.Fatalf("minting a %s: %d %s", role, r.code, r.raw)
+		}
+		p := r.body["principals"].([]any)[0].(map[string]any)
+		return p["principal_id"].(string), p["token"].(string)
+	}
+	mintedAdminID, mintedAdmin := mint(root, "admin")
+	mintedVoterID, mintedVoter := mint(mintedAdmin, "voter")
+	_, othersVoter := mint(ops, "voter")
+	r := b.adminDo(t, http.MethodGet, "/v1/principals?limit=1000", ops, "")
+	minters := map[string]any{}
+	for _, e := range r.body["principals"].([]any) {
+		e := e.(map[string]any)
+		minters[e["principal_id"].(string)] = e["created_by"]
+	}
+	if minters[mintedAdminID] != rootID || minters[mintedVoterID] != mintedAdminID || minters[rootID] != nil {
+		t.Fatalf("GET /v1/principals names the minters %v, want %s by %s, %s by %s, and %s by an operator (null)",
+			minters, mintedAdminID, rootID, mintedVoterID, mintedAdminID, rootID)
+	}
+
+	r = b.adminDo(t, http.MethodPost, "/v1/principals/"+rootID+"/revoke?minted=maybe", ops, "")
+	wantProblemType(t, r, http.StatusBadRequest, "invalid-request")
+	if b.srv.Revoked(rootID) {
+		t.Fatal("a refused revocation revoked the admin")
+	}
+	r = b.adminDo(t, http.MethodPost, "/v1/principals/"+rootID+"/revoke?minted=true", ops, "")
+	if n, _ := r.body["minted_revoked"].(float64); r.code != http.StatusOK || n != 2 {
+		t.Fatalf("revoking the admin with what it minted: %d %s, want 200 with minted_revoked 2", r.code, r.raw)
+	}
+	within(t, time.Second, "the voter the revoked admin's admin minted refused", func() bool {
+		return b.vote(t, mintedVoter, "m1", "p1", "a").code == http.StatusUnauthorized
+	})
+	wantAccepted(t, b.vote(t, othersVoter, "o1", "p1", "a"), "o1", ledger.StatusPending)
+}

@@ -105,10 +105,9 @@ func (s *Server) authLimited(w http.ResponseWriter, wait time.Duration) {
 
 // refusedRevoked answers 401 when the principal principalID is revoked,
 // the key keyID of tally's own retired ("" for a token that names none),
-// or the token,
-// issued at issuedAt (zero when it does not say), replaced by a reissue;
-// 503 when the revocations were never loaded; and reports whether it
-// answered. A token of the form issued before signed credentials (signed
+// or the token, issued at issuedAt (zero when it does not say), replaced
+// by a reissue; 503 when the revocations were never loaded; and reports
+// whether it answered. A token of the form issued before signed credentials (signed
 // false) is let through while the revocations are not loaded: its own
 // lookup reads the revocation.
 func (s *Server) refusedRevoked(w http.ResponseWriter, principalID, keyID string, issuedAt time.Time, signed bool) bool {

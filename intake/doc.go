@@ -158,11 +158,13 @@
 //     their tokens expire no later than the asking admin's.
 //   - limits.go: the limits kept in memory, of failed authentications per
 //     client address and of reads per principal.
-//   - credentials.go: the signed credentials, verified in memory, the
-//     refusal of a revoked principal or retired key, and the 401 that names
-//     the key of a token signed by one this intake does not hold
-//     (Config.CredentialKeyIDs); revocations.go: the
-//     revocations held in memory and how they stay current.
+//   - credentials.go: the signed credentials, verified in memory once the
+//     address's allowance of failed authentications is checked, the
+//     refusal of a revoked principal, a retired key of tally's own, or a
+//     token a reissue replaced, and the 401 that names the key of a token
+//     signed by one this intake does not hold (Config.CredentialKeyIDs);
+//     revocations.go: the revocations (and reissued principals'
+//     valid-after times) held in memory and how they stay current.
 //   - auth.go: the cache of stored-kind tokens and the voter, a principal
 //     with its enqueue arguments made once.
 //   - catalog.go: the in-process catalog of polls, choices and

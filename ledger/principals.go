@@ -22,10 +22,13 @@ type Principal struct {
 	// Role is RoleVoter or RoleAdmin; "" for an OpenID Connect subject,
 	// whose issuer's tokens say its role, token by token.
 	Role string
+	// CreatedBy is the admin that added it through intake's admin routes
+	// (ActingAs); "" when an operator did.
+	CreatedBy string
 }
 
 // principalColumns are the columns of a Principal, in its order.
-const principalColumns = `id, name, created_at, revoked_at, coalesce(role, '')`
+const principalColumns = `id, name, created_at, revoked_at, coalesce(role, ''), coalesce(created_by, '')`
 
 // LegacyTokenPrefix starts every token issued before signed credentials;
 // such a token is looked up by its hash (Authenticate).
@@ -98,7 +101,7 @@ func newPrincipalID() (string, error) {
 func (s *Store) Principal(ctx context.Context, id string) (Principal, error) {
 	var p Principal
 	err := s.pool.QueryRow(ctx, `SELECT `+principalColumns+` FROM principals WHERE id = $1`, id).
-		Scan(&p.ID, &p.Name, &p.CreatedAt, &p.RevokedAt, &p.Role)
+		Scan(&p.ID, &p.Name, &p.CreatedAt, &p.RevokedAt, &p.Role, &p.CreatedBy)
 	return p, interpretError("principal "+id, err)
 }
 
@@ -118,7 +121,7 @@ func (s *Store) ReissuePrincipal(ctx context.Context, id string) (p Principal, v
 UPDATE principals SET token_sha256 = NULL,
     valid_after = greatest(date_trunc('second', now()), date_trunc('second', valid_after)) + interval '1 second'
 WHERE id = $1 RETURNING `+principalColumns+`, valid_after`, id).
-			Scan(&p.ID, &p.Name, &p.CreatedAt, &p.RevokedAt, &p.Role, &validAfter)
+			Scan(&p.ID, &p.Name, &p.CreatedAt, &p.RevokedAt, &p.Role, &p.CreatedBy, &validAfter)
 		if err != nil {
 			return err
 		}
@@ -261,6 +264,27 @@ ON CONFLICT (id) DO UPDATE SET revoked_at = coalesce(principals.revoked_at, now(
 	})
 }
 
+// RevokeMinted revokes the principals admin id minted (added through
+// intake's admin routes, ActingAs), those they minted, and so on, in one
+// transaction, and returns how many it revoked that were not revoked
+// before. Their ledger rows stay. admin_actions records each as asked for
+// by the principal of ctx. Revoke id itself with RevokePrincipal.
+func (s *Store) RevokeMinted(ctx context.Context, id string) (int, error) {
+	var n int
+	err := s.adminTx(ctx, "revoke what principal "+id+" minted", func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `
+WITH RECURSIVE minted (id) AS (
+    SELECT id FROM principals WHERE created_by = $1
+    UNION
+    SELECT p.id FROM principals p JOIN minted m ON p.created_by = m.id
+)
+UPDATE principals SET revoked_at = now() WHERE id IN (SELECT id FROM minted) AND id <> $1 AND revoked_at IS NULL`, id)
+		n = int(tag.RowsAffected())
+		return err
+	})
+	return n, err
+}
+
 // Principals lists every principal, oldest first.
 func (s *Store) Principals(ctx context.Context) ([]Principal, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+principalColumns+` FROM principals ORDER BY created_at, id`)
@@ -294,7 +318,7 @@ func (s *Store) Authenticate(ctx context.Context, token string) (Principal, erro
 	var p Principal
 	err := s.pool.QueryRow(ctx, `
 SELECT `+principalColumns+` FROM principals WHERE token_sha256 = $1 AND revoked_at IS NULL`,
-		h[:]).Scan(&p.ID, &p.Name, &p.CreatedAt, &p.RevokedAt, &p.Role)
+		h[:]).Scan(&p.ID, &p.Name, &p.CreatedAt, &p.RevokedAt, &p.Role, &p.CreatedBy)
 	if err != nil {
 		return Principal{}, interpretError("authenticate", err)
 	}

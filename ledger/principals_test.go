@@ -154,3 +154,50 @@ func TestReissuePrincipal(t *testing.T) {
 		t.Fatalf("reissuing nobody: %v, want ErrNotFound", err)
 	}
 }
+
+// TestRevokeMinted: a principal added by an admin through ActingAs
+// records who minted it; revoking what an admin minted revokes its
+// principals and theirs, down the chain, and no other, nor the admin
+// itself; a second time revokes nothing more.
+func TestRevokeMinted(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	add := func(by, name, role string) ledger.Principal {
+		t.Helper()
+		ctx := b.ctx
+		if by != "" {
+			ctx = ledger.ActingAs(ctx, by)
+		}
+		ps, err := b.store.AddPrincipals(ctx, []string{name}, role)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ps[0]
+	}
+	root := add("", "root", ledger.RoleAdmin)
+	minted := add(root.ID, "minted-admin", ledger.RoleAdmin)
+	grandchild := add(minted.ID, "minted-voter", ledger.RoleVoter)
+	sibling := add("", "operator's", ledger.RoleAdmin)
+	other := add(sibling.ID, "sibling's voter", ledger.RoleVoter)
+
+	got, err := b.store.Principal(b.ctx, grandchild.ID)
+	if err != nil || got.CreatedBy != minted.ID {
+		t.Fatalf("the voter the minted admin added: %+v (%v), want created by %s", got, err, minted.ID)
+	}
+	if got, _ := b.store.Principal(b.ctx, root.ID); got.CreatedBy != "" {
+		t.Fatalf("a principal the operator added is recorded as made by %q", got.CreatedBy)
+	}
+	n, err := b.store.RevokeMinted(b.ctx, root.ID)
+	if err != nil || n != 2 {
+		t.Fatalf("RevokeMinted(root): %d, %v; want 2 revoked", n, err)
+	}
+	for p, want := range map[ledger.Principal]bool{root: false, minted: true, grandchild: true, sibling: false, other: false} {
+		got, err := b.store.Principal(b.ctx, p.ID)
+		if err != nil || (got.RevokedAt != nil) != want {
+			t.Errorf("%s after RevokeMinted(root): revoked at %v (%v), want revoked %v", p.Name, got.RevokedAt, err, want)
+		}
+	}
+	if n, err := b.store.RevokeMinted(b.ctx, root.ID); err != nil || n != 0 {
+		t.Fatalf("RevokeMinted(root) again: %d, %v; want 0", n, err)
+	}
+}

@@ -34,9 +34,18 @@ CREATE TRIGGER principals_record_reissue AFTER UPDATE ON principals
 -- its issuer's tokens say its role, token by token (intake's admin claim
 -- of that issuer), so a stored one would be made up. Every other
 -- principal has one.
+ALTER TABLE principals ALTER COLUMN role DROP NOT NULL;
 UPDATE principals SET role = NULL WHERE id LIKE 'o-%';
-ALTER TABLE principals ALTER COLUMN role DROP NOT NULL,
-    ADD CONSTRAINT principals_role_known CHECK ((role IS NULL) = (id LIKE 'o-%'));
+ALTER TABLE principals ADD CONSTRAINT principals_role_known CHECK ((role IS NULL) = (id LIKE 'o-%'));
+
+-- created_by: who minted the principal: the admin that added it through
+-- intake's admin routes (the transaction's tally.actor, ledger.ActingAs),
+-- NULL when an operator did (the CLI, psql). Revoking an admin can then
+-- revoke what it minted, and what they minted (tally principal revoke
+-- --minted). Rows made before are NULL: who made them was not recorded.
+ALTER TABLE principals ADD COLUMN created_by text COLLATE "C";
+ALTER TABLE principals ALTER COLUMN created_by SET DEFAULT nullif(current_setting('tally.actor', true), '');
+CREATE INDEX principals_created_by ON principals (created_by) WHERE created_by IS NOT NULL;
 
 -- +goose Down
 -- The record of reissues stays readable in admin_actions only while this
@@ -55,6 +64,8 @@ DROP FUNCTION tally_record_principal_reissue();
 ALTER TABLE admin_actions DROP CONSTRAINT admin_actions_action_check;
 ALTER TABLE admin_actions ADD CONSTRAINT admin_actions_action_check CHECK (action IN
     ('poll.create', 'poll.close', 'principal.add', 'principal.revoke', 'credential_key.retire'));
+DROP INDEX principals_created_by;
+ALTER TABLE principals DROP COLUMN created_by;
 ALTER TABLE principals DROP CONSTRAINT principals_role_known;
 UPDATE principals SET role = 'voter' WHERE role IS NULL;
 ALTER TABLE principals ALTER COLUMN role SET NOT NULL;

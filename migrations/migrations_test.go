@@ -336,3 +336,52 @@ func TestPublicResults(t *testing.T) {
 		t.Fatalf("after migration 8 down: %d polls (want 2), %d public_results columns (want 0)", polls, cols)
 	}
 }
+
+// TestCredentialValidityKeepsRows: migration 14 applied to a database
+// holding principals takes an OpenID Connect subject's made-up role away
+// (its issuer's tokens say its role) and keeps every other's; going down
+// gives it the role it had.
+func TestCredentialValidityKeepsRows(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.EmptyPostgres(t)
+	sqlDB := stdlib.OpenDBFromPool(db.Pool)
+	defer sqlDB.Close()
+	p, err := migrations.NewProvider(sqlDB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.UpTo(ctx, 13); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, `
+INSERT INTO principals (id, name, role) VALUES ('p-admin', 'ops', 'admin');
+INSERT INTO principals (id, name, revoked_at) VALUES ('o-subject', 'OpenID Connect subject', now())`); err != nil {
+		t.Fatal(err)
+	}
+	roles := func() map[string]*string {
+		rows, err := db.Pool.Query(ctx, `SELECT id, role FROM principals`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]*string{}
+		var id string
+		var role *string
+		if _, err := pgx.ForEachRow(rows, []any{&id, &role}, func() error { m[id] = role; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	if _, err := p.UpTo(ctx, 14); err != nil {
+		t.Fatalf("up to 14 with principals: %v", err)
+	}
+	if got := roles(); got["o-subject"] != nil || got["p-admin"] == nil || *got["p-admin"] != "admin" {
+		t.Fatalf("roles after migration 14: %v; want none for o-subject, admin for p-admin", got)
+	}
+	if _, err := p.DownTo(ctx, 13); err != nil {
+		t.Fatalf("down to 13: %v", err)
+	}
+	if got := roles(); got["o-subject"] == nil || *got["o-subject"] != "voter" {
+		t.Fatalf("roles after going down: %v; want o-subject's back", got)
+	}
+}
