@@ -431,18 +431,27 @@ func redisAuthRefused(err error) error {
 	return err
 }
 
+// redisAddr is the host:port of rawURL, Redis's port when it names none,
+// when its scheme is scheme.
+func redisAddr(rawURL, scheme string) (string, bool) {
+	u, err := url.Parse(rawURL)
+	if err != nil || u.Scheme != scheme {
+		return "", false
+	}
+	if u.Port() == "" {
+		return net.JoinHostPort(u.Hostname(), "6379"), true
+	}
+	return u.Host, true
+}
+
 // plainNotTLS returns a finalError when rawURL is a rediss:// (TLS) URL
 // and its server answers a plain-text PING: the scheme is one letter too
 // many, and a TLS handshake with that server would only time out. It
 // returns nil otherwise, leaving any other fault to the PING that follows.
 func plainNotTLS(ctx context.Context, rawURL string) error {
-	u, err := url.Parse(rawURL)
-	if err != nil || u.Scheme != "rediss" {
+	addr, ok := redisAddr(rawURL, "rediss")
+	if !ok {
 		return nil
-	}
-	addr := u.Host
-	if u.Port() == "" {
-		addr = net.JoinHostPort(u.Hostname(), "6379")
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
@@ -469,13 +478,9 @@ func plainNotTLS(ctx context.Context, rawURL string) error {
 // PING failed and whose server completes a TLS handshake: the scheme lacks
 // its s. It returns nil otherwise.
 func tlsNotPlain(ctx context.Context, rawURL string) error {
-	u, err := url.Parse(rawURL)
-	if err != nil || u.Scheme != "redis" {
+	addr, ok := redisAddr(rawURL, "redis")
+	if !ok {
 		return nil
-	}
-	addr := u.Host
-	if u.Port() == "" {
-		addr = net.JoinHostPort(u.Hostname(), "6379")
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
