@@ -39,13 +39,7 @@ SELECT tablename FROM pg_tables WHERE schemaname = 'public' AND tablename <> 'go
 func TestUpResetUp(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := testenv.EmptyPostgres(t)
-	sqlDB := stdlib.OpenDBFromPool(db.Pool)
-	defer sqlDB.Close()
-	p, err := migrations.NewProvider(sqlDB)
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, p := emptyProvider(t)
 	want := []string{"admin_actions", "credential_key_retirements", "poll_ballots", "poll_choices", "poll_definitions", "poll_eligible", "poll_event_rejections", "poll_events", "poll_log_checkpoints", "poll_log_heads", "poll_log_leaves", "poll_log_tiles", "poll_pairwise", "poll_results", "poll_voters", "polls", "principals"}
 	for round := 0; round < 2; round++ {
 		if _, err := p.Up(ctx); err != nil {
@@ -112,13 +106,7 @@ func TestFilesApplyWithPlainGoose(t *testing.T) {
 func TestIDsCompareBytewise(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := testenv.EmptyPostgres(t)
-	sqlDB := stdlib.OpenDBFromPool(db.Pool)
-	defer sqlDB.Close()
-	p, err := migrations.NewProvider(sqlDB)
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, p := emptyProvider(t)
 	collations := func() map[string]int {
 		rows, err := db.Pool.Query(ctx, `
 SELECT coalesce(collation_name, 'default'), count(*) FROM information_schema.columns
@@ -191,13 +179,7 @@ INSERT INTO poll_events (poll_id, candidate_id, principal_id, client_event_id, f
 func TestDaemonRoleGrants(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := testenv.EmptyPostgres(t)
-	sqlDB := stdlib.OpenDBFromPool(db.Pool)
-	defer sqlDB.Close()
-	p, err := migrations.NewProvider(sqlDB)
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, p := emptyProvider(t)
 	// What tally_daemon may do to each table, as has_table_privilege says.
 	// privileges are role's on each table; UPDATE is any column's.
 	privileges := func(role string) map[string]string {
@@ -293,13 +275,7 @@ WHERE grantee = 'tally_admin' AND privilege_type = 'UPDATE'`).Scan(&columns); er
 func TestPublicResults(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := testenv.EmptyPostgres(t)
-	sqlDB := stdlib.OpenDBFromPool(db.Pool)
-	defer sqlDB.Close()
-	p, err := migrations.NewProvider(sqlDB)
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, p := emptyProvider(t)
 	if _, err := p.UpTo(ctx, 7); err != nil {
 		t.Fatal(err)
 	}
@@ -344,13 +320,7 @@ func TestPublicResults(t *testing.T) {
 func TestCredentialValidityKeepsRows(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := testenv.EmptyPostgres(t)
-	sqlDB := stdlib.OpenDBFromPool(db.Pool)
-	defer sqlDB.Close()
-	p, err := migrations.NewProvider(sqlDB)
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, p := emptyProvider(t)
 	if _, err := p.UpTo(ctx, 13); err != nil {
 		t.Fatal(err)
 	}
@@ -384,4 +354,18 @@ INSERT INTO principals (id, name, revoked_at) VALUES ('o-subject', 'OpenID Conne
 	if got := roles(); got["o-subject"] == nil || *got["o-subject"] != "voter" {
 		t.Fatalf("roles after going down: %v; want o-subject's back", got)
 	}
+}
+
+// emptyProvider is an empty database of the test's own and the embedded
+// migrations' provider over it, none applied.
+func emptyProvider(t *testing.T) (testenv.DB, *goose.Provider) {
+	t.Helper()
+	db := testenv.EmptyPostgres(t)
+	sqlDB := stdlib.OpenDBFromPool(db.Pool)
+	t.Cleanup(func() { sqlDB.Close() })
+	p, err := migrations.NewProvider(sqlDB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return db, p
 }
