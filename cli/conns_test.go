@@ -165,11 +165,10 @@ func TestDaemonsRefuseSuperuser(t *testing.T) {
 	}
 }
 
-// runUntilLogged runs tally with args in the background until ctx ends,
-// and waits, at most 30s, for its log to say phrase (failing t with
-// failure past that). It returns the channel of its exit code and its log.
-func runUntilLogged(t *testing.T, ctx context.Context, args []string, phrase, failure string) (<-chan int, *testenv.LogBuffer) {
-	t.Helper()
+// runBackground runs the tally command line args in the background, as a
+// process runs one command (holding runMu), until ctx ends: the channel
+// gets its exit code, the buffer its log.
+func runBackground(ctx context.Context, args ...string) (<-chan int, *testenv.LogBuffer) {
 	done := make(chan int, 1)
 	errOut := &testenv.LogBuffer{}
 	go func() {
@@ -177,6 +176,15 @@ func runUntilLogged(t *testing.T, ctx context.Context, args []string, phrase, fa
 		defer runMu.Unlock()
 		done <- Run(ctx, append([]string{"tally"}, args...), strings.NewReader(""), io.Discard, errOut)
 	}()
+	return done, errOut
+}
+
+// runUntilLogged runs tally with args in the background until ctx ends,
+// and waits, at most 30s, for its log to say phrase (failing t with
+// failure past that). It returns the channel of its exit code and its log.
+func runUntilLogged(t *testing.T, ctx context.Context, args []string, phrase, failure string) (<-chan int, *testenv.LogBuffer) {
+	t.Helper()
+	done, errOut := runBackground(ctx, args...)
 	deadline := time.Now().Add(30 * time.Second)
 	for !strings.Contains(errOut.String(), phrase) {
 		if time.Now().After(deadline) {

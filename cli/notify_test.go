@@ -1,9 +1,7 @@
 package cli
 
 import (
-	"bytes"
 	"context"
-	"io"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -132,15 +130,8 @@ func TestIntakeNotifiesSystemd(t *testing.T) {
 	daemonURL := testenv.DaemonLogin(t, db)
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
-	done := make(chan int, 1)
-	var errOut bytes.Buffer
-	go func() {
-		runMu.Lock() // see runMu
-		defer runMu.Unlock()
-		done <- Run(ctx, []string{"tally", "intake", "--listen", listen, "--admin-listen", admin, "--database-url", daemonURL,
-			"--redis-url", testenv.RedisURL(), "--stream-prefix", prefix, "--log-format", "text"},
-			strings.NewReader(""), io.Discard, &errOut)
-	}()
+	done, errOut := runBackground(ctx, "intake", "--listen", listen, "--admin-listen", admin, "--database-url", daemonURL,
+		"--redis-url", testenv.RedisURL(), "--stream-prefix", prefix, "--log-format", "text")
 	ready, err := receive(t, conn, 20*time.Second)
 	if err != nil || ready != "READY=1" {
 		stop()

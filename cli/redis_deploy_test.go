@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -225,13 +224,7 @@ func status(t *testing.T, common []string) deployStatus {
 func startDaemon(t *testing.T, args []string) (stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	exited := make(chan int, 1)
-	var errOut bytes.Buffer
-	go func() {
-		runMu.Lock() // see runMu
-		defer runMu.Unlock()
-		exited <- Run(ctx, append([]string{"tally"}, args...), strings.NewReader(""), io.Discard, &errOut)
-	}()
+	exited, errOut := runBackground(ctx, args...)
 	var once sync.Once
 	stop = func() {
 		once.Do(func() {

@@ -240,15 +240,8 @@ func TestDaemonWaitsForRedisAtStart(t *testing.T) {
 	daemonURL := testenv.DaemonLogin(t, db)
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
-	done := make(chan int, 1)
-	var errOut bytes.Buffer
-	go func() {
-		runMu.Lock() // see runMu
-		defer runMu.Unlock()
-		done <- Run(ctx, []string{"tally", "intake", "--listen", addr, "--database-url", daemonURL,
-			"--redis-url", srv.URL(), "--startup-wait", "30s", "--log-format", "json"},
-			strings.NewReader(""), io.Discard, &errOut)
-	}()
+	done, errOut := runBackground(ctx, "intake", "--listen", addr, "--database-url", daemonURL,
+		"--redis-url", srv.URL(), "--startup-wait", "30s", "--log-format", "json")
 	time.Sleep(1500 * time.Millisecond)
 	select {
 	case code := <-done:
