@@ -34,6 +34,14 @@ import (
 // same burst with RS256 tokens of a local OpenID Connect issuer), BB (the bare handler), BS
 // (the synchronous design, which counts as it answers).
 //
+// Each row of a target also says where a vote's CPU time goes: the
+// user and system time (/proc/PID/stat) of intake, the projector, the
+// PostgreSQL backends connected to the target's database (read before
+// they exit), and Redis (INFO cpu: the whole server's), from just before
+// the first request until the last vote is counted, divided by the votes;
+// and the client's while it sent. PostgreSQL's own processes (WAL writer,
+// checkpointer, autovacuum) are left out: the server is shared.
+//
 // PostgreSQL's commits are xact_commit of the variant's database in
 // pg_stat_database. A backend publishes its counts lazily (PostgreSQL 15:
 // at most once a second while busy, ten seconds after it went idle) but
@@ -154,9 +162,9 @@ func measureBurst(ctx context.Context, e *env, sz sizes, t *table) error {
 		t.add(fig{id: v.id, what: fmt.Sprintf("the burst: %s votes of %s principals into one poll with %s intake never saw, %s; %d requests at a time, the projector running (%s)",
 			thousands(float64(n)), thousands(float64(v.principals(n))), v.issuer.describe(), v.what, burstConcurrency, note),
 			value: s.median(burstRun.accepted), unit: "votes/s accepted",
-			extra: fmt.Sprintf("p50 %s, p99 %s of the 202; counted %s votes/s; PostgreSQL commits per vote %.4f (%s beyond the projector's batches); rounds %s votes/s",
-				ms(time.Duration(s.median(p50))), ms(time.Duration(s.median(p99))), thousands(s.median(burstRun.countedRate)), perVote,
-				beyondNote(s), s.rounds(burstRun.accepted)),
+			extra: fmt.Sprintf("p50 %s, p99 %s of the 202; counted %s votes/s; %s; PostgreSQL commits per vote %.4f (%s beyond the projector's batches); rounds %s votes/s",
+				ms(time.Duration(s.median(p50))), ms(time.Duration(s.median(p99))), thousands(s.median(burstRun.countedRate)),
+				s.cpuNote(cpuIntake, cpuProjector, cpuPostgres, cpuRedis), perVote, beyondNote(s), s.rounds(burstRun.accepted)),
 			load: load, command: cmd})
 		t.add(fig{id: v.id + "C", what: "counted: " + v.id + "'s votes from the first request until the last one is in poll_results (the projector's stream empty)",
 			value: s.median(burstRun.countedRate), unit: "votes/s", extra: "rounds " + s.rounds(burstRun.countedRate) + " votes/s",
@@ -169,12 +177,13 @@ func measureBurst(ctx context.Context, e *env, sz sizes, t *table) error {
 	}
 	t.add(fig{id: "BB", what: "the bare net/http handler answering 202 to the same burst (" + note + ")",
 		value: bare.median(burstRun.accepted), unit: "req/s",
-		extra: fmt.Sprintf("p50 %s, p99 %s; rounds %s req/s", ms(time.Duration(bare.median(p50))), ms(time.Duration(bare.median(p99))), bare.rounds(burstRun.accepted)),
-		load:  load, command: "bench -only burst  (go -C bench run ./bareserver)"})
+		extra: fmt.Sprintf("p50 %s, p99 %s; %s; rounds %s req/s", ms(time.Duration(bare.median(p50))), ms(time.Duration(bare.median(p99))),
+			bare.cpuNote(cpuServer), bare.rounds(burstRun.accepted)),
+		load: load, command: "bench -only burst  (go -C bench run ./bareserver)"})
 	t.add(fig{id: "BS", what: "the synchronous design under the same burst: a net/http handler that looks the token up (SHA-256 in principals), then inserts the vote (ON CONFLICT DO NOTHING) and upserts the tally in one transaction, and answers once it committed (" + note + ")",
 		value: syncd.median(burstRun.countedRate), unit: "votes/s counted",
-		extra: fmt.Sprintf("p50 %s, p99 %s; PostgreSQL commits per vote %.2f; rounds %s votes/s", ms(time.Duration(syncd.median(p50))), ms(time.Duration(syncd.median(p99))),
-			syncd.median(syncd.perVote), syncd.rounds(burstRun.countedRate)),
+		extra: fmt.Sprintf("p50 %s, p99 %s; %s; PostgreSQL commits per vote %.2f; rounds %s votes/s", ms(time.Duration(syncd.median(p50))), ms(time.Duration(syncd.median(p99))),
+			syncd.cpuNote(cpuServer, cpuPostgres), syncd.median(syncd.perVote), syncd.rounds(burstRun.countedRate)),
 		load: load, command: "bench -only burst  (go -C bench run ./syncserver -max-conns 16)"})
 	return nil
 }
@@ -361,6 +370,7 @@ func (e *env) burstIntake(ctx context.Context, v burstVariant, url string, keys 
 		return r, err
 	}
 	bodies, auths := burstRequests(tokens, poll, n, v.load)
+	cpu0 := e.serverCPU(ctx, p, db)
 	start, err := sendBurst(ctx, burstIntakeAddr, bodies, auths, http.StatusAccepted, sz.burstFor, &r)
 	if err != nil {
 		return r, err
@@ -368,6 +378,9 @@ func (e *env) burstIntake(ctx context.Context, v burstVariant, url string, keys 
 	if err := e.waitStreamEmpty(ctx, keys, start, sz.burstFor, &r); err != nil {
 		return r, err
 	}
+	cpu1 := e.serverCPU(ctx, p, db)
+	cpu1.client = r.clientCPU
+	r.cpu = cpu1.perVote(cpu0, int64(n))
 	b1, err := projectorBatches(ctx, burstMetricsAddr)
 	if err != nil {
 		return r, err
