@@ -16,8 +16,9 @@ import (
 // (bench/bareserver) and the seed's synchronous design
 // (bench/syncserver), each sent the same burst as intake.
 
-// burstBare runs one round against the bare handler.
-func (e *env) burstBare(ctx context.Context, sz sizes) (burstRun, error) {
+// burstBare runs one round against the bare handler, sent by wrk or,
+// with goClient, by the bench's Go client.
+func (e *env) burstBare(ctx context.Context, sz sizes, goClient bool) (burstRun, error) {
 	n := sz.burstVoters
 	r := burstRun{n: n}
 	tokens := make([]string, n)
@@ -35,7 +36,7 @@ func (e *env) burstBare(ctx context.Context, sz sizes) (burstRun, error) {
 	bodies, auths := burstRequests(tokens, "burst-bare", n, nil)
 	server := &pipeline{intakes: []*proc{p}}
 	cpu0 := e.serverCPU(ctx, server, "")
-	_, err = sendBurst(ctx, burstBareAddr, bodies, auths, http.StatusAccepted, sz.burstFor, &r)
+	_, err = e.send(goClient)(ctx, burstBareAddr, bodies, auths, http.StatusAccepted, sz.burstFor, &r)
 	r.counted = r.answered
 	cpu1 := e.serverCPU(ctx, server, "")
 	cpu1.client = r.clientCPU
@@ -70,7 +71,7 @@ func (e *env) burstSync(ctx context.Context, url string, round int, sz sizes) (b
 	bodies, auths := burstRequests(tokens, poll, n, nil)
 	server := &pipeline{intakes: []*proc{p}}
 	cpu0 := e.serverCPU(ctx, server, db)
-	if _, err := sendBurst(ctx, burstSyncAddr, bodies, auths, http.StatusOK, sz.burstFor, &r); err != nil {
+	if _, err := e.wrkBurst(ctx, burstSyncAddr, bodies, auths, http.StatusOK, sz.burstFor, &r); err != nil {
 		return r, err
 	}
 	r.counted = r.answered // each vote committed before its answer

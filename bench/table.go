@@ -49,6 +49,8 @@ var ratios = []ratio{
 	{of: "IM", to: "C2", target: "≥ 60% of the ceiling (the better of C1, C2)", atLeast: 0.6, asPercent: true, ceiling: true},
 	{of: "I", to: "IB", target: "≥ 50%", atLeast: 0.5, asPercent: true},
 	{of: "B", to: "BB", target: "≥ 50% (the burst accepted at half the bare handler's rate at least)", atLeast: 0.5, asPercent: true},
+	{of: "B-go", to: "BB-go", target: "(B / BB with the bench's Go client sending instead of wrk)", asPercent: true},
+	{of: "B-go", to: "B", target: "(the burst from the Go client against from wrk)", asPercent: true},
 	{of: "BC", to: "BS", target: "≥ 8× (the burst counted, against the synchronous design)", atLeast: 8},
 	{of: "BX", limit: 0.01, target: "≤ 1 commit per 100 votes beyond the projector's batches (intake asks PostgreSQL nothing per vote)", atMost: 1, asPercent: true},
 	{of: "B-LC", to: "B", target: "(the burst with --ledger-check against without it)", asPercent: true},
