@@ -160,6 +160,10 @@ func measureBurst(ctx context.Context, e *env, sz sizes, t *table) error {
 	if e.bare == "" || e.syncSrv == "" {
 		return errors.New("the burst needs -bare and -sync (the servers of bench/bareserver and bench/syncserver; scripts/bench.sh builds them)")
 	}
+	if e.wrk == "" {
+		t.skip("burst", "wrk, its client, is not installed: install it (apt-get install -y wrk) and run again")
+		return nil
+	}
 	load := loadAvg()
 	own, err := newOwnKeyIssuer(e.tmp)
 	if err != nil {
