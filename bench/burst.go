@@ -33,7 +33,8 @@ import (
 //
 // Rows: B (accepted/s), BC (counted/s: from the first request until the
 // last vote is in poll_results), BX (PostgreSQL commits per vote beyond
-// the projector's batches), B-LC and B-LCC (the same burst with intake's
+// the projector's batches), BU and BUI (B's server-side and intake's CPU
+// per vote), B-LC and B-LCC (the same burst with intake's
 // --ledger-check, its principals two days old), B-OIDC and B-OIDCC (the
 // same burst with RS256 tokens of a local OpenID Connect issuer), B-go
 // and B-goC (B from the Go client), BB (the bare handler), BB-go (from the
@@ -155,7 +156,8 @@ const (
 	burstSyncAddr    = "127.0.0.1:18198"
 )
 
-// measureBurst: B, BC, BX, B-LC, B-LCC, B-OIDC, B-OIDCC, BB and BS.
+// measureBurst: B, BC, BX, BU, BUI, B-go, B-goC, B-LC, B-LCC, B-OIDC,
+// B-OIDCC, the kinds' B rows, BB, BB-go and BS.
 func measureBurst(ctx context.Context, e *env, sz sizes, t *table) error {
 	if e.bare == "" || e.syncSrv == "" {
 		return errors.New("the burst needs -bare and -sync (the servers of bench/bareserver and bench/syncserver; scripts/bench.sh builds them)")
@@ -203,6 +205,13 @@ func measureBurst(ctx context.Context, e *env, sz sizes, t *table) error {
 			t.add(fig{id: "BX", what: "B's PostgreSQL commits per vote beyond the projector's batches (xact_commit of its database, less the commits of intake's and the projector's start and stop without votes and those of the batches: the append, its notification, and each listening backend's read of the notification)",
 				value: s.median(func(r burstRun) float64 { return float64(s.beyond(r)) / float64(r.n) }), unit: "commits per vote",
 				extra: commitsNote(s), load: load, command: "pg_stat_database.xact_commit before intake and the projector started and after they stopped; tally_projector_batch_size_count"})
+			c := s.cpu()
+			server := c.intakes + c.projector + c.postgres + c.redis
+			t.add(fig{id: "BU", what: "B's server-side CPU time per vote accepted and counted: intake, projector, the PostgreSQL backends of its database and Redis (the whole server's), over every round",
+				value: server, unit: "µs", extra: s.cpuNote(cpuIntake, cpuProjector, cpuPostgres, cpuRedis), load: load,
+				command: "/proc/PID/stat (utime+stime) of intake, the projector and the database's backends, and Redis' INFO cpu, from before the first request until the stream was empty"})
+			t.add(fig{id: "BUI", what: "intake's share of BU: its CPU time per vote", value: c.intakes, unit: "µs", load: load,
+				command: "/proc/PID/stat of intake, as BU"})
 		}
 	}
 	for _, b := range []struct {

@@ -53,6 +53,8 @@ var ratios = []ratio{
 	{of: "B-go", to: "B", target: "(the burst from the Go client against from wrk)", asPercent: true},
 	{of: "BC", to: "BS", target: "≥ 8× (the burst counted, against the synchronous design)", atLeast: 8},
 	{of: "BX", limit: 0.01, target: "≤ 1 commit per 100 votes beyond the projector's batches (intake asks PostgreSQL nothing per vote)", atMost: 1, asPercent: true},
+	{of: "BU", limit: 100, target: "≤ 100 µs of server-side CPU per vote (issue 37)", atMost: 1, asPercent: true},
+	{of: "BUI", limit: 45, target: "≤ 45 µs of intake's CPU per vote (issue 37)", atMost: 1, asPercent: true},
 	{of: "B-LC", to: "B", target: "(the burst with --ledger-check against without it)", asPercent: true},
 	{of: "B-LCC", to: "BC", target: "(the same, counted)", asPercent: true},
 	{of: "B-multiple", to: "B", target: "≥ 0.8×", atLeast: 0.8},
