@@ -37,7 +37,7 @@
 //   - burst.go: the burst, distinct voters each voting once with a signed
 //     credential intake never saw, through intake and the projector, next
 //     to the bare handler and the synchronous design under the same burst
-//     (B, BC, BX, B-LC, B-OIDC, B-go, BB, BB-go, BS); burst_wrk.go: its
+//     (B, BC, BX, BU, B-LC, B-OIDC, B-go, BB, BB-go, BS); burst_wrk.go: its
 //     client, wrk with testdata/burst_vote.lua;
 //   - cluster.go: E against a private Redis Cluster of three masters (EC);
 //   - scaling.go: E with one or two intakes and projector workers, with
