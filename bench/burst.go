@@ -20,7 +20,11 @@ import (
 // This file owns the burst: sizes.burstVoters principals, created before
 // intake started, each vote once into one poll with a credential intake
 // has never seen, burstConcurrency requests at a time, through tally
-// intake with the projector running. Side by side, in alternating rounds,
+// intake with the projector running. The client is wrk with a script that
+// posts each vote of a file once (burst_wrk.go), as light as a client on
+// a machine of its own; B-go and BB-go send the same burst from the
+// bench's Go client (burst_load.go), whose CPU the rows show beside
+// wrk's. Side by side, in alternating rounds,
 // the same requests go to the bare 202 handler (bench/bareserver)
 // and to the seed's synchronous design (bench/syncserver: the
 // token looked up in PostgreSQL, the vote inserted and counted in one
@@ -29,10 +33,20 @@ import (
 //
 // Rows: B (accepted/s), BC (counted/s: from the first request until the
 // last vote is in poll_results), BX (PostgreSQL commits per vote beyond
-// the projector's batches), B-LC and B-LCC (the same burst with intake's
+// the projector's batches), BU and BUI (B's server-side and intake's CPU
+// per vote), B-LC and B-LCC (the same burst with intake's
 // --ledger-check, its principals two days old), B-OIDC and B-OIDCC (the
-// same burst with RS256 tokens of a local OpenID Connect issuer), BB (the bare handler), BS
-// (the synchronous design, which counts as it answers).
+// same burst with RS256 tokens of a local OpenID Connect issuer), B-go
+// and B-goC (B from the Go client), BB (the bare handler), BB-go (from the
+// Go client), BS (the synchronous design, which counts as it answers).
+//
+// Each row of a target also says where a vote's CPU time goes: the
+// user and system time (/proc/PID/stat) of intake, the projector, the
+// PostgreSQL backends connected to the target's database (read before
+// they exit), and Redis (INFO cpu: the whole server's), from just before
+// the first request until the last vote is counted, divided by the votes;
+// and the client's while it sent. PostgreSQL's own processes (WAL writer,
+// checkpointer, autovacuum) are left out: the server is shared.
 //
 // PostgreSQL's commits are xact_commit of the variant's database in
 // pg_stat_database. A backend publishes its counts lazily (PostgreSQL 15:
@@ -70,6 +84,25 @@ type burstVariant struct {
 	// load is the ballots the burst sends (kinds.go); nil is one single
 	// choice of each principal, in a poll of vote.Single.
 	load *load
+	// goClient: the bench's Go client sends the burst, not wrk.
+	goClient bool
+}
+
+// send is the client that sends a burst: wrk (wrkBurst) or the bench's
+// Go client (sendBurst).
+func (e *env) send(goClient bool) func(ctx context.Context, addr string, bodies [][]byte, auths []string, want int, limit time.Duration, r *burstRun) (time.Time, error) {
+	if goClient {
+		return sendBurst
+	}
+	return e.wrkBurst
+}
+
+// clientWords names the client of a burst in a row's command.
+func clientWords(goClient bool) string {
+	if goClient {
+		return fmt.Sprintf("%d requests at a time from the bench, Go net/http", burstConcurrency)
+	}
+	return fmt.Sprintf("%d requests at a time from wrk -t%d (bench/testdata/burst_vote.lua: each vote of a file once)", burstConcurrency, burstWrkThreads)
 }
 
 // requests is the burst's count of requests (n, sz.burstVoters) and of
@@ -94,6 +127,8 @@ func burstVariants(own, oidc burstIssuer) []burstVariant {
 	return []burstVariant{
 		{id: "B", db: "burst", issuer: own,
 			what: "principals created before intake started"},
+		{id: "B-go", db: "burstgo", issuer: own, goClient: true,
+			what: "principals created before intake started; sent by the bench's Go client (net/http) instead of wrk"},
 		{id: "B-LC", db: "burstlc", issuer: own, age: 48 * time.Hour, flags: []string{"--ledger-check"},
 			what: "with intake's --ledger-check, principals created two days before (past the idempotency window): each new event id looked up in the ledger"},
 		{id: "B-OIDC", db: "burstoidc", issuer: oidc,
@@ -121,10 +156,15 @@ const (
 	burstSyncAddr    = "127.0.0.1:18198"
 )
 
-// measureBurst: B, BC, BX, B-LC, B-LCC, B-OIDC, B-OIDCC, BB and BS.
+// measureBurst: B, BC, BX, BU, BUI, B-go, B-goC, B-LC, B-LCC, B-OIDC,
+// B-OIDCC, the kinds' B rows, BB, BB-go and BS.
 func measureBurst(ctx context.Context, e *env, sz sizes, t *table) error {
 	if e.bare == "" || e.syncSrv == "" {
 		return errors.New("the burst needs -bare and -sync (the servers of bench/bareserver and bench/syncserver; scripts/bench.sh builds them)")
+	}
+	if e.wrk == "" {
+		t.skip("burst", "wrk, its client, is not installed: install it (apt-get install -y wrk) and run again")
+		return nil
 	}
 	load := loadAvg()
 	own, err := newOwnKeyIssuer(e.tmp)
@@ -137,7 +177,7 @@ func measureBurst(ctx context.Context, e *env, sz sizes, t *table) error {
 	}
 	defer oidc.close()
 	variants := slices.Concat(burstVariants(own, oidc), burstKindVariants(own))
-	res, bare, syncd, err := e.burst(ctx, variants, sz)
+	res, bare, bareGo, syncd, err := e.burst(ctx, variants, sz)
 	if err != nil {
 		return err
 	}
@@ -149,14 +189,14 @@ func measureBurst(ctx context.Context, e *env, sz sizes, t *table) error {
 	for i, v := range variants {
 		s := res[i]
 		perVote := s.median(s.perVote)
-		cmd := fmt.Sprintf("bench -only burst  (%d requests at a time from the bench, Go net/http; tally intake %s and tally projector, started after the principals were created)",
-			burstConcurrency, strings.Join(slices.Concat(intakeFlags, v.flags, v.issuer.shownFlags()), " "))
+		cmd := fmt.Sprintf("bench -only burst  (%s; tally intake %s and tally projector, started after the principals were created)",
+			clientWords(v.goClient), strings.Join(slices.Concat(intakeFlags, v.flags, v.issuer.shownFlags()), " "))
 		t.add(fig{id: v.id, what: fmt.Sprintf("the burst: %s votes of %s principals into one poll with %s intake never saw, %s; %d requests at a time, the projector running (%s)",
 			thousands(float64(n)), thousands(float64(v.principals(n))), v.issuer.describe(), v.what, burstConcurrency, note),
 			value: s.median(burstRun.accepted), unit: "votes/s accepted",
-			extra: fmt.Sprintf("p50 %s, p99 %s of the 202; counted %s votes/s; PostgreSQL commits per vote %.4f (%s beyond the projector's batches); rounds %s votes/s",
-				ms(time.Duration(s.median(p50))), ms(time.Duration(s.median(p99))), thousands(s.median(burstRun.countedRate)), perVote,
-				beyondNote(s), s.rounds(burstRun.accepted)),
+			extra: fmt.Sprintf("p50 %s, p99 %s of the 202; counted %s votes/s; %s; PostgreSQL commits per vote %.4f (%s beyond the projector's batches); rounds %s votes/s",
+				ms(time.Duration(s.median(p50))), ms(time.Duration(s.median(p99))), thousands(s.median(burstRun.countedRate)),
+				s.cpuNote(cpuIntake, cpuProjector, cpuPostgres, cpuRedis), perVote, beyondNote(s), s.rounds(burstRun.accepted)),
 			load: load, command: cmd})
 		t.add(fig{id: v.id + "C", what: "counted: " + v.id + "'s votes from the first request until the last one is in poll_results (the projector's stream empty)",
 			value: s.median(burstRun.countedRate), unit: "votes/s", extra: "rounds " + s.rounds(burstRun.countedRate) + " votes/s",
@@ -165,23 +205,38 @@ func measureBurst(ctx context.Context, e *env, sz sizes, t *table) error {
 			t.add(fig{id: "BX", what: "B's PostgreSQL commits per vote beyond the projector's batches (xact_commit of its database, less the commits of intake's and the projector's start and stop without votes and those of the batches: the append, its notification, and each listening backend's read of the notification)",
 				value: s.median(func(r burstRun) float64 { return float64(s.beyond(r)) / float64(r.n) }), unit: "commits per vote",
 				extra: commitsNote(s), load: load, command: "pg_stat_database.xact_commit before intake and the projector started and after they stopped; tally_projector_batch_size_count"})
+			c := s.cpu()
+			server := c.intakes + c.projector + c.postgres + c.redis
+			t.add(fig{id: "BU", what: "B's server-side CPU time per vote accepted and counted: intake, projector, the PostgreSQL backends of its database and Redis (the whole server's), over every round",
+				value: server, unit: "µs", extra: s.cpuNote(cpuIntake, cpuProjector, cpuPostgres, cpuRedis), load: load,
+				command: "/proc/PID/stat (utime+stime) of intake, the projector and the database's backends, and Redis' INFO cpu, from before the first request until the stream was empty"})
+			t.add(fig{id: "BUI", what: "intake's share of BU: its CPU time per vote", value: c.intakes, unit: "µs", load: load,
+				command: "/proc/PID/stat of intake, as BU"})
 		}
 	}
-	t.add(fig{id: "BB", what: "the bare net/http handler answering 202 to the same burst (" + note + ")",
-		value: bare.median(burstRun.accepted), unit: "req/s",
-		extra: fmt.Sprintf("p50 %s, p99 %s; rounds %s req/s", ms(time.Duration(bare.median(p50))), ms(time.Duration(bare.median(p99))), bare.rounds(burstRun.accepted)),
-		load:  load, command: "bench -only burst  (go -C bench run ./bareserver)"})
+	for _, b := range []struct {
+		id, what string
+		side     burstSide
+		goClient bool
+	}{{"BB", "", bare, false}, {"BB-go", " from the bench's Go client, as B-go's", bareGo, true}} {
+		t.add(fig{id: b.id, what: "the bare net/http handler answering 202 to the same burst" + b.what + " (" + note + ")",
+			value: b.side.median(burstRun.accepted), unit: "req/s",
+			extra: fmt.Sprintf("p50 %s, p99 %s; %s; rounds %s req/s", ms(time.Duration(b.side.median(p50))), ms(time.Duration(b.side.median(p99))),
+				b.side.cpuNote(cpuServer), b.side.rounds(burstRun.accepted)),
+			load: load, command: "bench -only burst  (" + clientWords(b.goClient) + "; go -C bench run ./bareserver)"})
+	}
 	t.add(fig{id: "BS", what: "the synchronous design under the same burst: a net/http handler that looks the token up (SHA-256 in principals), then inserts the vote (ON CONFLICT DO NOTHING) and upserts the tally in one transaction, and answers once it committed (" + note + ")",
 		value: syncd.median(burstRun.countedRate), unit: "votes/s counted",
-		extra: fmt.Sprintf("p50 %s, p99 %s; PostgreSQL commits per vote %.2f; rounds %s votes/s", ms(time.Duration(syncd.median(p50))), ms(time.Duration(syncd.median(p99))),
-			syncd.median(syncd.perVote), syncd.rounds(burstRun.countedRate)),
-		load: load, command: "bench -only burst  (go -C bench run ./syncserver -max-conns 16)"})
+		extra: fmt.Sprintf("p50 %s, p99 %s; %s; PostgreSQL commits per vote %.2f; rounds %s votes/s", ms(time.Duration(syncd.median(p50))), ms(time.Duration(syncd.median(p99))),
+			syncd.cpuNote(cpuServer, cpuPostgres), syncd.median(syncd.perVote), syncd.rounds(burstRun.countedRate)),
+		load: load, command: "bench -only burst  (" + clientWords(false) + "; go -C bench run ./syncserver -max-conns 16)"})
 	return nil
 }
 
-// burst runs the rounds: each intake variant, the bare handler and the
-// synchronous design in turn, every round with fresh principals.
-func (e *env) burst(ctx context.Context, variants []burstVariant, sz sizes) (res []burstSide, bare, syncd burstSide, err error) {
+// burst runs the rounds: each intake variant, the bare handler (from wrk
+// and from the Go client) and the synchronous design in turn, every round
+// with fresh principals.
+func (e *env) burst(ctx context.Context, variants []burstVariant, sz sizes) (res []burstSide, bare, bareGo, syncd burstSide, err error) {
 	urls := make([]string, len(variants))
 	keys := make([]stream.Keys, len(variants))
 	res = make([]burstSide, len(variants))
@@ -205,21 +260,25 @@ func (e *env) burst(ctx context.Context, variants []burstVariant, sz sizes) (res
 		for i, v := range variants {
 			var r burstRun
 			if r, err = e.burstIntake(ctx, v, urls[i], keys[i], round, sz); err != nil {
-				return res, bare, syncd, fmt.Errorf("%s, round %d: %w", v.id, round+1, err)
+				return res, bare, bareGo, syncd, fmt.Errorf("%s, round %d: %w", v.id, round+1, err)
 			}
 			res[i].runs = append(res[i].runs, r)
 		}
 		var r burstRun
-		if r, err = e.burstBare(ctx, sz); err != nil {
-			return res, bare, syncd, fmt.Errorf("the bare handler, round %d: %w", round+1, err)
+		if r, err = e.burstBare(ctx, sz, false); err != nil {
+			return res, bare, bareGo, syncd, fmt.Errorf("the bare handler, round %d: %w", round+1, err)
 		}
 		bare.runs = append(bare.runs, r)
+		if r, err = e.burstBare(ctx, sz, true); err != nil {
+			return res, bare, bareGo, syncd, fmt.Errorf("the bare handler from the Go client, round %d: %w", round+1, err)
+		}
+		bareGo.runs = append(bareGo.runs, r)
 		if r, err = e.burstSync(ctx, syncURL, round, sz); err != nil {
-			return res, bare, syncd, fmt.Errorf("the synchronous design, round %d: %w", round+1, err)
+			return res, bare, bareGo, syncd, fmt.Errorf("the synchronous design, round %d: %w", round+1, err)
 		}
 		syncd.runs = append(syncd.runs, r)
 	}
-	return res, bare, syncd, nil
+	return res, bare, bareGo, syncd, nil
 }
 
 // burstPrincipals creates poll and n principals on the database at url,
@@ -361,13 +420,17 @@ func (e *env) burstIntake(ctx context.Context, v burstVariant, url string, keys 
 		return r, err
 	}
 	bodies, auths := burstRequests(tokens, poll, n, v.load)
-	start, err := sendBurst(ctx, burstIntakeAddr, bodies, auths, http.StatusAccepted, sz.burstFor, &r)
+	cpu0 := e.serverCPU(ctx, p, db)
+	start, err := e.send(v.goClient)(ctx, burstIntakeAddr, bodies, auths, http.StatusAccepted, sz.burstFor, &r)
 	if err != nil {
 		return r, err
 	}
 	if err := e.waitStreamEmpty(ctx, keys, start, sz.burstFor, &r); err != nil {
 		return r, err
 	}
+	cpu1 := e.serverCPU(ctx, p, db)
+	cpu1.client = r.clientCPU
+	r.cpu = cpu1.perVote(cpu0, int64(n))
 	b1, err := projectorBatches(ctx, burstMetricsAddr)
 	if err != nil {
 		return r, err

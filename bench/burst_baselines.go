@@ -16,8 +16,9 @@ import (
 // (bench/bareserver) and the seed's synchronous design
 // (bench/syncserver), each sent the same burst as intake.
 
-// burstBare runs one round against the bare handler.
-func (e *env) burstBare(ctx context.Context, sz sizes) (burstRun, error) {
+// burstBare runs one round against the bare handler, sent by wrk or,
+// with goClient, by the bench's Go client.
+func (e *env) burstBare(ctx context.Context, sz sizes, goClient bool) (burstRun, error) {
 	n := sz.burstVoters
 	r := burstRun{n: n}
 	tokens := make([]string, n)
@@ -33,8 +34,13 @@ func (e *env) burstBare(ctx context.Context, sz sizes) (burstRun, error) {
 		return r, err
 	}
 	bodies, auths := burstRequests(tokens, "burst-bare", n, nil)
-	_, err = sendBurst(ctx, burstBareAddr, bodies, auths, http.StatusAccepted, sz.burstFor, &r)
+	server := &pipeline{intakes: []*proc{p}}
+	cpu0 := e.serverCPU(ctx, server, "")
+	_, err = e.send(goClient)(ctx, burstBareAddr, bodies, auths, http.StatusAccepted, sz.burstFor, &r)
 	r.counted = r.answered
+	cpu1 := e.serverCPU(ctx, server, "")
+	cpu1.client = r.clientCPU
+	r.cpu = cpu1.perVote(cpu0, int64(n))
 	return r, err
 }
 
@@ -63,10 +69,15 @@ func (e *env) burstSync(ctx context.Context, url string, round int, sz sizes) (b
 		return r, err
 	}
 	bodies, auths := burstRequests(tokens, poll, n, nil)
-	if _, err := sendBurst(ctx, burstSyncAddr, bodies, auths, http.StatusOK, sz.burstFor, &r); err != nil {
+	server := &pipeline{intakes: []*proc{p}}
+	cpu0 := e.serverCPU(ctx, server, db)
+	if _, err := e.wrkBurst(ctx, burstSyncAddr, bodies, auths, http.StatusOK, sz.burstFor, &r); err != nil {
 		return r, err
 	}
 	r.counted = r.answered // each vote committed before its answer
+	cpu1 := e.serverCPU(ctx, server, db)
+	cpu1.client = r.clientCPU
+	r.cpu = cpu1.perVote(cpu0, int64(n))
 	if err := p.stop(); err != nil {
 		return r, fmt.Errorf("syncserver: %w", err)
 	}

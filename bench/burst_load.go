@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -44,15 +45,18 @@ func burstRequests(tokens []string, poll string, n int, l *load) (bodies [][]byt
 }
 
 // sendBurst posts each body with its Authorization header, burstConcurrency
-// at a time, for at most limit, into r (answered, latencies), and returns
-// when the first request went. An answer other than want fails it.
+// at a time, for at most limit, into r (answered, latencies, the bench's
+// own CPU time meanwhile: it is the client), and returns when the first
+// request went. An answer other than want fails it.
 func sendBurst(ctx context.Context, addr string, bodies [][]byte, auths []string, want int, limit time.Duration, r *burstRun) (time.Time, error) {
+	cpu0 := cpuSeconds(os.Getpid())
+	defer func() { r.clientCPU = cpuSeconds(os.Getpid()) - cpu0 }()
 	tr := &http.Transport{MaxIdleConnsPerHost: burstConcurrency, MaxConnsPerHost: burstConcurrency}
 	client := &http.Client{Timeout: 10 * time.Second, Transport: tr}
 	defer client.CloseIdleConnections()
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
-	r.lat = make([]time.Duration, len(bodies))
+	lat := make([]time.Duration, len(bodies))
 	var (
 		next     atomic.Int64
 		done     atomic.Int64
@@ -87,7 +91,7 @@ func sendBurst(ctx context.Context, addr string, bodies [][]byte, auths []string
 					cancel()
 					return
 				}
-				r.lat[i] = time.Since(t0)
+				lat[i] = time.Since(t0)
 				done.Add(1)
 				for {
 					l := last.Load()
@@ -100,6 +104,7 @@ func sendBurst(ctx context.Context, addr string, bodies [][]byte, auths []string
 	}
 	wg.Wait()
 	r.answered = time.Duration(last.Load())
+	r.p50, r.p99 = quantile(lat, 0.5), quantile(lat, 0.99)
 	switch {
 	case firstErr != nil:
 		return start, firstErr

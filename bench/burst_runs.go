@@ -17,7 +17,13 @@ type burstRun struct {
 	n        int
 	answered time.Duration // from the first request to the last answer
 	counted  time.Duration // to the last vote in poll_results
-	lat      []time.Duration
+	p50, p99 time.Duration // of the answers
+	// cpu is the CPU time per vote of the servers, from before the first
+	// request until the last vote was counted (answered, for a server
+	// that counts nothing), and of the client while it sent.
+	cpu cpuPerVote
+	// clientCPU is the client's CPU time while it sent, in seconds.
+	clientCPU float64
 	// commits: xact_commit of the database from before the servers
 	// started to after they stopped; batches: the projector's;
 	// listeners: the backends LISTENing in the database meanwhile.
@@ -71,8 +77,55 @@ func (s burstSide) perVote(r burstRun) float64 {
 	return float64(r.commits-s.startup) / float64(r.n)
 }
 
-func p50(r burstRun) float64 { return float64(quantile(r.lat, 0.5)) }
-func p99(r burstRun) float64 { return float64(quantile(r.lat, 0.99)) }
+func p50(r burstRun) float64 { return float64(r.p50) }
+func p99(r burstRun) float64 { return float64(r.p99) }
+
+// cpuPart is one part of a vote's CPU time a row shows.
+type cpuPart struct {
+	name string
+	of   func(cpuPerVote) float64
+}
+
+var (
+	cpuIntake    = cpuPart{"intake", func(c cpuPerVote) float64 { return c.intakes }}
+	cpuServer    = cpuPart{"server", func(c cpuPerVote) float64 { return c.intakes }} // a baseline's, in intake's place
+	cpuProjector = cpuPart{"projector", func(c cpuPerVote) float64 { return c.projector }}
+	cpuPostgres  = cpuPart{"PostgreSQL", func(c cpuPerVote) float64 { return c.postgres }}
+	cpuRedis     = cpuPart{"Redis", func(c cpuPerVote) float64 { return c.redis }}
+)
+
+// cpu is the CPU time per vote over every round of s.
+func (s burstSide) cpu() cpuPerVote {
+	cs := make([]cpuPerVote, len(s.runs))
+	for i, r := range s.runs {
+		cs[i] = r.cpu
+	}
+	return poolCPU(cs)
+}
+
+// cpuNote says where a vote's CPU time went, over every round of s: in
+// each of the server-side parts, their sum, and in the client.
+func (s burstSide) cpuNote(parts ...cpuPart) string {
+	c := s.cpu()
+	if c.votes == 0 {
+		return "CPU per vote: not measured"
+	}
+	var b strings.Builder
+	b.WriteString("CPU per vote: ")
+	sum := 0.0
+	for i, p := range parts {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s %.0f µs", p.name, p.of(c))
+		sum += p.of(c)
+	}
+	if len(parts) > 1 {
+		fmt.Fprintf(&b, " (server side %.0f µs)", sum)
+	}
+	fmt.Fprintf(&b, "; client %.0f µs", c.client)
+	return b.String()
+}
 
 // beyondNote is the commits beyond the projector's batches of each round.
 func beyondNote(s burstSide) string {

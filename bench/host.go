@@ -130,13 +130,36 @@ type cpuSnap struct {
 // pipelineCPU is the CPU time of p's processes, of the PostgreSQL
 // backends connected to db, of Redis, and of the process client.
 func (e *env) pipelineCPU(ctx context.Context, p *pipeline, db string, client int) cpuSnap {
+	s := e.serverCPU(ctx, p, db)
+	s.client = cpuSeconds(client)
+	return s
+}
+
+// serverCPU is the CPU time of p's intakes (or of the one server in
+// their place), of its projector when it has one, of the PostgreSQL
+// backends connected to db, and of Redis; the client's is left to the
+// caller.
+func (e *env) serverCPU(ctx context.Context, p *pipeline, db string) cpuSnap {
 	var s cpuSnap
 	for _, ip := range p.intakes {
 		s.intakes += cpuSeconds(ip.cmd.Process.Pid)
 	}
-	s.projector = cpuSeconds(p.projector.cmd.Process.Pid)
+	if p.projector != nil {
+		s.projector = cpuSeconds(p.projector.cmd.Process.Pid)
+	}
 	s.postgres = e.backendCPU(ctx, db)
 	s.redis = e.redisCPU(ctx)
-	s.client = cpuSeconds(client)
 	return s
+}
+
+// perVote is the CPU per vote, in µs, of each part from the snapshot a to
+// s, n votes apart.
+func (s cpuSnap) perVote(a cpuSnap, n int64) cpuPerVote {
+	if n <= 0 {
+		return cpuPerVote{}
+	}
+	us := func(from, to float64) float64 { return 1e6 * (to - from) / float64(n) }
+	return cpuPerVote{votes: n,
+		intakes: us(a.intakes, s.intakes), projector: us(a.projector, s.projector),
+		postgres: us(a.postgres, s.postgres), redis: us(a.redis, s.redis), client: us(a.client, s.client)}
 }

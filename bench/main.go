@@ -37,7 +37,8 @@
 //   - burst.go: the burst, distinct voters each voting once with a signed
 //     credential intake never saw, through intake and the projector, next
 //     to the bare handler and the synchronous design under the same burst
-//     (B, BC, BX, B-LC, B-OIDC, BB, BS);
+//     (B, BC, BX, BU, B-LC, B-OIDC, B-go, BB, BB-go, BS); burst_wrk.go: its
+//     client, wrk with testdata/burst_vote.lua;
 //   - cluster.go: E against a private Redis Cluster of three masters (EC);
 //   - scaling.go: E with one or two intakes and projector workers, with
 //     the CPU per vote of each part (S11 to S22);
@@ -57,7 +58,8 @@
 //     markers of BENCHMARKS.md.
 //
 // Beside it, in this module: bareserver and syncserver, the baselines'
-// servers; testdata/post_vote.lua, wrk's vote script; compare.sh, intake
+// servers; testdata/post_vote.lua, wrk's vote script (one principal);
+// testdata/burst_vote.lua, the burst's (each vote of a file once); compare.sh, intake
 // against the bare handler (and another revision of intake) under wrk.
 //
 // The bench is a module of its own (go.mod), so that the product's go.mod

@@ -180,12 +180,5 @@ func (w cpuWindow) perVote() cpuPerVote {
 		return cpuPerVote{}
 	}
 	a, b := marks[0], marks[len(marks)-1]
-	n := b.accepted - a.accepted
-	if n <= 0 {
-		return cpuPerVote{}
-	}
-	us := func(from, to float64) float64 { return 1e6 * (to - from) / float64(n) }
-	return cpuPerVote{votes: n,
-		intakes: us(a.cpu.intakes, b.cpu.intakes), projector: us(a.cpu.projector, b.cpu.projector),
-		postgres: us(a.cpu.postgres, b.cpu.postgres), redis: us(a.cpu.redis, b.cpu.redis), client: us(a.cpu.client, b.cpu.client)}
+	return b.cpu.perVote(a.cpu, b.accepted-a.accepted)
 }

@@ -10,8 +10,8 @@
 # It uses the PostgreSQL and Redis that scripts/services.sh finds or
 # starts, through the URLs it exports; every measurement gets its own
 # database and Redis prefix, both removed afterwards. wrk is installed with
-# apt-get when missing and running as root; otherwise the intake
-# measurement is skipped. The tuned measurement starts a private
+# apt-get when missing and running as root; otherwise the intake and burst
+# measurements, whose client it is, are skipped. The tuned measurement starts a private
 # PostgreSQL of its own from the installed server binaries, which
 # scripts/services.sh installs when missing.
 # Extra arguments go to the bench program (e.g. -only projector,copy, or
@@ -47,7 +47,7 @@ elif [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null; then
 	fi
 fi
 if [[ -z "$wrk_bin" ]]; then
-	echo "bench: wrk is not installed, so the intake measurement is skipped; install it with: sudo apt-get install -y wrk" >&2
+	echo "bench: wrk is not installed, so the intake and burst measurements are skipped; install it with: sudo apt-get install -y wrk" >&2
 fi
 
 work="$(mktemp -d)"
