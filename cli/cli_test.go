@@ -151,7 +151,7 @@ func TestMigrateCommands(t *testing.T) {
 		want string
 	}{
 		{[]string{"migrate", "up"}, "00006_daemon_role.sql"},
-		{[]string{"migrate", "version"}, "13"},
+		{[]string{"migrate", "version"}, "15"},
 		{[]string{"migrate", "down-to", "1"}, "down 00002"},
 		{[]string{"migrate", "status"}, "pending"},
 		{[]string{"migrate", "redo"}, "up 00001"},

@@ -159,7 +159,7 @@ func (s *Server) handleCreatePoll(w http.ResponseWriter, r *http.Request) {
 		if created {
 			s.logAdmin(r, a, "poll.create", p.ID)
 		}
-		s.reloadAfter(r, "catalog", s.catalog.reload)
+		s.catchUpAfter(r)
 		status := http.StatusOK
 		if created {
 			status = http.StatusCreated
@@ -201,7 +201,7 @@ func (s *Server) handleClosePoll(w http.ResponseWriter, r *http.Request) {
 		s.adminWriteFailed(w, r, err)
 	default:
 		s.logAdmin(r, a, "poll.close", id)
-		s.reloadAfter(r, "catalog", s.catalog.reload)
+		s.catchUpAfter(r)
 		s.writePoll(w, r, id, http.StatusOK)
 	}
 }
@@ -303,14 +303,20 @@ func (s *Server) logAdmin(r *http.Request, a *voter, action, target string) {
 		slog.String("target", target), slog.String("principal", a.ID))
 }
 
-// reloadAfter reloads what this intake holds in memory after its own admin
-// write, so that the change holds here once it is answered (a poll created
-// takes votes, a revoked principal is refused); other intakes hear of it
-// by NOTIFY, within milliseconds. A failed reload is logged: the NOTIFY
-// and the periodic reload still come.
-func (s *Server) reloadAfter(r *http.Request, what string, reload func(context.Context) error) {
-	if err := reload(r.Context()); err != nil {
-		s.failed(r, "could not reload the "+what+" after an admin write; it follows within --catalog-refresh", err)
+// catchUpAfter brings what this intake holds in memory up to date after
+// its own admin write, by the catalog's change log, so that the change
+// holds here once it is answered (a poll created takes votes, a revoked
+// principal is refused); other intakes hear of it by NOTIFY, within
+// milliseconds. A write that changed nothing left no change to read. A
+// catch-up that failed is logged: the NOTIFY and the periodic check still
+// come, and it tells pgState nothing (a slow read is not an outage). It
+// takes at most Config.PostgresTimeout of the request's time, so that the
+// answer, which reads the poll back, has the rest.
+func (s *Server) catchUpAfter(r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.PostgresTimeout)
+	defer cancel()
+	if err := s.follow.catchUp(ctx); err != nil {
+		s.failed(r, "could not apply the catalog's changes after an admin write; they follow within --catalog-refresh", err)
 	}
 }
 

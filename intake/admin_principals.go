@@ -202,7 +202,7 @@ func (s *Server) handleRevokePrincipal(w http.ResponseWriter, r *http.Request) {
 		s.adminWriteFailed(w, r, err)
 	default:
 		s.logAdmin(r, a, "principal.revoke", id)
-		s.reloadAfter(r, "revocations", s.revoked.reload)
+		s.catchUpAfter(r)
 		writeJSON(w, http.StatusOK, struct {
 			PrincipalID string     `json:"principal_id"`
 			Role        string     `json:"role"`

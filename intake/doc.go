@@ -80,16 +80,26 @@
 //     A signed credential (package credential: tally's own token, or an
 //     OpenID Connect issuer's) is verified in memory, with no query; the
 //     revoked principals and retired keys are held in memory (loaded at
-//     start, kept current by NOTIFY, a reload on every reconnection of the
-//     listener and every Config.CatalogRefresh) and checked on every
-//     request in every state, a PostgreSQL outage included. A token of the
+//     start, kept current by the catalog's change log, as the polls are)
+//     and checked on every request in every state, a PostgreSQL outage
+//     included. A token of the
 //     stored kind issued before signed credentials ("tly_...") is looked
 //     up by its SHA-256 (never kept in clear, never logged) and cached for
 //     Config.AuthTTL; a change to the principals table expires the cache
 //     at once.
 //   - Polls, choices and eligibility are held whole in an in-process
-//     catalog, loaded at start and reloaded on every NOTIFY on channel
-//     tally_catalog and every Config.CatalogRefresh. A poll id it does not
+//     catalog, loaded at start in pages (each a query of its own under
+//     Config.PostgresTimeout, the whole within Config.CatalogLoadTimeout
+//     before intake serves, and on in the background past it) and kept
+//     current by the catalog's change log: intake applies the changes
+//     after the last one it applied, reading again only the polls,
+//     principals and keys they name, on each NOTIFY on channel
+//     tally_catalog, on every reconnection of its listener, every
+//     Config.CatalogRefresh (one indexed query when nothing changed) and
+//     after its own admin writes, before their answer. It loads the
+//     catalog whole again only when it fell behind the trimmed log. A
+//     failed or slow read of the catalog is logged and tried again, and
+//     never taken for a PostgreSQL outage. A poll id it does not
 //     hold is answered 404 from memory, with no query, as a hidden poll
 //     is, so a vote costs no PostgreSQL round trip. The ledger stays the
 //     arbiter: an event that raced a catalog change is rejected there with
@@ -154,11 +164,12 @@
 //     client address and of reads per principal.
 //   - credentials.go: the signed credentials, verified in memory, and the
 //     refusal of a revoked principal or retired key; revocations.go: the
-//     revocations held in memory and how they stay current.
+//     revocations held in memory.
 //   - auth.go: the cache of stored-kind tokens and the voter, a principal
 //     with its enqueue arguments made once.
 //   - catalog.go: the in-process catalog of polls, choices and
-//     eligibility, and how it stays fresh.
+//     eligibility; changes.go: the follower of the catalog's change log,
+//     which loads the catalog and the revocations and keeps them current.
 //   - read_vote.go: the first step of a vote: content type, size, body.
 //   - post_vote.go: POST /v1/votes as its steps (readVote, admit, enqueue,
 //     answerEnqueue) and the table of the answer to each enqueue outcome.

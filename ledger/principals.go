@@ -122,14 +122,35 @@ type Revocations struct {
 	Keys       map[string]struct{}
 }
 
+// The reads of revocations, each row (is a key, id): all of them, and
+// those among some principal ids ($1) and key ids ($2).
+const (
+	revocationsSQL = `
+SELECT false, id FROM principals WHERE revoked_at IS NOT NULL
+UNION ALL
+SELECT true, key_id FROM credential_key_retirements`
+	revocationsOfSQL = `
+SELECT false, id FROM principals WHERE id = ANY($1::text[]) AND revoked_at IS NOT NULL
+UNION ALL
+SELECT true, key_id FROM credential_key_retirements WHERE key_id = ANY($2::text[])`
+)
+
 // Revocations reads every revoked principal and retired key, in one
 // snapshot.
 func (s *Store) Revocations(ctx context.Context) (Revocations, error) {
+	return s.queryRevocations(ctx, revocationsSQL)
+}
+
+// RevocationsOf reads which of principals are revoked and which of keys
+// are retired, in one snapshot: what a cache of the revocations applies
+// for the changes that named them.
+func (s *Store) RevocationsOf(ctx context.Context, principals, keys []string) (Revocations, error) {
+	return s.queryRevocations(ctx, revocationsOfSQL, principals, keys)
+}
+
+func (s *Store) queryRevocations(ctx context.Context, sql string, args ...any) (Revocations, error) {
 	r := Revocations{Principals: map[string]struct{}{}, Keys: map[string]struct{}{}}
-	rows, err := s.pool.Query(ctx, `
-SELECT false, id FROM principals WHERE revoked_at IS NOT NULL
-UNION ALL
-SELECT true, key_id FROM credential_key_retirements`)
+	rows, err := s.pool.Query(ctx, sql, args...)
 	if err != nil {
 		return Revocations{}, interpretError("read revocations", err)
 	}
