@@ -172,13 +172,16 @@ func parseTimeField(field string, v *string) (*time.Time, error) {
 }
 
 // adminWriteFailed answers the error of an admin write: 400 naming the
-// field at fault, 404, 501 when this intake's database login may not make
+// field at fault, 422 naming the field and the stated limit it is over, 404, 501 when this intake's database login may not make
 // the change, 503 when PostgreSQL did not answer (nothing was stored, or
 // the write may have committed: sending it again is safe, as each write
 // is idempotent but principals', which names it), 500 otherwise.
 func (s *Server) adminWriteFailed(w http.ResponseWriter, r *http.Request, err error) {
 	var field *ledger.FieldError
 	switch {
+	case errors.As(err, &field) && field.Limit > 0:
+		writeProblem(w, http.StatusUnprocessableEntity, probInvalidDefinition,
+			fmt.Sprintf("the field %q is over its limit of %d: %s", field.Field, field.Limit, field.Reason), 0)
 	case errors.As(err, &field):
 		writeProblem(w, http.StatusBadRequest, probBadRequest,
 			fmt.Sprintf("the field %q is invalid: %s", field.Field, field.Reason), 0)

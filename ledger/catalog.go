@@ -143,18 +143,28 @@ type FieldError struct {
 	Op     string // what was being done: "create poll lunch"
 	Field  string
 	Reason string
+	// Limit, when not 0, is the stated limit the field is over (MaxChoices,
+	// MaxEligible): the request is well formed, but too big.
+	Limit int
 }
 
 func (e *FieldError) Error() string { return e.Op + ": " + ErrInvalid.Error() + ": " + e.Reason }
 
 func (e *FieldError) Unwrap() error { return ErrInvalid }
 
-// maxChoices bounds a poll's choices, as its definition leaf does.
-const maxChoices = 1<<16 - 1
+// The stated limits of a poll's definition. Every intake holds every
+// poll, with its choices and its eligibility list, in memory, and reads a
+// poll again whole when it changes: these bound what one poll costs it
+// (docs/operations.md).
+const (
+	MaxChoices  = 1_000   // choices of one poll
+	MaxEligible = 100_000 // principals on one poll's eligibility list
+)
 
 // validateNew checks a poll given to CreatePoll: valid ids, a title a
-// definition leaf can hold, 1 to maxChoices choices and no choice twice,
-// and no closing before opening. Its error is a *FieldError.
+// definition leaf can hold, 1 to MaxChoices choices and no choice twice,
+// at most MaxEligible eligible principals, and no closing before opening.
+// Its error is a *FieldError, with its Limit for a stated limit.
 func (p Poll) validateNew() error {
 	bad := func(field, format string, args ...any) error {
 		op := "create poll"
@@ -162,6 +172,11 @@ func (p Poll) validateNew() error {
 			op += " " + p.ID
 		}
 		return &FieldError{Op: op, Field: field, Reason: fmt.Sprintf(format, args...)}
+	}
+	overLimit := func(field string, limit int, format string, args ...any) error {
+		err := bad(field, format, args...).(*FieldError)
+		err.Limit = limit
+		return err
 	}
 	if !vote.ValidID(p.ID) {
 		return bad("poll_id", "poll id %q must be "+vote.IDRule, p.ID)
@@ -175,8 +190,13 @@ func (p Poll) validateNew() error {
 		return bad("title", "the title is not valid UTF-8")
 	case len(p.Choices) < 1:
 		return bad("choices", "give at least one choice")
-	case len(p.Choices) > maxChoices:
-		return bad("choices", "%d choices; a poll has at most %d", len(p.Choices), maxChoices)
+	case len(p.Choices) > MaxChoices:
+		return overLimit("choices", MaxChoices, "%d choices; a poll has at most %d: split it into polls of fewer choices",
+			len(p.Choices), MaxChoices)
+	case len(p.Eligible) > MaxEligible:
+		return overLimit("eligible", MaxEligible, "%d eligible principals; a poll's list has at most %d: "+
+			"leave the list out (any principal may answer) and give voters of this poll their own credentials, or split the poll",
+			len(p.Eligible), MaxEligible)
 	}
 	dup := map[string]bool{}
 	for _, c := range p.Choices {
