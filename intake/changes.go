@@ -31,9 +31,11 @@ import (
 // their own statements. A read that fails is logged and tried again, and
 // a full load goes on from the page it reached.
 
-// catalogPage is how many polls one query of a full load reads: each page
-// is a statement of its own under Config.PostgresTimeout, so a catalog of
-// any size loads, one bounded read after another.
+// catalogPage is how many polls one query of a full load reads at first:
+// each page is a statement of its own under Config.PostgresTimeout, so a
+// catalog of any size loads, one bounded read after another. A page that
+// does not end within it (long eligibility lists) is read again in halves,
+// down to one poll a page, for the rest of the load.
 const catalogPage = 1000
 
 // changesPage is how many changes one read of the log takes.
@@ -75,7 +77,8 @@ type follower struct {
 // after page in id order, to be brought up to date from horizon on.
 type fullLoad struct {
 	horizon int64 // the last change committed before the first page
-	after   string
+	after   string // the last poll id read
+	page    int    // polls a page
 	polls   map[string]*pollInfo
 	started time.Time
 }
@@ -202,22 +205,28 @@ func (f *follower) loadWhole(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("load the catalog: %w", err)
 		}
-		f.load = &fullLoad{horizon: horizon, polls: map[string]*pollInfo{}, started: time.Now()}
+		f.load = &fullLoad{horizon: horizon, page: catalogPage, polls: map[string]*pollInfo{}, started: time.Now()}
 	}
 	l := f.load
 	for {
 		var page []ledger.Poll
 		err := f.query(ctx, func(ctx context.Context) (err error) {
-			page, err = f.store.PollsAfter(ctx, l.after, catalogPage)
+			page, err = f.store.PollsAfter(ctx, l.after, l.page)
 			return err
 		})
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil && l.page > 1 {
+			l.page /= 2
+			f.log.LogAttrs(ctx, slog.LevelInfo, "a page of the catalog took longer than the PostgreSQL timeout; reading smaller pages",
+				slog.Int("polls_a_page", l.page), slog.Int("polls_read", len(l.polls)))
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("load the catalog (%d polls read so far, going on from there): %w", len(l.polls), err)
 		}
 		for _, p := range page {
 			l.polls[p.ID] = newPollInfo(p)
 		}
-		if len(page) < catalogPage {
+		if len(page) < l.page {
 			break
 		}
 		l.after = page[len(page)-1].ID
