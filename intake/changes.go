@@ -76,7 +76,7 @@ type follower struct {
 // fullLoad is a load of the whole catalog: the polls read so far, page
 // after page in id order, to be brought up to date from horizon on.
 type fullLoad struct {
-	horizon int64 // the last change committed before the first page
+	horizon int64  // the last change committed before the first page
 	after   string // the last poll id read
 	page    int    // polls a page
 	polls   map[string]*pollInfo
