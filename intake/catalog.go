@@ -1,7 +1,10 @@
 package intake
 
 import (
+	"hash/maphash"
+	"slices"
 	"sync"
+	"time"
 
 	"tally/ledger"
 	"tally/vote"
@@ -12,12 +15,25 @@ import (
 // A ballot of another kind than single is one of too many to make
 // beforehand: its arguments are made per vote (answer).
 type pollInfo struct {
-	poll     ledger.Poll
-	rules    vote.Rules // poll.BallotRules()
-	idArg    any        // the poll id
-	choices  map[string]*choice
-	eligible map[string]struct{} // nil for ledger.EligibleAny
+	poll    ledger.Poll // without its Eligible list, which eligible holds
+	rules   vote.Rules  // poll.BallotRules()
+	idArg   any         // the poll id
+	choices map[string]*choice
+	// eligible is the eligibility list of a poll of ledger.EligibleList
+	// that was open when it was read: its principal ids.
+	eligible map[string]struct{}
+	// closedEligible is that of a poll closed when it was read: the keyed
+	// hashes of its principal ids, sorted. No vote is taken on it any
+	// longer, only reads of its results and receipts are: 8 bytes a
+	// principal instead of its id and a map entry. A hash of another id
+	// equal to one of them (about one chance in 2^64 / its length, and
+	// the key is this process's own, so that none can be chosen) would
+	// show that principal the poll's results.
+	closedEligible []uint64
 }
+
+// eligibleKey keys the hashes of closed polls' eligibility lists.
+var eligibleKey = maphash.MakeSeed()
 
 // choice is the enqueue script's arguments of one answer to a poll: a
 // choice of a single-choice poll, or a ballot in canonical form.
@@ -32,14 +48,25 @@ func (pi *pollInfo) answer(canonical string) *choice {
 	return &choice{idArg: canonical, fingerprintArg: vote.FingerprintHex(pi.poll.ID, canonical)}
 }
 
-func newPollInfo(p ledger.Poll) *pollInfo {
+// newPollInfo is p as intake holds it, read at now.
+func newPollInfo(p ledger.Poll, now time.Time) *pollInfo {
+	eligible := p.Eligible
+	p.Eligible = nil
 	pi := &pollInfo{poll: p, rules: p.BallotRules(), idArg: p.ID, choices: make(map[string]*choice, len(p.Choices))}
 	for _, c := range p.Choices {
 		pi.choices[c] = &choice{idArg: c, fingerprintArg: vote.FingerprintHex(p.ID, c)}
 	}
-	if p.Eligibility == ledger.EligibleList {
-		pi.eligible = make(map[string]struct{}, len(p.Eligible))
-		for _, e := range p.Eligible {
+	switch {
+	case p.Eligibility != ledger.EligibleList:
+	case p.State(now) == ledger.StateClosed:
+		pi.closedEligible = make([]uint64, len(eligible))
+		for i, e := range eligible {
+			pi.closedEligible[i] = maphash.String(eligibleKey, e)
+		}
+		slices.Sort(pi.closedEligible)
+	default:
+		pi.eligible = make(map[string]struct{}, len(eligible))
+		for _, e := range eligible {
 			pi.eligible[e] = struct{}{}
 		}
 	}
@@ -49,11 +76,17 @@ func newPollInfo(p ledger.Poll) *pollInfo {
 // choice returns the poll's choice c, or nil.
 func (pi *pollInfo) choice(c []byte) *choice { return pi.choices[string(c)] }
 
+// mayVote reports whether principalID may vote on the poll, and so see
+// it, its results and its receipts.
 func (pi *pollInfo) mayVote(principalID string) bool {
-	if pi.eligible == nil {
+	switch {
+	case pi.poll.Eligibility != ledger.EligibleList:
 		return true
+	case pi.eligible != nil:
+		_, ok := pi.eligible[principalID]
+		return ok
 	}
-	_, ok := pi.eligible[principalID]
+	_, ok := slices.BinarySearch(pi.closedEligible, maphash.String(eligibleKey, principalID))
 	return ok
 }
 
@@ -116,8 +149,9 @@ func (c *catalog) replace(polls map[string]*pollInfo) {
 // as PostgreSQL now holds them (a poll of ids not in fresh was deleted).
 func (c *catalog) apply(ids []string, fresh []ledger.Poll) {
 	infos := make([]*pollInfo, len(fresh))
+	now := time.Now()
 	for i, p := range fresh {
-		infos[i] = newPollInfo(p) // made before the lock: lookups do not wait for it
+		infos[i] = newPollInfo(p, now) // made before the lock: lookups do not wait for it
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

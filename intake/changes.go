@@ -223,8 +223,9 @@ func (f *follower) loadWhole(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("load the catalog (%d polls read so far, going on from there): %w", len(l.polls), err)
 		}
+		now := time.Now()
 		for _, p := range page {
-			l.polls[p.ID] = newPollInfo(p)
+			l.polls[p.ID] = newPollInfo(p, now)
 		}
 		if len(page) < l.page {
 			break
