@@ -1,6 +1,7 @@
 package intake
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -124,14 +125,22 @@ func newPollAnswer(p ledger.Poll, now time.Time) pollAnswer {
 
 // handleCreatePoll takes POST /v1/polls: 201 with Location for a new poll,
 // 200 when the poll exists as asked, 409 poll-exists when it exists
-// otherwise.
+// otherwise. A body that is an array is many polls (createPolls).
 func (s *Server) handleCreatePoll(w http.ResponseWriter, r *http.Request) {
 	a, ok := s.admin(w, r)
 	if !ok {
 		return
 	}
+	body, ok := readAdminBytes(w, r)
+	if !ok {
+		return
+	}
+	if bytes.HasPrefix(bytes.TrimSpace(body), []byte("[")) {
+		s.createPolls(w, r, a, body)
+		return
+	}
 	var q pollRequest
-	if !readAdminBody(w, r, &q, pollShape, false) {
+	if !decodeAdminBody(w, body, &q, pollShape) {
 		return
 	}
 	p, err := q.poll()
@@ -143,29 +152,48 @@ func (s *Server) handleCreatePoll(w http.ResponseWriter, r *http.Request) {
 			return err
 		})
 	}
+	if status, prob, detail, ok := pollRefused(err); ok && status != http.StatusBadRequest {
+		writeProblem(w, status, prob, detail, 0)
+		return
+	}
+	if err != nil {
+		s.adminWriteFailed(w, r, err)
+		return
+	}
+	if created {
+		s.logAdmin(r, a, "poll.create", p.ID)
+	}
+	s.catchUpAfter(r)
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+	}
+	s.writePoll(w, r, p.ID, status)
+}
+
+// pollRefused is the answer to a poll's own refusal: 422 for a rule of
+// definitions broken or a stated limit passed, 409 for another definition
+// under its id, 400 for another invalid field. ok is false for any other
+// error (none, or the request's as a whole).
+func pollRefused(err error) (status int, prob problemType, detail string, ok bool) {
 	var conflict *ledger.DefinitionConflict
 	var rule *vote.RuleError
+	var field *ledger.FieldError
 	switch {
 	case errors.As(err, &rule):
-		writeProblem(w, http.StatusUnprocessableEntity, probInvalidDefinition,
-			fmt.Sprintf("the field %q breaks a rule of poll definitions: %s", rule.Field, rule.Reason), 0)
+		return http.StatusUnprocessableEntity, probInvalidDefinition,
+			fmt.Sprintf("the field %q breaks a rule of poll definitions: %s", rule.Field, rule.Reason), true
 	case errors.As(err, &conflict):
-		writeProblem(w, http.StatusConflict, probPollExists, fmt.Sprintf(
+		return http.StatusConflict, probPollExists, fmt.Sprintf(
 			"poll %q exists with another %s than this request's: choose another poll_id, or GET /v1/polls/%s to see it",
-			conflict.PollID, conflict.Field, conflict.PollID), 0)
-	case err != nil:
-		s.adminWriteFailed(w, r, err)
-	default:
-		if created {
-			s.logAdmin(r, a, "poll.create", p.ID)
-		}
-		s.catchUpAfter(r)
-		status := http.StatusOK
-		if created {
-			status = http.StatusCreated
-		}
-		s.writePoll(w, r, p.ID, status)
+			conflict.PollID, conflict.Field, conflict.PollID), true
+	case errors.As(err, &field) && field.Limit > 0:
+		return http.StatusUnprocessableEntity, probInvalidDefinition,
+			fmt.Sprintf("the field %q is over its limit of %d: %s", field.Field, field.Limit, field.Reason), true
+	case errors.As(err, &field):
+		return http.StatusBadRequest, probBadRequest, fmt.Sprintf("the field %q is invalid: %s", field.Field, field.Reason), true
 	}
+	return 0, problemType{}, "", false
 }
 
 // handleClosePoll takes POST /v1/polls/{poll_id}/close, optionally

@@ -21,6 +21,9 @@ type problemType struct {
 	title string
 }
 
+// uri is the problem's type as answers name it.
+func (pt problemType) uri() string { return problemTypeBaseURI + pt.slug }
+
 // The problems intake answers.
 var (
 	probBadRequest    = problemType{"invalid-request", "The request body is invalid"}
@@ -81,7 +84,7 @@ func writeProblem(w http.ResponseWriter, status int, pt problemType, detail stri
 	if retryAfter > 0 {
 		h.Set("Retry-After", strconv.FormatInt(retryAfterSeconds(retryAfter), 10))
 	}
-	b, _ := json.Marshal(problem{Type: problemTypeBaseURI + pt.slug, Title: pt.title, Status: status, Detail: detail})
+	b, _ := json.Marshal(problem{Type: pt.uri(), Title: pt.title, Status: status, Detail: detail})
 	w.WriteHeader(status)
 	w.Write(append(b, '\n'))
 }
