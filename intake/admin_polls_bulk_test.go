@@ -72,4 +72,3 @@ func wantAcceptedCode(t *testing.T, r reply) {
 		t.Fatalf("vote on a poll made in bulk: %d %s, want 202", r.code, r.raw)
 	}
 }
-
