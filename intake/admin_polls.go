@@ -98,6 +98,23 @@ func (q pollRequest) poll() (ledger.Poll, error) {
 	return p, err
 }
 
+// ParsePoll reads one poll as POST /v1/polls reads its body, strictly
+// (no unknown key, no key twice, nothing after the object), for tally
+// poll create --from. Its error says what is wrong: a *vote.RuleError or
+// *ledger.FieldError names the field. The poll's ID is set when the body
+// gave one, even with an error.
+func ParsePoll(body []byte) (ledger.Poll, error) {
+	var q pollRequest
+	if err := decodeStrict(body, &q); err != nil {
+		return ledger.Poll{ID: q.PollID}, fmt.Errorf("%w: send %s", err, pollShape)
+	}
+	p, err := q.poll()
+	if err != nil {
+		return ledger.Poll{ID: q.PollID}, err
+	}
+	return p, nil
+}
+
 // pollAnswer is a poll as the admin routes answer it.
 type pollAnswer struct {
 	PollID        string     `json:"poll_id"`
