@@ -208,10 +208,10 @@ func (s *Server) adminWriteFailed(w http.ResponseWriter, r *http.Request, err er
 			"send the same request again after the Retry-After delay"
 		if !errors.Is(err, errPostgresDown) {
 			s.failed(r, "admin write failed", err)
-			if r.Pattern == routePrincipals {
-				detail += "; adding principals is not idempotent: if this request was stored after all, " +
+			if r.Pattern == routePrincipals && r.Header.Get(idempotencyKeyHeader) == "" {
+				detail += "; adding principals without an Idempotency-Key header is not idempotent: if this request was stored after all, " +
 					"the principals it added hold credentials nobody was shown (tally principal list shows them, " +
-					"tally principal revoke removes them)"
+					"tally principal revoke removes them); send an Idempotency-Key to make a retry safe"
 			}
 		}
 		writeProblem(w, http.StatusServiceUnavailable, probUnavailable, detail, time.Second)

@@ -48,6 +48,9 @@ var (
 	// manage the catalog).
 	probForbidden  = problemType{"forbidden", "The principal may not do this"}
 	probPollExists = problemType{"poll-exists", "A poll with this id exists with another definition"}
+	// idempotency-key-reused: POST /v1/principals under an Idempotency-Key
+	// the admin used for another request.
+	probIdempotencyKeyReused = problemType{"idempotency-key-reused", "The Idempotency-Key was used with another request"}
 	// invalid-definition: a poll's ballot or answers mode that breaks a
 	// rule of its kind (a parameter out of range or of another kind):
 	// well-formed JSON, so not invalid-request, but not a definition.
