@@ -156,10 +156,12 @@
 //     the log line of a failed request; request_auth.go: authentication
 //     (the bearer token, its 401 challenges, the principal it names) and
 //     the spending of a principal's reads.
-//   - admin_body.go, admin_polls.go, admin_principals.go: the admin
-//     routes (an admin's authentication and the strict body reader; polls
-//     created, closed, listed and read; principals added, listed and
-//     revoked), each write through the ledger function the CLI runs.
+//   - admin_body.go, admin_polls.go, admin_polls_bulk.go,
+//     admin_principals.go: the admin routes (an admin's authentication and
+//     the strict body reader; polls created, one or many in a request,
+//     closed, listed and read; principals added, idempotently under an
+//     Idempotency-Key, listed and revoked), each write through the ledger
+//     function the CLI runs.
 //   - limits.go: the limits kept in memory, of failed authentications per
 //     client address and of reads per principal.
 //   - credentials.go: the signed credentials, verified in memory, and the

@@ -66,7 +66,10 @@
 //   - insert.go: the statements that write ledger rows with their
 //     projection deltas, and rejection records.
 //   - catalog.go: polls and their choices and eligibility.
-//   - principals.go: principals and their bearer tokens.
+//   - poll_ensure.go: EnsurePoll, a poll's creation repeated;
+//     poll_bulk.go: EnsurePolls, many polls in one transaction.
+//   - principals.go: principals and their bearer tokens, added at random
+//     or idempotently under a key (AddPrincipalsOnce).
 //   - changes.go: the catalog's change log: the changes after a seq, the
 //     horizon a whole load starts from, the trim.
 //   - watch.go: WatchCatalog, the LISTEN connection for catalog changes.
