@@ -69,15 +69,19 @@ func (s *Server) createPolls(w http.ResponseWriter, r *http.Request, a *voter, b
 			s.adminWriteFailed(w, r, err)
 			return
 		}
+		created := 0
 		for k, o := range outcomes {
 			c := pollCreated{PollID: polls[k].ID, Status: http.StatusOK}
 			if status, prob, detail, ok := pollRefused(o.Err); ok {
 				c.Status, c.Type, c.Detail = status, prob.uri(), detail
 			} else if o.Created {
 				c.Status = http.StatusCreated
-				s.logAdmin(r, a, "poll.create", c.PollID)
+				created++
 			}
 			out[at[k]] = c
+		}
+		if created > 0 { // admin_actions names each
+			s.logAdmin(r, a, "poll.create", fmt.Sprintf("%d polls", created))
 		}
 		s.catchUpAfter(r)
 	}
