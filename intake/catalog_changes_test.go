@@ -140,6 +140,50 @@ func TestCatalogFellBehindTrimmedLog(t *testing.T) {
 	}
 }
 
+// TestCatalogLogRewound: an intake that applied changes the log no longer
+// holds, its seqs begun again (the database restored from a backup), loads
+// the catalog whole again rather than skip the new changes.
+func TestCatalogLogRewound(t *testing.T) {
+	t.Parallel()
+	db := testenv.Postgres(t)
+	store, err := ledger.New(db.Pool, ledger.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb, prefix := testenv.Redis(t)
+	keys, _ := stream.NewKeys(prefix, 1)
+	key, _ := credential.GenerateKey()
+	set, _ := credential.NewKeySet(key)
+	srv, err := intake.New(intake.Config{Credentials: credential.NewVerifier(set), TokenKey: &key}, store, rdb, keys, testLogger(), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, id := range []string{"p1", "p2", "p3"} {
+		if err := store.CreatePoll(ctx, ledger.Poll{ID: id, Title: "T", Choices: []string{"x"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := srv.Reload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{`DELETE FROM catalog_changes`, `ALTER TABLE catalog_changes ALTER COLUMN seq RESTART WITH 1`} {
+		if _, err := db.Pool.Exec(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	quietPoll(t, db, "quiet", true) // seq 1, below the 3 applied
+	if err := srv.Reload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !srv.CatalogHolds("quiet") {
+		t.Fatal("a change made after the log went back was skipped")
+	}
+	if got := testutil.ToFloat64(srv.Metrics().CatalogLoads); got != 2 {
+		t.Fatalf("%v whole loads, want 2", got)
+	}
+}
+
 // TestSlowCatalogReadIsNoOutage: while intake's reads of the catalog's log
 // time out (a lock holds them), admin writes still commit and answer, and
 // intake does not take PostgreSQL for down; once the lock goes, the

@@ -24,7 +24,8 @@ import (
 // names a change it has not applied, when its listener (re)connects,
 // every Config.CatalogRefresh (one indexed query when nothing changed),
 // and when an admin route of this intake wrote (before its answer). It
-// loads the catalog whole again only when it fell behind a trimmed log.
+// loads the catalog whole again only when it fell behind a trimmed log,
+// or the log went back (a database restored or failed over).
 //
 // No read of the follower tells pgState that PostgreSQL does not answer: a
 // slow page is not an outage, and the admin routes' writes are judged by
@@ -168,8 +169,9 @@ func (f *follower) requestCatchUp() {
 }
 
 // catchUp applies every change committed before it was called: after a
-// full load when none ended yet, or when the log was trimmed past the
-// last change applied.
+// full load when none ended yet, when the log was trimmed past the last
+// change applied, or when it ends before it (a database restored or
+// failed over).
 func (f *follower) catchUp(ctx context.Context) error {
 	select {
 	case f.turn <- struct{}{}:
@@ -184,11 +186,11 @@ func (f *follower) catchUp(ctx context.Context) error {
 			}
 		}
 		err := f.applyChanges(ctx)
-		if !errors.Is(err, ledger.ErrChangesTrimmed) {
+		if !errors.Is(err, ledger.ErrChangesTrimmed) && !errors.Is(err, ledger.ErrChangesRewound) {
 			return err
 		}
-		f.log.LogAttrs(ctx, slog.LevelWarn, "fell behind the catalog's trimmed change log; loading the catalog whole",
-			slog.Int64("applied", f.applied.Load()))
+		f.log.LogAttrs(ctx, slog.LevelWarn, "the catalog's change log no longer holds the changes after the last one applied; loading the catalog whole",
+			slog.Int64("applied", f.applied.Load()), slog.String("error", err.Error()))
 		f.applied.Store(-1)
 	}
 }

@@ -31,22 +31,31 @@ type CatalogChange struct {
 	Target string // the poll, principal or key id
 }
 
-// ErrChangesTrimmed is the error of CatalogChangesAfter when changes after
-// the seq asked for were trimmed from the log: the cache that asked fell
-// behind, and must load the catalog whole.
-var ErrChangesTrimmed = errors.New("the catalog's change log was trimmed past the last change applied")
+// The errors of CatalogChangesAfter after which the cache that asked must
+// load the catalog whole.
+var (
+	// ErrChangesTrimmed: changes after the seq asked for were trimmed from
+	// the log; the cache fell behind.
+	ErrChangesTrimmed = errors.New("the catalog's change log was trimmed past the last change applied")
+	// ErrChangesRewound: the log ends before the seq asked for, which it
+	// once held: the database was restored from a backup, or failed over
+	// to a standby that had not received the last changes. Changes made
+	// since may reuse the seqs the cache applied.
+	ErrChangesRewound = errors.New("the catalog's change log ends before the last change applied (a database restored or failed over)")
+)
 
-// catalogChangesAfterSQL reads the trim horizon and the first changes
-// after $1 in one statement: one row with NULLs when nothing changed, so
-// a check that finds nothing costs one index probe.
+// catalogChangesAfterSQL reads the trim horizon, the last seq and the
+// first changes after $1 in one statement: one row with NULLs when
+// nothing changed, so a check that finds nothing costs two index probes.
 const catalogChangesAfterSQL = `
-SELECT t.through, c.seq, c.kind, c.target
+SELECT t.through, (SELECT max(seq) FROM catalog_changes), c.seq, c.kind, c.target
 FROM catalog_changes_trimmed t
 LEFT JOIN LATERAL (SELECT seq, kind, target FROM catalog_changes WHERE seq > $1 ORDER BY seq LIMIT $2) c ON true`
 
 // CatalogChangesAfter returns the changes after seq after, oldest first,
 // at most limit of them; none when nothing changed since. Its error is
-// ErrChangesTrimmed when some of them are no longer in the log.
+// ErrChangesTrimmed when some of them are no longer in the log, and
+// ErrChangesRewound when the log ends before after.
 func (s *Store) CatalogChangesAfter(ctx context.Context, after int64, limit int) ([]CatalogChange, error) {
 	if limit <= 0 {
 		return nil, fmt.Errorf("read catalog changes: %w: the limit must be positive, not %d", ErrInvalid, limit)
@@ -57,9 +66,9 @@ func (s *Store) CatalogChangesAfter(ctx context.Context, after int64, limit int)
 	}
 	var changes []CatalogChange
 	var trimmed int64
-	var seq *int64
+	var last, seq *int64
 	var kind, target *string
-	_, err = pgx.ForEachRow(rows, []any{&trimmed, &seq, &kind, &target}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&trimmed, &last, &seq, &kind, &target}, func() error {
 		if seq != nil {
 			changes = append(changes, CatalogChange{Seq: *seq, Kind: *kind, Target: *target})
 		}
@@ -71,7 +80,17 @@ func (s *Store) CatalogChangesAfter(ctx context.Context, after int64, limit int)
 	if trimmed > after {
 		return nil, fmt.Errorf("read catalog changes after %d: %w (through %d)", after, ErrChangesTrimmed, trimmed)
 	}
+	if end := max(trimmed, ptrOr(last, 0)); end < after {
+		return nil, fmt.Errorf("read catalog changes after %d: %w (it ends at %d)", after, ErrChangesRewound, end)
+	}
 	return changes, nil
+}
+
+func ptrOr(p *int64, or int64) int64 {
+	if p == nil {
+		return or
+	}
+	return *p
 }
 
 // CatalogHorizon is the seq of the last change committed: a cache that

@@ -100,7 +100,8 @@ func TestCatalogChanges(t *testing.T) {
 }
 
 // TestCatalogChangesTrimmed: a reader that applied less than the log was
-// trimmed to is told so, and the horizon stays past the trimmed changes.
+// trimmed to is told so, and the horizon stays past the trimmed changes;
+// so is one that applied more than the log holds.
 func TestCatalogChangesTrimmed(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -125,6 +126,14 @@ func TestCatalogChangesTrimmed(t *testing.T) {
 	}
 	if h, err := b.store.CatalogHorizon(b.ctx); err != nil || h != all[2].Seq {
 		t.Fatalf("horizon of an empty log %d (%v), want the last trimmed %d", h, err, all[2].Seq)
+	}
+	// A reader that applied more than the log holds (a database restored
+	// from a backup) is told so.
+	if _, err := b.store.CatalogChangesAfter(b.ctx, all[2].Seq+1, 10); !errors.Is(err, ledger.ErrChangesRewound) {
+		t.Fatalf("after the log's end: %v, want ErrChangesRewound", err)
+	}
+	if got, err := b.store.CatalogChangesAfter(b.ctx, all[2].Seq, 10); err != nil || len(got) != 0 {
+		t.Fatalf("at the log's end: %v %v, want nothing", got, err)
 	}
 }
 
