@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -324,5 +326,42 @@ func TestCatalogLoadsLongEligibilityLists(t *testing.T) {
 	}
 	if r := b.readyz(t); r.code != http.StatusOK {
 		t.Fatalf("readyz %d %s after the load", r.code, r.raw)
+	}
+}
+
+// TestCatalogChangeReachesAnotherIntake: polls created over HTTP at
+// intake A are held by intake B within a second of A's answer each, by
+// the change and its NOTIFY alone (B's periodic check is an hour away),
+// and B loads the catalog whole only once. The log shows the time from
+// the request to A until B held the poll.
+func TestCatalogChangeReachesAnotherIntake(t *testing.T) {
+	t.Parallel()
+	db := testenv.Postgres(t)
+	rdb, prefix := testenv.Redis(t)
+	hour := func(c *intake.Config) { c.CatalogRefresh = time.Hour }
+	a := setupOn(t, db, rdb, prefix, hour)
+	b := setupOn(t, db, rdb, prefix, hour, withKeyOf(a))
+	_, admin := a.admin(t, "app")
+	var took []time.Duration
+	for i := range 20 {
+		id := "n" + strconv.Itoa(i)
+		start := time.Now()
+		if r := a.adminDo(t, http.MethodPost, "/v1/polls", admin, `{"poll_id":"`+id+`","title":"T","choices":["y"]}`); r.code != http.StatusCreated {
+			t.Fatalf("create %s: %d %s", id, r.code, r.raw)
+		}
+		answered := time.Now()
+		for !b.srv.CatalogHolds(id) {
+			if time.Since(answered) > time.Second {
+				t.Fatalf("intake B did not hold poll %s a second after intake A answered its creation", id)
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+		took = append(took, time.Since(start))
+		time.Sleep(50 * time.Millisecond) // 20 creations a second at most: the admin's read budget
+	}
+	slices.Sort(took)
+	t.Logf("from the request to intake A to intake B holding the poll: median %s, max %s (20 polls)", took[len(took)/2], took[len(took)-1])
+	if got := testutil.ToFloat64(b.m.CatalogLoads); got != 1 {
+		t.Fatalf("intake B loaded the catalog whole %v times, want 1", got)
 	}
 }
