@@ -100,7 +100,13 @@ func newFollower(store *ledger.Store, log *slog.Logger, cfg Config, m *metrics, 
 func (f *follower) loadAtStart(ctx context.Context) {
 	sctx, cancel := context.WithTimeout(ctx, f.startTimeout)
 	defer cancel()
-	if err := f.catchUp(sctx); err != nil && ctx.Err() == nil {
+	err := f.catchUp(sctx)
+	switch {
+	case err == nil || ctx.Err() != nil:
+	case f.cat.loaded():
+		f.log.LogAttrs(ctx, slog.LevelWarn, "the catalog is loaded but its latest changes are not applied yet; intake goes on applying them",
+			slog.Int("polls", f.cat.size()), slog.String("error", err.Error()))
+	default:
 		f.log.LogAttrs(ctx, slog.LevelWarn, "the catalog is not loaded yet; intake is not ready until it is, and goes on loading",
 			slog.Int("polls_read", f.pollsRead()), slog.Duration("within", f.startTimeout), slog.String("error", err.Error()))
 	}
