@@ -39,7 +39,9 @@
 //   - jsonl.go: the JSON-lines event format export writes and import reads.
 //   - progress.go: the progress line of import, export and rebuild on a
 //     terminal (count, rate, time left), off elsewhere and with --quiet.
-//   - poll.go: tally poll create, close, list and show.
+//   - poll.go: tally poll create, close, list and show; poll_from.go:
+//     tally poll create --from FILE, many polls from JSON lines, each line
+//     answered as POST /v1/polls answers its poll.
 //   - principal.go: tally principal add, revoke and list.
 //   - loadtest.go: tally loadtest, on package internal/loadtest.
 //   - logkey.go: tally log, its key generate (the log's signing key) and

@@ -22,7 +22,7 @@ func pollCommand() *ucli.Command {
 		Subcommands: []*ucli.Command{
 			{
 				Name:      "create",
-				Usage:     "create a poll with its choices",
+				Usage:     "create a poll with its choices, or many from a file (--from)",
 				ArgsUsage: "ID",
 				Flags:     commonFlags(pollCreateFlags()...),
 				Action:    pollCreate,
@@ -53,8 +53,10 @@ func pollCommand() *ucli.Command {
 
 func pollCreateFlags() []ucli.Flag {
 	return []ucli.Flag{
-		&ucli.StringFlag{Name: "title", Required: true, Usage: "the question, for people"},
-		&ucli.StringSliceFlag{Name: "choice", Required: true, Usage: "a candidate `ID`; repeat for each"},
+		&ucli.StringFlag{Name: "title", Usage: "the question, for people (required without --from)"},
+		&ucli.StringSliceFlag{Name: "choice", Usage: "a candidate `ID`; repeat for each (required without --from)"},
+		&ucli.StringFlag{Name: "from", Usage: "create the polls of `FILE` instead (- for standard input): JSON lines, each the body of " +
+			"POST /v1/polls; each line's outcome is printed (created, exists, or refused with why), up to 1,000 polls a transaction"},
 		&ucli.StringFlag{Name: "opens-at", Usage: "RFC 3339 `TIME` it opens (default: now)"},
 		&ucli.StringFlag{Name: "closes-at", Usage: "RFC 3339 `TIME` it closes (default: open until tally poll close)"},
 		&ucli.StringSliceFlag{Name: "eligible", Usage: "a principal `ID` allowed to answer; repeat for each (default: any principal)"},
@@ -101,6 +103,9 @@ func rulesFromFlags(c *ucli.Context, n int) (vote.Rules, error) {
 // pollCreate is tally poll create ID. Run again with the same
 // definition it changes nothing and succeeds, as POST /v1/polls does.
 func pollCreate(c *ucli.Context) error {
+	if c.IsSet("from") {
+		return pollCreateFrom(c)
+	}
 	if c.NArg() != 1 {
 		return errors.New("give the poll ID, e.g. tally poll create lunch --title 'Lunch?' --choice pizza --choice sushi")
 	}
@@ -127,6 +132,9 @@ func pollCreate(c *ucli.Context) error {
 
 // pollFromFlags is the poll tally poll create describes.
 func pollFromFlags(c *ucli.Context) (ledger.Poll, error) {
+	if c.String("title") == "" || len(c.StringSlice("choice")) == 0 {
+		return ledger.Poll{}, errors.New("give the poll's --title and a --choice for each of its choices (or --from FILE for many polls)")
+	}
 	p := ledger.Poll{ID: c.Args().First(), Title: c.String("title"), Choices: c.StringSlice("choice"), Eligible: c.StringSlice("eligible"),
 		PublicResults: c.Bool("public-results")}
 	if !utf8.ValidString(p.Title) {

@@ -2,11 +2,13 @@ package intake_test
 
 import (
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"tally/intake"
+	"tally/ledger"
 )
 
 // This file tests a poll's ballot and answers mode on the admin routes:
@@ -81,7 +83,8 @@ func TestAdminCreateBallotKinds(t *testing.T) {
 	}
 }
 
-// TestAdminCreateBallotRefused: each rule a definition breaks answers 422
+// TestAdminCreateBallotRefused: each rule a definition breaks, and each
+// stated limit of a poll (choices, eligible), answers 422
 // invalid-definition naming the field and the limit; nothing is stored.
 func TestAdminCreateBallotRefused(t *testing.T) {
 	t.Parallel()
@@ -109,6 +112,10 @@ func TestAdminCreateBallotRefused(t *testing.T) {
 		{"parameter on ranked", head + `,"ballot":{"kind":"ranked","max_choices":2}}`, "ballot.max_choices", "not of ranked ones"},
 		{"unknown answers", head + `,"answers":"sometimes"}`, "answers", `"sometimes" is not known`},
 		{"ranked too many choices", `{"poll_id":"bad","title":"T","choices":[` + many + `],"ballot":{"kind":"ranked"}}`, "choices", "at most 16"},
+		{"over the limit of choices", `{"poll_id":"bad","title":"T","choices":[` + idList("c", ledger.MaxChoices+1) + `]}`,
+			"choices", "over its limit of 1000"},
+		{"over the limit of eligible", head + `,"eligible":[` + idList("p-", ledger.MaxEligible+1) + `]}`,
+			"eligible", "over its limit of 100000"},
 	}
 	for _, tc := range cases {
 		r := b.adminDo(t, http.MethodPost, "/v1/polls", admin, tc.body)
@@ -173,4 +180,16 @@ func TestVoterReadsPoll(t *testing.T) {
 	if r := b.adminDo(t, http.MethodGet, "/v1/polls/listed", admin, ""); r.code != http.StatusOK || r.body["eligible"] == nil || r.body["total"] == nil {
 		t.Fatalf("an admin's read: %d %s, want the list and the total", r.code, r.raw)
 	}
+}
+
+// idList is n JSON strings prefix0, prefix1, ... joined by commas.
+func idList(prefix string, n int) string {
+	var sb strings.Builder
+	for i := range n {
+		if i > 0 {
+			sb.WriteByte(',')
+		}
+		sb.WriteString(`"` + prefix + strconv.Itoa(i) + `"`)
+	}
+	return sb.String()
 }

@@ -55,22 +55,38 @@ func readAdminBody(w http.ResponseWriter, r *http.Request, v any, shape string, 
 	if r.ContentLength == 0 && empty {
 		return true
 	}
-	if !plainJSON(w, r) {
-		return false
-	}
-	if r.ContentLength > maxAdminBodyBytes {
-		writeProblem(w, http.StatusRequestEntityTooLarge, probTooLarge,
-			fmt.Sprintf("the body is %d bytes, but an admin request takes at most %d: split it", r.ContentLength, maxAdminBodyBytes), 0)
-		return false
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxAdminBodyBytes))
-	if err != nil {
-		answerReadError(w, err)
+	body, ok := readAdminBytes(w, r)
+	if !ok {
 		return false
 	}
 	if len(bytes.TrimSpace(body)) == 0 && empty {
 		return true
 	}
+	return decodeAdminBody(w, body, v, shape)
+}
+
+// readAdminBytes reads the body of an admin request, or answers 413, 415
+// or 400 and returns false.
+func readAdminBytes(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	if !plainJSON(w, r) {
+		return nil, false
+	}
+	if r.ContentLength > maxAdminBodyBytes {
+		writeProblem(w, http.StatusRequestEntityTooLarge, probTooLarge,
+			fmt.Sprintf("the body is %d bytes, but an admin request takes at most %d: split it", r.ContentLength, maxAdminBodyBytes), 0)
+		return nil, false
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxAdminBodyBytes))
+	if err != nil {
+		answerReadError(w, err)
+		return nil, false
+	}
+	return body, true
+}
+
+// decodeAdminBody decodes body strictly into v (decodeStrict), or
+// answers 400 naming what is wrong and returns false.
+func decodeAdminBody(w http.ResponseWriter, body []byte, v any, shape string) bool {
 	if err := decodeStrict(body, v); err != nil {
 		writeProblem(w, http.StatusBadRequest, probBadRequest, err.Error()+": send "+shape, 0)
 		return false
@@ -242,7 +258,7 @@ func parseTimeField(field string, v *string) (*time.Time, error) {
 }
 
 // adminWriteFailed answers the error of an admin write: 400 naming the
-// field at fault, 404, 501 when this intake's database login may not make
+// field at fault, 422 naming the field and the stated limit it is over, 404, 501 when this intake's database login may not make
 // the change, 503 when PostgreSQL did not answer (nothing was stored, or
 // the write may have committed: sending it again is safe, as each write
 // is idempotent but principals', which names it), 500 otherwise.
@@ -250,8 +266,8 @@ func (s *Server) adminWriteFailed(w http.ResponseWriter, r *http.Request, err er
 	var field *ledger.FieldError
 	switch {
 	case errors.As(err, &field):
-		writeProblem(w, http.StatusBadRequest, probBadRequest,
-			fmt.Sprintf("the field %q is invalid: %s", field.Field, field.Reason), 0)
+		status, prob, detail, _ := pollRefused(err)
+		writeProblem(w, status, prob, detail, 0)
 	case errors.Is(err, ledger.ErrNotPermitted):
 		s.failed(r, "admin write refused by the database", err)
 		writeProblem(w, http.StatusNotImplemented, probNotConfigured,
@@ -262,10 +278,10 @@ func (s *Server) adminWriteFailed(w http.ResponseWriter, r *http.Request, err er
 			"send the same request again after the Retry-After delay"
 		if !errors.Is(err, errPostgresDown) {
 			s.failed(r, "admin write failed", err)
-			if r.Pattern == routePrincipals {
-				detail += "; adding principals is not idempotent: if this request was stored after all, " +
+			if r.Pattern == routePrincipals && r.Header.Get(idempotencyKeyHeader) == "" {
+				detail += "; adding principals without an Idempotency-Key header is not idempotent: if this request was stored after all, " +
 					"the principals it added hold credentials nobody was shown (tally principal list shows them, " +
-					"tally principal revoke removes them)"
+					"tally principal revoke removes them); send an Idempotency-Key to make a retry safe"
 			}
 		}
 		writeProblem(w, http.StatusServiceUnavailable, probUnavailable, detail, time.Second)

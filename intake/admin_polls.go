@@ -1,6 +1,7 @@
 package intake
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -140,6 +141,23 @@ func (q pollRequest) poll() (ledger.Poll, error) {
 	return p, err
 }
 
+// ParsePoll reads one poll as POST /v1/polls reads its body, strictly
+// (no unknown key, no key twice, nothing after the object), for tally
+// poll create --from. Its error says what is wrong: a *vote.RuleError or
+// *ledger.FieldError names the field. The poll's ID is set when the body
+// gave one, even with an error.
+func ParsePoll(body []byte) (ledger.Poll, error) {
+	var q pollRequest
+	if err := decodeStrict(body, &q); err != nil {
+		return ledger.Poll{ID: q.PollID}, fmt.Errorf("%w: send %s", err, pollShape)
+	}
+	p, err := q.poll()
+	if err != nil {
+		return ledger.Poll{ID: q.PollID}, err
+	}
+	return p, nil
+}
+
 // pollAnswer is a poll as the admin routes answer it.
 type pollAnswer struct {
 	PollID        string     `json:"poll_id"`
@@ -167,14 +185,22 @@ func newPollAnswer(p ledger.Poll, now time.Time) pollAnswer {
 
 // handleCreatePoll takes POST /v1/polls: 201 with Location for a new poll,
 // 200 when the poll exists as asked, 409 poll-exists when it exists
-// otherwise.
+// otherwise. A body that is an array is many polls (createPolls).
 func (s *Server) handleCreatePoll(w http.ResponseWriter, r *http.Request) {
 	a, ok := s.admin(w, r)
 	if !ok {
 		return
 	}
+	body, ok := readAdminBytes(w, r)
+	if !ok {
+		return
+	}
+	if bytes.HasPrefix(bytes.TrimSpace(body), []byte("[")) {
+		s.createPolls(w, r, a, body)
+		return
+	}
 	var q pollRequest
-	if !readAdminBody(w, r, &q, pollShape, false) {
+	if !decodeAdminBody(w, body, &q, pollShape) {
 		return
 	}
 	p, err := q.poll()
@@ -186,29 +212,48 @@ func (s *Server) handleCreatePoll(w http.ResponseWriter, r *http.Request) {
 			return err
 		})
 	}
+	if status, prob, detail, ok := pollRefused(err); ok && status != http.StatusBadRequest {
+		writeProblem(w, status, prob, detail, 0)
+		return
+	}
+	if err != nil {
+		s.adminWriteFailed(w, r, err)
+		return
+	}
+	if created {
+		s.logAdmin(r, a, "poll.create", p.ID)
+	}
+	s.catchUpAfter(r)
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+	}
+	s.writePoll(w, r, p.ID, status)
+}
+
+// pollRefused is the answer to a poll's own refusal: 422 for a rule of
+// definitions broken or a stated limit passed, 409 for another definition
+// under its id, 400 for another invalid field. ok is false for any other
+// error (none, or the request's as a whole).
+func pollRefused(err error) (status int, prob problemType, detail string, ok bool) {
 	var conflict *ledger.DefinitionConflict
 	var rule *vote.RuleError
+	var field *ledger.FieldError
 	switch {
 	case errors.As(err, &rule):
-		writeProblem(w, http.StatusUnprocessableEntity, probInvalidDefinition,
-			fmt.Sprintf("the field %q breaks a rule of poll definitions: %s", rule.Field, rule.Reason), 0)
+		return http.StatusUnprocessableEntity, probInvalidDefinition,
+			fmt.Sprintf("the field %q breaks a rule of poll definitions: %s", rule.Field, rule.Reason), true
 	case errors.As(err, &conflict):
-		writeProblem(w, http.StatusConflict, probPollExists, fmt.Sprintf(
+		return http.StatusConflict, probPollExists, fmt.Sprintf(
 			"poll %q exists with another %s than this request's: choose another poll_id, or GET /v1/polls/%s to see it",
-			conflict.PollID, conflict.Field, conflict.PollID), 0)
-	case err != nil:
-		s.adminWriteFailed(w, r, err)
-	default:
-		if created {
-			s.logAdmin(r, a, "poll.create", p.ID)
-		}
-		s.reloadAfter(r, "catalog", s.catalog.reload)
-		status := http.StatusOK
-		if created {
-			status = http.StatusCreated
-		}
-		s.writePoll(w, r, p.ID, status)
+			conflict.PollID, conflict.Field, conflict.PollID), true
+	case errors.As(err, &field) && field.Limit > 0:
+		return http.StatusUnprocessableEntity, probInvalidDefinition,
+			fmt.Sprintf("the field %q is over its limit of %d: %s", field.Field, field.Limit, field.Reason), true
+	case errors.As(err, &field):
+		return http.StatusBadRequest, probBadRequest, fmt.Sprintf("the field %q is invalid: %s", field.Field, field.Reason), true
 	}
+	return 0, problemType{}, "", false
 }
 
 // handleClosePoll takes POST /v1/polls/{poll_id}/close, optionally
@@ -244,7 +289,7 @@ func (s *Server) handleClosePoll(w http.ResponseWriter, r *http.Request) {
 		s.adminWriteFailed(w, r, err)
 	default:
 		s.logAdmin(r, a, "poll.close", id)
-		s.reloadAfter(r, "catalog", s.catalog.reload)
+		s.catchUpAfter(r)
 		s.writePoll(w, r, id, http.StatusOK)
 	}
 }
@@ -346,14 +391,20 @@ func (s *Server) logAdmin(r *http.Request, a *voter, action, target string) {
 		slog.String("target", target), slog.String("principal", a.ID))
 }
 
-// reloadAfter reloads what this intake holds in memory after its own admin
-// write, so that the change holds here once it is answered (a poll created
-// takes votes, a revoked principal is refused); other intakes hear of it
-// by NOTIFY, within milliseconds. A failed reload is logged: the NOTIFY
-// and the periodic reload still come.
-func (s *Server) reloadAfter(r *http.Request, what string, reload func(context.Context) error) {
-	if err := reload(r.Context()); err != nil {
-		s.failed(r, "could not reload the "+what+" after an admin write; it follows within --catalog-refresh", err)
+// catchUpAfter brings what this intake holds in memory up to date after
+// its own admin write, by the catalog's change log, so that the change
+// holds here once it is answered (a poll created takes votes, a revoked
+// principal is refused); other intakes hear of it by NOTIFY, within
+// milliseconds. A write that changed nothing left no change to read. A
+// catch-up that failed is logged: the NOTIFY and the periodic check still
+// come, and it tells pgState nothing (a slow read is not an outage). It
+// takes at most Config.PostgresTimeout of the request's time, so that the
+// answer, which reads the poll back, has the rest.
+func (s *Server) catchUpAfter(r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.PostgresTimeout)
+	defer cancel()
+	if err := s.follow.catchUp(ctx); err != nil {
+		s.failed(r, "could not apply the catalog's changes after an admin write; they follow within --catalog-refresh", err)
 	}
 }
 

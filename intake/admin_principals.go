@@ -54,7 +54,10 @@ type principalsAnswer struct {
 // added and its credential, which no later answer shows again. Nothing is
 // stored when this intake has no key to sign the credentials with. Admins
 // are added only with Config.AddAdminsOverHTTP (403 otherwise), and their
-// tokens expire no later than the token of the admin that asked.
+// tokens expire no later than the token of the admin that asked. Under
+// an Idempotency-Key header it is idempotent (ledger.AddPrincipalsOnce):
+// the same request again answers 201 with the same principals, their
+// credentials signed anew; another request under the same key 409.
 func (s *Server) handleAddPrincipals(w http.ResponseWriter, r *http.Request) {
 	a, ok := s.admin(w, r)
 	if !ok {
@@ -89,17 +92,37 @@ func (s *Server) handleAddPrincipals(w http.ResponseWriter, r *http.Request) {
 			Reason: fmt.Sprintf("%d names; one request adds 1 to %d (split more)", n, MaxPrincipalsPerRequest)})
 		return
 	}
+	key, keyed := r.Header[idempotencyKeyHeader]
+	if keyed && (len(key) != 1 || !validIdempotencyKey(key[0])) {
+		writeProblem(w, http.StatusBadRequest, probBadRequest,
+			"the Idempotency-Key header must be given once, 1 to 255 visible ASCII characters (no spaces): a key of your choosing for this request", 0)
+		return
+	}
 	var ps []ledger.Principal
+	replayed := false
 	err = s.askLedger(r, func() error {
 		var err error
-		ps, err = s.store.AddPrincipals(ledger.ActingAs(r.Context(), a.ID), q.Names, q.Role)
+		ctx := ledger.ActingAs(r.Context(), a.ID)
+		if keyed {
+			ps, replayed, err = s.store.AddPrincipalsOnce(ctx, key[0], q.Names, q.Role)
+		} else {
+			ps, err = s.store.AddPrincipals(ctx, q.Names, q.Role)
+		}
 		return err
 	})
+	if errors.Is(err, ledger.ErrKeyReused) {
+		writeProblem(w, http.StatusConflict, probIdempotencyKeyReused,
+			"you used this Idempotency-Key for a request with other names or another role; nothing was added: "+
+				"send that request's names and role again to get its principals, or choose a new key for a new request", 0)
+		return
+	}
 	if err != nil {
 		s.adminWriteFailed(w, r, err)
 		return
 	}
-	s.logAdmin(r, a, "principal.add", fmt.Sprintf("%d principals of role %s", len(ps), ps[0].Role))
+	if !replayed {
+		s.logAdmin(r, a, "principal.add", fmt.Sprintf("%d principals of role %s", len(ps), ps[0].Role))
+	}
 	out := principalsAnswer{Principals: make([]issuedPrincipal, len(ps))}
 	if !expires.IsZero() {
 		out.ExpiresAt = &expires
@@ -123,6 +146,24 @@ func notAfter(expires, limit time.Time) time.Time {
 		return limit
 	}
 	return expires
+}
+
+// idempotencyKeyHeader is the header that makes POST /v1/principals
+// idempotent.
+const idempotencyKeyHeader = "Idempotency-Key"
+
+// validIdempotencyKey reports whether k is 1 to 255 visible ASCII
+// characters.
+func validIdempotencyKey(k string) bool {
+	if len(k) == 0 || len(k) > 255 {
+		return false
+	}
+	for i := range len(k) {
+		if k[i] < '!' || k[i] > '~' {
+			return false
+		}
+	}
+	return true
 }
 
 // The page size of GET /v1/principals: by default, and at most.
@@ -261,7 +302,7 @@ func (s *Server) handleRevokePrincipal(w http.ResponseWriter, r *http.Request) {
 		s.adminWriteFailed(w, r, err)
 	default:
 		s.logAdmin(r, a, "principal.revoke", id)
-		s.reloadAfter(r, "revocations", s.revoked.reload)
+		s.catchUpAfter(r)
 		writeJSON(w, http.StatusOK, struct {
 			PrincipalID string     `json:"principal_id"`
 			Role        *string    `json:"role"`

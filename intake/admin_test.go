@@ -515,3 +515,54 @@ func TestAdminRevokeMinted(t *testing.T) {
 	})
 	wantAccepted(t, b.vote(t, othersVoter, "o1", "p1", "a"), "o1", ledger.StatusPending)
 }
+
+// TestAdminAddPrincipalsIdempotent: under an Idempotency-Key the same
+// request adds its principals once and answers them again, with
+// credentials that work; other names under the same key are refused 409
+// with nothing added; another admin's same key is another request; a key
+// that is not visible ASCII is refused 400.
+func TestAdminAddPrincipalsIdempotent(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, admin := b.admin(t, "app")
+	_, other := b.admin(t, "other app")
+	add := func(token, key, names string) reply {
+		t.Helper()
+		req := b.request(t, http.MethodPost, "/v1/principals", token, "application/json", []byte(`{"names":[`+names+`]}`))
+		req.Header.Set("Idempotency-Key", key)
+		return b.send(t, req)
+	}
+	ids := func(r reply) []string {
+		var out []string
+		ps, _ := r.body["principals"].([]any)
+		for _, p := range ps {
+			id, _ := p.(map[string]any)["principal_id"].(string)
+			out = append(out, id)
+		}
+		return out
+	}
+	first := add(admin, "setup-1", `"a","b"`)
+	again := add(admin, "setup-1", `"a","b"`)
+	if first.code != http.StatusCreated || again.code != http.StatusCreated || !slices.Equal(ids(first), ids(again)) || len(ids(first)) != 2 {
+		t.Fatalf("the same request twice: %d %v, %d %v; want 201 with the same principals", first.code, ids(first), again.code, ids(again))
+	}
+	token, _ := again.body["principals"].([]any)[0].(map[string]any)["token"].(string)
+	if r := b.vote(t, token, "e1", "p1", "a"); r.code != http.StatusAccepted {
+		t.Fatalf("a vote with the credential of the repeated answer: %d %s", r.code, r.raw)
+	}
+	r := add(admin, "setup-1", `"a","c"`)
+	wantProblemType(t, r, http.StatusConflict, "idempotency-key-reused")
+	if r := add(other, "setup-1", `"a","b"`); r.code != http.StatusCreated || slices.Contains(ids(first), ids(r)[0]) {
+		t.Fatalf("another admin's key: %d %v, want new principals", r.code, ids(r))
+	}
+	if r := add(admin, "two words", `"a"`); r.code != http.StatusBadRequest {
+		t.Fatalf("a key with a space: %d %s, want 400", r.code, r.raw)
+	}
+	ps, err := b.store.Principals(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ps) != 3+2+2 { // voter, app, other app; setup-1 of each admin
+		t.Fatalf("%d principals, want 7", len(ps))
+	}
+}

@@ -79,7 +79,7 @@ func newShardedBatcherFixture(t *testing.T, rdb redis.UniversalClient, cfg Confi
 	sizes := &batchSizes{Histogram: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "batch_size"})}
 	f := &batcherFixture{
 		b: newBatcher(rdb, cfg, sizes), rdb: rdb, keys: keys, args: newScriptArgs(cfg, keys),
-		poll:  newPollInfo(ledger.Poll{ID: "p", Choices: []string{"a", "b"}}),
+		poll:  newPollInfo(ledger.Poll{ID: "p", Choices: []string{"a", "b"}}, time.Now()),
 		sizes: sizes,
 	}
 	t.Cleanup(func() { f.wantIdle(t) })

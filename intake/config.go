@@ -117,9 +117,16 @@ type Config struct {
 	// and /readyz callers within it share one check. Default 1s.
 	ReadCacheTTL time.Duration
 
-	// CatalogRefresh is the period of the full catalog reload, the safety
-	// net beside LISTEN tally_catalog. Default 30s.
+	// CatalogRefresh is the period of the check of the catalog's change
+	// log (one indexed query when nothing changed), the safety net beside
+	// LISTEN tally_catalog. Default 30s.
 	CatalogRefresh time.Duration
+
+	// CatalogLoadTimeout bounds the wait for the first load of the catalog
+	// at start, which reads it in pages, each under PostgresTimeout. Past
+	// it intake logs how many polls it read and serves, not ready, while
+	// the load goes on from there. Default 1m.
+	CatalogLoadTimeout time.Duration
 
 	// Credentials verifies the bearer tokens that verify themselves
 	// (package credential): tally's own, signed with a credential key, and
@@ -259,6 +266,7 @@ func (c Config) withDefaults() Config {
 	}
 	c = c.withLimitDefaults()
 	setDur(&c.CatalogRefresh, 30*time.Second)
+	setDur(&c.CatalogLoadTimeout, time.Minute)
 	if c.BreakerFailures == 0 {
 		c.BreakerFailures = 5
 	}
@@ -380,6 +388,7 @@ func (c Config) durationAndTLSErrors() []error {
 		{"PostgresTimeout", c.PostgresTimeout}, {"AuthTTL", c.AuthTTL},
 		{"AuthNegativeTTL", c.AuthNegativeTTL}, {"AuthStaleMax", c.AuthStaleMax},
 		{"ReadCacheTTL", c.ReadCacheTTL}, {"CatalogRefresh", c.CatalogRefresh},
+		{"CatalogLoadTimeout", c.CatalogLoadTimeout},
 		{"BreakerOpenFor", c.BreakerOpenFor},
 		{"ReadHeaderTimeout", c.ReadHeaderTimeout}, {"ReadTimeout", c.ReadTimeout},
 		{"WriteTimeout", c.WriteTimeout}, {"IdleTimeout", c.IdleTimeout},

@@ -80,16 +80,26 @@
 //     A signed credential (package credential: tally's own token, or an
 //     OpenID Connect issuer's) is verified in memory, with no query; the
 //     revoked principals and retired keys are held in memory (loaded at
-//     start, kept current by NOTIFY, a reload on every reconnection of the
-//     listener and every Config.CatalogRefresh) and checked on every
-//     request in every state, a PostgreSQL outage included. A token of the
+//     start, kept current by the catalog's change log, as the polls are)
+//     and checked on every request in every state, a PostgreSQL outage
+//     included. A token of the
 //     stored kind issued before signed credentials ("tly_...") is looked
 //     up by its SHA-256 (never kept in clear, never logged) and cached for
 //     Config.AuthTTL; a change to the principals table expires the cache
 //     at once.
 //   - Polls, choices and eligibility are held whole in an in-process
-//     catalog, loaded at start and reloaded on every NOTIFY on channel
-//     tally_catalog and every Config.CatalogRefresh. A poll id it does not
+//     catalog, loaded at start in pages (each a query of its own under
+//     Config.PostgresTimeout, the whole within Config.CatalogLoadTimeout
+//     before intake serves, and on in the background past it) and kept
+//     current by the catalog's change log: intake applies the changes
+//     after the last one it applied, reading again only the polls,
+//     principals and keys they name, on each NOTIFY on channel
+//     tally_catalog, on every reconnection of its listener, every
+//     Config.CatalogRefresh (one indexed query when nothing changed) and
+//     after its own admin writes, before their answer. It loads the
+//     catalog whole again only when it fell behind the trimmed log. A
+//     failed or slow read of the catalog is logged and tried again, and
+//     never taken for a PostgreSQL outage. A poll id it does not
 //     hold is answered 404 from memory, with no query, as a hidden poll
 //     is, so a vote costs no PostgreSQL round trip. The ledger stays the
 //     arbiter: an event that raced a catalog change is rejected there with
@@ -149,13 +159,15 @@
 //     the log line of a failed request; request_auth.go: authentication
 //     (the bearer token, its 401 challenges, the principal it names) and
 //     the spending of a principal's reads.
-//   - admin_body.go, admin_polls.go, admin_principals.go: the admin
-//     routes (an admin's authentication and the strict body reader, whose
-//     refusals name the byte, key or field at fault as the vote's do; polls
-//     created, closed, listed and read; principals added, listed and
-//     revoked), each write through the ledger function the CLI runs. An
-//     admin adds voters; admins only with Config.AddAdminsOverHTTP, and
-//     their tokens expire no later than the asking admin's.
+//   - admin_body.go, admin_polls.go, admin_polls_bulk.go,
+//     admin_principals.go: the admin routes (an admin's authentication and
+//     the strict body reader, whose refusals name the byte, key or field at
+//     fault as the vote's do; polls created, one or many in a request,
+//     closed, listed and read; principals added, idempotently under an
+//     Idempotency-Key, listed and revoked), each write through the ledger
+//     function the CLI runs. An admin adds voters; admins only with
+//     Config.AddAdminsOverHTTP, and their tokens expire no later than the
+//     asking admin's.
 //   - limits.go: the limits kept in memory, of failed authentications per
 //     client address and of reads per principal.
 //   - credentials.go: the signed credentials, verified in memory once the
@@ -164,11 +176,13 @@
 //     token a reissue replaced, and the 401 that names the key of a token
 //     signed by one this intake does not hold (Config.CredentialKeyIDs);
 //     revocations.go: the revocations (and reissued principals'
-//     valid-after times) held in memory and how they stay current.
+//     valid-after times) held in memory, kept current by the catalog's
+//     change log.
 //   - auth.go: the cache of stored-kind tokens and the voter, a principal
 //     with its enqueue arguments made once.
 //   - catalog.go: the in-process catalog of polls, choices and
-//     eligibility, and how it stays fresh.
+//     eligibility; changes.go: the follower of the catalog's change log,
+//     which loads the catalog and the revocations and keeps them current.
 //   - read_vote.go: the first step of a vote: content type, size, body.
 //   - post_vote.go: POST /v1/votes as its steps (readVote, admit, enqueue,
 //     answerEnqueue) and the table of the answer to each enqueue outcome.

@@ -27,6 +27,9 @@ type Metrics struct {
 
 	BoundRefusals    *prometheus.CounterVec // bound
 	ConnectionErrors *prometheus.CounterVec // kind
+
+	CatalogLoads   prometheus.Counter
+	CatalogChanges prometheus.Counter
 }
 
 // HungRedis is a client of a Redis that never answers (see hungRedis).
@@ -40,6 +43,7 @@ func (s *Server) Metrics() Metrics {
 		LedgerChecks: m.ledgerCheckVec, Credentials: m.credentialVec,
 		PostgresReachable: m.postgresReachable, Degraded: m.degraded, ResultsQueries: m.resultsReads,
 		BoundRefusals: m.bounds, ConnectionErrors: m.connErrors,
+		CatalogLoads: m.catalogLoads, CatalogChanges: m.catalogChanges,
 	}
 }
 
@@ -56,11 +60,6 @@ func (s *Server) Revoked(id string) bool {
 	return refused
 }
 
-// Reload loads the catalog and the revocations as Serve does, for a
-// handler that is not served.
-func (s *Server) Reload(ctx context.Context) error {
-	if err := s.catalog.reload(ctx); err != nil {
-		return err
-	}
-	return s.revoked.reload(ctx)
-}
+// Reload brings the catalog and the revocations up to date as Serve
+// does, for a handler that is not served.
+func (s *Server) Reload(ctx context.Context) error { return s.follow.catchUp(ctx) }

@@ -335,7 +335,7 @@ func TestEnqueueModel(t *testing.T) {
 	if err := store.CreatePoll(ctx, ledger.Poll{ID: "p", Title: "p", OpensAt: time.Unix(0, 0), Choices: []string{"a", "b"}}); err != nil {
 		t.Fatal(err)
 	}
-	poll := newPollInfo(ledger.Poll{ID: "p", Choices: []string{"a", "b"}})
+	poll := newPollInfo(ledger.Poll{ID: "p", Choices: []string{"a", "b"}}, time.Now())
 	rdb, prefix := testenv.Redis(t)
 	run := 0
 	rapid.Check(t, func(rt *rapid.T) {

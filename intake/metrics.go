@@ -40,6 +40,11 @@ type metrics struct {
 	connsRefused prometheus.Counter
 	connErrors   *prometheus.CounterVec // kind (conn_errors.go)
 
+	// The follower of the catalog's change log (changes.go): whole loads
+	// of the catalog, and changes applied one by one.
+	catalogLoads   prometheus.Counter
+	catalogChanges prometheus.Counter
+
 	// credentialVec counts the signed credentials checked, by result;
 	// credentials are its children by result.
 	credentialVec *prometheus.CounterVec
@@ -154,11 +159,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	m.authLimited, m.readLimited, m.limitEvictions = newLimitMetrics()
 	m.bounds, m.connErrors = newBoundMetrics()
+	m.catalogLoads, m.catalogChanges = newCatalogMetrics()
 	m.connsRefused = m.bounds.WithLabelValues(boundConnsPerAddr)
 	m.makeChildren()
 	var errs []error
 	for _, c := range append([]prometheus.Collector{m.requests, m.duration, m.enqueue, m.batchSize, m.rateLimited, m.replays, m.backlogRefusals, m.breakerState, m.ledgerCheckVec, m.credentialVec,
-		m.authLimited, m.readLimited, m.limitEvictions, m.bounds, m.connErrors}, m.newDegradedMetrics()...) {
+		m.authLimited, m.readLimited, m.limitEvictions, m.bounds, m.connErrors,
+		m.catalogLoads, m.catalogChanges}, m.newDegradedMetrics()...) {
 		if err := reg.Register(c); err != nil {
 			errs = append(errs, err)
 		}
@@ -252,6 +259,18 @@ func newBoundMetrics() (bounds, connErrors *prometheus.CounterVec) {
 			"The log has the first of each kind and a summary a minute, not a line each.",
 	}, []string{"kind"})
 	return bounds, connErrors
+}
+
+// newCatalogMetrics are the counters of the follower of the catalog's
+// change log.
+func newCatalogMetrics() (loads, changes prometheus.Counter) {
+	return prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "tally", Subsystem: "intake", Name: "catalog_loads_total",
+			Help: "Loads of the whole catalog (polls and revocations): one at start, and one each time intake fell behind the trimmed change log.",
+		}), prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "tally", Subsystem: "intake", Name: "catalog_changes_applied_total",
+			Help: "Changes of the catalog's change log applied, each reading again only the poll, principal or key it names.",
+		})
 }
 
 // breakerValue maps a breaker state to the gauge's value.

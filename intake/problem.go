@@ -21,6 +21,9 @@ type problemType struct {
 	title string
 }
 
+// uri is the problem's type as answers name it.
+func (pt problemType) uri() string { return problemTypeBaseURI + pt.slug }
+
 // The problems intake answers.
 var (
 	probBadRequest    = problemType{"invalid-request", "The request body is invalid"}
@@ -45,6 +48,9 @@ var (
 	// manage the catalog).
 	probForbidden  = problemType{"forbidden", "The principal may not do this"}
 	probPollExists = problemType{"poll-exists", "A poll with this id exists with another definition"}
+	// idempotency-key-reused: POST /v1/principals under an Idempotency-Key
+	// the admin used for another request.
+	probIdempotencyKeyReused = problemType{"idempotency-key-reused", "The Idempotency-Key was used with another request"}
 	// invalid-definition: a poll's ballot or answers mode that breaks a
 	// rule of its kind (a parameter out of range or of another kind):
 	// well-formed JSON, so not invalid-request, but not a definition.
@@ -81,7 +87,7 @@ func writeProblem(w http.ResponseWriter, status int, pt problemType, detail stri
 	if retryAfter > 0 {
 		h.Set("Retry-After", strconv.FormatInt(retryAfterSeconds(retryAfter), 10))
 	}
-	b, _ := json.Marshal(problem{Type: problemTypeBaseURI + pt.slug, Title: pt.title, Status: status, Detail: detail})
+	b, _ := json.Marshal(problem{Type: pt.uri(), Title: pt.title, Status: status, Detail: detail})
 	w.WriteHeader(status)
 	w.Write(append(b, '\n'))
 }

@@ -1,10 +1,7 @@
 package intake
 
 import (
-	"context"
-	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"tally/ledger"
@@ -15,32 +12,14 @@ import (
 // replaced, held whole in memory.
 
 // revocations holds every revoked principal, retired credential key and
-// reissued principal's valid-after time (ledger.ReissuePrincipal),
-// loaded at start and again on every change the catalog's watcher reports
-// (the NOTIFY of a revocation, and every reconnection of the listener,
-// since notifications may have been missed meanwhile) and every
-// refreshEvery. A reload that fails is tried again every retryEvery until
-// one succeeds. Every request is checked against it, in every state: while
-// PostgreSQL does not answer, the revocations read last still hold.
+// reissued principal's valid-after time (ledger.ReissuePrincipal), loaded
+// whole at start and kept current by the follower of the catalog's
+// change log (changes.go), which reads again only the principals and keys
+// a change names. Every request is checked against it, in every state:
+// while PostgreSQL does not answer, the revocations read last still hold.
 type revocations struct {
-	store        *ledger.Store
-	pg           *pgState
-	log          *slog.Logger
-	refreshEvery time.Duration
-	retryEvery   time.Duration
-	timeout      time.Duration
-
-	cur atomic.Pointer[ledger.Revocations] // nil until the first load
-	// reloading orders the reloads, as catalog's does.
-	reloading sync.Mutex
-	kick      chan struct{}
-}
-
-func newRevocations(store *ledger.Store, log *slog.Logger, cfg Config, pg *pgState) *revocations {
-	return &revocations{
-		store: store, pg: pg, log: log, refreshEvery: cfg.CatalogRefresh, retryEvery: time.Second,
-		timeout: cfg.PostgresTimeout, kick: make(chan struct{}, 1),
-	}
+	mu  sync.RWMutex
+	cur *ledger.Revocations // nil until the first load
 }
 
 // refuses reports whether a credential of principalID signed by tally's
@@ -50,7 +29,9 @@ func newRevocations(store *ledger.Store, log *slog.Logger, cfg Config, pg *pgSta
 // retired, or its principal reissued a token after issuedAt. loaded is
 // false until the first load; nothing can be told then.
 func (r *revocations) refuses(principalID, keyID string, issuedAt time.Time) (refused, loaded bool) {
-	cur := r.cur.Load()
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	cur := r.cur
 	if cur == nil {
 		return false, false
 	}
@@ -69,51 +50,41 @@ func (r *revocations) refuses(principalID, keyID string, issuedAt time.Time) (re
 }
 
 // loaded reports whether the revocations were loaded once.
-func (r *revocations) loaded() bool { return r.cur.Load() != nil }
-
-// requestReload asks run for a reload without waiting for it.
-func (r *revocations) requestReload() {
-	select {
-	case r.kick <- struct{}{}:
-	default:
-	}
+func (r *revocations) loaded() bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.cur != nil
 }
 
-// run reloads at start, when asked and every refreshEvery, until ctx is
-// done.
-func (r *revocations) run(ctx context.Context) {
-	t := time.NewTicker(r.refreshEvery)
-	defer t.Stop()
-	for {
-		wait := (<-chan time.Time)(nil)
-		if err := r.reload(ctx); err != nil {
-			if ctx.Err() != nil {
-				return
+// replace makes all the whole of the revocations.
+func (r *revocations) replace(all ledger.Revocations) {
+	r.mu.Lock()
+	r.cur = &all
+	r.mu.Unlock()
+}
+
+// apply replaces what it holds of principals and keys with fresh, what
+// PostgreSQL now holds of them (ledger.Store.RevocationsOf).
+func (r *revocations) apply(principals, keys []string, fresh ledger.Revocations) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, id := range principals {
+		delete(r.cur.Principals, id)
+		if v, ok := fresh.Principals[id]; ok {
+			r.cur.Principals[id] = v
+		}
+		delete(r.cur.ValidAfter, id)
+		if v, ok := fresh.ValidAfter[id]; ok {
+			if r.cur.ValidAfter == nil {
+				r.cur.ValidAfter = map[string]time.Time{}
 			}
-			r.log.LogAttrs(ctx, slog.LevelWarn, "revocations reload failed; refusing by the ones read before, and trying again",
-				slog.String("error", err.Error()), slog.Duration("retry_in", r.retryEvery))
-			wait = time.After(r.retryEvery)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		case <-r.kick:
-		case <-wait:
+			r.cur.ValidAfter[id] = v
 		}
 	}
-}
-
-func (r *revocations) reload(ctx context.Context) error {
-	r.reloading.Lock()
-	defer r.reloading.Unlock()
-	lctx, cancel := context.WithTimeout(ctx, r.timeout)
-	defer cancel()
-	rev, err := r.store.Revocations(lctx)
-	r.pg.observe(ctx, err)
-	if err != nil {
-		return err
+	for _, id := range keys {
+		delete(r.cur.Keys, id)
+		if v, ok := fresh.Keys[id]; ok {
+			r.cur.Keys[id] = v
+		}
 	}
-	r.cur.Store(&rev)
-	return nil
 }

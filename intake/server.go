@@ -42,6 +42,7 @@ type Server struct {
 	// one attempt and one lookup (principalBy).
 	authFlight singleflight.Group
 	catalog    *catalog
+	follow     *follower     // keeps catalog and revoked current
 	pg         *pgState      // whether PostgreSQL answers intake's lookups
 	results    *resultsCache // the last figures read of each poll
 	ready      *readyCache   // the last answer of /readyz
@@ -100,18 +101,16 @@ func New(cfg Config, store *ledger.Store, rdb redis.UniversalClient, keys stream
 	s.results = newResultsCache()
 	s.ready = &readyCache{}
 	s.limits = newLimits(cfg, m)
-	s.revoked = newRevocations(store, s.log, cfg, s.pg)
-	s.catalog = newCatalog(store, s.log, cfg, s.pg, func() {
-		s.auth.expireAll()
-		s.revoked.requestReload()
-	})
+	s.revoked = &revocations{}
+	s.catalog = &catalog{}
+	s.follow = newFollower(store, s.log, cfg, m, s.pg, s.catalog, s.revoked, s.auth.expireAll)
 	s.connErrors = newConnErrors(s.log, m.connErrors)
 	s.handler = s.routes()
 	return s, nil
 }
 
 // Handler is the HTTP handler of every route, for tests and embedding. The
-// catalog is only kept fresh (NOTIFY and periodic reloads) while Run or
+// catalog is only kept current (the follower of its change log) while Run or
 // Serve runs.
 func (s *Server) Handler() http.Handler { return s.handler }
 
@@ -197,12 +196,11 @@ func (s *Server) ServeAdmin(ctx context.Context, ln, admin net.Listener) error {
 		adminSrv.ReadHeaderTimeout = min(adminSrv.ReadHeaderTimeout, adminIdleTimeout)
 	}
 
-	s.loadAtStart(ctx)
+	s.follow.loadAtStart(ctx)
 	bgCtx, stopBackground := context.WithCancel(ctx)
 	var bg sync.WaitGroup
 	bg.Go(func() { s.markEpochs(bgCtx) })
-	bg.Go(func() { s.catalog.run(bgCtx) })
-	bg.Go(func() { s.revoked.run(bgCtx) })
+	bg.Go(func() { s.follow.run(bgCtx) })
 	if s.cfg.Credentials != nil {
 		bg.Go(func() { s.runCredentials(bgCtx) })
 	}
@@ -276,20 +274,6 @@ func closeAll(lns ...net.Listener) {
 func closeServers(servers []*http.Server) {
 	for _, srv := range servers {
 		srv.Close()
-	}
-}
-
-// loadAtStart loads the catalog and the revocations before intake takes
-// its first request, so that a vote right after the start is not answered
-// 503 for want of them. When PostgreSQL does not answer, intake serves all
-// the same (/readyz says "not ready": catalog loading) and the background
-// reloads keep trying.
-func (s *Server) loadAtStart(ctx context.Context) {
-	for what, load := range map[string]func(context.Context) error{"catalog": s.catalog.reload, "revocations": s.revoked.reload} {
-		if err := load(ctx); err != nil {
-			s.log.LogAttrs(ctx, slog.LevelWarn, "could not load the "+what+" at start; intake is not ready until it does",
-				slog.String("error", err.Error()))
-		}
 	}
 }
 

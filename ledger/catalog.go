@@ -143,18 +143,28 @@ type FieldError struct {
 	Op     string // what was being done: "create poll lunch"
 	Field  string
 	Reason string
+	// Limit, when not 0, is the stated limit the field is over (MaxChoices,
+	// MaxEligible): the request is well formed, but too big.
+	Limit int
 }
 
 func (e *FieldError) Error() string { return e.Op + ": " + ErrInvalid.Error() + ": " + e.Reason }
 
 func (e *FieldError) Unwrap() error { return ErrInvalid }
 
-// maxChoices bounds a poll's choices, as its definition leaf does.
-const maxChoices = 1<<16 - 1
+// The stated limits of a poll's definition. Every intake holds every
+// poll, with its choices and its eligibility list, in memory, and reads a
+// poll again whole when it changes: these bound what one poll costs it
+// (docs/operations.md).
+const (
+	MaxChoices  = 1_000   // choices of one poll
+	MaxEligible = 100_000 // principals on one poll's eligibility list
+)
 
 // validateNew checks a poll given to CreatePoll: valid ids, a title a
-// definition leaf can hold, 1 to maxChoices choices and no choice twice,
-// and no closing before opening. Its error is a *FieldError.
+// definition leaf can hold, 1 to MaxChoices choices and no choice twice,
+// at most MaxEligible eligible principals, and no closing before opening.
+// Its error is a *FieldError, with its Limit for a stated limit.
 func (p Poll) validateNew() error {
 	bad := func(field, format string, args ...any) error {
 		op := "create poll"
@@ -162,6 +172,11 @@ func (p Poll) validateNew() error {
 			op += " " + p.ID
 		}
 		return &FieldError{Op: op, Field: field, Reason: fmt.Sprintf(format, args...)}
+	}
+	overLimit := func(field string, limit int, format string, args ...any) error {
+		err := bad(field, format, args...).(*FieldError)
+		err.Limit = limit
+		return err
 	}
 	if !vote.ValidID(p.ID) {
 		return bad("poll_id", "poll id %q must be "+vote.IDRule, p.ID)
@@ -175,8 +190,13 @@ func (p Poll) validateNew() error {
 		return bad("title", "the title is not valid UTF-8")
 	case len(p.Choices) < 1:
 		return bad("choices", "give at least one choice")
-	case len(p.Choices) > maxChoices:
-		return bad("choices", "%d choices; a poll has at most %d", len(p.Choices), maxChoices)
+	case len(p.Choices) > MaxChoices:
+		return overLimit("choices", MaxChoices, "%d choices; a poll has at most %d: split it into polls of fewer choices",
+			len(p.Choices), MaxChoices)
+	case len(p.Eligible) > MaxEligible:
+		return overLimit("eligible", MaxEligible, "%d eligible principals; a poll's list has at most %d: "+
+			"leave the list out (any principal may answer) and give voters of this poll their own credentials, or split the poll",
+			len(p.Eligible), MaxEligible)
 	}
 	dup := map[string]bool{}
 	for _, c := range p.Choices {
@@ -233,23 +253,30 @@ RETURNING p.closes_at IS DISTINCT FROM old.closes_at`, id, at).Scan(&changed)
 	})
 }
 
-const pollsSQL = `
-SELECT p.id, p.title, p.opens_at, p.closes_at, p.eligibility, p.public_results, p.created_at, ` + rulesColsP + `,
-       coalesce((SELECT array_agg(c.candidate_id ORDER BY c.position) FROM poll_choices c WHERE c.poll_id = p.id), '{}'),
-       coalesce((SELECT array_agg(e.principal_id ORDER BY e.principal_id) FROM poll_eligible e WHERE e.poll_id = p.id), '{}')
-FROM polls p
-WHERE $1::text IS NULL OR p.id = $1
-ORDER BY p.created_at, p.id`
+// pollColumnsSQL is what the reads of polls (p) select, in the order
+// queryPolls reads it.
+const pollColumnsSQL = `
+p.id, p.title, p.opens_at, p.closes_at, p.eligibility, p.public_results, p.created_at, ` + rulesColsP + `,
+coalesce((SELECT array_agg(c.candidate_id ORDER BY c.position) FROM poll_choices c WHERE c.poll_id = p.id), '{}'),
+coalesce((SELECT array_agg(e.principal_id ORDER BY e.principal_id) FROM poll_eligible e WHERE e.poll_id = p.id), '{}')`
+
+// The reads of polls: all of them (or one), a page in id order, and
+// those of some ids.
+const (
+	pollsSQL      = `SELECT ` + pollColumnsSQL + ` FROM polls p WHERE $1::text IS NULL OR p.id = $1 ORDER BY p.created_at, p.id`
+	pollsAfterSQL = `SELECT ` + pollColumnsSQL + ` FROM polls p WHERE p.id > $1 ORDER BY p.id LIMIT $2`
+	pollsOfSQL    = `SELECT ` + pollColumnsSQL + ` FROM polls p WHERE p.id = ANY($1::text[])`
+)
 
 // Polls lists every poll with its choices and eligibility list, oldest
 // first.
 func (s *Store) Polls(ctx context.Context) ([]Poll, error) {
-	return s.queryPolls(ctx, nil)
+	return s.queryPolls(ctx, "list polls", pollsSQL, nil)
 }
 
 // Poll returns one poll, or ErrNotFound.
 func (s *Store) Poll(ctx context.Context, id string) (Poll, error) {
-	ps, err := s.queryPolls(ctx, &id)
+	ps, err := s.queryPolls(ctx, "read poll "+id, pollsSQL, &id)
 	if err != nil {
 		return Poll{}, err
 	}
@@ -259,12 +286,50 @@ func (s *Store) Poll(ctx context.Context, id string) (Poll, error) {
 	return ps[0], nil
 }
 
-func (s *Store) queryPolls(ctx context.Context, id *string) ([]Poll, error) {
-	rows, err := s.pool.Query(ctx, pollsSQL, id)
-	if err != nil {
-		return nil, interpretError("list polls", err)
+// PollsAfter lists at most limit polls whose ids come after after (byte
+// order; "" for the first), in that order: a page of the catalog, read in
+// a statement of its own. PostgreSQL does not JIT-compile it: a page of
+// long eligibility lists is estimated costly enough to be, and the
+// compilation costs more than it saves on a read done once.
+func (s *Store) PollsAfter(ctx context.Context, after string, limit int) ([]Poll, error) {
+	if limit <= 0 {
+		return nil, fmt.Errorf("list polls: %w: the limit must be positive, not %d", ErrInvalid, limit)
 	}
-	ps, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Poll, error) {
+	var ps []Poll
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SET LOCAL jit = off`); err != nil {
+			return err
+		}
+		var err error
+		ps, err = queryPolls(ctx, tx, pollsAfterSQL, after, limit)
+		return err
+	})
+	return ps, interpretError("list polls", err)
+}
+
+// PollsOf returns the polls of ids that exist, in no order.
+func (s *Store) PollsOf(ctx context.Context, ids []string) ([]Poll, error) {
+	return s.queryPolls(ctx, "read polls", pollsOfSQL, ids)
+}
+
+func (s *Store) queryPolls(ctx context.Context, what, sql string, args ...any) ([]Poll, error) {
+	ps, err := queryPolls(ctx, s.pool, sql, args...)
+	return ps, interpretError(what, err)
+}
+
+// querier runs a query: the pool, or a transaction.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// queryPolls runs a read of polls selecting pollColumnsSQL; its error is
+// pgx's.
+func queryPolls(ctx context.Context, q querier, sql string, args ...any) ([]Poll, error) {
+	rows, err := q.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Poll, error) {
 		var p Poll
 		var rr rulesRow
 		err := r.Scan(append(append([]any{&p.ID, &p.Title, &p.OpensAt, &p.ClosesAt, &p.Eligibility, &p.PublicResults, &p.CreatedAt},
@@ -272,5 +337,4 @@ func (s *Store) queryPolls(ctx context.Context, id *string) ([]Poll, error) {
 		p.Rules = rr.rules()
 		return p, err
 	})
-	return ps, interpretError("list polls", err)
 }

@@ -36,10 +36,15 @@
 // REPEATABLE READ snapshot and diffs it against the projection; Store.Repair
 // rewrites the projection from the ledger while appends go on.
 //
-// Store.WatchCatalog reports changes to polls, choices, eligibility and
-// principals as they commit (LISTEN on the channel migration 00002's
-// triggers notify), so a cache of the catalog, like intake's, can stay
-// fresh.
+// Every change of the catalog (a poll created or closed, a principal
+// revoked, a key retired) is an entry of the catalog's change log, written
+// by the database's triggers in the change's transaction and numbered in
+// commit order (migration 00015); a change that changed nothing writes
+// none. A cache of the catalog, like intake's, loads it whole once
+// (CatalogHorizon, PollsAfter page by page, Revocations) and then applies
+// the changes after the last it applied (CatalogChangesAfter, PollsOf,
+// RevocationsOf); Store.WatchCatalog tells it, by LISTEN, when there are
+// new ones.
 //
 // The package knows nothing of Redis or HTTP. Its methods take a context and
 // run on a pgx pool; errors from PostgreSQL are translated in one place
@@ -61,7 +66,12 @@
 //   - insert.go: the statements that write ledger rows with their
 //     projection deltas, and rejection records.
 //   - catalog.go: polls and their choices and eligibility.
-//   - principals.go: principals and their bearer tokens.
+//   - poll_ensure.go: EnsurePoll, a poll's creation repeated;
+//     poll_bulk.go: EnsurePolls, many polls in one transaction.
+//   - principals.go: principals and their bearer tokens, added at random
+//     or idempotently under a key (AddPrincipalsOnce).
+//   - changes.go: the catalog's change log: the changes after a seq, the
+//     horizon a whole load starts from, the trim.
 //   - watch.go: WatchCatalog, the LISTEN connection for catalog changes.
 //   - results.go: reads of the projection and of one event's record.
 //   - rebuild.go: Rebuild and Repair of the projection from the ledger.

@@ -117,9 +117,13 @@ func TestNewPollFieldErrors(t *testing.T) {
 	b := setup(t)
 	opens := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	before, same := opens.Add(-time.Second), opens
-	many := make([]string, 1<<16)
+	many := make([]string, ledger.MaxChoices+1)
 	for i := range many {
 		many[i] = fmt.Sprintf("c%d", i)
+	}
+	crowd := make([]string, ledger.MaxEligible+1)
+	for i := range crowd {
+		crowd[i] = fmt.Sprintf("p-%d", i)
 	}
 	cases := []struct {
 		name  string
@@ -140,6 +144,8 @@ func TestNewPollFieldErrors(t *testing.T) {
 		{"too many choices", ledger.Poll{ID: "c4", Title: "T", Choices: many}, "choices"},
 		{"the most choices", ledger.Poll{ID: "c5", Title: "T", Choices: many[:len(many)-1]}, ""},
 		{"one choice", ledger.Poll{ID: "c6", Title: "T", Choices: []string{"a"}}, ""},
+		{"too many eligible", ledger.Poll{ID: "e2", Title: "T", Choices: []string{"a"}, Eligible: crowd}, "eligible"},
+		{"the most eligible", ledger.Poll{ID: "e3", Title: "T", Choices: []string{"a"}, Eligible: crowd[:len(crowd)-1]}, ""},
 		{"a bad eligible id", ledger.Poll{ID: "e1", Title: "T", Choices: []string{"a"}, Eligible: []string{"p-1", "no good"}}, "eligible"},
 		{"closes before it opens", ledger.Poll{ID: "w1", Title: "T", Choices: []string{"a"}, OpensAt: opens, ClosesAt: &before}, "closes_at"},
 		{"closes as it opens", ledger.Poll{ID: "w2", Title: "T", Choices: []string{"a"}, OpensAt: opens, ClosesAt: &same}, ""},
@@ -157,12 +163,17 @@ func TestNewPollFieldErrors(t *testing.T) {
 			t.Errorf("%s: created %v, %v; want a FieldError of %s", c.name, created, err, c.field)
 			continue
 		}
+		// A stated limit is named, and only over one.
+		wantLimit := map[string]int{"too many choices": ledger.MaxChoices, "too many eligible": ledger.MaxEligible}[c.name]
+		if fe.Limit != wantLimit || wantLimit != 0 && !strings.Contains(fe.Reason, fmt.Sprint(wantLimit)) {
+			t.Errorf("%s: limit %d (%s), want %d named", c.name, fe.Limit, fe.Reason, wantLimit)
+		}
 		if _, err := b.store.Poll(b.ctx, c.p.ID); !errors.Is(err, ledger.ErrNotFound) {
 			t.Errorf("%s: the refused poll %.20q reads back: %v", c.name, c.p.ID, err)
 		}
 	}
-	if got := len(actions(t, b)); got != 5 {
-		t.Errorf("%d poll.create actions, want one for each of the 5 valid polls", got)
+	if got := len(actions(t, b)); got != 6 {
+		t.Errorf("%d poll.create actions, want one for each of the 6 valid polls", got)
 	}
 
 	// AddPrincipals names its fields too.

@@ -50,29 +50,18 @@ const maxNameLen = 200
 // not be unique; ids are random. admin_actions records each as asked for
 // by the principal of ctx (ActingAs).
 func (s *Store) AddPrincipals(ctx context.Context, names []string, role string) ([]Principal, error) {
-	if len(names) == 0 || len(names) > MaxPrincipalsPerAdd {
-		return nil, &FieldError{Op: "add principals", Field: "names", Reason: fmt.Sprintf("give 1-%d names, not %d", MaxPrincipalsPerAdd, len(names))}
-	}
-	if role == "" {
-		role = RoleVoter
-	}
-	if role != RoleVoter && role != RoleAdmin {
-		return nil, &FieldError{Op: "add principals", Field: "role", Reason: fmt.Sprintf("the role is %q; it must be %s or %s", role, RoleVoter, RoleAdmin)}
+	role, err := checkNewPrincipals(names, role)
+	if err != nil {
+		return nil, err
 	}
 	ids := make([]string, len(names))
-	for i, name := range names {
-		if name == "" || len(name) > maxNameLen {
-			return nil, &FieldError{Op: "add principals", Field: "names",
-				Reason: fmt.Sprintf("name %d (%.40q) must be 1-%d bytes", i+1, name, maxNameLen)}
-		}
-		id, err := newPrincipalID()
-		if err != nil {
+	for i := range names {
+		if ids[i], err = newPrincipalID(); err != nil {
 			return nil, fmt.Errorf("add principals: %w", err)
 		}
-		ids[i] = id
 	}
 	var createdAt time.Time
-	err := s.adminTx(ctx, "add principals", func(tx pgx.Tx) error {
+	err = s.adminTx(ctx, "add principals", func(tx pgx.Tx) error {
 		return tx.QueryRow(ctx, `
 WITH added AS (INSERT INTO principals (id, name, role) SELECT id, name, $3 FROM unnest($1::text[], $2::text[]) AS t(id, name)
                RETURNING created_at)
@@ -86,6 +75,106 @@ SELECT created_at FROM added LIMIT 1`, ids, names, role).Scan(&createdAt)
 		ps[i] = Principal{ID: ids[i], Name: names[i], CreatedAt: createdAt, Role: role}
 	}
 	return ps, nil
+}
+
+// checkNewPrincipals checks what AddPrincipals takes and returns the role
+// ("" made RoleVoter); its error is a *FieldError.
+func checkNewPrincipals(names []string, role string) (string, error) {
+	if len(names) == 0 || len(names) > MaxPrincipalsPerAdd {
+		return "", &FieldError{Op: "add principals", Field: "names", Reason: fmt.Sprintf("give 1-%d names, not %d", MaxPrincipalsPerAdd, len(names))}
+	}
+	if role == "" {
+		role = RoleVoter
+	}
+	if role != RoleVoter && role != RoleAdmin {
+		return "", &FieldError{Op: "add principals", Field: "role", Reason: fmt.Sprintf("the role is %q; it must be %s or %s", role, RoleVoter, RoleAdmin)}
+	}
+	for i, name := range names {
+		if name == "" || len(name) > maxNameLen {
+			return "", &FieldError{Op: "add principals", Field: "names",
+				Reason: fmt.Sprintf("name %d (%.40q) must be 1-%d bytes", i+1, name, maxNameLen)}
+		}
+	}
+	return role, nil
+}
+
+// ErrKeyReused is the error of AddPrincipalsOnce when its key was used by
+// the same principal with other names or another role. It wraps
+// ErrExists.
+var ErrKeyReused = fmt.Errorf("%w: the idempotency key was used with another request", ErrExists)
+
+// AddPrincipalsOnce is AddPrincipals made idempotent by key, a key the
+// principal of ctx (ActingAs; "" for the CLI) chose for this request:
+// the same key with the same names and role adds nothing the second time
+// and returns the principals the first time added (replayed true); with
+// other names or another role it adds nothing and is ErrKeyReused. The
+// principals' ids are derived from (asker, key, position), so that the
+// keys of one asker neither meet nor reveal another's.
+func (s *Store) AddPrincipalsOnce(ctx context.Context, key string, names []string, role string) (ps []Principal, replayed bool, err error) {
+	if key == "" || len(key) > maxIdempotencyKey {
+		return nil, false, &FieldError{Op: "add principals", Field: "Idempotency-Key",
+			Reason: fmt.Sprintf("the key must be 1-%d bytes, not %d", maxIdempotencyKey, len(key))}
+	}
+	if role, err = checkNewPrincipals(names, role); err != nil {
+		return nil, false, err
+	}
+	asker, _ := ctx.Value(actorKey{}).(string)
+	ids := make([]string, len(names)+1) // and the id one more name would have had
+	for i := range ids {
+		ids[i] = keyedPrincipalID(asker, key, i)
+	}
+	err = s.adminTx(ctx, "add principals", func(tx pgx.Tx) error {
+		var added int
+		if err := tx.QueryRow(ctx, `
+WITH added AS (INSERT INTO principals (id, name, role) SELECT id, name, $3 FROM unnest($1::text[], $2::text[]) AS t(id, name)
+               ON CONFLICT (id) DO NOTHING RETURNING 1)
+SELECT count(*) FROM added`, ids[:len(names)], names, role).Scan(&added); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `SELECT `+principalColumns+` FROM principals WHERE id = ANY($1::text[])`, ids)
+		if err != nil {
+			return err
+		}
+		stored, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Principal])
+		if err != nil {
+			return err
+		}
+		byID := make(map[string]Principal, len(stored))
+		for _, p := range stored {
+			byID[p.ID] = p
+		}
+		if _, longer := byID[ids[len(names)]]; longer || len(byID) != len(names) {
+			return ErrKeyReused
+		}
+		ps = make([]Principal, len(names))
+		for i, name := range names {
+			p := byID[ids[i]]
+			if p.Name != name || p.Role != role {
+				return ErrKeyReused
+			}
+			ps[i] = p
+		}
+		replayed = added == 0
+		if added != 0 && added != len(names) {
+			return ErrKeyReused // some were there: another request's, under this key
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	return ps, replayed, nil
+}
+
+// maxIdempotencyKey bounds an idempotency key, in bytes.
+const maxIdempotencyKey = 255
+
+// keyedPrincipalID is the id of the principal at position i of the
+// request asker made under key: "p-" and 24 hex digits, as random ids.
+func keyedPrincipalID(asker, key string, i int) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "tally principal\x00%s\x00%s\x00%d", asker, key, i)
+	return "p-" + hex.EncodeToString(h.Sum(nil)[:12])
 }
 
 // newPrincipalID is a fresh random principal id: "p-" and 24 hex digits.
@@ -147,16 +236,39 @@ type Revocations struct {
 	ValidAfter map[string]time.Time
 }
 
-// Revocations reads every revoked principal, retired key and reissued
-// principal's valid-after time, in one snapshot.
-func (s *Store) Revocations(ctx context.Context) (Revocations, error) {
-	r := Revocations{Principals: map[string]struct{}{}, Keys: map[string]struct{}{}, ValidAfter: map[string]time.Time{}}
-	rows, err := s.pool.Query(ctx, `
+// The reads of revocations, each row (kind, id, valid-after time): all
+// of them, and those among some principal ids ($1) and key ids ($2).
+const (
+	revocationsSQL = `
 SELECT 'principal', id, NULL::timestamptz FROM principals WHERE revoked_at IS NOT NULL
 UNION ALL
 SELECT 'key', key_id, NULL FROM credential_key_retirements
 UNION ALL
-SELECT 'valid_after', id, valid_after FROM principals WHERE valid_after IS NOT NULL AND revoked_at IS NULL`)
+SELECT 'valid_after', id, valid_after FROM principals WHERE valid_after IS NOT NULL AND revoked_at IS NULL`
+	revocationsOfSQL = `
+SELECT 'principal', id, NULL::timestamptz FROM principals WHERE id = ANY($1::text[]) AND revoked_at IS NOT NULL
+UNION ALL
+SELECT 'key', key_id, NULL FROM credential_key_retirements WHERE key_id = ANY($2::text[])
+UNION ALL
+SELECT 'valid_after', id, valid_after FROM principals WHERE id = ANY($1::text[]) AND valid_after IS NOT NULL AND revoked_at IS NULL`
+)
+
+// Revocations reads every revoked principal, retired key and reissued
+// principal's valid-after time, in one snapshot.
+func (s *Store) Revocations(ctx context.Context) (Revocations, error) {
+	return s.queryRevocations(ctx, revocationsSQL)
+}
+
+// RevocationsOf reads which of principals are revoked or reissued and
+// which of keys are retired, in one snapshot: what a cache of the
+// revocations applies for the changes that named them.
+func (s *Store) RevocationsOf(ctx context.Context, principals, keys []string) (Revocations, error) {
+	return s.queryRevocations(ctx, revocationsOfSQL, principals, keys)
+}
+
+func (s *Store) queryRevocations(ctx context.Context, sql string, args ...any) (Revocations, error) {
+	r := Revocations{Principals: map[string]struct{}{}, Keys: map[string]struct{}{}, ValidAfter: map[string]time.Time{}}
+	rows, err := s.pool.Query(ctx, sql, args...)
 	if err != nil {
 		return Revocations{}, interpretError("read revocations", err)
 	}

@@ -201,3 +201,42 @@ func TestRevokeMinted(t *testing.T) {
 		t.Fatalf("RevokeMinted(root) again: %d, %v; want 0", n, err)
 	}
 }
+
+// TestAddPrincipalsOnce: the same key with the same names and role adds
+// the principals once and answers the same principals again; with other
+// names, fewer, more or another role it adds nothing and is ErrKeyReused;
+// another asker's same key is another request.
+func TestAddPrincipalsOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	alice := ledger.ActingAs(b.ctx, "p-alice")
+	first, replayed, err := b.store.AddPrincipalsOnce(alice, "k1", []string{"a", "b"}, "")
+	if err != nil || replayed || len(first) != 2 {
+		t.Fatalf("first: %v %v %v", first, replayed, err)
+	}
+	again, replayed, err := b.store.AddPrincipalsOnce(alice, "k1", []string{"a", "b"}, "")
+	if err != nil || !replayed || len(again) != 2 || again[0] != first[0] || again[1] != first[1] {
+		t.Fatalf("again: %+v %v %v, want %+v replayed", again, replayed, err, first)
+	}
+	for what, c := range map[string]struct {
+		names []string
+		role  string
+	}{
+		"other names": {[]string{"a", "c"}, ""}, "fewer": {[]string{"a"}, ""}, "more": {[]string{"a", "b", "c"}, ""},
+		"another role": {[]string{"a", "b"}, ledger.RoleAdmin},
+	} {
+		if _, _, err := b.store.AddPrincipalsOnce(alice, "k1", c.names, c.role); !errors.Is(err, ledger.ErrKeyReused) {
+			t.Errorf("%s: %v, want ErrKeyReused", what, err)
+		}
+	}
+	bob, _, err := b.store.AddPrincipalsOnce(ledger.ActingAs(b.ctx, "p-bob"), "k1", []string{"a", "b"}, "")
+	if err != nil || bob[0].ID == first[0].ID {
+		t.Fatalf("another asker's key: %+v %v", bob, err)
+	}
+	if ps, err := b.store.Principals(b.ctx); err != nil || len(ps) != 4 {
+		t.Fatalf("%d principals (%v), want 4", len(ps), err)
+	}
+	if _, _, err := b.store.AddPrincipalsOnce(alice, "", []string{"a"}, ""); !errors.Is(err, ledger.ErrInvalid) {
+		t.Fatalf("no key: %v, want ErrInvalid", err)
+	}
+}

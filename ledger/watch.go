@@ -3,30 +3,27 @@ package ledger
 import (
 	"context"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/sethvargo/go-retry"
 )
 
-// listenCatalogSQL subscribes to the channel migration 00002's triggers
-// notify when polls, choices, eligibility or principals change; the payload
-// is the name of the table that changed.
+// listenCatalogSQL subscribes to the channel migration 00015's triggers
+// notify when the catalog's change log grows; the payload is the highest
+// seq the transaction wrote.
 const listenCatalogSQL = `LISTEN tally_catalog`
 
-// CatalogChange says what changed in the catalog.
-type CatalogChange struct {
-	Polls      bool // polls, their choices or their eligibility lists
-	Principals bool // principals (added, revoked) or retired credential keys
-}
-
 // WatchCatalog holds one connection that listens for catalog changes and
-// calls fn with each, until ctx ends. When the connection fails it
+// calls fn with the seq of each notification (the last change its
+// transaction wrote), until ctx ends. When the connection fails it
 // reconnects, with a backoff from 100ms doubling up to 10s, which starts
 // again at 100ms once a connection was listening. On every
-// (re)connection fn is called with both Polls and Principals set, since
-// notifications may have been missed meanwhile. fn runs on the listening
-// goroutine: it should only note the change and return.
-func (s *Store) WatchCatalog(ctx context.Context, fn func(CatalogChange)) {
+// (re)connection, once LISTEN took effect, fn is called with 0, since
+// notifications may have been missed meanwhile: changes read after that
+// call miss nothing a later notification would not report. fn runs on the
+// listening goroutine: it should only note the change and return.
+func (s *Store) WatchCatalog(ctx context.Context, fn func(seq int64)) {
 	s.keepListening(ctx, "catalog", func(ctx context.Context) (bool, error) { return s.watchOnce(ctx, fn) })
 }
 
@@ -61,7 +58,7 @@ func (s *Store) keepListening(ctx context.Context, what string, once func(contex
 
 // watchOnce listens on one connection until it fails or ctx ends.
 // listened reports that the LISTEN took effect.
-func (s *Store) watchOnce(ctx context.Context, fn func(CatalogChange)) (listened bool, err error) {
+func (s *Store) watchOnce(ctx context.Context, fn func(int64)) (listened bool, err error) {
 	pconn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return false, err
@@ -71,16 +68,16 @@ func (s *Store) watchOnce(ctx context.Context, fn func(CatalogChange)) (listened
 	if _, err := conn.Exec(ctx, listenCatalogSQL); err != nil {
 		return false, err
 	}
-	fn(CatalogChange{Polls: true, Principals: true})
+	fn(0)
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
 			return true, err
 		}
-		if n.Payload == "principals" || n.Payload == "credential_key_retirements" {
-			fn(CatalogChange{Principals: true})
-		} else {
-			fn(CatalogChange{Polls: true})
+		seq, err := strconv.ParseInt(n.Payload, 10, 64)
+		if err != nil || seq <= 0 {
+			seq = 0 // not a seq: read whatever changed
 		}
+		fn(seq)
 	}
 }

@@ -4,8 +4,8 @@
 -- principal may have, NULL while it was never reissued. A reissue sets it
 -- to the next whole second (signed tokens carry whole seconds), later
 -- than any token issued before, and issues the new token at that very
--- time. Intake holds it beside the revocations, kept current by the
--- tally_catalog NOTIFY of migration 00002.
+-- time. Intake holds it beside the revocations, and hears of a change to
+-- it as of a revocation (the catalog's change log, migration 00015).
 ALTER TABLE principals ADD COLUMN valid_after timestamptz;
 
 -- admin_actions records each reissue.

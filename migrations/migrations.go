@@ -14,8 +14,8 @@
 //
 //   - 00001_ledger.sql: the tables and the append-only trigger.
 //   - 00002_catalog_notify.sql: NOTIFY tally_catalog, with the table's name,
-//     when polls, choices, eligibility or principals change (the channel
-//     ledger.Store.WatchCatalog listens on).
+//     when polls, choices, eligibility or principals change (replaced by
+//     00015's change log).
 //   - 00003_ids_collate_c.sql: every id column compares bytewise (COLLATE "C").
 //   - 00004_merkle_log.sql: each poll's Merkle log: every ledger row's leaf
 //     index, the heads (size, root, partial tiles) and the full tiles
@@ -49,6 +49,12 @@
 //     the owner, append-only, its ids in commit order; the role
 //     tally_admin (tally_daemon, and may add and close polls, add and
 //     revoke principals). Down is refused once admin_actions holds a row.
+//   - 00015_catalog_changes.sql: the catalog's change log
+//     (catalog_changes): one row per poll, principal or key a transaction
+//     changed, written by triggers in that transaction, numbered in commit
+//     order, trimmed to its last 100,000; NOTIFY tally_catalog carries the
+//     last seq, and a write that changed nothing notifies nothing
+//     (ledger.Store.WatchCatalog, CatalogChangesAfter).
 //   - migrations.go: the embedded files and goose's provider over them.
 package migrations
 

@@ -40,7 +40,7 @@ func TestUpResetUp(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db, p := emptyProvider(t)
-	want := []string{"admin_actions", "credential_key_retirements", "poll_ballots", "poll_choices", "poll_definitions", "poll_eligible", "poll_event_rejections", "poll_events", "poll_log_checkpoints", "poll_log_heads", "poll_log_leaves", "poll_log_tiles", "poll_pairwise", "poll_results", "poll_voters", "polls", "principals"}
+	want := []string{"admin_actions", "catalog_changes", "catalog_changes_trimmed", "credential_key_retirements", "poll_ballots", "poll_choices", "poll_definitions", "poll_eligible", "poll_event_rejections", "poll_events", "poll_log_checkpoints", "poll_log_heads", "poll_log_leaves", "poll_log_tiles", "poll_pairwise", "poll_results", "poll_voters", "polls", "principals"}
 	for round := 0; round < 2; round++ {
 		if _, err := p.Up(ctx); err != nil {
 			t.Fatalf("round %d up: %v", round, err)
@@ -217,6 +217,7 @@ WHERE schemaname = 'public' AND tablename <> 'goose_db_version'`, role)
 		"poll_log_tiles": "SELECT,INSERT", "poll_log_checkpoints": "SELECT,INSERT", "poll_log_leaves": "SELECT,INSERT", "poll_definitions": "SELECT,INSERT",
 		"poll_results": "SELECT,INSERT,UPDATE", "poll_log_heads": "SELECT,INSERT,UPDATE", "admin_actions": "",
 		"poll_pairwise": "SELECT,INSERT,UPDATE", "poll_ballots": "SELECT,INSERT,UPDATE", "poll_voters": "SELECT,INSERT,UPDATE",
+		"catalog_changes": "SELECT", "catalog_changes_trimmed": "SELECT",
 	}
 	// tally_admin is tally_daemon that may also add polls and principals,
 	// close polls (UPDATE of closes_at alone), revoke principals (of
