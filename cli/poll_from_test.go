@@ -34,8 +34,8 @@ not json
 	r := tally(t, db.URL, "poll", "create", "--from", file)
 	want := []string{
 		"1 a created", "2 b created", `4 a refused: poll a already exists with another title`,
-		`5 c refused: create poll c: invalid argument: give at least one choice`, `6 d refused: the body is refused: unknown field "colour"`,
-		"7 - refused: the body is not JSON",
+		`5 c refused: create poll c: invalid argument: give at least one choice`, `6 d refused: the body has the key "colour", which is not one of the route's`,
+		"7 - refused: the body is not valid JSON at byte 2",
 	}
 	if r.code != 1 {
 		t.Fatalf("poll create --from with refused lines: %+v, want exit 1", r)

@@ -119,6 +119,7 @@ func decodeStrict(body []byte, v any) error {
 		return fmt.Errorf("the body must be a JSON object, not %s", kindOf(first))
 	}
 	if err := exactKeys(raw, v); err != nil {
+		_ = json.Unmarshal(raw, v) // what can be read, so that an answer names the poll it refuses
 		return err
 	}
 	dec = json.NewDecoder(bytes.NewReader(raw))

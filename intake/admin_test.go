@@ -434,7 +434,7 @@ func TestAdminMalformedBodies(t *testing.T) {
 		{"/v1/polls", `{"poll_id":"x","title":`, []string{"ends before the object is closed", "after byte 23"}},
 		{"/v1/polls", `{"poll_id":"x" "title":"T"}`, []string{"not valid JSON at byte 16", "after object key:value pair"}},
 		{"/v1/polls", `{"poll_id":"x","choices":["a",]}`, []string{"not valid JSON at byte 31"}},
-		{"/v1/polls", `["x"]`, []string{"must be a JSON object, not an array"}},
+		{"/v1/principals", `["x"]`, []string{"must be a JSON object, not an array"}},
 		{"/v1/polls", `{"poll_id":"x","title":"T","choices":"a"}`, []string{`"choices" is a string`, "takes an array of strings"}},
 		{"/v1/polls", `{"poll_id":"x","title":"T","choices":["a"],"public_results":"yes"}`, []string{`"public_results" is a string`, "takes true or false"}},
 		{"/v1/polls", `{"poll_id":"x","title":"T","choices":["a"],"ballot":{"kind":"score","max_score":"5"}}`, []string{`"ballot.max_score" is a string`, "takes a number"}},
