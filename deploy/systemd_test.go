@@ -100,7 +100,7 @@ func TestSystemdUnitsVerifyAndExposure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stated := regexp.MustCompile("an exposure of ([0-9]+\\.[0-9]+) with systemd ([0-9]+)").FindSubmatch(bytes.Join(bytes.Fields(readme), []byte(" ")))
+	stated := regexp.MustCompile(`an exposure of ([0-9]+\.[0-9]+) with systemd ([0-9]+)`).FindSubmatch(bytes.Join(bytes.Fields(readme), []byte(" ")))
 	if stated == nil {
 		t.Fatal(`README.md states no "exposure of X with systemd N"`)
 	}
