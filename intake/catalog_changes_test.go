@@ -104,19 +104,7 @@ func TestCatalogPeriodicCheck(t *testing.T) {
 // trimmed from the log loads the catalog whole again.
 func TestCatalogFellBehindTrimmedLog(t *testing.T) {
 	t.Parallel()
-	db := testenv.Postgres(t)
-	store, err := ledger.New(db.Pool, ledger.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rdb, prefix := testenv.Redis(t)
-	keys, _ := stream.NewKeys(prefix, 1)
-	key, _ := credential.GenerateKey()
-	set, _ := credential.NewKeySet(key)
-	srv, err := intake.New(intake.Config{Credentials: credential.NewVerifier(set), TokenKey: &key}, store, rdb, keys, testLogger(), prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, store, srv := unservedIntake(t, intake.Config{})
 	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(ts.Close)
 	ctx := context.Background()
@@ -147,19 +135,7 @@ func TestCatalogFellBehindTrimmedLog(t *testing.T) {
 // the catalog whole again rather than skip the new changes.
 func TestCatalogLogRewound(t *testing.T) {
 	t.Parallel()
-	db := testenv.Postgres(t)
-	store, err := ledger.New(db.Pool, ledger.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rdb, prefix := testenv.Redis(t)
-	keys, _ := stream.NewKeys(prefix, 1)
-	key, _ := credential.GenerateKey()
-	set, _ := credential.NewKeySet(key)
-	srv, err := intake.New(intake.Config{Credentials: credential.NewVerifier(set), TokenKey: &key}, store, rdb, keys, testLogger(), prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, store, srv := unservedIntake(t, intake.Config{})
 	ctx := context.Background()
 	for _, id := range []string{"p1", "p2", "p3"} {
 		if err := store.CreatePoll(ctx, ledger.Poll{ID: id, Title: "T", Choices: []string{"x"}}); err != nil {
@@ -366,4 +342,27 @@ func TestCatalogChangeReachesAnotherIntake(t *testing.T) {
 	if got := testutil.ToFloat64(b.m.CatalogLoads); got != 1 {
 		t.Fatalf("intake B loaded the catalog whole %v times, want 1", got)
 	}
+}
+
+// unservedIntake is an intake of cfg (with a credential key of its own
+// added) over a database and Redis prefix of the test's own, made but not
+// served: it hears no NOTIFY, so what it holds is what it loaded or was
+// told by its own admin writes.
+func unservedIntake(t *testing.T, cfg intake.Config) (testenv.DB, *ledger.Store, *intake.Server) {
+	t.Helper()
+	db := testenv.Postgres(t)
+	store, err := ledger.New(db.Pool, ledger.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb, prefix := testenv.Redis(t)
+	keys, _ := stream.NewKeys(prefix, 1)
+	key, _ := credential.GenerateKey()
+	set, _ := credential.NewKeySet(key)
+	cfg.Credentials, cfg.TokenKey = credential.NewVerifier(set), &key
+	srv, err := intake.New(cfg, store, rdb, keys, testLogger(), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return db, store, srv
 }
