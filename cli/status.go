@@ -38,17 +38,20 @@ func runStatus(c *ucli.Context) error {
 	if asJSON {
 		return writeJSON(c.App.Writer, st)
 	}
-	t := newTable(c.App.Writer, "SHARD", "BACKLOG", "PENDING", "OLDEST PENDING", "CONSUMERS", "DEAD LETTERS")
+	t := newTable(c.App.Writer, "SHARD", "BACKLOG", "PENDING", "OLDEST PENDING", "OLDEST UNDELIVERED", "CONSUMERS", "DEAD LETTERS")
 	row := func(name string, s projector.ShardStatus) {
-		age := "-"
+		age, waiting := "-", "-"
 		if s.Pending > 0 {
 			age = s.OldestPending.Round(time.Millisecond).String()
+		}
+		if s.OldestUndelivered > 0 {
+			waiting = s.OldestUndelivered.Round(time.Millisecond).String()
 		}
 		consumers := strconv.FormatInt(s.Consumers, 10)
 		if !s.GroupExists {
 			consumers = "no group"
 		}
-		t.row(name, strconv.FormatInt(s.Backlog, 10), strconv.FormatInt(s.Pending, 10), age, consumers, strconv.FormatInt(s.DeadLetters, 10))
+		t.row(name, strconv.FormatInt(s.Backlog, 10), strconv.FormatInt(s.Pending, 10), age, waiting, consumers, strconv.FormatInt(s.DeadLetters, 10))
 	}
 	for _, s := range st.Shards {
 		row(strconv.Itoa(s.Shard), s)

@@ -157,8 +157,9 @@ func TestStopFinishesBatchInFlight(t *testing.T) {
 	}
 }
 
-// Inspect reports backlog, pending entries, their age, consumers and dead
-// letters per shard, and zeros for streams not created yet.
+// Inspect reports backlog, pending entries, their age, the age of the
+// oldest entry not delivered yet, consumers and dead letters per shard,
+// and zeros for streams not created yet.
 func TestInspect(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 2)
@@ -170,6 +171,9 @@ func TestInspect(t *testing.T) {
 		t.Fatalf("status of nothing: %+v", st)
 	}
 	for i := range 6 {
+		if i == 4 {
+			time.Sleep(30 * time.Millisecond) // the entries left undelivered are younger than the pending ones
+		}
 		b.enqueueRaw(0, "n", fmt.Sprint(i))
 	}
 	b.enqueueRaw(1, "n", "x")
@@ -183,13 +187,24 @@ func TestInspect(t *testing.T) {
 		t.Fatal(err)
 	}
 	s0, s1 := st.Shards[0], st.Shards[1]
-	if s0.Backlog != 6 || s0.Pending != 4 || s0.Consumers != 1 || s0.OldestPending < 20*time.Millisecond || !s0.GroupExists {
+	if s0.Backlog != 6 || s0.Pending != 4 || s0.Consumers != 1 || s0.OldestPending < 20*time.Millisecond || !s0.GroupExists ||
+		s0.OldestUndelivered < 20*time.Millisecond || s0.OldestUndelivered > s0.OldestPending-25*time.Millisecond {
 		t.Errorf("shard 0: %+v", s0)
 	}
-	if s1.Backlog != 1 || s1.Pending != 0 || s1.DeadLetters != 1 || s1.OldestPending != 0 {
+	if s1.Backlog != 1 || s1.Pending != 0 || s1.DeadLetters != 1 || s1.OldestPending != 0 || s1.OldestUndelivered < 20*time.Millisecond {
 		t.Errorf("shard 1: %+v", s1)
+	}
+	if st.Total.OldestUndelivered != max(s0.OldestUndelivered, s1.OldestUndelivered) {
+		t.Errorf("total: oldest undelivered %v, want the older shard's", st.Total.OldestUndelivered)
 	}
 	if st.Total.Backlog != 7 || st.Total.Pending != 4 || st.Total.DeadLetters != 1 {
 		t.Errorf("total: %+v", st.Total)
+	}
+	b.readAs("c1", 2) // the rest of shard 0: every entry delivered, none left waiting
+	if st, err = projector.Inspect(b.ctx, b.rdb, b.keys); err != nil {
+		t.Fatal(err)
+	}
+	if s0 := st.Shards[0]; s0.Pending != 6 || s0.OldestUndelivered != 0 {
+		t.Errorf("shard 0 with every entry delivered: %+v", s0)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -15,14 +16,22 @@ import (
 type ShardStatus struct {
 	Shard         int           `json:"shard"`
 	Stream        string        `json:"stream"`
-	Backlog       int64         `json:"backlog"`   // entries in the stream: enqueued, not yet applied
-	Pending       int64         `json:"pending"`   // delivered to a consumer, not yet acknowledged
-	OldestPending time.Duration `json:"-"`         // age of the oldest pending entry since it was enqueued
-	Consumers     int64         `json:"consumers"` // members of the consumer group
-	DeadLetters   int64         `json:"dead_letters"`
-	GroupExists   bool          `json:"group_exists"`
-	// OldestPendingSeconds is OldestPending for JSON.
-	OldestPendingSeconds float64 `json:"oldest_pending_seconds"`
+	Backlog       int64         `json:"backlog"` // entries in the stream: enqueued, not yet applied
+	Pending       int64         `json:"pending"` // delivered to a consumer, not yet acknowledged
+	OldestPending time.Duration `json:"-"`       // age of the oldest pending entry since it was enqueued
+	// OldestUndelivered is the age of the oldest entry no consumer was
+	// given yet, since it was enqueued: the lag a vote waits before any
+	// projector reads it (0 when every entry was delivered).
+	OldestUndelivered time.Duration `json:"-"`
+	Consumers         int64         `json:"consumers"` // members of the consumer group
+	DeadLetters       int64         `json:"dead_letters"`
+	GroupExists       bool          `json:"group_exists"`
+	// OldestPendingSeconds and OldestUndeliveredSeconds are the ages for
+	// JSON.
+	OldestPendingSeconds     float64 `json:"oldest_pending_seconds"`
+	OldestUndeliveredSeconds float64 `json:"oldest_undelivered_seconds"`
+
+	lastDelivered string // the group's last delivered id ("" without a group)
 }
 
 // Status is every shard's status and their sum (Total.OldestPending is the
@@ -39,8 +48,9 @@ type shardCmds struct {
 	pending    *redis.XPendingCmd
 }
 
-// Inspect reads the status of every shard from Redis, one round trip. It
-// changes nothing.
+// Inspect reads the status of every shard from Redis, in one round trip,
+// and a second for the shards that hold entries no consumer was given
+// (the first of them, whose id tells its age). It changes nothing.
 func Inspect(ctx context.Context, rdb redis.UniversalClient, keys stream.Keys) (Status, error) {
 	cs := make([]shardCmds, keys.Shards())
 	_, _ = rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
@@ -63,10 +73,51 @@ func Inspect(ctx context.Context, rdb redis.UniversalClient, keys stream.Keys) (
 			return Status{}, err
 		}
 		st.Shards[i] = sh
+	}
+	if err := oldestUndelivered(ctx, rdb, st.Shards, now); err != nil {
+		return Status{}, err
+	}
+	for _, sh := range st.Shards {
 		st.Total.add(sh)
 	}
 	st.Total.OldestPendingSeconds = st.Total.OldestPending.Seconds()
+	st.Total.OldestUndeliveredSeconds = st.Total.OldestUndelivered.Seconds()
 	return st, nil
+}
+
+// oldestUndelivered sets the age of the oldest entry not yet delivered of
+// each shard that holds more entries than its group has pending: the
+// first entry after the group's last delivered id (any entry, without a
+// group), one XRANGE a shard, pipelined.
+func oldestUndelivered(ctx context.Context, rdb redis.UniversalClient, shards []ShardStatus, now time.Time) error {
+	cmds := make([]*redis.XMessageSliceCmd, len(shards))
+	_, _ = rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		for i, sh := range shards {
+			if sh.Backlog <= sh.Pending {
+				continue
+			}
+			from := "-"
+			if sh.lastDelivered != "" && sh.lastDelivered != "0-0" {
+				from = "(" + sh.lastDelivered
+			}
+			cmds[i] = pipe.XRangeN(ctx, sh.Stream, from, "+", 1)
+		}
+		return nil
+	})
+	for i, c := range cmds {
+		if c == nil {
+			continue
+		}
+		msgs, err := c.Result()
+		if err != nil {
+			return fmt.Errorf("inspect %s: %w", shards[i].Stream, err)
+		}
+		if len(msgs) > 0 {
+			shards[i].OldestUndelivered = max(now.Sub(time.UnixMilli(idMillis(msgs[0].ID))), 0)
+		}
+		shards[i].OldestUndeliveredSeconds = shards[i].OldestUndelivered.Seconds()
+	}
+	return nil
 }
 
 // status reads the replies of shard i.
@@ -87,6 +138,7 @@ func (c shardCmds) status(i int, keys stream.Keys, now time.Time) (ShardStatus, 
 		if g.Name == stream.Group {
 			sh.GroupExists = true
 			sh.Consumers = g.Consumers
+			sh.lastDelivered = g.LastDeliveredID
 		}
 	}
 	pend, err := c.pending.Result()
@@ -108,6 +160,7 @@ func (t *ShardStatus) add(sh ShardStatus) {
 	t.DeadLetters += sh.DeadLetters
 	t.Consumers = max(t.Consumers, sh.Consumers)
 	t.OldestPending = max(t.OldestPending, sh.OldestPending)
+	t.OldestUndelivered = max(t.OldestUndelivered, sh.OldestUndelivered)
 	t.GroupExists = t.GroupExists && sh.GroupExists
 }
 
@@ -126,6 +179,9 @@ func (p *Projector) statsLoop(ctx context.Context) {
 			p.m.backlog.Set(float64(st.Total.Backlog))
 			p.m.pending.Set(float64(st.Total.Pending))
 			p.m.oldest.Set(st.Total.OldestPending.Seconds())
+			for _, sh := range st.Shards {
+				p.m.undelivered.WithLabelValues(strconv.Itoa(sh.Shard)).Set(sh.OldestUndelivered.Seconds())
+			}
 			p.m.deadLetter.Set(float64(st.Total.DeadLetters))
 		} else if ctx.Err() == nil {
 			p.log.LogAttrs(ctx, slog.LevelWarn, "refresh stream gauges", slog.String("error", err.Error()))

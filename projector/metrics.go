@@ -7,19 +7,21 @@ import (
 // metrics are the projector's Prometheus series. Every label has a small,
 // fixed set of values.
 type metrics struct {
-	events     *prometheus.CounterVec // outcome, reason
-	batchSize  prometheus.Histogram
-	applyTime  prometheus.Histogram
-	applyErrs  *prometheus.CounterVec // kind: transient, permanent
-	inFlight   prometheus.Gauge
-	backlog    prometheus.Gauge
-	pending    prometheus.Gauge
-	oldest     prometheus.Gauge
-	deadLetter prometheus.Gauge
-	breaker    prometheus.Gauge
-	claimed    prometheus.Counter
-	lost       prometheus.Counter
-	ackErrs    prometheus.Counter
+	events    *prometheus.CounterVec // outcome, reason
+	batchSize prometheus.Histogram
+	applyTime prometheus.Histogram
+	applyErrs *prometheus.CounterVec // kind: transient, permanent
+	inFlight  prometheus.Gauge
+	backlog   prometheus.Gauge
+	pending   prometheus.Gauge
+	oldest    prometheus.Gauge
+	// undelivered is each shard's oldest entry not yet delivered, by age.
+	undelivered *prometheus.GaugeVec
+	deadLetter  prometheus.Gauge
+	breaker     prometheus.Gauge
+	claimed     prometheus.Counter
+	lost        prometheus.Counter
+	ackErrs     prometheus.Counter
 
 	checkpoints    prometheus.Counter
 	checkpointErrs prometheus.Counter
@@ -69,6 +71,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "tally_projector_oldest_pending_age_seconds",
 			Help: "Age of the oldest pending entry, since it was enqueued (0 when none is pending).",
 		}),
+		undelivered: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "tally_projector_oldest_undelivered_age_seconds",
+			Help: "Per shard, age of the oldest entry no projector was given yet, since it was enqueued (0 when every entry was delivered): how long a vote waits before any projector reads it.",
+		}, []string{"shard"}),
 		deadLetter: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "tally_projector_dead_letters",
 			Help: "Entries in the dead-letter streams, summed over shards.",
@@ -92,7 +98,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	m.checkpoints, m.checkpointErrs = checkpointCounters()
 	if err := registerAll(reg, m.events, m.batchSize, m.applyTime, m.applyErrs, m.inFlight,
-		m.backlog, m.pending, m.oldest, m.deadLetter, m.breaker, m.claimed, m.lost, m.ackErrs, m.checkpoints, m.checkpointErrs); err != nil {
+		m.backlog, m.pending, m.oldest, m.undelivered, m.deadLetter, m.breaker, m.claimed, m.lost, m.ackErrs, m.checkpoints, m.checkpointErrs); err != nil {
 		return nil, err
 	}
 	return m, nil
