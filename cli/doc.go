@@ -16,10 +16,11 @@
 //   - conns.go: opening PostgreSQL (the ledger) and Redis from the shared
 //     flags (--redis-mode picks single, sentinel or cluster), and the
 //     start-up wait (--startup-wait) that keeps trying them while a daemon
-//     starts, except after an answer trying again will not change (a
-//     refused login, a missing database, TLS to a server without it, or
-//     none to a server that speaks only TLS);
-//     the URLs' schemes are checked before any connection.
+//     starts, except after an answer trying again will not change;
+//     conn_faults.go: those answers (a refused login, a missing database,
+//     TLS to a server without it, or none to a server that speaks only
+//     TLS), the URLs' schemes checked before any connection, and
+//     passwords kept out of messages.
 //   - version.go: what tally --version prints, stamped by make image.
 //   - output.go: --format, JSON output and the aligned tables people read.
 //   - args.go: lets positional arguments come before or after the flags.

@@ -159,8 +159,8 @@
 //     the log line of a failed request; request_auth.go: authentication
 //     (the bearer token, its 401 challenges, the principal it names) and
 //     the spending of a principal's reads.
-//   - admin_body.go, admin_polls.go, admin_polls_bulk.go,
-//     admin_principals.go: the admin routes (an admin's authentication and
+//   - admin_body.go, admin_polls.go, admin_poll_request.go,
+//     admin_polls_bulk.go, admin_principals.go: the admin routes (an admin's authentication and
 //     the strict body reader, whose refusals name the byte, key or field at
 //     fault as the vote's do; polls created, one or many in a request,
 //     closed, listed and read; principals added, idempotently under an

@@ -69,7 +69,9 @@
 //   - poll_ensure.go: EnsurePoll, a poll's creation repeated;
 //     poll_bulk.go: EnsurePolls, many polls in one transaction.
 //   - principals.go: principals and their bearer tokens, added at random
-//     or idempotently under a key (AddPrincipalsOnce).
+//     or idempotently under a key (AddPrincipalsOnce), revoked, reissued;
+//     revocations.go: what refuses a credential (revoked principals,
+//     retired keys, reissued principals' valid-after times).
 //   - changes.go: the catalog's change log: the changes after a seq, the
 //     horizon a whole load starts from, the trim.
 //   - watch.go: WatchCatalog, the LISTEN connection for catalog changes.
