@@ -44,17 +44,7 @@ func startDaemons(t *testing.T) daemons {
 		"--database-url", db.URL, "--redis-url", testenv.RedisURL(),
 		"--stream-prefix", prefix, "--shards", "2", "--log-format", "text",
 	}
-	tally := func(args ...string) string {
-		t.Helper()
-		cmd := exec.CommandContext(ctx, bin, append(args, common...)...)
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
-		if err != nil {
-			t.Fatalf("tally %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
-		}
-		return strings.TrimSpace(string(out))
-	}
+	tally := tallyRunner(t, ctx, bin, common)
 	tally("poll", "create", "lunch", "--title", "Lunch on Friday?", "--choice", "pizza", "--choice", "sushi")
 	keyFile := filepath.Join(dir, "credential.key")
 	if out, err := exec.CommandContext(ctx, bin, "credential", "key", "generate", "--out", keyFile).CombinedOutput(); err != nil {
@@ -242,5 +232,22 @@ func TestAgainstRunningDaemons(t *testing.T) {
 				t.Errorf("promtool check metrics on the %s's /metrics: %v\n%s", name, err, out)
 			}
 		})
+	}
+}
+
+// tallyRunner runs the tally binary bin with its arguments and common
+// after them, failing t with its standard error unless it exits 0, and
+// returns its standard output trimmed.
+func tallyRunner(t *testing.T, ctx context.Context, bin string, common []string) func(args ...string) string {
+	return func(args ...string) string {
+		t.Helper()
+		cmd := exec.CommandContext(ctx, bin, append(args, common...)...)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("%s %s: %v\n%s", bin, strings.Join(args, " "), err, stderr.String())
+		}
+		return strings.TrimSpace(string(out))
 	}
 }

@@ -320,17 +320,7 @@ func voteThroughImage(ctx context.Context, t *testing.T, bin string) {
 	db := testenv.EmptyPostgres(t)
 	_, prefix := testenv.Redis(t)
 	common := []string{"--database-url", db.URL, "--redis-url", testenv.RedisURL(), "--stream-prefix", prefix, "--log-format", "text"}
-	tally := func(args ...string) string {
-		t.Helper()
-		cmd := exec.CommandContext(ctx, bin, append(args, common...)...)
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
-		if err != nil {
-			t.Fatalf("the image's tally %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
-		}
-		return strings.TrimSpace(string(out))
-	}
+	tally := tallyRunner(t, ctx, bin, common)
 	tally("migrate", "up")
 	tally("poll", "create", "lunch", "--title", "Lunch on Friday?", "--choice", "pizza", "--choice", "sushi")
 	keyFile := filepath.Join(dir, "credential.key")
