@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"time"
 	"unicode/utf8"
@@ -231,90 +232,83 @@ func DecodeDefinition(b []byte) (Definition, error) {
 	if len(b) == 0 || b[0] != DefinitionVersion && b[0] != RulesDefinitionVersion {
 		return d, errors.New("definition: not a version 2 or 3 leaf")
 	}
-	r := bytes.NewReader(b[1:])
-	short := errors.New("definition: cut short")
-	n, err := r.ReadByte()
-	if err != nil {
-		return d, short
-	}
-	id := make([]byte, n)
-	if _, err := r.Read(id); err != nil || len(id) == 0 && n > 0 {
-		return d, short
-	}
-	d.PollID = string(id)
-	var tn uint16
-	if binary.Read(r, binary.BigEndian, &tn) != nil {
-		return d, short
-	}
-	title := make([]byte, tn)
-	if m, _ := r.Read(title); m != int(tn) {
-		return d, short
-	}
-	d.Title = string(title)
-	var micros int64
-	if binary.Read(r, binary.BigEndian, &micros) != nil {
-		return d, short
-	}
-	d.OpensAt = time.UnixMicro(micros).UTC()
-	switch flag, err := r.ReadByte(); {
-	case err != nil:
-		return d, short
-	case flag == 1:
-		if binary.Read(r, binary.BigEndian, &micros) != nil {
-			return d, short
-		}
-		t := time.UnixMicro(micros).UTC()
+	r := &fieldReader{r: bytes.NewReader(b[1:]), short: errors.New("definition: cut short")}
+	d.PollID = string(r.bytes(int(r.byte())))
+	d.Title = string(r.bytes(int(r.uint16())))
+	d.OpensAt = time.UnixMicro(r.int64()).UTC()
+	if r.flag("closes_at") {
+		t := time.UnixMicro(r.int64()).UTC()
 		d.ClosesAt = &t
-	case flag != 0:
-		return d, fmt.Errorf("definition: closes_at flag %d is neither 0 nor 1", flag)
 	}
-	switch flag, err := r.ReadByte(); {
-	case err != nil:
-		return d, short
-	case flag == 1:
-		var h [32]byte
-		if m, _ := r.Read(h[:]); m != 32 {
-			return d, short
-		}
-		d.EligibleHash = &h
-	case flag != 0:
-		return d, fmt.Errorf("definition: eligibility flag %d is neither 0 nor 1", flag)
+	if r.flag("eligibility") {
+		d.EligibleHash = (*[32]byte)(r.bytes(32))
 	}
-	var cn uint16
-	if binary.Read(r, binary.BigEndian, &cn) != nil {
-		return d, short
+	for range r.uint16() {
+		d.Choices = append(d.Choices, string(r.bytes(int(r.byte()))))
 	}
-	for range cn {
-		n, err := r.ReadByte()
-		if err != nil {
-			return d, short
-		}
-		c := make([]byte, n)
-		if m, _ := r.Read(c); m != int(n) {
-			return d, short
-		}
-		d.Choices = append(d.Choices, string(c))
+	if r.err != nil {
+		return d, r.err
 	}
 	if b[0] == RulesDefinitionVersion {
-		rules, err := decodeRules(r)
+		rules, err := decodeRules(r.r)
 		if err != nil {
 			return d, err
 		}
 		d.Rules = rules
 	}
-	if r.Len() != 0 {
-		return d, fmt.Errorf("definition: %d bytes are left over", r.Len())
+	if r.r.Len() != 0 {
+		return d, fmt.Errorf("definition: %d bytes are left over", r.r.Len())
 	}
 	return d, d.Check()
 }
 
-// decodeRules reads the rules of a version 3 leaf from r.
-func decodeRules(r *bytes.Reader) (vote.Rules, error) {
-	short := errors.New("definition: its rules are cut short")
+// fieldReader reads a leaf's fixed-width fields in turn. Its first failure
+// sticks: every later read gives zeros, and err says what went wrong, so
+// a decoder reads all its fields and checks once.
+type fieldReader struct {
+	r     *bytes.Reader
+	short error // the error of a read past the end
+	err   error
+}
+
+func (f *fieldReader) bytes(n int) []byte {
+	b := make([]byte, n)
+	if f.err == nil {
+		if _, err := io.ReadFull(f.r, b); err != nil {
+			f.err = f.short
+		}
+	}
+	return b
+}
+
+func (f *fieldReader) byte() byte { return f.bytes(1)[0] }
+
+func (f *fieldReader) uint16() uint16 { return binary.BigEndian.Uint16(f.bytes(2)) }
+
+func (f *fieldReader) uint32() uint32 { return binary.BigEndian.Uint32(f.bytes(4)) }
+
+func (f *fieldReader) int64() int64 { return int64(binary.BigEndian.Uint64(f.bytes(8))) }
+
+// flag reads a byte that says whether the optional field named follows: 1
+// if it does, 0 if not; any other byte is an error.
+func (f *fieldReader) flag(name string) bool {
+	switch v := f.byte(); {
+	case f.err != nil || v == 0:
+		return false
+	case v == 1:
+		return true
+	default:
+		f.err = fmt.Errorf("definition: %s flag %d is neither 0 nor 1", name, v)
+		return false
+	}
+}
+
+func decodeRules(br *bytes.Reader) (vote.Rules, error) {
+	r := &fieldReader{r: br, short: errors.New("definition: its rules are cut short")}
 	var rules vote.Rules
-	k, err := r.ReadByte()
-	if err != nil {
-		return rules, short
+	k := r.byte()
+	if r.err != nil {
+		return rules, r.err
 	}
 	for kind, v := range kindBytes {
 		if v == k {
@@ -326,21 +320,13 @@ func decodeRules(r *bytes.Reader) (vote.Rules, error) {
 	}
 	switch rules.Kind {
 	case vote.KindMultiple:
-		var p [2]uint16
-		if binary.Read(r, binary.BigEndian, &p) != nil {
-			return rules, short
-		}
-		rules.MinChoices, rules.MaxChoices = int(p[0]), int(p[1])
+		rules.MinChoices, rules.MaxChoices = int(r.uint16()), int(r.uint16())
 	case vote.KindScore:
-		var p [2]uint32
-		if binary.Read(r, binary.BigEndian, &p) != nil {
-			return rules, short
-		}
-		rules.MaxScore, rules.Budget = int(p[0]), int(p[1])
+		rules.MaxScore, rules.Budget = int(r.uint32()), int(r.uint32())
 	}
-	a, err := r.ReadByte()
-	if err != nil {
-		return rules, short
+	a := r.byte()
+	if r.err != nil {
+		return rules, r.err
 	}
 	for answers, v := range answersBytes {
 		if v == a {
