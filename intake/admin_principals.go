@@ -98,18 +98,11 @@ func (s *Server) handleAddPrincipals(w http.ResponseWriter, r *http.Request) {
 			"the Idempotency-Key header must be given once, 1 to 255 visible ASCII characters (no spaces): a key of your choosing for this request", 0)
 		return
 	}
-	var ps []ledger.Principal
-	replayed := false
-	err = s.askLedger(r, func() error {
-		var err error
-		ctx := ledger.ActingAs(r.Context(), a.ID)
-		if keyed {
-			ps, replayed, err = s.store.AddPrincipalsOnce(ctx, key[0], q.Names, q.Role)
-		} else {
-			ps, err = s.store.AddPrincipals(ctx, q.Names, q.Role)
-		}
-		return err
-	})
+	idemKey := ""
+	if keyed {
+		idemKey = key[0]
+	}
+	ps, replayed, err := s.addPrincipals(r, a, idemKey, q)
 	if errors.Is(err, ledger.ErrKeyReused) {
 		writeProblem(w, http.StatusConflict, probIdempotencyKeyReused,
 			"you used this Idempotency-Key for a request with other names or another role; nothing was added: "+
@@ -123,6 +116,34 @@ func (s *Server) handleAddPrincipals(w http.ResponseWriter, r *http.Request) {
 	if !replayed {
 		s.logAdmin(r, a, "principal.add", fmt.Sprintf("%d principals of role %s", len(ps), ps[0].Role))
 	}
+	out, err := s.issuePrincipals(ps, expires)
+	if err != nil {
+		s.adminWriteFailed(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, out)
+}
+
+// addPrincipals stores the request's principals as admin a, once per
+// Idempotency-Key when key is not empty (replayed then says the key's
+// first request made them).
+func (s *Server) addPrincipals(r *http.Request, a *voter, key string, q principalsRequest) (ps []ledger.Principal, replayed bool, err error) {
+	err = s.askLedger(r, func() error {
+		var err error
+		ctx := ledger.ActingAs(r.Context(), a.ID)
+		if key != "" {
+			ps, replayed, err = s.store.AddPrincipalsOnce(ctx, key, q.Names, q.Role)
+		} else {
+			ps, err = s.store.AddPrincipals(ctx, q.Names, q.Role)
+		}
+		return err
+	})
+	return ps, replayed, err
+}
+
+// issuePrincipals signs a token for each principal, expiring at expires
+// (never when zero).
+func (s *Server) issuePrincipals(ps []ledger.Principal, expires time.Time) (principalsAnswer, error) {
 	out := principalsAnswer{Principals: make([]issuedPrincipal, len(ps))}
 	if !expires.IsZero() {
 		out.ExpiresAt = &expires
@@ -130,12 +151,11 @@ func (s *Server) handleAddPrincipals(w http.ResponseWriter, r *http.Request) {
 	for i, p := range ps {
 		token, err := s.cfg.TokenKey.IssueRole(p.ID, p.Role, p.CreatedAt, expires)
 		if err != nil {
-			s.adminWriteFailed(w, r, err)
-			return
+			return out, err
 		}
 		out.Principals[i] = issuedPrincipal{PrincipalID: p.ID, Name: p.Name, Role: p.Role, CreatedAt: p.CreatedAt, Token: token}
 	}
-	writeJSON(w, http.StatusCreated, out)
+	return out, nil
 }
 
 // notAfter is the expiry expires (zero: none) brought back to limit when

@@ -48,7 +48,9 @@ func (p Poll) BallotRules() vote.Rules {
 	return p.Rules
 }
 
-// OpenAt reports whether the poll takes votes received at t.
+// OpenAt reports whether the poll takes votes received at t: the rule
+// the ledger's statements ask of SQL function poll_open_at (migration
+// 00018), to which TestOpenAtAgreesWithSQL holds it.
 func (p Poll) OpenAt(t time.Time) bool {
 	return !t.Before(p.OpensAt) && (p.ClosesAt == nil || t.Before(*p.ClosesAt))
 }

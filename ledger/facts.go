@@ -30,7 +30,7 @@ type facts struct {
 const loadFactsSQL = `
 SELECT i.ord,
        p.id IS NOT NULL,
-       coalesce(p.opens_at <= i.received_at AND (p.closes_at IS NULL OR i.received_at < p.closes_at), false),
+       coalesce(poll_open_at(p.opens_at, p.closes_at, i.received_at), false),
        i.ballot_ok OR coalesce(p.ballot_kind = 'single', false) AND NOT i.ballot
            AND EXISTS (SELECT 1 FROM poll_choices c WHERE c.poll_id = i.poll_id AND c.candidate_id = i.candidate_id),
        coalesce(p.eligibility = 'any', false)

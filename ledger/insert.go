@@ -66,7 +66,7 @@ func freshKeep(ledgerProbes string) string {
     FROM input i
     CROSS JOIN LATERAL (SELECT opens_at, closes_at, eligibility, ballot_kind FROM polls WHERE id = i.poll_id LIMIT 1) p
     WHERE p.eligibility = 'any'
-      AND p.opens_at <= i.received_at AND (p.closes_at IS NULL OR i.received_at < p.closes_at)
+      AND poll_open_at(p.opens_at, p.closes_at, i.received_at)
       AND (i.ballot_ok OR p.ballot_kind = 'single' AND i.ballot IS NULL
            AND EXISTS (SELECT 1 FROM poll_choices c WHERE c.poll_id = i.poll_id AND c.candidate_id = i.candidate_id))
       AND (SELECT 1 FROM poll_event_rejections r

@@ -91,7 +91,7 @@ const writeLogsSQL = `
 WITH outside AS (
     SELECT 1 FROM unnest($14::text[], $15::timestamptz[], $16::timestamptz[]) AS v(poll_id, first_at, last_at)
     JOIN polls p ON p.id = v.poll_id
-    WHERE v.first_at < p.opens_at OR v.last_at >= p.closes_at
+    WHERE NOT (poll_open_at(p.opens_at, p.closes_at, v.first_at) AND poll_open_at(p.opens_at, p.closes_at, v.last_at))
 ), leaves AS (
     INSERT INTO poll_log_leaves (poll_id, first_leaf, seqs, min_seq, max_seq)
     SELECT poll_id, first_leaf, seqs::bigint[], min_seq, max_seq

@@ -84,22 +84,34 @@ func (s *Store) verifyLogs(ctx context.Context, tx pgx.Tx, pollID string) ([]Log
 			return nil, nil, err
 		}
 	}
+	if err := s.verifyEach(ctx, tx, heads, rest, out); err != nil {
+		return nil, nil, err
+	}
+	return out, counts, nil
+}
+
+// verifyEach checks the logs of heads[i] for each i in rest the per-poll
+// way into out[i]: in tx, or, when the pool allows two or more, by as many
+// workers as there are cores, each in its own transaction on tx's
+// exported snapshot.
+func (s *Store) verifyEach(ctx context.Context, tx pgx.Tx, heads []logHeadRow, rest []int, out []LogCheck) error {
 	workers := min(len(rest), runtime.GOMAXPROCS(0), int(s.pool.Config().MaxConns)-1)
 	if workers < 2 {
 		for _, i := range rest {
 			h := heads[i]
+			var err error
 			if out[i], err = verifyLog(ctx, tx, h.poll, h.size, h.root, h.partial); err != nil {
-				return nil, nil, err
+				return err
 			}
 		}
-		return out, counts, nil
+		return nil
 	}
 	var snapshot string
 	if err := tx.QueryRow(ctx, `SELECT pg_export_snapshot()`).Scan(&snapshot); err != nil {
-		return nil, nil, fmt.Errorf("export the snapshot for the logs' workers: %w", err)
+		return fmt.Errorf("export the snapshot for the logs' workers: %w", err)
 	}
 	if !snapshotID.MatchString(snapshot) {
-		return nil, nil, fmt.Errorf("PostgreSQL exported a snapshot named %q, not of the expected form", snapshot)
+		return fmt.Errorf("PostgreSQL exported a snapshot named %q, not of the expected form", snapshot)
 	}
 	var next atomic.Int64
 	g, gctx := errgroup.WithContext(ctx)
@@ -125,10 +137,7 @@ func (s *Store) verifyLogs(ctx context.Context, tx pgx.Tx, pollID string) ([]Log
 			})
 		})
 	}
-	if err := g.Wait(); err != nil {
-		return nil, nil, err
-	}
-	return out, counts, nil
+	return g.Wait()
 }
 
 // logHeadRow is a stored head, as verifyLogs reads it.

@@ -103,19 +103,9 @@ func (s logState) extend(leaves []tlog.Hash) (logState, []fullTile, error) {
 	if len(leaves) == 0 {
 		return s, nil, nil
 	}
-	type node struct {
-		height int
-		hash   tlog.Hash
-	}
-	var frontier []node
-	for h := 62; h >= 0; h-- {
-		if s.size>>h&1 == 1 {
-			x, err := s.hashFromPartial(tlog.StoredHashIndex(h, s.size>>h-1))
-			if err != nil {
-				return logState{}, nil, fmt.Errorf("log: the right edge at size %d: %w", s.size, err)
-			}
-			frontier = append(frontier, node{h, x})
-		}
+	frontier, err := s.rightEdge()
+	if err != nil {
+		return logState{}, nil, err
 	}
 	tiles := make([][]byte, len(s.partial))
 	for level, p := range s.partial {
@@ -141,12 +131,12 @@ func (s logState) extend(leaves []tlog.Hash) (logState, []fullTile, error) {
 	n := s.size
 	for _, h := range leaves {
 		n++
-		cur := node{0, h}
+		cur := edgeNode{0, h}
 		store(0, n, h)
 		for len(frontier) > 0 && frontier[len(frontier)-1].height == cur.height {
 			left := frontier[len(frontier)-1]
 			frontier = frontier[:len(frontier)-1]
-			cur = node{cur.height + 1, tlog.NodeHash(left.hash, cur.hash)}
+			cur = edgeNode{cur.height + 1, tlog.NodeHash(left.hash, cur.hash)}
 			store(cur.height, n>>cur.height, cur.hash)
 		}
 		frontier = append(frontier, cur)
@@ -155,17 +145,51 @@ func (s logState) extend(leaves []tlog.Hash) (logState, []fullTile, error) {
 	for i := len(frontier) - 2; i >= 0; i-- {
 		next.root = tlog.NodeHash(frontier[i].hash, next.root)
 	}
+	if next.partial, err = partialTiles(tiles, n); err != nil {
+		return logState{}, nil, err
+	}
+	return next, full, nil
+}
+
+// edgeNode is a node on a log's right edge: the root of a perfect subtree
+// of 2^height leaves.
+type edgeNode struct {
+	height int
+	hash   tlog.Hash
+}
+
+// rightEdge gives the roots of the perfect subtrees that make up a log of
+// s.size leaves, the highest first, read from s's partial tiles.
+func (s logState) rightEdge() ([]edgeNode, error) {
+	var frontier []edgeNode
+	for h := 62; h >= 0; h-- {
+		if s.size>>h&1 == 1 {
+			x, err := s.hashFromPartial(tlog.StoredHashIndex(h, s.size>>h-1))
+			if err != nil {
+				return nil, fmt.Errorf("log: the right edge at size %d: %w", s.size, err)
+			}
+			frontier = append(frontier, edgeNode{h, x})
+		}
+	}
+	return frontier, nil
+}
+
+// partialTiles gives the partial tile of each level of a log of n leaves
+// from tiles, the hashes left over on each level once its full tiles were
+// taken, and checks that each holds as many hashes as n says.
+func partialTiles(tiles [][]byte, n int64) ([][]byte, error) {
+	var partial [][]byte
 	for level := 0; n>>(tileHeight*level) > 0; level++ {
 		var p []byte
 		if level < len(tiles) && len(tiles[level]) > 0 {
 			p = tiles[level]
 		}
 		if len(p) != partialWidth(n, level)*hashSize {
-			return logState{}, nil, fmt.Errorf("log: the partial tile of level %d holds %d hashes at size %d", level, len(p)/hashSize, n)
+			return nil, fmt.Errorf("log: the partial tile of level %d holds %d hashes at size %d", level, len(p)/hashSize, n)
 		}
-		next.partial = append(next.partial, p)
+		partial = append(partial, p)
 	}
-	return next, full, nil
+	return partial, nil
 }
 
 // hashFromPartial reads the stored hash x from the partial tiles, or

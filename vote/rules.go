@@ -162,40 +162,54 @@ func NewRules(spec Spec, nChoices int) (Rules, error) {
 	}
 	switch r.Kind {
 	case KindMultiple:
-		r.MinChoices, r.MaxChoices = 1, nChoices
-		if spec.MinChoices != nil {
-			r.MinChoices = *spec.MinChoices
-		}
-		if spec.MaxChoices != nil {
-			r.MaxChoices = *spec.MaxChoices
-		}
-		switch {
-		case r.MinChoices < 0:
-			return Rules{}, ruleErr("ballot.min_choices", RuleKind, "min_choices is %d; it is 0 (an empty ballot abstains) or more", r.MinChoices)
-		case r.MaxChoices < 1:
-			return Rules{}, ruleErr("ballot.max_choices", RuleKind, "max_choices is %d; a ballot must be able to hold at least 1 choice", r.MaxChoices)
-		case r.MaxChoices > nChoices:
-			return Rules{}, ruleErr("ballot.max_choices", RuleKind, "max_choices is %d, more than the poll's %d choices", r.MaxChoices, nChoices)
-		case r.MinChoices > r.MaxChoices:
-			return Rules{}, ruleErr("ballot.min_choices", RuleKind, "min_choices (%d) is above max_choices (%d)", r.MinChoices, r.MaxChoices)
-		}
+		return multipleRules(r, spec, nChoices)
 	case KindScore:
-		if spec.MaxScore == nil {
-			return Rules{}, ruleErr("ballot.max_score", RuleKind, "a score ballot needs max_score, the highest score of one choice (1 to %d)", MaxScoreLimit)
-		}
-		r.MaxScore = *spec.MaxScore
-		if r.MaxScore < 1 || r.MaxScore > MaxScoreLimit {
-			return Rules{}, ruleErr("ballot.max_score", RuleKind, "max_score is %d; it is 1 to %d", r.MaxScore, MaxScoreLimit)
-		}
-		if spec.Budget != nil {
-			r.Budget = *spec.Budget
-			if r.Budget < 1 || r.Budget > MaxBudget {
-				return Rules{}, ruleErr("ballot.budget", RuleKind, "budget is %d; it is 1 to %d points a ballot (leave it out for no budget)", r.Budget, MaxBudget)
-			}
-		}
+		return scoreRules(r, spec)
 	case KindRanked:
 		if nChoices > MaxRankedChoices {
 			return Rules{}, ruleErr("choices", RuleKind, "%d choices; a ranked poll has at most %d", nChoices, MaxRankedChoices)
+		}
+	}
+	return r, nil
+}
+
+// multipleRules gives r, a multiple ballot's rules, spec's limits on how
+// many choices a ballot holds, or says which makes no sense.
+func multipleRules(r Rules, spec Spec, nChoices int) (Rules, error) {
+	r.MinChoices, r.MaxChoices = 1, nChoices
+	if spec.MinChoices != nil {
+		r.MinChoices = *spec.MinChoices
+	}
+	if spec.MaxChoices != nil {
+		r.MaxChoices = *spec.MaxChoices
+	}
+	switch {
+	case r.MinChoices < 0:
+		return Rules{}, ruleErr("ballot.min_choices", RuleKind, "min_choices is %d; it is 0 (an empty ballot abstains) or more", r.MinChoices)
+	case r.MaxChoices < 1:
+		return Rules{}, ruleErr("ballot.max_choices", RuleKind, "max_choices is %d; a ballot must be able to hold at least 1 choice", r.MaxChoices)
+	case r.MaxChoices > nChoices:
+		return Rules{}, ruleErr("ballot.max_choices", RuleKind, "max_choices is %d, more than the poll's %d choices", r.MaxChoices, nChoices)
+	case r.MinChoices > r.MaxChoices:
+		return Rules{}, ruleErr("ballot.min_choices", RuleKind, "min_choices (%d) is above max_choices (%d)", r.MinChoices, r.MaxChoices)
+	}
+	return r, nil
+}
+
+// scoreRules gives r, a score ballot's rules, spec's highest score and
+// budget, or says which makes no sense.
+func scoreRules(r Rules, spec Spec) (Rules, error) {
+	if spec.MaxScore == nil {
+		return Rules{}, ruleErr("ballot.max_score", RuleKind, "a score ballot needs max_score, the highest score of one choice (1 to %d)", MaxScoreLimit)
+	}
+	r.MaxScore = *spec.MaxScore
+	if r.MaxScore < 1 || r.MaxScore > MaxScoreLimit {
+		return Rules{}, ruleErr("ballot.max_score", RuleKind, "max_score is %d; it is 1 to %d", r.MaxScore, MaxScoreLimit)
+	}
+	if spec.Budget != nil {
+		r.Budget = *spec.Budget
+		if r.Budget < 1 || r.Budget > MaxBudget {
+			return Rules{}, ruleErr("ballot.budget", RuleKind, "budget is %d; it is 1 to %d points a ballot (leave it out for no budget)", r.Budget, MaxBudget)
 		}
 	}
 	return r, nil

@@ -169,31 +169,11 @@ func (c *RedisCluster) waitReady(masters, replicas int) {
 func (c *RedisCluster) readTopology(ctx context.Context, masters, replicas int) error {
 	repl := map[string][]string{}
 	for addr := range c.nodes {
-		rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
-		info, err := rdb.ClusterInfo(ctx).Result()
+		master, err := nodeReady(ctx, addr, masters, replicas)
 		if err != nil {
-			rdb.Close()
-			return fmt.Errorf("%s: CLUSTER INFO: %w", addr, err)
+			return err
 		}
-		if !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, "cluster_size:"+strconv.Itoa(masters)) {
-			rdb.Close()
-			return fmt.Errorf("%s: not ready:\n%s", addr, info)
-		}
-		role, err := rdb.Do(ctx, "ROLE").Slice()
-		rdb.Close()
-		if err != nil || len(role) < 3 || role[0] == "slave" && len(role) < 4 {
-			return fmt.Errorf("%s: ROLE: %v %v", addr, role, err)
-		}
-		switch role[0] {
-		case "master":
-			if attached, _ := role[2].([]any); len(attached) < replicas {
-				return fmt.Errorf("%s: %d of %d replicas attached", addr, len(attached), replicas)
-			}
-		case "slave":
-			if state, _ := role[3].(string); state != "connected" {
-				return fmt.Errorf("%s: replica state %v", addr, role[3])
-			}
-			master := net.JoinHostPort(fmt.Sprint(role[1]), fmt.Sprint(role[2]))
+		if master != "" {
 			repl[master] = append(repl[master], addr)
 		}
 	}
@@ -227,6 +207,37 @@ func (c *RedisCluster) readTopology(ctx context.Context, masters, replicas int) 
 	c.Masters, c.Replicas = ms, repl
 	c.mu.Unlock()
 	return nil
+}
+
+// nodeReady checks that the node at addr sees a healthy cluster of masters
+// masters, and, a master, that it has replicas replicas attached; a
+// replica, that it is connected to its master, whose address it gives.
+func nodeReady(ctx context.Context, addr string, masters, replicas int) (master string, err error) {
+	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	defer rdb.Close()
+	info, err := rdb.ClusterInfo(ctx).Result()
+	if err != nil {
+		return "", fmt.Errorf("%s: CLUSTER INFO: %w", addr, err)
+	}
+	if !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, "cluster_size:"+strconv.Itoa(masters)) {
+		return "", fmt.Errorf("%s: not ready:\n%s", addr, info)
+	}
+	role, err := rdb.Do(ctx, "ROLE").Slice()
+	if err != nil || len(role) < 3 || role[0] == "slave" && len(role) < 4 {
+		return "", fmt.Errorf("%s: ROLE: %v %v", addr, role, err)
+	}
+	switch role[0] {
+	case "master":
+		if attached, _ := role[2].([]any); len(attached) < replicas {
+			return "", fmt.Errorf("%s: %d of %d replicas attached", addr, len(attached), replicas)
+		}
+	case "slave":
+		if state, _ := role[3].(string); state != "connected" {
+			return "", fmt.Errorf("%s: replica state %v", addr, role[3])
+		}
+		return net.JoinHostPort(fmt.Sprint(role[1]), fmt.Sprint(role[2])), nil
+	}
+	return "", nil
 }
 
 // URL is the cluster in go-redis' cluster URL form: the first master, and
