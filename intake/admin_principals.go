@@ -92,15 +92,9 @@ func (s *Server) handleAddPrincipals(w http.ResponseWriter, r *http.Request) {
 			Reason: fmt.Sprintf("%d names; one request adds 1 to %d (split more)", n, MaxPrincipalsPerRequest)})
 		return
 	}
-	key, keyed := r.Header[idempotencyKeyHeader]
-	if keyed && (len(key) != 1 || !validIdempotencyKey(key[0])) {
-		writeProblem(w, http.StatusBadRequest, probBadRequest,
-			"the Idempotency-Key header must be given once, 1 to 255 visible ASCII characters (no spaces): a key of your choosing for this request", 0)
+	idemKey, ok := idempotencyKey(w, r)
+	if !ok {
 		return
-	}
-	idemKey := ""
-	if keyed {
-		idemKey = key[0]
 	}
 	ps, replayed, err := s.addPrincipals(r, a, idemKey, q)
 	if errors.Is(err, ledger.ErrKeyReused) {
@@ -122,6 +116,21 @@ func (s *Server) handleAddPrincipals(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusCreated, out)
+}
+
+// idempotencyKey gives the request's Idempotency-Key, "" when it has
+// none, or answers 400 for a header that is not one key of the form.
+func idempotencyKey(w http.ResponseWriter, r *http.Request) (string, bool) {
+	key, keyed := r.Header[idempotencyKeyHeader]
+	if !keyed {
+		return "", true
+	}
+	if len(key) != 1 || !validIdempotencyKey(key[0]) {
+		writeProblem(w, http.StatusBadRequest, probBadRequest,
+			"the Idempotency-Key header must be given once, 1 to 255 visible ASCII characters (no spaces): a key of your choosing for this request", 0)
+		return "", false
+	}
+	return key[0], true
 }
 
 // addPrincipals stores the request's principals as admin a, once per
