@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -142,17 +143,14 @@ func (b *syncBuffer) String() string {
 // waitDrawn waits until what was drawn matches re, and returns it.
 func waitDrawn(t *testing.T, b *syncBuffer, re *regexp.Regexp) string {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		s := b.String()
-		if re.MatchString(s) {
-			return s
+	var s string
+	testenv.Eventually(t, 5*time.Second, fmt.Sprintf("%s drawn", re), func() error {
+		if s = b.String(); !re.MatchString(s) {
+			return fmt.Errorf("drawn: %q", s)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s in what was drawn: %q", re, s)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
+	return s
 }
 
 // wiped checks that the line was wiped last (blanks between two \r) and

@@ -12,6 +12,7 @@ import (
 
 	"tally/credential"
 	"tally/internal/oidctest"
+	"tally/internal/testenv"
 )
 
 // BenchmarkVerify is the CPU a vote's token costs intake: one token of
@@ -76,7 +77,7 @@ func BenchmarkVerifyOIDC(b *testing.B) {
 		b.Run(bc.name, func(b *testing.B) {
 			v := credential.NewVerifier(nil, runIssuer(b, credential.OIDCConfig{Issuer: p.URL(), CacheSize: bc.cacheSize}))
 			tok := p.Token()
-			eventually(b, 5*time.Second, "the provider's token verifies", verifies(v, tok))
+			testenv.Eventually(b, 5*time.Second, "the provider's token verifies", verifies(v, tok))
 			ctx := context.Background()
 			b.ReportAllocs()
 			for b.Loop() {

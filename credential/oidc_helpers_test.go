@@ -81,23 +81,6 @@ func runIssuer(t testing.TB, cfg credential.OIDCConfig) *credential.OIDCIssuer {
 	return o
 }
 
-// eventually calls check until it returns nil, and fails the test if it
-// does not within d.
-func eventually(t testing.TB, d time.Duration, what string, check func() error) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v; last: %v", what, d, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // verifies returns a check that token verifies with v.
 func verifies(v *credential.Verifier, token string) func() error {
 	return func() error {

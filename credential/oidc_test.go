@@ -17,6 +17,7 @@ import (
 
 	"tally/credential"
 	"tally/internal/oidctest"
+	"tally/internal/testenv"
 )
 
 // TestOIDCTokenVerifies: a token the provider issued verifies, to the
@@ -30,7 +31,7 @@ func TestOIDCTokenVerifies(t *testing.T) {
 	v := credential.NewVerifier(set, runIssuer(t, credential.OIDCConfig{Issuer: p.URL()}))
 
 	tok := p.Token()
-	eventually(t, 5*time.Second, "the provider's token verifies", verifies(v, tok))
+	testenv.Eventually(t, 5*time.Second, "the provider's token verifies", verifies(v, tok))
 	id, err := v.Verify(context.Background(), tok)
 	if err != nil {
 		t.Fatal(err)
@@ -72,8 +73,8 @@ func TestOIDCRefuses(t *testing.T) {
 	vTally := credential.NewVerifier(nil, forTally)
 
 	good := p.Token()
-	eventually(t, 5*time.Second, "the provider's token verifies", verifies(v, good))
-	eventually(t, 5*time.Second, "the verifier for audience tally has keys", func() error {
+	testenv.Eventually(t, 5*time.Second, "the provider's token verifies", verifies(v, good))
+	testenv.Eventually(t, 5*time.Second, "the verifier for audience tally has keys", func() error {
 		_, err := vTally.Verify(context.Background(), good)
 		if errors.Is(err, credential.ErrUnavailable) {
 			return err
@@ -164,10 +165,10 @@ func TestOIDCIssuerDown(t *testing.T) {
 	v := credential.NewVerifier(nil, runIssuer(t, credential.OIDCConfig{Issuer: p.URL(), Logger: logs.logger(),
 		Refresh: 100 * time.Millisecond, MinRefresh: 100 * time.Millisecond, RetryMin: 20 * time.Millisecond}))
 	before, unseen := p.Token(), p.Token()
-	eventually(t, 5*time.Second, "a token verifies", verifies(v, before))
+	testenv.Eventually(t, 5*time.Second, "a token verifies", verifies(v, before))
 
 	p.Stop()
-	eventually(t, 5*time.Second, "two fetches fail while the provider is stopped", func() error {
+	testenv.Eventually(t, 5*time.Second, "two fetches fail while the provider is stopped", func() error {
 		if n := logs.count("the keys fetched last stay in use"); n < 2 {
 			return fmt.Errorf("%d failures logged", n)
 		}
@@ -180,7 +181,7 @@ func TestOIDCIssuerDown(t *testing.T) {
 	p.Rotate(oidctest.Keys()[1], false)
 	p.Start()
 	rotated := p.Token()
-	eventually(t, 5*time.Second, "a token of the rotated key verifies once the provider is back", verifies(v, rotated))
+	testenv.Eventually(t, 5*time.Second, "a token of the rotated key verifies once the provider is back", verifies(v, rotated))
 	for name, tok := range map[string]string{"verified before": before, "never verified": unseen} {
 		if _, err := v.Verify(context.Background(), tok); !errors.Is(err, credential.ErrInvalid) {
 			t.Errorf("a token of the key the provider dropped, %s: %v; want ErrInvalid", name, err)
@@ -198,7 +199,7 @@ func TestOIDCUnknownKidFetchesEarly(t *testing.T) {
 	const minRefresh = 150 * time.Millisecond
 	// No background refresh in this test's time: only early fetches.
 	v := credential.NewVerifier(nil, runIssuer(t, credential.OIDCConfig{Issuer: p.URL(), Refresh: time.Hour, MinRefresh: minRefresh}))
-	eventually(t, 5*time.Second, "a token verifies", verifies(v, p.Token()))
+	testenv.Eventually(t, 5*time.Second, "a token verifies", verifies(v, p.Token()))
 	// Let an early fetch asked for before the first one succeeded pass.
 	time.Sleep(2 * minRefresh)
 	fetched := p.KeyFetches()
@@ -213,14 +214,14 @@ func TestOIDCUnknownKidFetchesEarly(t *testing.T) {
 	if d := time.Since(start); d > time.Second {
 		t.Fatalf("Verify of an unknown kid took %v: it waited on the provider", d)
 	}
-	eventually(t, 5*time.Second, "the unknown kid asks for a fetch", func() error {
+	testenv.Eventually(t, 5*time.Second, "the unknown kid asks for a fetch", func() error {
 		if p.KeyFetches() == fetched {
 			return errors.New("no second fetch of the keys")
 		}
 		return nil
 	})
 	release()
-	eventually(t, 5*time.Second, "the rotated key's token verifies after the early fetch", verifies(v, rotated))
+	testenv.Eventually(t, 5*time.Second, "the rotated key's token verifies after the early fetch", verifies(v, rotated))
 
 	// A flood of made-up key ids.
 	claims := parts(t, rotated).Claims
@@ -250,9 +251,9 @@ func TestOIDCBackgroundRefresh(t *testing.T) {
 	t.Parallel()
 	p := oidctest.Start(t)
 	v := credential.NewVerifier(nil, runIssuer(t, credential.OIDCConfig{Issuer: p.URL(), Refresh: 100 * time.Millisecond, MinRefresh: time.Hour}))
-	eventually(t, 5*time.Second, "a token verifies", verifies(v, p.Token()))
+	testenv.Eventually(t, 5*time.Second, "a token verifies", verifies(v, p.Token()))
 	p.Rotate(oidctest.Keys()[1], false)
-	eventually(t, 5*time.Second, "the rotated key's token verifies after a refresh", verifies(v, p.Token()))
+	testenv.Eventually(t, 5*time.Second, "the rotated key's token verifies after a refresh", verifies(v, p.Token()))
 }
 
 // TestOIDCUnavailable: while the issuer's keys were never fetched, its
@@ -264,7 +265,7 @@ func TestOIDCUnavailable(t *testing.T) {
 	v := credential.NewVerifier(nil, runIssuer(t, credential.OIDCConfig{Issuer: p.URL(), Logger: logs.logger()}))
 	tok := oidctest.Sign(t, oidctest.Keys()[0], p.SigningKey().ID, map[string]any{"iss": p.URL(), "sub": "alice", "aud": oidctest.ClientID,
 		"exp": time.Now().Add(time.Hour).Unix()})
-	eventually(t, 5*time.Second, "a fetch fails", func() error {
+	testenv.Eventually(t, 5*time.Second, "a fetch fails", func() error {
 		if logs.count("answered unavailable") == 0 {
 			return errors.New("no failure logged")
 		}
@@ -274,7 +275,7 @@ func TestOIDCUnavailable(t *testing.T) {
 		t.Fatalf("a token of an issuer never reached: %v; want ErrUnavailable", err)
 	}
 	p.Start()
-	eventually(t, 5*time.Second, "the token verifies once the provider answers", verifies(v, tok))
+	testenv.Eventually(t, 5*time.Second, "the token verifies once the provider answers", verifies(v, tok))
 }
 
 // TestOIDCDiscoveryNamesAnotherIssuer: a provider whose discovery document
@@ -285,7 +286,7 @@ func TestOIDCDiscoveryNamesAnotherIssuer(t *testing.T) {
 	logs := &logRecords{}
 	localhost := strings.Replace(p.URL(), "127.0.0.1", "localhost", 1)
 	v := credential.NewVerifier(nil, runIssuer(t, credential.OIDCConfig{Issuer: localhost, Logger: logs.logger()}))
-	eventually(t, 5*time.Second, "the fetch is refused", func() error {
+	testenv.Eventually(t, 5*time.Second, "the fetch is refused", func() error {
 		if logs.count("calls itself") == 0 {
 			return errors.New("no refusal logged")
 		}
@@ -398,7 +399,7 @@ func TestVerifierRun(t *testing.T) {
 	go func() { done <- v.Run(ctx) }()
 
 	p.Start()
-	eventually(t, 5*time.Second, "the provider's token verifies once it answers", verifies(v, p.Token()))
+	testenv.Eventually(t, 5*time.Second, "the provider's token verifies once it answers", verifies(v, p.Token()))
 	if got := v.IssuersWithoutKeys(); len(got) != 0 {
 		t.Fatalf("IssuersWithoutKeys once the keys were fetched: %q, want none", got)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"tally/credential"
 	"tally/internal/oidctest"
+	"tally/internal/testenv"
 )
 
 // This file tests the role a token grants: the "role" claim of tally's
@@ -92,8 +93,8 @@ func TestOIDCAdminClaim(t *testing.T) {
 	v := credential.NewVerifier(nil, runIssuer(t, credential.OIDCConfig{Issuer: p.URL(), AdminClaim: "groups", AdminValue: "tally-admins"}))
 	plain := credential.NewVerifier(nil, runIssuer(t, credential.OIDCConfig{Issuer: p.URL()}))
 	good := p.Token()
-	eventually(t, 5*time.Second, "the provider's token verifies", verifies(v, good))
-	eventually(t, 5*time.Second, "the provider's token verifies without an admin claim", verifies(plain, good))
+	testenv.Eventually(t, 5*time.Second, "the provider's token verifies", verifies(v, good))
+	testenv.Eventually(t, 5*time.Second, "the provider's token verifies without an admin claim", verifies(plain, good))
 
 	key := p.SigningKey()
 	token := func(claim string, value any) string {

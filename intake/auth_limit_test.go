@@ -88,7 +88,7 @@ func (b *lookupBundle) holdLookups(t *testing.T) (release func()) {
 // holdLookups and the other requests under way had time to get as far.
 func (b *lookupBundle) waitForHeldLookup(t *testing.T) {
 	t.Helper()
-	eventually(t, "a token lookup waits on the lock of the principals table", func() bool {
+	testenv.Eventually(t, 5*time.Second, "a token lookup waits on the lock of the principals table", func() bool {
 		var n int
 		err := b.db.Pool.QueryRow(context.Background(), `
 SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = 'principals'::regclass`).Scan(&n)

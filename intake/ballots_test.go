@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"tally/internal/testenv"
 	"tally/ledger"
 	"tally/stream"
 	"tally/vote"
@@ -62,7 +63,7 @@ func (b *bundle) waitClosed(t *testing.T, poll, ballot string) {
 	t.Helper()
 	_, prober := b.principal(t, "prober-"+poll)
 	i := 0
-	eventually(t, "the catalog sees "+poll+" closed", func() bool {
+	testenv.Eventually(t, 5*time.Second, "the catalog sees "+poll+" closed", func() bool {
 		i++
 		r := b.do(t, http.MethodPost, "/v1/votes", prober, "application/json", ballotBody(fmt.Sprint("probe", i), poll, ballot))
 		return r.str("type") == "urn:tally:problem:poll-closed"

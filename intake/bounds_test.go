@@ -127,7 +127,7 @@ func TestConnsPerAddr(t *testing.T) {
 	for _, c := range held {
 		c.Close()
 	}
-	eventually(t, "the address to open connections again once it closed its own", func() bool {
+	testenv.Eventually(t, 5*time.Second, "the address to open connections again once it closed its own", func() bool {
 		resp, err := clientFrom(t, otherAddr).Get(b.url + "/healthz")
 		if err != nil {
 			return false
@@ -210,7 +210,7 @@ func TestLivePerAddrAndPrincipal(t *testing.T) {
 
 	first.resp.Body.Close()
 	testenv.Receive(t, first.done, 10*time.Second, "the first stream to end once its body was closed")
-	eventually(t, "the address's place freed for another stream", func() bool {
+	testenv.Eventually(t, 5*time.Second, "the address's place freed for another stream", func() bool {
 		resp := getLiveFrom(t, b, "pub", "", otherAddr)
 		defer resp.Body.Close()
 		return resp.StatusCode == http.StatusOK

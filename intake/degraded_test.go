@@ -133,7 +133,7 @@ func TestPostgresDownDegraded(t *testing.T) {
 	b.poll(t, ledger.Poll{ID: "closing", Title: "Soon closed", Choices: []string{"a"}, ClosesAt: &closesAt})
 	wantAccepted(t, b.vote(t, b.token, "e1", "p1", "a"), "e1", ledger.StatusPending)
 	wantAccepted(t, b.vote(t, outsider, "o1", "p1", "b"), "o1", ledger.StatusPending)
-	eventually(t, "e1 and o1 recorded", func() bool {
+	testenv.Eventually(t, 5*time.Second, "e1 and o1 recorded", func() bool {
 		return b.status(t, b.token, "e1").str("status") == "recorded" && b.status(t, outsider, "o1").str("status") == "recorded"
 	})
 	before := b.results(t, b.token, "p1")
@@ -228,14 +228,14 @@ func TestPostgresDownDegraded(t *testing.T) {
 	})
 
 	pg.Start()
-	eventually(t, "e2 and o2 recorded once PostgreSQL is back", func() bool {
+	testenv.Eventually(t, 5*time.Second, "e2 and o2 recorded once PostgreSQL is back", func() bool {
 		return b.status(t, b.token, "e2").str("status") == "recorded" && b.status(t, outsider, "o2").str("status") == "recorded"
 	})
-	eventually(t, "fresh results", func() bool {
+	testenv.Eventually(t, 5*time.Second, "fresh results", func() bool {
 		r := b.results(t, b.token, "p2")
 		return r.code == http.StatusOK && r.body["stale"] == nil && r.body["total"] == float64(2)
 	})
-	eventually(t, "/readyz ready", func() bool { return b.readyz(t).str("status") == "ready" })
+	testenv.Eventually(t, 5*time.Second, "/readyz ready", func() bool { return b.readyz(t).str("status") == "ready" })
 	if got := count(b.m.PostgresReachable); got != 1 {
 		t.Fatalf("tally_intake_postgres_reachable %d, want 1", got)
 	}
@@ -244,7 +244,7 @@ func TestPostgresDownDegraded(t *testing.T) {
 	if err := b.store.RevokePrincipal(ctx, b.who.ID); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "a revoked token refused", func() bool { return b.vote(t, b.token, "e3", "p1", "a").code == http.StatusUnauthorized })
+	testenv.Eventually(t, 5*time.Second, "a revoked token refused", func() bool { return b.vote(t, b.token, "e3", "p1", "a").code == http.StatusUnauthorized })
 }
 
 // TestStalePrincipalOnlyWhilePostgresIsDown: a principal revoked just
@@ -275,7 +275,7 @@ func TestStalePrincipalOnlyWhilePostgresIsDown(t *testing.T) {
 		t.Fatalf("status of a stale principal while PostgreSQL is down: %d, want 503 from the ledger, not 401", c)
 	}
 	pg.Start()
-	eventually(t, "the revoked token refused once PostgreSQL answers", func() bool { return getStatus(t, srv, token) == http.StatusUnauthorized })
+	testenv.Eventually(t, 5*time.Second, "the revoked token refused once PostgreSQL answers", func() bool { return getStatus(t, srv, token) == http.StatusUnauthorized })
 }
 
 // TestAuthStaleMaxAtTTL: with Config.AuthStaleMax no longer than AuthTTL,

@@ -10,7 +10,6 @@ import (
 	"net/http/httptest"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -193,14 +192,3 @@ func observations(t *testing.T, vec *prometheus.HistogramVec, label string) uint
 	return m.GetHistogram().GetSampleCount()
 }
 
-// eventually fails t unless ok holds within 5s. A request is counted
-// after its answer was written, so a client may see the answer first.
-func eventually(t *testing.T, what string, ok func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !ok(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("after 5s: %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}

@@ -80,7 +80,7 @@ func (b *bundle) waitRefused(t *testing.T, what, poll, cand string, code int) in
 	t.Helper()
 	_, prober := b.principal(t, "prober-"+poll+"-"+cand)
 	i := 0
-	eventually(t, what, func() bool {
+	testenv.Eventually(t, 5*time.Second, what, func() bool {
 		i++
 		return b.vote(t, prober, "probe"+strconv.Itoa(i), poll, cand).code == code
 	})

@@ -381,7 +381,7 @@ func TestLiveViewersBound(t *testing.T) {
 	}
 	first.resp.Body.Close()
 	testenv.Receive(t, first.done, 10*time.Second, "the first stream to end once its body was closed")
-	eventually(t, "a place freed for a third stream", func() bool {
+	testenv.Eventually(t, 5*time.Second, "a place freed for a third stream", func() bool {
 		resp := getLive(t, b, "pub", "")
 		defer resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
@@ -437,7 +437,7 @@ func TestLiveShutdown(t *testing.T) {
 	}
 	t.Logf("shutdown with a stream open took %s", time.Since(start))
 	var listeners int
-	eventually(t, "the listener gone", func() bool {
+	testenv.Eventually(t, 5*time.Second, "the listener gone", func() bool {
 		err := db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
 			WHERE datname = current_database() AND query = 'LISTEN tally_results'`).Scan(&listeners)
 		return err == nil && listeners == 0

@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"tally/internal/testenv"
 	"tally/ledger"
 	"tally/stream"
 	"tally/vote"
@@ -115,7 +116,7 @@ func TestHealthReadyMetrics(t *testing.T) {
 	}
 	// Only label values that were used appear: the vectors hold no other
 	// series. Counted before any WithLabelValues below makes one.
-	eventually(t, "requests counted by route and code", func() bool { return testutil.CollectAndCount(b.m.Requests) == 5 })
+	testenv.Eventually(t, 5*time.Second, "requests counted by route and code", func() bool { return testutil.CollectAndCount(b.m.Requests) == 5 })
 	if n := testutil.CollectAndCount(b.m.RequestDuration); n != 4 {
 		t.Errorf("request durations of %d routes, want 4 (/healthz, /readyz, /v1/votes, other)", n)
 	}

@@ -163,7 +163,7 @@ func TestReadyzRedisKilled(t *testing.T) {
 	}
 
 	server.Start()
-	eventually(t, "/readyz ready once Redis is back", func() bool { return readyz(t, srv.Handler()).code == http.StatusOK })
+	testenv.Eventually(t, 5*time.Second, "/readyz ready once Redis is back", func() bool { return readyz(t, srv.Handler()).code == http.StatusOK })
 }
 
 // TestReadyzBacklogFull: once any shard's stream holds Config.MaxBacklog

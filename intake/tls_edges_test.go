@@ -137,7 +137,7 @@ func TestConnectionErrorsLogNoAddress(t *testing.T) {
 		c.Close()
 	}
 	for kind, want := range map[string]float64{"tls_handshake": n, "http2": n} {
-		eventually(t, "the "+kind+" errors counted", func() bool {
+		testenv.Eventually(t, 5*time.Second, "the "+kind+" errors counted", func() bool {
 			return testutil.ToFloat64(b.m.ConnectionErrors.WithLabelValues(kind)) >= want
 		})
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"tally/intake"
+	"tally/internal/testenv"
 	"tally/ledger"
 	"tally/stream"
 )
@@ -138,7 +139,7 @@ func TestTLSRotation(t *testing.T) {
 		t.Fatalf("vote before rotation: %d %s", r.code, r.raw)
 	}
 	second := writeTestCert(t, dir, "intake-second", 2)
-	eventually(t, "a new connection sees the rotated certificate", func() bool {
+	testenv.Eventually(t, 5*time.Second, "a new connection sees the rotated certificate", func() bool {
 		got := peerCert(t, addr, second)
 		return got != nil && got.Subject.CommonName == "intake-second" && got.SerialNumber.Int64() == 2
 	})

@@ -13,6 +13,7 @@ import (
 
 	"tally/intake"
 	"tally/internal/apitest"
+	"tally/internal/testenv"
 	"tally/ledger"
 )
 
@@ -119,17 +120,14 @@ func newProbe(t *testing.T, c *cluster) *probe {
 		}
 	}
 	// Intake knows a poll once it heard the NOTIFY of its creation.
-	deadline := time.Now().Add(10 * time.Second)
-	for i := 0; i < probePolls; {
-		a, err := p.do(ctx, http.MethodGet, "/v1/polls/"+probePoll(i)+"/results", p.tokens[0], "")
-		switch {
-		case err == nil && a.code != http.StatusNotFound:
-			i++
-		case time.Now().After(deadline):
-			t.Fatalf("intake did not know poll %s 10s after its creation: %v %+v", probePoll(i), err, a)
-		default:
-			time.Sleep(10 * time.Millisecond)
-		}
+	for i := range probePolls {
+		testenv.Eventually(t, 10*time.Second, "intake to know poll "+probePoll(i), func() error {
+			a, err := p.do(ctx, http.MethodGet, "/v1/polls/"+probePoll(i)+"/results", p.tokens[0], "")
+			if err == nil && a.code == http.StatusNotFound {
+				err = fmt.Errorf("%+v", a)
+			}
+			return err
+		})
 	}
 	return p
 }

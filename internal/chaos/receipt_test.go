@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"tally/internal/testenv"
 	"tally/ledger"
 )
 
@@ -132,17 +133,10 @@ func newVoter(t *testing.T, c *cluster, base string) *voter {
 // 404): intake knows a poll once it heard the NOTIFY of its creation.
 func (v *voter) waitPoll(id string) {
 	v.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testenv.Eventually(v.t, 10*time.Second, "intake to know poll "+id, func() bool {
 		code, _ := v.do(http.MethodGet, "/v1/polls/"+id+"/results", nil)
-		if code != http.StatusNotFound {
-			return
-		}
-		if time.Now().After(deadline) {
-			v.t.Fatalf("intake did not know poll %s 10s after its creation", id)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return code != http.StatusNotFound
+	})
 }
 
 // as is a fresh principal voting through the same intake.
@@ -198,39 +192,34 @@ func (v *voter) get(path string) []byte {
 // at most) and returns it.
 func (v *voter) waitReceipt(eventID string) []byte {
 	v.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		code, b := v.do(http.MethodGet, "/v1/votes/"+eventID, nil)
+	var b []byte
+	testenv.Eventually(v.t, 10*time.Second, "a receipt for "+eventID, func() error {
+		var code int
+		code, b = v.do(http.MethodGet, "/v1/votes/"+eventID, nil)
 		if code == http.StatusOK && bytes.Contains(b, []byte(`"receipt"`)) && !bytes.Contains(b, []byte(`"receipt":null`)) {
-			return b
+			return nil
 		}
-		if time.Now().After(deadline) {
-			v.t.Fatalf("no receipt for %s within 10s; last answer %d %s", eventID, code, b)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return fmt.Errorf("answer %d %s", code, b)
+	})
+	return b
 }
 
 // waitCheckpoint fetches poll's latest checkpoint until its tree holds at
 // least size leaves (10s at most); it returns the note and its size.
 func (v *voter) waitCheckpoint(poll string, size int64) ([]byte, int64) {
 	v.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		code, b := v.do(http.MethodGet, "/v1/polls/"+poll+"/checkpoint", nil)
-		if code == http.StatusOK {
-			lines := strings.SplitN(string(b), "\n", 3)
-			var got int64
-			if len(lines) == 3 {
-				fmt.Sscan(lines[1], &got)
-			}
+	var b []byte
+	var got int64
+	testenv.Eventually(v.t, 10*time.Second, fmt.Sprintf("a checkpoint of %s of size %d", poll, size), func() error {
+		var code int
+		code, b = v.do(http.MethodGet, "/v1/polls/"+poll+"/checkpoint", nil)
+		if lines := strings.SplitN(string(b), "\n", 3); code == http.StatusOK && len(lines) == 3 {
+			fmt.Sscan(lines[1], &got)
 			if got >= size {
-				return b, got
+				return nil
 			}
 		}
-		if time.Now().After(deadline) {
-			v.t.Fatalf("no checkpoint of %s of size %d within 10s; last answer %d %s", poll, size, code, b)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return fmt.Errorf("answer %d %s", code, b)
+	})
+	return b, got
 }

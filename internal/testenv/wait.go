@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -41,3 +42,47 @@ func Receive[T any](t testing.TB, ch <-chan T, d time.Duration, what string) T {
 		panic("unreachable")
 	}
 }
+
+// Condition is what Eventually polls: a func() bool that holds or not, or
+// a func() error that is nil once it holds and otherwise says what is
+// still missing (the failure shows the last such error).
+type Condition interface {
+	func() bool | func() error
+}
+
+// Eventually polls cond every 10ms until it holds, at most d; past d it
+// fails t (Fatal) saying what it waited for and, for a func() error, the
+// last error. Wait this way only for a state with no event to receive: a
+// channel, a WaitGroup or a log line the code under test produces is
+// waited for with Receive or WaitGroup instead.
+func Eventually[C Condition](t testing.TB, d time.Duration, what string, cond C) {
+	t.Helper()
+	check := func() error {
+		switch c := any(cond).(type) {
+		case func() bool:
+			if !c() {
+				return errNotYet
+			}
+			return nil
+		default:
+			return c.(func() error)()
+		}
+	}
+	deadline := time.Now().Add(d)
+	for {
+		err := check()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			if err == errNotYet {
+				t.Fatalf("after %s: still waiting for %s", d, what)
+			}
+			t.Fatalf("after %s: still waiting for %s; last: %v", d, what, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// errNotYet is a func() bool condition's "not yet".
+var errNotYet = errors.New("not yet")

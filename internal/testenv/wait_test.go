@@ -62,3 +62,26 @@ func TestWaitsFailSayingWhat(t *testing.T) {
 		t.Errorf("Receive of a sent value: %d, failed with %q; want 7", v, got)
 	}
 }
+
+func TestEventually(t *testing.T) {
+	t.Parallel()
+	if got, want := fatalOf(t, func(tb testing.TB) { Eventually(tb, 30*time.Millisecond, "the flag", func() bool { return false }) }), "after 30ms: still waiting for the flag"; got != want {
+		t.Errorf("Eventually of a bool that never holds failed with %q, want %q", got, want)
+	}
+	if got, want := fatalOf(t, func(tb testing.TB) {
+		Eventually(tb, 30*time.Millisecond, "the row", func() error { return fmt.Errorf("0 rows") })
+	}), "after 30ms: still waiting for the row; last: 0 rows"; got != want {
+		t.Errorf("Eventually of an error that stays failed with %q, want %q", got, want)
+	}
+	calls := 0
+	if got := fatalOf(t, func(tb testing.TB) {
+		Eventually(tb, 5*time.Second, "the third call", func() error {
+			if calls++; calls < 3 {
+				return fmt.Errorf("call %d", calls)
+			}
+			return nil
+		})
+	}); got != "" || calls != 3 {
+		t.Errorf("Eventually of a condition that holds at its third call: %d calls, failed with %q", calls, got)
+	}
+}
