@@ -21,11 +21,8 @@ import (
 // Chromium, driven through the DevTools protocol (chromedp). Chromium comes
 // from scripts/chromium.sh, which finds it or, as root, installs Debian's
 // chromium package; without one the test fails, saying what to install.
-// The page's screenshot is kept in .local/artifacts/ (git-ignored).
-
-// artifacts is where the browser tests leave their screenshots, from the
-// package's directory.
-const artifacts = "../.local/artifacts"
+// The page's screenshot goes to the test's artifact directory: kept with
+// go test -artifacts (under -outputdir), removed after the test otherwise.
 
 // chromium is the path of the browser scripts/chromium.sh finds or
 // installs; it fails t, with what to install, when there is none.
@@ -154,10 +151,7 @@ func TestLivePageInBrowser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.MkdirAll(artifacts, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	file := filepath.Join(artifacts, "live-page-360.png")
+	file := filepath.Join(t.ArtifactDir(), "live-page-360.png")
 	if err := os.WriteFile(file, shot, 0o644); err != nil {
 		t.Fatal(err)
 	}
