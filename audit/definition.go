@@ -376,10 +376,44 @@ func (d Definition) RefusesVote(l Leaf) (field, why string) {
 	return field, why
 }
 
+// RefusesBallot is the part of RefusesVote that reads only the vote's
+// choice or ballot, not when it was received: a caller that judges many
+// votes under one definition, most of them with a ballot seen before (the
+// rebuild), keeps its answer per ballot and asks RefusesReceivedAt of each
+// vote. RefusesVote's answer is the first of the two that refuses.
+func (d Definition) RefusesBallot(l Leaf) (field, why string) {
+	_, _, field, why = d.judgeBallot(l)
+	return field, why
+}
+
+// RefusesReceivedAt is the part of RefusesVote that reads only when the
+// vote was received: before the poll opened, or from its closing on.
+func (d Definition) RefusesReceivedAt(received time.Time) (field, why string) {
+	if received.Before(d.OpensAt) {
+		return "received_at", fmt.Sprintf("the vote was received at %s, before the poll opened at %s",
+			received.UTC().Format(TimeFormat), d.OpensAt.UTC().Format(TimeFormat))
+	}
+	if d.ClosesAt != nil && !received.Before(*d.ClosesAt) {
+		return "received_at", fmt.Sprintf("the vote was received at %s, once the poll had closed at %s",
+			received.UTC().Format(TimeFormat), d.ClosesAt.UTC().Format(TimeFormat))
+	}
+	return "", ""
+}
+
 // judge is RefusesVote, with the ballot's items and ok when they can be
 // read and the ballot keeps its poll's rules (whether or not it came in
 // the window).
 func (d Definition) judge(l Leaf) (items []ballotItem, ok bool, field, why string) {
+	if items, ok, field, why = d.judgeBallot(l); !ok {
+		return items, ok, field, why
+	}
+	field, why = d.RefusesReceivedAt(l.ReceivedAt)
+	return items, true, field, why
+}
+
+// judgeBallot is RefusesBallot, with the ballot's items and ok when they
+// can be read and the ballot keeps its poll's rules.
+func (d Definition) judgeBallot(l Leaf) (items []ballotItem, ok bool, field, why string) {
 	rules := d.BallotRules()
 	switch {
 	case rules.Kind == vote.KindSingle && l.Ballot != "":
@@ -395,14 +429,6 @@ func (d Definition) judge(l Leaf) (items []ballotItem, ok bool, field, why strin
 		if items, why = readBallot(&d, l.Ballot); why != "" {
 			return nil, false, "ballot", why
 		}
-	}
-	if l.ReceivedAt.Before(d.OpensAt) {
-		return items, true, "received_at", fmt.Sprintf("the vote was received at %s, before the poll opened at %s",
-			l.ReceivedAt.UTC().Format(TimeFormat), d.OpensAt.UTC().Format(TimeFormat))
-	}
-	if d.ClosesAt != nil && !l.ReceivedAt.Before(*d.ClosesAt) {
-		return items, true, "received_at", fmt.Sprintf("the vote was received at %s, once the poll had closed at %s",
-			l.ReceivedAt.UTC().Format(TimeFormat), d.ClosesAt.UTC().Format(TimeFormat))
 	}
 	return items, true, "", ""
 }

@@ -36,7 +36,7 @@ var singleLoad = load{name: "single", rules: vote.Single, ballots: benchChoices}
 
 // kindLoads are the loads of P-multiple, P-score, P-ranked and P-latest.
 // P-latest is single choice, so that against P it measures what answers
-// latest adds (the principal's row of poll_voters replaced, its old
+// latest adds (the principal locked, its last ballot read, its old
 // ballot's figures taken out) and nothing of a kind.
 var kindLoads = []load{
 	{name: "multiple", what: "multiple (max_choices 2), each ballot 1 or 2 choices", rules: mustRules(vote.Spec{Kind: "multiple", MaxChoices: ptr(2)}),

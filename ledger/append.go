@@ -54,7 +54,9 @@ type pollPrincipal struct{ poll, principal string }
 // transaction is rolled back and run again, and then sees that row.
 var errRaced = errors.New("a concurrent append inserted the same key first")
 
-// appendTx classifies and applies events inside tx, in two steps.
+// appendTx classifies and applies events inside tx, in two steps, after
+// locking the principals of its events of polls of answers latest
+// (lockPrincipals, ballots.go).
 //
 // First, when fast is set, the optimistic step: the events that are the
 // first of their key and of their (poll, principal) in the batch go to the
@@ -81,6 +83,9 @@ var errRaced = errors.New("a concurrent append inserted the same key first")
 func appendTx(ctx context.Context, tx pgx.Tx, events []Event, rules map[string]*pollRules, fast bool) ([]Outcome, error) {
 	outcomes := make([]Outcome, len(events))
 	in := appendInput{events: events, fps: fingerprints(events), ballotOK: ballotsValid(events, rules), latest: latestOf(events, rules)}
+	if err := lockPrincipals(ctx, tx, events, in.latest); err != nil {
+		return nil, err
+	}
 	rest := make([]int, 0, len(events))
 	if fast {
 		seqs, err := insertFresh(ctx, tx, in, freshEvents(events))

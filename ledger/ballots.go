@@ -2,6 +2,8 @@ package ledger
 
 import (
 	"context"
+	"hash/fnv"
+	"slices"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
@@ -15,11 +17,21 @@ import (
 // poll's kind, parameters, answers mode and choices never change once it
 // is created), and the figures of the ballots the append recorded added to
 // the projection in the same transaction (addFigures). In a poll of
-// answers latest, a principal's new ballot replaces its last one: the
-// principal's row of poll_voters is replaced under its lock, and the old
-// ballot's figures are taken out as the new one's go in. A single choice
-// of a final poll is counted by the insert's own statement (insert.go),
-// as before kinds.
+// answers latest, a principal's new ballot replaces its last one, and the
+// old ballot's figures are taken out as the new one's go in.
+//
+// The ballot that counts of a principal in a poll of answers latest is
+// its last row of the poll by seq (migration 00016), which an index of
+// poll_events finds. So that the last by seq is the last in the poll's
+// log, and a change never misses a ballot another append is recording,
+// an append first takes a transaction lock per (poll, principal) of its
+// events of such polls, in key order (lockPrincipals), before it draws
+// any seq: two appends of one principal's ballots take turns, the second
+// drawing its seqs, numbering its leaves and reading the ballot it
+// replaces after the first committed. In one batch a principal's rows
+// are inserted in batch order (insert.go), which is leaf order. A single
+// choice of a final poll is counted by the insert's own statement
+// (insert.go), as before kinds.
 
 // pollRules are what a poll's ballots are checked and counted against.
 type pollRules struct {
@@ -129,7 +141,7 @@ func latestOf(events []Event, rules map[string]*pollRules) []bool {
 // addFigures adds to the projection the figures of the ballots this
 // append recorded that the insert's statement did not count: ballots of
 // other kinds than single, and every ballot of a poll of answers latest,
-// whose principal's last ballot before it (poll_voters) is taken out. It
+// whose principal's last ballot before it is taken out (lastBallots). It
 // adds poll_results' figures per choice, poll_pairwise's cells and
 // poll_ballots' count, each in a fixed order, in one statement.
 func addFigures(ctx context.Context, tx pgx.Tx, in appendInput, outcomes []Outcome, rules map[string]*pollRules) error {
@@ -149,7 +161,8 @@ func addFigures(ctx context.Context, tx pgx.Tx, in appendInput, outcomes []Outco
 		}
 		c.Add(b, sign)
 	}
-	var latest []int // the last recorded event of each (poll, principal)
+	var latest []int     // the last recorded event of each (poll, principal)
+	var firstSeq []int64 // the seq of its first, by latest's index
 	last := map[pollPrincipal]int{}
 	for i, e := range in.events {
 		switch {
@@ -158,16 +171,18 @@ func addFigures(ctx context.Context, tx pgx.Tx, in appendInput, outcomes []Outco
 			pp := pollPrincipal{e.PollID, e.PrincipalID}
 			if j, ok := last[pp]; ok {
 				latest[j] = i
+				firstSeq[j] = min(firstSeq[j], outcomes[i].Seq)
 			} else {
 				last[pp] = len(latest)
 				latest = append(latest, i)
+				firstSeq = append(firstSeq, outcomes[i].Seq)
 			}
 		case e.Ballot != "":
 			count(e.PollID, e.Ballot, 1)
 		}
 	}
 	if len(latest) > 0 {
-		replaced, err := replaceVoters(ctx, tx, in.events, outcomes, latest)
+		replaced, err := lastBallots(ctx, tx, in.events, latest, firstSeq)
 		if err != nil {
 			return err
 		}
@@ -190,47 +205,67 @@ func addFigures(ctx context.Context, tx pgx.Tx, in appendInput, outcomes []Outco
 	return interpretError("append batch: count the ballots", err)
 }
 
-// The statements of replaceVoters. lockVotersSQL locks and reads the rows
-// of poll_voters of the new ballots' principals (in key order), so that a
-// concurrent append of the same principal is waited for and its ballot is
-// the one replaced; writeVotersSQL then inserts the rows it did not find
-// and updates those it did. A row that a concurrent append inserted in
-// between makes the insert do nothing for it: the batch runs again
-// (errRaced).
-const (
-	lockVotersSQL = `
-SELECT v.poll_id, v.principal_id, v.ballot
-FROM poll_voters v JOIN unnest($1::text[], $2::text[]) AS n(poll_id, principal_id) USING (poll_id, principal_id)
-ORDER BY 1, 2 FOR UPDATE OF v`
-	writeVotersSQL = `
-WITH new AS (
-    SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::bool[]) AS n(poll_id, principal_id, seq, ballot, found)
-), ins AS (
-    INSERT INTO poll_voters (poll_id, principal_id, seq, ballot)
-    SELECT poll_id, principal_id, seq, ballot FROM new WHERE NOT found ORDER BY 1, 2
-    ON CONFLICT DO NOTHING
-    RETURNING 1
-), upd AS (
-    UPDATE poll_voters v SET seq = n.seq, ballot = n.ballot
-    FROM new n WHERE n.found AND v.poll_id = n.poll_id AND v.principal_id = n.principal_id
-    RETURNING 1
-)
-SELECT (SELECT count(*) FROM ins), (SELECT count(*) FROM upd)`
-)
+// lockPrincipalsSQL takes the transaction locks of lockPrincipals, in the
+// order of its arrays.
+const lockPrincipalsSQL = `
+SELECT count(pg_advisory_xact_lock(k.a, k.b)) FROM unnest($1::int[], $2::int[]) AS k(a, b)`
 
-// replaceVoters records events[idx] (one per (poll, principal), each
-// recorded) as their principals' ballots in poll_voters, and returns the
-// ballots they replaced.
-func replaceVoters(ctx context.Context, tx pgx.Tx, events []Event, outcomes []Outcome, idx []int) (map[pollPrincipal]string, error) {
-	const what = "append batch: replace the principals' ballots"
-	n := len(idx)
-	polls, principals, ballots := make([]string, n), make([]string, n), make([]string, n)
-	seqs := make([]int64, n)
-	for j, i := range idx {
-		e := events[i]
-		polls[j], principals[j], seqs[j], ballots[j] = e.PollID, e.PrincipalID, outcomes[i].Seq, e.Answer()
+// lockPrincipals takes, before the append inserts anything, a transaction
+// lock per (poll, principal) of the events of polls of answers latest, in
+// the order of their keys, so that two appends that share some wait for
+// each other whole rather than deadlock. A lock's key is a 64-bit hash of
+// the pair, in the two-key space of PostgreSQL's advisory locks: two pairs
+// that share a key only make their appends take turns. Each lock is an
+// entry of PostgreSQL's shared lock table until the commit, so a batch
+// holds as many as its principals of such polls (docs/operations.md).
+func lockPrincipals(ctx context.Context, tx pgx.Tx, events []Event, latest []bool) error {
+	var keys []uint64
+	for i, e := range events {
+		if latest[i] {
+			h := fnv.New64a()
+			h.Write([]byte(e.PollID))
+			h.Write([]byte{0})
+			h.Write([]byte(e.PrincipalID))
+			keys = append(keys, h.Sum64())
+		}
 	}
-	rows, err := tx.Query(ctx, lockVotersSQL, polls, principals)
+	if len(keys) == 0 {
+		return nil
+	}
+	slices.Sort(keys)
+	keys = slices.Compact(keys)
+	a, b := make([]int32, len(keys)), make([]int32, len(keys))
+	for i, k := range keys {
+		a[i], b[i] = int32(k>>32), int32(k)
+	}
+	_, err := tx.Exec(ctx, lockPrincipalsSQL, a, b)
+	return interpretError("append batch: lock the principals of polls of answers latest", err)
+}
+
+// lastBallotsSQL reads, for each (poll, principal, seq), the principal's
+// last ballot in the poll before that seq, if any (poll_events_latest).
+const lastBallotsSQL = `
+SELECT n.poll_id, n.principal_id, l.answer
+FROM unnest($1::text[], $2::text[], $3::bigint[]) AS n(poll_id, principal_id, seq)
+CROSS JOIN LATERAL (
+    SELECT coalesce(e.ballot, e.candidate_id) AS answer FROM poll_events e
+    WHERE e.latest AND e.poll_id = n.poll_id AND e.principal_id = n.principal_id AND e.seq < n.seq
+    ORDER BY e.seq DESC LIMIT 1) l`
+
+// lastBallots returns the ballots that events[idx] (one per (poll,
+// principal), each recorded, their principals locked by lockPrincipals)
+// replace: each principal's last ballot before firstSeq, the seq of its
+// first row this append recorded. Under the lock every other row of the
+// principal in the poll has committed, so it is the last before this
+// append's in the log.
+func lastBallots(ctx context.Context, tx pgx.Tx, events []Event, idx []int, firstSeq []int64) (map[pollPrincipal]string, error) {
+	const what = "append batch: read the ballots replaced"
+	n := len(idx)
+	polls, principals := make([]string, n), make([]string, n)
+	for j, i := range idx {
+		polls[j], principals[j] = events[i].PollID, events[i].PrincipalID
+	}
+	rows, err := tx.Query(ctx, lastBallotsSQL, polls, principals, firstSeq)
 	if err != nil {
 		return nil, interpretError(what, err)
 	}
@@ -241,17 +276,6 @@ func replaceVoters(ctx context.Context, tx pgx.Tx, events []Event, outcomes []Ou
 	)
 	if _, err := pgx.ForEachRow(rows, []any{&pp.poll, &pp.principal, &ballot}, func() error { old[pp] = ballot; return nil }); err != nil {
 		return nil, interpretError(what, err)
-	}
-	found := make([]bool, n)
-	for j := range idx {
-		_, found[j] = old[pollPrincipal{polls[j], principals[j]}]
-	}
-	var inserted, updated int
-	if err := tx.QueryRow(ctx, writeVotersSQL, polls, principals, seqs, ballots, found).Scan(&inserted, &updated); err != nil {
-		return nil, interpretError(what, err)
-	}
-	if inserted+updated != n {
-		return nil, errRaced
 	}
 	return old, nil
 }

@@ -30,7 +30,9 @@ import (
 // poll_choices here, and only in a poll of kind single. $9 says that its
 // poll's answers are latest: the row is marked so, it may follow another
 // of its principal in the poll, and its figures are added with the old
-// ballot's taken out (ballots.go), not here.
+// ballot's taken out (ballots.go), not here. Such rows of one principal
+// are inserted in batch order, so that their seqs are in the order of
+// their leaves: the last by seq is the one that counts.
 
 // insertSQL is the insert of the rows keep chooses from the batch's input.
 func insertSQL(keep string) string {
@@ -43,7 +45,7 @@ WITH input AS (
     INSERT INTO poll_events (poll_id, candidate_id, ballot, principal_id, client_event_id, fingerprint, received_at, latest)
     SELECT poll_id, candidate_id, ballot, principal_id, client_event_id, fingerprint, received_at, latest
     FROM keep
-    ORDER BY principal_id, client_event_id
+    ORDER BY principal_id, CASE WHEN latest THEN ord END, client_event_id
     RETURNING seq, principal_id, client_event_id, poll_id, candidate_id, ballot, latest
 ), proj AS (
     INSERT INTO poll_results AS r (poll_id, candidate_id, vote_count)

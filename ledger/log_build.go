@@ -134,21 +134,25 @@ func hashRows(ctx context.Context, tx pgx.Tx, poll string) (hashed, error) {
 // definition in force refuses, a definition that may not follow the one
 // before). hashRows and the rebuild's one pass (log_pass.go) feed it.
 type leafHasher struct {
-	poll  string
-	h     hashed // rows is left to the caller
-	fps   map[string][32]byte
-	def   *audit.Definition // in force: the last one hashed
-	chunk []tlog.Hash       // hashed, not yet in the tree
+	poll string
+	h    hashed // rows is left to the caller
+	fps  map[string][32]byte
+	def  *audit.Definition // in force: the last one hashed
+	// refused is def's RefusesBallot of each answer judged since def
+	// came in force ("": taken).
+	refused map[string]string
+	chunk   []tlog.Hash // hashed, not yet in the tree
 }
 
 // maxFingerprintsHeld bounds the fingerprints a leafHasher keeps, one per
-// distinct ballot: a poll of few choices has few, but ballots of other
-// kinds than single can be as many as the votes.
+// distinct ballot, and likewise the ballots' judgments: a poll of few
+// choices has few, but ballots of other kinds than single can be as many
+// as the votes.
 const maxFingerprintsHeld = 4096
 
 func newLeafHasher(poll string) *leafHasher {
 	return &leafHasher{poll: poll, h: hashed{state: emptyLog(), badFP: -1, badDef: -1}, fps: map[string][32]byte{},
-		chunk: make([]tlog.Hash, 0, buildChunk)}
+		refused: map[string]string{}, chunk: make([]tlog.Hash, 0, buildChunk)}
 }
 
 // add hashes the row of the next leaf, e (of lh's poll).
@@ -169,11 +173,30 @@ func (lh *leafHasher) add(e Event, fp string) error {
 		lh.h.badFP = lh.h.n
 	}
 	if lh.def != nil && lh.h.badDef < 0 {
-		if _, why := lh.def.RefusesVote(leafOf(e)); why != "" {
+		if why := lh.refusesVote(e, answer); why != "" {
 			lh.h.badDef, lh.h.defProblem = lh.h.n, why
 		}
 	}
 	return lh.push(h)
+}
+
+// refusesVote is the definition in force's RefusesVote of e, whose
+// answer is answer. Its ballot is judged once per distinct answer under
+// one definition: reading a ballot is most of what the check costs, and a
+// poll's ballots repeat (a ranked poll of 4 choices has 64 possible).
+func (lh *leafHasher) refusesVote(e Event, answer string) string {
+	why, ok := lh.refused[answer]
+	if !ok {
+		_, why = lh.def.RefusesBallot(leafOf(e))
+		if len(lh.refused) < maxFingerprintsHeld {
+			lh.refused[answer] = why
+		}
+	}
+	if why != "" {
+		return why
+	}
+	_, why = lh.def.RefusesReceivedAt(e.ReceivedAt)
+	return why
 }
 
 // addDefinition hashes the definition of the next leaf.
@@ -188,6 +211,7 @@ func (lh *leafHasher) addDefinition(d audit.Definition) error {
 		}
 	}
 	lh.def = &d
+	clear(lh.refused)
 	lh.h.defs++
 	return lh.push(h)
 }

@@ -215,13 +215,17 @@ type EventRecord struct {
 }
 
 // supersededSQL is the status of a ledger row e: superseded when it is a
-// ballot of a poll of answers latest and poll_voters names another of its
-// principal's rows, with that row's client event id; else recorded.
+// ballot of a poll of answers latest and its principal has a later row in
+// the poll (the last by seq counts: ballots.go), with the client event id
+// of the last; else recorded.
 const supersededSQL = `
-SELECT coalesce(CASE WHEN v.seq <> e.seq THEN 'superseded' END, 'recorded') AS status,
-       coalesce(CASE WHEN v.seq <> e.seq THEN (SELECT n.client_event_id FROM poll_events n WHERE n.seq = v.seq) END, '') AS superseded_by
+SELECT CASE WHEN l.seq <> e.seq THEN 'superseded' ELSE 'recorded' END AS status,
+       CASE WHEN l.seq <> e.seq THEN l.client_event_id ELSE '' END AS superseded_by
 FROM (SELECT 1) one
-LEFT JOIN poll_voters v ON e.latest AND v.poll_id = e.poll_id AND v.principal_id = e.principal_id`
+LEFT JOIN LATERAL (
+    SELECT n.seq, n.client_event_id FROM poll_events n
+    WHERE e.latest AND n.latest AND n.poll_id = e.poll_id AND n.principal_id = e.principal_id
+    ORDER BY n.seq DESC LIMIT 1) l ON true`
 
 // eventSQL prefers the ledger row: a key_reused rejection can sit beside
 // the ledger row of the same key. A row's leaf is found in the

@@ -55,6 +55,10 @@
 //     order, trimmed to its last 100,000; NOTIFY tally_catalog carries the
 //     last seq, and a write that changed nothing notifies nothing
 //     (ledger.Store.WatchCatalog, CatalogChangesAfter).
+//   - 00016_latest_by_seq.sql: a principal's ballot that counts in a poll
+//     of answers latest is its last row by seq, found by an index of
+//     poll_events; poll_voters is dropped (down fills it again from the
+//     ledger).
 //   - migrations.go: the embedded files and goose's provider over them.
 package migrations
 

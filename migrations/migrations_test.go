@@ -40,7 +40,7 @@ func TestUpResetUp(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db, p := emptyProvider(t)
-	want := []string{"admin_actions", "catalog_changes", "catalog_changes_trimmed", "credential_key_retirements", "poll_ballots", "poll_choices", "poll_definitions", "poll_eligible", "poll_event_rejections", "poll_events", "poll_log_checkpoints", "poll_log_heads", "poll_log_leaves", "poll_log_tiles", "poll_pairwise", "poll_results", "poll_voters", "polls", "principals"}
+	want := []string{"admin_actions", "catalog_changes", "catalog_changes_trimmed", "credential_key_retirements", "poll_ballots", "poll_choices", "poll_definitions", "poll_eligible", "poll_event_rejections", "poll_events", "poll_log_checkpoints", "poll_log_heads", "poll_log_leaves", "poll_log_tiles", "poll_pairwise", "poll_results", "polls", "principals"}
 	for round := 0; round < 2; round++ {
 		if _, err := p.Up(ctx); err != nil {
 			t.Fatalf("round %d up: %v", round, err)
@@ -216,7 +216,7 @@ WHERE schemaname = 'public' AND tablename <> 'goose_db_version'`, role)
 		"poll_events": "SELECT,INSERT", "poll_event_rejections": "SELECT,INSERT",
 		"poll_log_tiles": "SELECT,INSERT", "poll_log_checkpoints": "SELECT,INSERT", "poll_log_leaves": "SELECT,INSERT", "poll_definitions": "SELECT,INSERT",
 		"poll_results": "SELECT,INSERT,UPDATE", "poll_log_heads": "SELECT,INSERT,UPDATE", "admin_actions": "",
-		"poll_pairwise": "SELECT,INSERT,UPDATE", "poll_ballots": "SELECT,INSERT,UPDATE", "poll_voters": "SELECT,INSERT,UPDATE",
+		"poll_pairwise": "SELECT,INSERT,UPDATE", "poll_ballots": "SELECT,INSERT,UPDATE",
 		"catalog_changes": "SELECT", "catalog_changes_trimmed": "SELECT",
 	}
 	// tally_admin is tally_daemon that may also add polls and principals,

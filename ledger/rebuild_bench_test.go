@@ -1,0 +1,77 @@
+package ledger_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"tally/internal/testenv"
+	"tally/ledger"
+	"tally/vote"
+)
+
+// BenchmarkRebuildRanked rebuilds a ledger of 100,000 ranked ballots (10
+// polls of 4 choices, each ballot ranking the 4, appended by Store.Append)
+// and reports, besides the time of a rebuild, the time of the plain
+// aggregate bench's RKG measures over the same table, run in the same
+// iteration, and their ratio (rebuild/plain): RK / RKG of a smaller
+// ledger, to profile rebuild with -cpuprofile.
+func BenchmarkRebuildRanked(b *testing.B) {
+	ctx := context.Background()
+	db := testenv.Postgres(b)
+	store, err := ledger.New(db.Pool, ledger.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	choices := []string{"a", "b", "c", "d"}
+	rules, err := vote.NewRules(vote.Spec{Kind: "ranked"}, len(choices))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for p := range 10 {
+		if err := store.CreatePoll(ctx, ledger.Poll{ID: fmt.Sprintf("poll%d", p), Title: "bench", OpensAt: time.Unix(0, 0), Choices: choices, Rules: rules}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	const events = 100_000
+	batch := make([]ledger.Event, 1000)
+	for n := 0; n < events; {
+		now := time.Now()
+		for j := range batch {
+			r := n % 4
+			ranking := vote.Ballot{Kind: vote.KindRanked, Choices: append(append([]string{}, choices[r:]...), choices[:r]...)}.Canonical()
+			batch[j] = ledger.EventOf(fmt.Sprintf("u%d", n), "k1", fmt.Sprintf("poll%d", n%10), ranking, now)
+			n++
+		}
+		if _, err := store.Append(ctx, batch); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var rebuild, plain time.Duration
+	b.ResetTimer()
+	for range b.N {
+		t0 := time.Now()
+		rep, err := store.Rebuild(ctx, "")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if rep.Differing != 0 || rep.LogProblems != 0 || rep.LedgerEvents != events {
+			b.Fatalf("rebuild: %d figures differ, %d logs do not verify, %d events (want %d)", rep.Differing, rep.LogProblems, rep.LedgerEvents, events)
+		}
+		rebuild += time.Since(t0)
+		t0 = time.Now()
+		rows, err := db.Pool.Query(ctx, `SELECT poll_id, ballot, count(*) FROM poll_events GROUP BY poll_id, ballot`)
+		if err != nil {
+			b.Fatal(err)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			b.Fatal(err)
+		}
+		plain += time.Since(t0)
+	}
+	b.ReportMetric(float64(rebuild.Milliseconds())/float64(b.N), "rebuild-ms")
+	b.ReportMetric(float64(plain.Milliseconds())/float64(b.N), "plain-ms")
+	b.ReportMetric(rebuild.Seconds()/plain.Seconds(), "rebuild/plain")
+}
