@@ -16,7 +16,7 @@
 //
 // -only runs some measurements: projector, kinds, batch1, naive, copy,
 // floor, tuned, intake, burst, e2e, cluster, scaling, import, rebuild,
-// rebuildranked, log, live.
+// rebuildranked, log, live, catalog.
 //
 // Files:
 //
@@ -48,6 +48,12 @@
 //     of votes (SSE, next to SSE0 without them): its rounds and result;
 //     live_load.go: the votes and intake's CPU time; live_viewers.go: the
 //     streams; live_stats.go: the viewers' latencies, gaps and updates;
+//   - catalog.go: row C, the catalog at 100, 10,000 and 100,000 polls
+//     (two intakes; start, memory, a change at one enforced at the
+//     other, POST latency, votes while polls are created, bulk creation:
+//     CS, CM, CMX, CE, CP, CV0, CV, CB, CBC, CMP, CME, CMR, CN, C503);
+//     catalog_fill.go fills it, catalog_changes.go makes the changes,
+//     catalog_client.go is its HTTP client;
 //   - ledger.go: tally import (IM) and rebuild next to a plain GROUP BY
 //     (R, RG; of ranked ballots RK, RKG);
 //   - env.go: the run's servers, its databases and Redis prefixes, and the
@@ -127,6 +133,20 @@ type sizes struct {
 	burstVoters int
 	burstRounds int
 	burstFor    time.Duration
+	// catalogPolls are the sizes of row C (polls open to any principal;
+	// each size also has 10 eligibility lists of as many principals, and
+	// as many revoked principals); catalogChanges the changes timed from
+	// A to B, catalogSteady the changes before B's memory is read again,
+	// catalogVoteFor and catalogRounds each run of votes with and without
+	// creations, catalogReady the bound on an intake's start, and
+	// catalogSettle the wait after it before its memory is read.
+	catalogPolls   []int
+	catalogChanges int
+	catalogSteady  int
+	catalogVoteFor time.Duration
+	catalogRounds  int
+	catalogReady   time.Duration
+	catalogSettle  time.Duration
 }
 
 var full = sizes{
@@ -144,6 +164,8 @@ var full = sizes{
 	liveViewers:     1_000, liveRate: 500, liveFor: 5 * time.Second, liveRounds: 2,
 	scalingFor: 8 * time.Second, scalingRounds: 2, hotEvents: 300_000, hotFor: 10 * time.Second,
 	burstVoters: 20_000, burstRounds: 3, burstFor: 90 * time.Second,
+	catalogPolls: []int{100, 10_000, 100_000}, catalogChanges: 50, catalogSteady: 1_000,
+	catalogVoteFor: 5 * time.Second, catalogRounds: 2, catalogReady: 5 * time.Minute, catalogSettle: time.Second,
 }
 
 var short = sizes{
@@ -161,6 +183,8 @@ var short = sizes{
 	liveViewers:     100, liveRate: 200, liveFor: 2 * time.Second, liveRounds: 1,
 	scalingFor: 2 * time.Second, scalingRounds: 1, hotEvents: 20_000, hotFor: 2 * time.Second,
 	burstVoters: 300, burstRounds: 1, burstFor: 20 * time.Second,
+	catalogPolls: []int{20, 200}, catalogChanges: 6, catalogSteady: 20,
+	catalogVoteFor: 500 * time.Millisecond, catalogRounds: 1, catalogReady: time.Minute, catalogSettle: 0,
 }
 
 // options are the command's flags.
@@ -186,7 +210,7 @@ func parseFlags() options {
 	flag.StringVar(&o.wrk, "wrk", "wrk", "the wrk binary; empty skips the intake measurement")
 	flag.StringVar(&o.lua, "lua", "bench/testdata/post_vote.lua", "wrk's vote script")
 	flag.StringVar(&o.out, "out", "", "markdown `FILE` to write the table into (between its bench markers)")
-	only := flag.String("only", "", "comma-separated measurements to run (default all): projector, kinds, naive, batch1, copy, floor, tuned, intake, burst, e2e, cluster, scaling, import, rebuild, rebuildranked, log, live")
+	only := flag.String("only", "", "comma-separated measurements to run (default all): projector, kinds, naive, batch1, copy, floor, tuned, intake, burst, e2e, cluster, scaling, import, rebuild, rebuildranked, log, live, catalog")
 	flag.BoolVar(&o.short, "short", false, "small sizes: a check that every measurement runs")
 	flag.DurationVar(&o.timeout, "timeout", 30*time.Minute, "bound on the whole run")
 	flag.StringVar(&o.logPath, "log", "", "`FILE` for the output of the child processes (default stderr)")

@@ -35,6 +35,7 @@ var measurements = []measurement{
 	{"rebuildranked", measureRebuildRanked},
 	{"log", measureLog},
 	{"live", measureLive},
+	{"catalog", measureCatalog},
 }
 
 // measureProjector: P, MB and BL with the shipped settings, P1 with one
