@@ -87,6 +87,7 @@ var ratios = []ratio{
 	{of: "CMX-L", to: "CM-L", target: "≤ 1.2× (steady through the changes)", atMost: 1.2},
 	{of: "C503", to: "CN", target: "0% (no admin write answered 503 while PostgreSQL answered)", atMost: 1e-9, asPercent: true},
 	{of: "CB-L", limit: 2000, target: "≥ 2,000 polls/s (bulk over HTTP, largest catalog)", atLeast: 1},
+	{of: "G-end", to: "G-start", target: "(the projector's drain into a full ledger against into an empty one)"},
 	{of: "CBC-L", limit: 2000, target: "≥ 2,000 polls/s (bulk through the CLI, largest catalog)", atLeast: 1},
 }
 
