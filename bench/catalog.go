@@ -47,8 +47,9 @@ type catalogResult struct {
 	// principals, polls, lists (the last is the full catalog).
 	start [4]time.Duration
 	rss   [4]float64
-	// rssAfter is B's after the changes of the steady stage.
-	rssAfter           float64
+	// rssHalf and rssAfter are B's after half the changes of the steady
+	// stage and after all of them.
+	rssHalf, rssAfter  float64
 	steadyChanges      int
 	changes            changeTimes
 	bulkHTTP, bulkCLI  float64 // polls/s
@@ -101,7 +102,9 @@ func addCatalogRows(t *table, id string, r catalogResult, load string, sz sizes)
 	t.add(fig{id: "CM-" + id, what: fmt.Sprintf("catalog: intake RSS once loaded, %s", s),
 		value: r.rss[3], unit: "MB", load: load, command: fmt.Sprintf("VmRSS of intake B %s after /readyz said ready", sz.catalogSettle),
 		extra: fmt.Sprintf("empty %.0f MB, with the revocations %.0f MB, and the polls %.0f MB", r.rss[0], r.rss[1], r.rss[2])})
-	t.add(fig{id: "CMX-" + id, what: fmt.Sprintf("catalog: intake RSS after %s more changes (half new polls in bulk, half closings)", count(r.steadyChanges)),
+	t.add(fig{id: "CMH-" + id, what: fmt.Sprintf("catalog: intake RSS after %s more changes (new polls in bulk requests of 50)", count(r.steadyChanges/2)),
+		value: r.rssHalf, unit: "MB", load: load, command: "VmRSS of intake B once it enforced the last of the changes made at A"})
+	t.add(fig{id: "CMX-" + id, what: fmt.Sprintf("catalog: intake RSS after %s more changes (and their closings, one a request)", count(r.steadyChanges)),
 		value: r.rssAfter, unit: "MB", load: load, command: "VmRSS of intake B once it enforced the last of the changes made at A"})
 	t.add(fig{id: "CE-" + id, what: fmt.Sprintf("catalog: a change at intake A (a new poll, or a closing) enforced at intake B, p99 of %d", len(r.changes.enforced)),
 		value: msOf(quantile(r.changes.enforced, 0.99)), unit: "ms", load: load, command: cmd,
@@ -208,7 +211,11 @@ func (e *env) catalogSize(ctx context.Context, sz sizes, s catalogShape, id stri
 		res.votesCreate, res.created = append(res.votesCreate, lats...), res.created+n
 	}
 	res.steadyChanges = sz.catalogSteady
-	if err := c.steadyChanges(ctx, sz.catalogSteady); err != nil {
+	err = c.steadyChanges(ctx, sz.catalogSteady, func() {
+		time.Sleep(sz.catalogSettle)
+		res.rssHalf = c.b.rssMB()
+	})
+	if err != nil {
 		return res, err
 	}
 	time.Sleep(sz.catalogSettle)

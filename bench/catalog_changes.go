@@ -75,8 +75,8 @@ func (c *catalogRun) enforcedAtB(ctx context.Context, poll string, want int) (ti
 
 // steadyChanges makes n changes at A: n/2 new polls in bulk requests of
 // 50, then their closings one by one; it returns once B enforces the last
-// closing.
-func (c *catalogRun) steadyChanges(ctx context.Context, n int) error {
+// closing. half runs when half the changes are made and enforced.
+func (c *catalogRun) steadyChanges(ctx context.Context, n int, half func()) error {
 	var ids []string
 	for i := range n / 2 {
 		ids = append(ids, fmt.Sprintf("s%d", i))
@@ -86,13 +86,17 @@ func (c *catalogRun) steadyChanges(ctx context.Context, n int) error {
 			return err
 		}
 	}
+	if len(ids) == 0 {
+		return nil
+	}
+	if _, err := c.enforcedAtB(ctx, ids[len(ids)-1], http.StatusAccepted); err != nil {
+		return err
+	}
+	half()
 	for _, id := range ids {
 		if err := c.client.closePoll(ctx, c.addrA, id); err != nil {
 			return err
 		}
-	}
-	if len(ids) == 0 {
-		return nil
 	}
 	_, err := c.enforcedAtB(ctx, ids[len(ids)-1], http.StatusUnprocessableEntity)
 	return err

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -37,7 +38,7 @@ func newCatalogClient(admin string, voters []string) *catalogClient {
 }
 
 // post sends body to url with the Authorization header auth and returns
-// the status and the answer (at most 1 MiB of it).
+// the status and the answer (at most 1 MiB of it): a vote.
 func (c *catalogClient) post(ctx context.Context, url, auth string, body []byte) (int, []byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
@@ -57,22 +58,52 @@ func (c *catalogClient) post(ctx context.Context, url, auth string, body []byte)
 }
 
 // adminWrite posts an admin's body to path at addr, counts it, and fails
-// unless the answer is one of want.
+// unless the answer is one of want. An answer 503 is counted and sent
+// again after its Retry-After, as a client would, at most 5 times.
 func (c *catalogClient) adminWrite(ctx context.Context, addr, path string, body []byte, want ...int) ([]byte, error) {
-	c.writes.Add(1)
-	code, out, err := c.post(ctx, "http://"+addr+path, c.admin, body)
-	if err != nil {
-		return nil, fmt.Errorf("POST %s: %w", path, err)
-	}
-	if code == http.StatusServiceUnavailable {
-		c.busy.Add(1)
-	}
-	for _, w := range want {
-		if code == w {
+	for try := 0; ; try++ {
+		c.writes.Add(1)
+		code, out, retryAfter, err := c.postAdmin(ctx, "http://"+addr+path, body)
+		if err != nil {
+			return nil, fmt.Errorf("POST %s: %w", path, err)
+		}
+		if slices.Contains(want, code) {
 			return out, nil
 		}
+		if code != http.StatusServiceUnavailable || try == 4 {
+			return nil, fmt.Errorf("POST %s answered %d, want %v: %.300s", path, code, want, out)
+		}
+		c.busy.Add(1)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(retryAfter):
+		}
 	}
-	return nil, fmt.Errorf("POST %s answered %d, want %v: %.300s", path, code, want, out)
+}
+
+// postAdmin is post as the admin, with the answer's Retry-After (1s when
+// it has none).
+func (c *catalogClient) postAdmin(ctx context.Context, url string, body []byte) (int, []byte, time.Duration, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return 0, nil, 0, err
+	}
+	req.Header.Set("Authorization", c.admin)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return 0, nil, 0, err
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	retry := time.Second
+	if n, perr := strconv.Atoi(resp.Header.Get("Retry-After")); perr == nil && n > 0 {
+		retry = time.Duration(n) * time.Second
+	}
+	return resp.StatusCode, out, retry, err
 }
 
 // catalogPoll is the body of POST /v1/polls for poll id: 2 or 3 choices,
