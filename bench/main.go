@@ -16,7 +16,9 @@
 //
 // -only runs some measurements: projector, kinds, batch1, naive, copy,
 // floor, tuned, intake, burst, e2e, cluster, scaling, import, rebuild,
-// rebuildranked, log, live.
+// rebuildranked, log, live, catalog, growth
+// (growth, the 5M-event ledger, only when named: it takes longer than the
+// rest of a run; a short run runs it).
 //
 // Files:
 //
@@ -48,6 +50,16 @@
 //     of votes (SSE, next to SSE0 without them): its rounds and result;
 //     live_load.go: the votes and intake's CPU time; live_viewers.go: the
 //     streams; live_stats.go: the viewers' latencies, gaps and updates;
+//   - catalog.go: row C, the catalog at 100, 10,000 and 100,000 polls
+//     (two intakes; start, memory, a change at one enforced at the
+//     other, POST latency, votes while polls are created, bulk creation:
+//     CS, CM, CMX, CE, CP, CV0, CV, CB, CBC, CMP, CME, CMR, CN, C503);
+//     catalog_fill.go fills it, catalog_changes.go makes the changes,
+//     catalog_client.go is its HTTP client;
+//   - growth.go: row G, the growth of the ledger to 5M events: the
+//     projector's drain into an empty and a full ledger, rebuild, export
+//     and audit, inclusion proofs and bytes per event (G-start, G-end,
+//     G-rebuild, G-export, G-audit, G-proof, G-disk);
 //   - ledger.go: tally import (IM) and rebuild next to a plain GROUP BY
 //     (R, RG; of ranked ballots RK, RKG);
 //   - env.go: the run's servers, its databases and Redis prefixes, and the
@@ -127,6 +139,26 @@ type sizes struct {
 	burstVoters int
 	burstRounds int
 	burstFor    time.Duration
+	// catalogPolls are the sizes of row C (polls open to any principal;
+	// each size also has 10 eligibility lists of as many principals, and
+	// as many revoked principals); catalogChanges the changes timed from
+	// A to B, catalogSteady the changes before B's memory is read again,
+	// catalogVoteFor and catalogRounds each run of votes with and without
+	// creations, catalogReady the bound on an intake's start, and
+	// catalogSettle the wait after it before its memory is read.
+	catalogPolls   []int
+	catalogChanges int
+	catalogSteady  int
+	catalogVoteFor time.Duration
+	catalogRounds  int
+	catalogReady   time.Duration
+	catalogSettle  time.Duration
+	// growthEvents and growthDrain: row G's ledger, and the events of
+	// each of its drains through the projector; long says whether a run
+	// without -only runs the long measurements (growth).
+	growthEvents int
+	growthDrain  int
+	long         bool
 }
 
 var full = sizes{
@@ -144,6 +176,9 @@ var full = sizes{
 	liveViewers:     1_000, liveRate: 500, liveFor: 5 * time.Second, liveRounds: 2,
 	scalingFor: 8 * time.Second, scalingRounds: 2, hotEvents: 300_000, hotFor: 10 * time.Second,
 	burstVoters: 20_000, burstRounds: 3, burstFor: 90 * time.Second,
+	catalogPolls: []int{100, 10_000, 100_000}, catalogChanges: 50, catalogSteady: 1_000,
+	catalogVoteFor: 5 * time.Second, catalogRounds: 2, catalogReady: 5 * time.Minute, catalogSettle: time.Second,
+	growthEvents: 5_000_000, growthDrain: 500_000,
 }
 
 var short = sizes{
@@ -161,6 +196,9 @@ var short = sizes{
 	liveViewers:     100, liveRate: 200, liveFor: 2 * time.Second, liveRounds: 1,
 	scalingFor: 2 * time.Second, scalingRounds: 1, hotEvents: 20_000, hotFor: 2 * time.Second,
 	burstVoters: 300, burstRounds: 1, burstFor: 20 * time.Second,
+	catalogPolls: []int{20, 200}, catalogChanges: 6, catalogSteady: 20,
+	catalogVoteFor: 500 * time.Millisecond, catalogRounds: 1, catalogReady: time.Minute, catalogSettle: 0,
+	growthEvents: 20_000, growthDrain: 2_000, long: true,
 }
 
 // options are the command's flags.
@@ -186,7 +224,7 @@ func parseFlags() options {
 	flag.StringVar(&o.wrk, "wrk", "wrk", "the wrk binary; empty skips the intake measurement")
 	flag.StringVar(&o.lua, "lua", "bench/testdata/post_vote.lua", "wrk's vote script")
 	flag.StringVar(&o.out, "out", "", "markdown `FILE` to write the table into (between its bench markers)")
-	only := flag.String("only", "", "comma-separated measurements to run (default all): projector, kinds, naive, batch1, copy, floor, tuned, intake, burst, e2e, cluster, scaling, import, rebuild, rebuildranked, log, live")
+	only := flag.String("only", "", "comma-separated measurements to run (default all): projector, kinds, naive, batch1, copy, floor, tuned, intake, burst, e2e, cluster, scaling, import, rebuild, rebuildranked, log, live, catalog, growth (a full run runs growth only when named)")
 	flag.BoolVar(&o.short, "short", false, "small sizes: a check that every measurement runs")
 	flag.DurationVar(&o.timeout, "timeout", 30*time.Minute, "bound on the whole run")
 	flag.StringVar(&o.logPath, "log", "", "`FILE` for the output of the child processes (default stderr)")
@@ -252,7 +290,7 @@ func runMeasurements(ctx context.Context, e *env, sz sizes, only map[string]bool
 	began := time.Now()
 	failed := false
 	for _, m := range measurements {
-		if len(only) > 0 && !only[m.name] {
+		if len(only) > 0 && !only[m.name] || len(only) == 0 && long[m.name] && !sz.long {
 			continue
 		}
 		fmt.Fprintf(os.Stderr, "bench: %s (load %s)\n", m.name, loadAvg())

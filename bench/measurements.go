@@ -15,6 +15,10 @@ type measurement struct {
 	run  func(context.Context, *env, sizes, *table) error
 }
 
+// long are the measurements a full run without -only leaves out (a short
+// run runs them): they take longer than the rest of a run.
+var long = map[string]bool{"growth": true}
+
 // measurements are every measurement of a run, in the order they run and
 // their rows print.
 var measurements = []measurement{
@@ -35,6 +39,8 @@ var measurements = []measurement{
 	{"rebuildranked", measureRebuildRanked},
 	{"log", measureLog},
 	{"live", measureLive},
+	{"catalog", measureCatalog},
+	{"growth", measureGrowth},
 }
 
 // measureProjector: P, MB and BL with the shipped settings, P1 with one

@@ -78,6 +78,18 @@ var ratios = []ratio{
 	{of: "AV", limit: 10, target: "< 10 s", atMost: 1, asPercent: true},
 	{of: "MB", limit: 150, target: "< 150 MB", atMost: 1, asPercent: true},
 	{of: "MP", limit: 150, target: "< 150 MB", atMost: 1, asPercent: true},
+	{of: "CE-L", to: "CE-S", target: "≤ 2× (a change enforced at the other intake, largest catalog against smallest)", atMost: 2},
+	{of: "CP-L", to: "CP-S", target: "≤ 2× (POST /v1/polls, largest catalog against smallest)", atMost: 2},
+	{of: "CV-S", to: "CV0-S", target: "≤ 1.2× (vote p99 while polls are created, smallest catalog)", atMost: 1.2},
+	{of: "CV-M", to: "CV0-M", target: "≤ 1.2× (the same, middle catalog)", atMost: 1.2},
+	{of: "CV-L", to: "CV0-L", target: "≤ 1.2× (the same, largest catalog)", atMost: 1.2},
+	{of: "CM-L", limit: 250, target: "≤ 250 MB (intake with the largest catalog)", atMost: 1, asPercent: true},
+	{of: "CMX-L", to: "CMH-L", target: "≤ 1.2× (steady through the changes: after all of them against after half)", atMost: 1.2},
+	{of: "CMX-L", to: "CM-L", target: "(after the changes against once loaded)"},
+	{of: "C503", to: "CN", target: "0% (no admin write answered 503 while PostgreSQL answered)", atMost: 1e-9, asPercent: true},
+	{of: "CB-L", limit: 2000, target: "≥ 2,000 polls/s (bulk over HTTP, largest catalog)", atLeast: 1},
+	{of: "G-end", to: "G-start", target: "(the projector's drain into a full ledger against into an empty one)"},
+	{of: "CBC-L", limit: 2000, target: "≥ 2,000 polls/s (bulk through the CLI, largest catalog)", atLeast: 1},
 }
 
 type table struct {
@@ -117,6 +129,8 @@ func (f fig) String() string {
 		v = fmt.Sprintf("%.2f s", f.value)
 	case f.unit == "MB":
 		v = fmt.Sprintf("%.0f MB", f.value)
+	case f.unit == "ms":
+		v = fmt.Sprintf("%.2f ms", f.value)
 	case f.unit == "µs":
 		v = fmt.Sprintf("%.1f µs", f.value)
 	case f.unit == "commits per vote":

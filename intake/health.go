@@ -30,6 +30,7 @@ const (
 	checkUnreachable = "unreachable"  // did not answer, or answered an error
 	checkBreakerOpen = "breaker_open" // intake's Redis breaker is not closed
 	checkBacklogFull = "backlog_full" // a shard's stream holds Config.MaxBacklog entries
+	checkBacklogHigh = "backlog_high" // a shard's stream holds backlogHighShare of Config.MaxBacklog
 	checkUnknown     = "unknown"      // could not be read: Redis did not answer
 	checkLoading     = "loading"      // the catalog or the revocations were never loaded
 	checkNoKeys      = "no_keys"      // an OpenID Connect issuer's keys were never fetched
@@ -40,7 +41,10 @@ type readiness struct {
 	Status string            `json:"status"` // ready, degraded or not ready
 	Checks map[string]string `json:"checks"` // postgres, redis, backlog, catalog (and oidc): a check status each
 	Down   []string          `json:"down,omitempty"`
-	code   int               // 200, or 503 for not ready
+	// BacklogEntries is the longest stream shard's entries as this check
+	// read them; absent while Redis does not answer.
+	BacklogEntries *int64 `json:"backlog_entries,omitempty"`
+	code           int    // 200, or 503 for not ready
 }
 
 // readyCache holds the last answer of /readyz, so that a flood of health
@@ -58,9 +62,13 @@ type readyCache struct {
 //   - postgres: ok or unreachable.
 //   - redis: ok, unreachable, or breaker_open (votes are refused at once
 //     until a trial succeeds; this check's ping is one).
-//   - backlog: ok, backlog_full (a shard's stream holds Config.MaxBacklog
-//     entries, so votes on it are answered 503 backlog-full), or unknown
-//     while Redis does not answer.
+//   - backlog: ok, backlog_high (a shard's stream holds backlogHighShare
+//     of Config.MaxBacklog entries: the projectors fall behind, and votes
+//     will be refused at the bound), backlog_full (a shard's stream holds
+//     Config.MaxBacklog entries, so votes on it are answered 503
+//     backlog-full), or unknown while Redis does not answer. The answer
+//     also carries the longest shard's entries (backlog_entries), and
+//     each check sets tally_intake_stream_entries.
 //   - catalog: ok, or loading until intake read the polls and the
 //     revocations once (it started while PostgreSQL did not answer).
 //   - oidc, when intake trusts an OpenID Connect issuer: ok, or no_keys
@@ -71,7 +79,7 @@ type readyCache struct {
 // rotation: Redis does not answer it, or its breaker is open, or it never
 // loaded its catalog, so it can accept no vote, and another instance may
 // well serve. 200 "degraded" means keep it in rotation and alert:
-// PostgreSQL does not answer, a backlog is full, or an issuer's keys were
+// PostgreSQL does not answer, a backlog is high or full, or an issuer's keys were
 // never fetched. Without PostgreSQL an intake still accepts the votes
 // of the principals it knows on the polls it holds and answers stale
 // results, and every intake shares the one PostgreSQL (and the streams):
@@ -114,6 +122,7 @@ func (s *Server) readiness(ctx context.Context) *readiness {
 func (s *Server) checkReady(ctx context.Context) *readiness {
 	var pgErr, redisErr error
 	backlog := checkUnknown
+	var entries *int64
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		pctx, cancel := context.WithTimeout(ctx, s.cfg.PostgresTimeout)
@@ -122,19 +131,16 @@ func (s *Server) checkReady(ctx context.Context) *readiness {
 		s.pg.observe(ctx, pgErr)
 	})
 	wg.Go(func() {
-		var full bool
-		full, redisErr = s.readyRedis(ctx)
+		var longest int64
+		longest, redisErr = s.readyRedis(ctx)
 		if redisErr == nil {
-			backlog = checkOK
-			if full {
-				backlog = checkBacklogFull
-			}
+			entries, backlog = &longest, backlogCheck(longest, s.cfg.MaxBacklog)
 		}
 	})
 	wg.Wait()
 
 	rd := &readiness{Status: "ready", code: http.StatusOK,
-		Checks: map[string]string{"postgres": checkOK, "redis": checkOK, "backlog": backlog, "catalog": checkOK}}
+		Checks: map[string]string{"postgres": checkOK, "redis": checkOK, "backlog": backlog, "catalog": checkOK}, BacklogEntries: entries}
 	if !s.catalog.loaded() || !s.revoked.loaded() {
 		rd.Checks["catalog"] = checkLoading
 	}
@@ -185,13 +191,25 @@ func (s *Server) checkIssuers(ctx context.Context, rd *readiness) {
 	}
 }
 
+// backlogCheck is the backlog check's status when the longest shard holds
+// longest entries: full at bound, the length at which the enqueue script
+// refuses votes, and high from backlogHighShare of it.
+func backlogCheck(longest, bound int64) string {
+	switch {
+	case longest >= bound:
+		return checkBacklogFull
+	case float64(longest) >= backlogHighShare*float64(bound):
+		return checkBacklogHigh
+	}
+	return checkOK
+}
+
 // readyRedis pings Redis and reads the length of every shard's stream (XLEN
 // is O(1)) in one round trip, through the breaker: once the breaker lets a
 // trial through, a check that succeeds closes it, so an instance that gets
-// no votes while it is not ready still becomes ready again. full reports
-// whether a shard holds Config.MaxBacklog entries, the length at which the
-// enqueue script refuses votes.
-func (s *Server) readyRedis(ctx context.Context) (full bool, err error) {
+// no votes while it is not ready still becomes ready again. It sets the
+// gauge of each shard's entries and returns the longest shard's.
+func (s *Server) readyRedis(ctx context.Context) (longest int64, err error) {
 	_, err = s.breaker.Execute(func() (any, error) {
 		ctx, cancel := context.WithTimeout(ctx, s.cfg.RedisTimeout)
 		defer cancel()
@@ -204,10 +222,12 @@ func (s *Server) readyRedis(ctx context.Context) (full bool, err error) {
 		if _, err := pipe.Exec(ctx); err != nil {
 			return nil, err
 		}
-		for _, n := range lens {
-			full = full || n.Val() >= s.cfg.MaxBacklog
+		vals := make([]int64, len(lens))
+		for i, n := range lens {
+			vals[i] = n.Val()
 		}
+		longest = s.metrics.observeStreams(vals)
 		return nil, nil
 	})
-	return full, err
+	return longest, err
 }

@@ -3,6 +3,7 @@ package intake
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -44,6 +45,13 @@ type metrics struct {
 	// of the catalog, and changes applied one by one.
 	catalogLoads   prometheus.Counter
 	catalogChanges prometheus.Counter
+
+	// Intake's own backlog (backlog.go): the entries of each stream shard
+	// as the last readiness check read them, and the batcher whose held
+	// votes heldVotes reads.
+	streamEntries *prometheus.GaugeVec // shard
+	heldVotes     prometheus.GaugeFunc
+	heldBy        atomic.Pointer[batcher]
 
 	// credentialVec counts the signed credentials checked, by result;
 	// credentials are its children by result.
@@ -165,7 +173,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	var errs []error
 	for _, c := range append([]prometheus.Collector{m.requests, m.duration, m.enqueue, m.batchSize, m.rateLimited, m.replays, m.backlogRefusals, m.breakerState, m.ledgerCheckVec, m.credentialVec,
 		m.authLimited, m.readLimited, m.limitEvictions, m.bounds, m.connErrors,
-		m.catalogLoads, m.catalogChanges}, m.newDegradedMetrics()...) {
+		m.catalogLoads, m.catalogChanges}, slices.Concat(m.newDegradedMetrics(), m.newBacklogMetrics())...) {
 		if err := reg.Register(c); err != nil {
 			errs = append(errs, err)
 		}

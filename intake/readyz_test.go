@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 
 	"tally/intake"
@@ -166,10 +167,13 @@ func TestReadyzRedisKilled(t *testing.T) {
 	testenv.Eventually(t, 5*time.Second, "/readyz ready once Redis is back", func() bool { return readyz(t, srv.Handler()).code == http.StatusOK })
 }
 
-// TestReadyzBacklogFull: once any shard's stream holds Config.MaxBacklog
-// entries (the length at which votes on it are refused), /readyz reports
-// backlog_full, and answers 200 "degraded", since every intake shares the
-// streams and taking this one out of rotation would not help.
+// TestReadyzBacklogFull: /readyz reports the longest shard's entries
+// (backlog_entries, and each shard's in tally_intake_stream_entries);
+// from 80% of Config.MaxBacklog its backlog check reads backlog_high, and
+// once any shard's stream holds Config.MaxBacklog entries (the length at
+// which votes on it are refused) backlog_full. Both answer 200
+// "degraded", since every intake shares the streams and taking this one
+// out of rotation would not help.
 func TestReadyzBacklogFull(t *testing.T) {
 	t.Parallel()
 	db := testenv.Postgres(t)
@@ -178,29 +182,46 @@ func TestReadyzBacklogFull(t *testing.T) {
 		t.Fatal(err)
 	}
 	rdb, _ := testenv.Redis(t)
-	const maxBacklog = 3
+	const maxBacklog = 5 // high from 4
 	srv, keys, _ := newReadyServer(t, store, rdb, 4, func(c *intake.Config) { c.MaxBacklog = maxBacklog })
 	t.Cleanup(func() { rdb.Del(context.Background(), keys.Streams()...) })
 
 	ctx := context.Background()
-	add := func(n int) {
+	add := func(shard, n int) {
 		t.Helper()
 		for range n {
-			if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: keys.Stream(3), Values: []string{"v", "1"}}).Err(); err != nil {
+			if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: keys.Stream(shard), Values: []string{"v", "1"}}).Err(); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
-	add(maxBacklog - 1)
-	if r := readyz(t, srv.Handler()); r.code != http.StatusOK || r.status != "ready" || r.checks["backlog"] != "ok" {
-		t.Fatalf("/readyz one entry short of the backlog: %d %s", r.code, r.raw)
+	check := func(what, status, backlog string, entries int64) {
+		t.Helper()
+		r := readyz(t, srv.Handler())
+		var body struct {
+			Entries *int64 `json:"backlog_entries"`
+		}
+		if err := json.Unmarshal([]byte(r.raw), &body); err != nil {
+			t.Fatal(err)
+		}
+		if r.code != http.StatusOK || r.status != status || r.checks["backlog"] != backlog ||
+			r.checks["redis"] != "ok" || r.checks["postgres"] != "ok" || body.Entries == nil || *body.Entries != entries {
+			t.Fatalf("/readyz %s: %d %s; want %s, backlog %s, backlog_entries %d", what, r.code, r.raw, status, backlog, entries)
+		}
+		if got := testutil.ToFloat64(srv.StreamEntries().WithLabelValues("3")); got != float64(entries) {
+			t.Fatalf("/readyz %s: tally_intake_stream_entries{shard=\"3\"} %v, want %d", what, got, entries)
+		}
 	}
-	add(1)
-	r := readyz(t, srv.Handler())
-	if r.code != http.StatusOK || r.status != "degraded" || r.checks["backlog"] != "backlog_full" ||
-		r.checks["redis"] != "ok" || r.checks["postgres"] != "ok" {
-		t.Fatalf("/readyz with a full shard: %d %s", r.code, r.raw)
+	add(3, 3)
+	add(1, 1)
+	check("with 3 entries of 5", "ready", "ok", 3)
+	if got := testutil.ToFloat64(srv.StreamEntries().WithLabelValues("1")); got != 1 {
+		t.Fatalf("tally_intake_stream_entries{shard=\"1\"} %v, want 1", got)
 	}
+	add(3, 1)
+	check("with 4 entries of 5", "degraded", "backlog_high", 4)
+	add(3, 1)
+	check("with a full shard", "degraded", "backlog_full", maxBacklog)
 }
 
 // closedPostgres is a store on a PostgreSQL that does not listen.

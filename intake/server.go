@@ -95,6 +95,7 @@ func New(cfg Config, store *ledger.Store, rdb redis.UniversalClient, keys stream
 			slog.String("from", from.String()), slog.String("to", to.String()))
 	})
 	s.batcher = newBatcher(rdb, cfg, m.batchSize)
+	m.heldBy.Store(s.batcher)
 	s.checks = newLedgerChecks(store, cfg, s.log)
 	s.pg = newPGState(s.log, m.postgresReachable)
 	s.auth = newAuthCache(store, keys, cfg, s.pg, m.stalePrincipals)

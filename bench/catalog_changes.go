@@ -1,0 +1,193 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// This file owns what the catalog measurement (catalog.go) times once the
+// catalog is loaded: a change made at intake A until intake B enforces it,
+// the admin's POST latency, a burst of changes for B's memory, and B's
+// vote latency while polls are created at A.
+
+// enforceLimit bounds the wait for one change to be enforced at B.
+const enforceLimit = 30 * time.Second
+
+// changeTimes are the latencies of the changes made at A.
+type changeTimes struct {
+	enforced []time.Duration // A's answer to B's first vote answered as the change says
+	create   []time.Duration // POST /v1/polls of one poll at A
+	close    []time.Duration // POST /v1/polls/{id}/close at A
+}
+
+// changesEnforced makes n changes at A, one at a time: a new poll, then
+// its closing, and so on. After each it votes at B, one vote after the
+// other, until B answers as the change says (202 for the new poll, which
+// B answered 404 before; 422 for the closed one), and times that from A's
+// answer.
+func (c *catalogRun) changesEnforced(ctx context.Context, n int) (changeTimes, error) {
+	var t changeTimes
+	for i := range n {
+		id := fmt.Sprintf("x%d", i/2)
+		t0 := time.Now()
+		want := http.StatusAccepted
+		if i%2 == 0 {
+			if err := c.client.createPoll(ctx, c.addrA, id); err != nil {
+				return t, err
+			}
+			t.create = append(t.create, time.Since(t0))
+		} else {
+			if err := c.client.closePoll(ctx, c.addrA, id); err != nil {
+				return t, err
+			}
+			t.close = append(t.close, time.Since(t0))
+			want = http.StatusUnprocessableEntity
+		}
+		d, err := c.enforcedAtB(ctx, id, want)
+		if err != nil {
+			return t, err
+		}
+		t.enforced = append(t.enforced, d)
+	}
+	return t, nil
+}
+
+// enforcedAtB votes on poll at B until the answer is want, for at most
+// enforceLimit, and returns how long that took.
+func (c *catalogRun) enforcedAtB(ctx context.Context, poll string, want int) (time.Duration, error) {
+	start := time.Now()
+	for {
+		code, err := c.client.vote(ctx, c.addrB, poll)
+		if err != nil {
+			return 0, fmt.Errorf("vote at B: %w", err)
+		}
+		if code == want {
+			return time.Since(start), nil
+		}
+		if time.Since(start) > enforceLimit {
+			return 0, fmt.Errorf("intake B still answered %d for poll %s %s after the change at A (want %d)", code, poll, enforceLimit, want)
+		}
+	}
+}
+
+// steadyChanges makes n changes at A: n/2 new polls in bulk requests of
+// 50, then their closings one by one; it returns once B enforces the last
+// closing. half runs when half the changes are made and enforced.
+func (c *catalogRun) steadyChanges(ctx context.Context, n int, half func()) error {
+	var ids []string
+	for i := range n / 2 {
+		ids = append(ids, fmt.Sprintf("s%d", i))
+	}
+	for i := 0; i < len(ids); i += 50 {
+		if err := c.client.createPolls(ctx, c.addrA, ids[i:min(len(ids), i+50)]); err != nil {
+			return err
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	if _, err := c.enforcedAtB(ctx, ids[len(ids)-1], http.StatusAccepted); err != nil {
+		return err
+	}
+	half()
+	for _, id := range ids {
+		if err := c.client.closePoll(ctx, c.addrA, id); err != nil {
+			return err
+		}
+	}
+	_, err := c.enforcedAtB(ctx, ids[len(ids)-1], http.StatusUnprocessableEntity)
+	return err
+}
+
+// voteRate and voteSenders shape the votes whose latency is measured: a
+// steady flow, well under what intake takes, so that the latency is a
+// vote's and not a queue's.
+const (
+	voteRate    = 200 // votes a second
+	voteSenders = 4
+)
+
+// voteLatencies sends votes on poll c0 at B at voteRate for d (at most
+// voteRate × d votes), and, with creating, creates polls at A at 10 a
+// second meanwhile. Each vote must be answered 202. It returns every
+// vote's latency and the polls created.
+func (c *catalogRun) voteLatencies(ctx context.Context, d time.Duration, creating bool, round int) ([]time.Duration, int, error) {
+	ctx, cancel := context.WithTimeout(ctx, d+30*time.Second)
+	defer cancel()
+	total := int(voteRate * d.Seconds())
+	var mu sync.Mutex
+	var lats []time.Duration
+	var firstErr error
+	stop := make(chan struct{})
+	created := 0
+	var cw sync.WaitGroup
+	if creating {
+		cw.Go(func() {
+			tick := time.NewTicker(100 * time.Millisecond)
+			defer tick.Stop()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				case <-ctx.Done():
+					return
+				case <-tick.C:
+				}
+				if err := c.client.createPoll(ctx, c.addrA, fmt.Sprintf("v%d-%d", round, i)); err != nil {
+					mu.Lock()
+					firstErr = cmpErr(firstErr, err)
+					mu.Unlock()
+					return
+				}
+				created++
+			}
+		})
+	}
+	var wg sync.WaitGroup
+	interval := time.Duration(float64(time.Second) * voteSenders / voteRate)
+	start := time.Now()
+	for s := range voteSenders {
+		wg.Go(func() {
+			for i := s; i < total; i += voteSenders {
+				due := start.Add(time.Duration(i/voteSenders) * interval)
+				if w := time.Until(due); w > 0 {
+					time.Sleep(w)
+				}
+				if ctx.Err() != nil {
+					return
+				}
+				t0 := time.Now()
+				code, err := c.client.vote(ctx, c.addrB, catalogPollID(0))
+				lat := time.Since(t0)
+				mu.Lock()
+				if err == nil && code != http.StatusAccepted {
+					err = fmt.Errorf("a vote at B answered %d, want 202", code)
+				}
+				firstErr = cmpErr(firstErr, err)
+				lats = append(lats, lat)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	cw.Wait()
+	if firstErr != nil {
+		return nil, created, firstErr
+	}
+	if len(lats) < total {
+		return nil, created, fmt.Errorf("%d of %d votes sent within %s", len(lats), total, d+30*time.Second)
+	}
+	return lats, created, nil
+}
+
+// cmpErr is first, or err when first is nil.
+func cmpErr(first, err error) error {
+	if first != nil {
+		return first
+	}
+	return err
+}
