@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"tally/audit"
+	"tally/internal/testenv"
 	"tally/ledger"
 	"tally/projector"
 )
@@ -59,7 +60,7 @@ func TestProjectorSignsCheckpoints(t *testing.T) {
 		c, err := b.store.LatestCheckpoint(b.ctx, poll)
 		return c, err == nil
 	}
-	b.eventually(10*time.Second, "a checkpoint of every poll's full log", func() bool {
+	testenv.Eventually(b.t, 10*time.Second, "a checkpoint of every poll's full log", func() bool {
 		for poll, n := range want {
 			if c, ok := latest(poll); !ok || c.Size != n {
 				return false

@@ -35,7 +35,7 @@ func TestAppliesAndAcknowledges(t *testing.T) {
 	if got := r.metric("tally_projector_events_total", "outcome", "recorded"); got != 250 {
 		t.Errorf("recorded metric %v, want 250", got)
 	}
-	b.eventually(5*time.Second, "the backlog gauge does not fall to 0", func() bool {
+	testenv.Eventually(b.t, 5*time.Second, "the backlog gauge does not fall to 0", func() bool {
 		return r.metric("tally_projector_backlog") == 0 && r.metric("tally_projector_pending") == 0
 	})
 	r.stop()
@@ -63,7 +63,7 @@ func TestFailureBeforeCommit(t *testing.T) {
 	cfg := fast("p1")
 	cfg.BreakerFailures = 1000 // this test is about the retries, not the breaker
 	r := b.start(app, cfg)
-	b.eventually(10*time.Second, "Append is not retried", func() bool { return calls.Load() >= 3 })
+	testenv.Eventually(b.t, 10*time.Second, "Append is not retried", func() bool { return calls.Load() >= 3 })
 	if got := b.pending(""); got != 40 {
 		t.Errorf("I4: %d entries pending while Append fails, want all 40", got)
 	}
@@ -398,7 +398,7 @@ func TestPostgresGoneAndBack(t *testing.T) {
 	cfg.BreakerOpenFor = 200 * time.Millisecond
 	cfg.MaxAttempts = 4
 	r := b.start(app, cfg)
-	b.eventually(10*time.Second, "the breaker does not open", func() bool {
+	testenv.Eventually(b.t, 10*time.Second, "the breaker does not open", func() bool {
 		return r.metric("tally_projector_breaker_state") == 2
 	})
 	time.Sleep(500 * time.Millisecond)
@@ -449,7 +449,7 @@ func TestRedisRestart(t *testing.T) {
 	cfg.BatchSize = 50
 	cfg.MinIdle = 500 * time.Millisecond
 	r := b.start(app, cfg)
-	b.eventually(10*time.Second, "nothing applied", func() bool { return applied.Load() > 0 })
+	testenv.Eventually(b.t, 10*time.Second, "nothing applied", func() bool { return applied.Load() > 0 })
 	srv.Kill()
 	time.Sleep(5 * time.Second) // longer than go-redis waits for a connection
 	if got := b.ledgerRows(); got >= n {
@@ -458,7 +458,7 @@ func TestRedisRestart(t *testing.T) {
 	srv.Start()
 	// go-redis answers with the last dial error for a moment after a
 	// server comes back.
-	b.eventually(10*time.Second, "Redis does not answer after its restart", func() bool { return b.rdb.Ping(b.ctx).Err() == nil })
+	testenv.Eventually(b.t, 10*time.Second, "Redis does not answer after its restart", func() bool { return b.rdb.Ping(b.ctx).Err() == nil })
 	b.waitDrained(30 * time.Second)
 	r.stop()
 	if got := sum(b.tallies("lunch")); got != n {
@@ -483,7 +483,7 @@ func TestAllFailingBatchStaysPending(t *testing.T) {
 	cfg := claiming("p1")
 	cfg.MaxDeliveries = 2
 	b.start(broken, cfg)
-	b.eventually(10*time.Second, "the batch is not bisected", func() bool { return calls.Load() >= 7 })
+	testenv.Eventually(b.t, 10*time.Second, "the batch is not bisected", func() bool { return calls.Load() >= 7 })
 	if ds := b.deadLetters(); len(ds) != 0 {
 		t.Fatalf("dead letters after the first delivery of a batch that failed whole: %+v", ds)
 	}

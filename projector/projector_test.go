@@ -84,6 +84,8 @@ func setupOn(t testing.TB, rdb redis.UniversalClient, prefix string, shards int)
 func (b *bundle) finish() {
 	b.t.Helper()
 	b.finishOnce.Do(func() {
+		// Not Eventually: a test that left a backlog still stops its
+		// projectors and checks the invariants.
 		deadline := time.Now().Add(30 * time.Second)
 		for !b.drained() && time.Now().Before(deadline) {
 			time.Sleep(10 * time.Millisecond)
@@ -283,18 +285,6 @@ func labelValue(m *dto.Metric, name string) string {
 	return ""
 }
 
-// eventually fails the test when cond does not hold within d.
-func (b *bundle) eventually(d time.Duration, what string, cond func() bool) {
-	b.t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			b.t.Fatalf("after %s: %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // backlog is the summed length of the main streams.
 func (b *bundle) backlog() int64 {
 	b.t.Helper()
@@ -340,7 +330,7 @@ func (b *bundle) drained() bool { return b.backlog() == 0 && b.pending("") == 0 
 
 func (b *bundle) waitDrained(d time.Duration) {
 	b.t.Helper()
-	b.eventually(d, "the streams are not drained", b.drained)
+	testenv.Eventually(b.t, d, "the streams are not drained", b.drained)
 }
 
 // ledgerRows counts the ledger rows.

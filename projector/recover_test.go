@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"tally/internal/testenv"
 	"tally/ledger"
 	"tally/stream"
 )
@@ -65,7 +66,7 @@ func claimSkipsEntriesInFlight(t *testing.T, minIdle time.Duration) {
 	s := b.keys.Stream(0)
 	longest := map[string]time.Duration{} // id -> longest idle time seen
 	passed := map[string]bool{}           // ids a claim pass went over
-	b.eventually(10*time.Second, "no claim pass went over the entries in flight", func() bool {
+	testenv.Eventually(b.t, 10*time.Second, "no claim pass went over the entries in flight", func() bool {
 		ps, err := b.rdb.XPendingExt(b.ctx, &redis.XPendingExtArgs{Stream: s, Group: stream.Group, Start: "-", End: "+", Count: 2 * n}).Result()
 		if err != nil {
 			t.Fatal(err)
@@ -145,9 +146,9 @@ func TestDeletedWhileInFlightNotLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A claim pass finds them deleted and drops them from the pending list.
-	b.eventually(10*time.Second, "no claim pass went over the deleted entries", func() bool { return b.pending("") == 0 })
+	testenv.Eventually(b.t, 10*time.Second, "no claim pass went over the deleted entries", func() bool { return b.pending("") == 0 })
 	releaseOnce()
-	b.eventually(10*time.Second, "the batch is not recorded", func() bool { return b.ledgerRows() == n })
+	testenv.Eventually(b.t, 10*time.Second, "the batch is not recorded", func() bool { return b.ledgerRows() == n })
 	b.finish() // stops the projector once it applied all it held, tombstones included
 	if got := r.metric("tally_projector_lost_total"); got != 0 {
 		t.Errorf("lost metric %v, want 0: the projector held the entries", got)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"tally/internal/testenv"
 	"tally/ledger"
 	"tally/projector"
 	"tally/stream"
@@ -225,7 +226,7 @@ func TestWorkersBackPressure(t *testing.T) {
 	cfg.MinIdle = time.Minute // no claim of its own entries while stuck
 	cfg.ApplyTimeout = time.Minute
 	r := b.start(app, cfg)
-	b.eventually(10*time.Second, "the workers do not all take a batch", func() bool { return entered.Load() == workers })
+	testenv.Eventually(b.t, 10*time.Second, "the workers do not all take a batch", func() bool { return entered.Load() == workers })
 	time.Sleep(300 * time.Millisecond) // the readers run into the bound
 	if got := entered.Load(); got != workers {
 		t.Errorf("%d batches in flight, want %d", got, workers)
@@ -264,7 +265,7 @@ func TestStopWaitsForEveryBatchInFlight(t *testing.T) {
 	cfg.MinIdle = time.Minute
 	cfg.ShutdownGrace = 10 * time.Second
 	r := b.start(app, cfg)
-	b.eventually(10*time.Second, "the workers do not all take a batch", func() bool { return entered.Load() == workers })
+	testenv.Eventually(b.t, 10*time.Second, "the workers do not all take a batch", func() bool { return entered.Load() == workers })
 	time.Sleep(200 * time.Millisecond) // the next batch fills
 	stopped := make(chan struct{})
 	go func() { r.stop(); close(stopped) }()
