@@ -90,6 +90,13 @@ if run oapi-codegen-client bash -c 'cd "$1" && go run "$2" -config "$3" "$4"' _ 
 		fail "client/api.gen.go is not what oapi-codegen generates from the document: run go generate ./client"
 fi
 
+# client/ogentest/ogenclient is what ogen makes of the document with
+# client/ogentest/ogen.yml: go generate in client/ogentest wrote it last.
+if run ogen-ogentest go run "$ogen" --config client/ogentest/ogen.yml --target "$out/ogenclient" --package ogenclient --clean "$doc"; then
+	diff -r -q "$out/ogenclient" client/ogentest/ogenclient >&2 ||
+		fail "client/ogentest/ogenclient is not what ogen generates from the document: run go generate in client/ogentest"
+fi
+
 # ogen: no ogen.yml, so an operation it cannot generate fails the run.
 if run ogen go run "$ogen" --target "$out/ogen" --package ogenclient --clean "$doc"; then
 	f="$out/ogen/oas_client_gen.go"
