@@ -135,6 +135,9 @@ func (c *Client) Vote(ctx context.Context, v Vote) (*Accepted, error) {
 		return nil, err
 	}
 	r, err := ParsePostVoteResponse(resp)
+	if err == nil && r.JSON202 == nil {
+		err = fmt.Errorf("the %d answer is %q, not JSON", r.StatusCode(), resp.Header.Get("Content-Type"))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: read the answer: %w", what, err)
 	}
@@ -150,6 +153,9 @@ func (c *Client) VoteStatus(ctx context.Context, eventID string) (*EventStatus, 
 		return nil, err
 	}
 	r, err := ParseGetVoteResponse(resp)
+	if err == nil && r.JSON200 == nil {
+		err = fmt.Errorf("the %d answer is %q, not JSON", r.StatusCode(), resp.Header.Get("Content-Type"))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: read the answer: %w", what, err)
 	}
@@ -165,6 +171,9 @@ func (c *Client) Results(ctx context.Context, pollID string) (*Results, error) {
 		return nil, err
 	}
 	r, err := ParseGetResultsResponse(resp)
+	if err == nil && r.JSON200 == nil {
+		err = fmt.Errorf("the %d answer is %q, not JSON", r.StatusCode(), resp.Header.Get("Content-Type"))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: read the answer: %w", what, err)
 	}
