@@ -85,9 +85,9 @@ bench-short: ## every Go benchmark once, and every bench measurement at small si
 chaos: ## the long fault suite: 80+ kills and crash-restarts under load, then its table
 	@$(SERVICES); TALLY_CHAOS=long $(GO) test ./internal/chaos/ -count=1 -run . -timeout 30m -v
 
-lint: ## go mod tidy -diff, gofmt, go vet, staticcheck (tally and the bench module) and Redocly's OpenAPI lint (pinned); reports every check, fails if any did
+lint: ## go mod tidy -diff, gofmt, go vet, staticcheck (tally, the bench module and client/ogentest), Redocly's OpenAPI lint, the three client generators on it (pinned) and ogen's client against a real intake; reports every check, fails if any did
 	@rc=0; \
-	for m in . bench; do \
+	for m in . bench client/ogentest; do \
 		$(GO) -C $$m mod tidy -diff || { echo "lint: $$m/go.mod or $$m/go.sum is not tidy (diff above); run: go -C $$m mod tidy" >&2; rc=1; }; \
 		$(GO) -C $$m vet ./... || { echo "lint: go vet found the problems above in module $$m" >&2; rc=1; }; \
 		$(GO) -C $$m run $(STATICCHECK) ./... || { echo "lint: staticcheck found the problems above in module $$m" >&2; rc=1; }; \
@@ -95,6 +95,8 @@ lint: ## go mod tidy -diff, gofmt, go vet, staticcheck (tally and the bench modu
 	unformatted="$$(gofmt -l .)"; \
 	if [[ -n "$$unformatted" ]]; then echo "$$unformatted"; echo "lint: the files above need gofmt -w" >&2; rc=1; fi; \
 	scripts/openapi-lint.sh || { echo "lint: Redocly found the problems above in intake/openapi.json (its settings: redocly.yaml)" >&2; rc=1; }; \
+	scripts/openapi-generators.sh || { echo "lint: a client generator refused intake/openapi.json, left out an operation or typed a field as any (above)" >&2; rc=1; }; \
+	( $(SERVICES) >/dev/null && $(GO) -C client/ogentest test -race -count=1 ./... ) || { echo "lint: ogen's client (client/ogentest) failed against a real intake (above)" >&2; rc=1; }; \
 	if ((rc == 0)); then echo "lint: ok"; fi; \
 	exit $$rc
 

@@ -66,18 +66,19 @@ func TestOpenAPIServed(t *testing.T) {
 
 // TestOpenAPIProblemTypes: the document's ProblemType lists exactly the
 // problem types intake's code declares (every problemType literal of the
-// package), each with a title and a meaning.
+// package), each with a title and a meaning. ProblemType is a string enum,
+// which generated clients type as one; the titles and meanings sit beside
+// it in x-enum-titles and x-enumDescriptions.
 func TestOpenAPIProblemTypes(t *testing.T) {
 	inCode := problemTypesInCode(t)
 	var doc struct {
 		Components struct {
 			Schemas struct {
 				ProblemType struct {
-					OneOf []struct {
-						Const       string `json:"const"`
-						Title       string `json:"title"`
-						Description string `json:"description"`
-					} `json:"oneOf"`
+					Type         string            `json:"type"`
+					Enum         []string          `json:"enum"`
+					Titles       map[string]string `json:"x-enum-titles"`
+					Descriptions map[string]string `json:"x-enumDescriptions"`
 				} `json:"ProblemType"`
 			} `json:"schemas"`
 		} `json:"components"`
@@ -85,14 +86,19 @@ func TestOpenAPIProblemTypes(t *testing.T) {
 	if err := json.Unmarshal(intake.OpenAPIDocument(), &doc); err != nil {
 		t.Fatal(err)
 	}
+	pt := doc.Components.Schemas.ProblemType
+	if pt.Type != "string" || len(pt.Titles) != len(pt.Enum) || len(pt.Descriptions) != len(pt.Enum) {
+		t.Errorf("ProblemType: type %q, %d values, %d titles, %d descriptions; want a string enum with a title and a description for each value",
+			pt.Type, len(pt.Enum), len(pt.Titles), len(pt.Descriptions))
+	}
 	var inDoc []string
-	for _, pt := range doc.Components.Schemas.ProblemType.OneOf {
-		slug, ok := strings.CutPrefix(pt.Const, "urn:tally:problem:")
-		if !ok || pt.Description == "" {
-			t.Errorf("ProblemType %q: want urn:tally:problem:SLUG with a description", pt.Const)
+	for _, uri := range pt.Enum {
+		slug, ok := strings.CutPrefix(uri, "urn:tally:problem:")
+		if !ok || pt.Descriptions[uri] == "" {
+			t.Errorf("ProblemType %q: want urn:tally:problem:SLUG with a description", uri)
 		}
-		if want, ok := inCode[slug]; ok && pt.Title != want {
-			t.Errorf("ProblemType %s: title %q, but intake answers %q", slug, pt.Title, want)
+		if want, ok := inCode[slug]; ok && pt.Titles[uri] != want {
+			t.Errorf("ProblemType %s: title %q, but intake answers %q", slug, pt.Titles[uri], want)
 		}
 		inDoc = append(inDoc, slug)
 	}

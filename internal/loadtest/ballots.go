@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"tally/client"
 	"tally/vote"
 )
 
@@ -99,25 +100,18 @@ func newBallotSet(cfg Config) (*ballotSet, error) {
 	return bs, nil
 }
 
-// body is the body of POST /v1/votes of ballot i.
-func (bs *ballotSet) body(eventID, poll string, i int) []byte {
+// vote is the vote of ballot i, with event id eventID, in poll.
+func (bs *ballotSet) vote(eventID, poll string, i int) client.Vote {
+	v := client.Vote{EventId: eventID, PollId: poll}
 	if bs.rules.Kind == vote.KindSingle {
-		b, _ := json.Marshal(voteBody{EventID: eventID, PollID: poll, CandidateID: bs.list[i]})
-		return b
+		v.CandidateId = &bs.list[i]
+		return v
 	}
-	b, _ := json.Marshal(ballotBody{EventID: eventID, PollID: poll, Ballot: json.RawMessage(bs.list[i])})
-	return b
+	v.Ballot = new(client.Ballot)
+	_ = v.Ballot.UnmarshalJSON([]byte(bs.list[i])) // keeps the canonical form as it is
+	return v
 }
 
-// ballotBody is the body of POST /v1/votes of a ballot of another kind
-// than single.
-type ballotBody struct {
-	EventID string          `json:"event_id"`
-	PollID  string          `json:"poll_id"`
-	Ballot  json.RawMessage `json:"ballot"`
-}
-
-// count is the count of the ballots counted, by index.
 func (bs *ballotSet) count(counted []int) *vote.Count {
 	c := vote.NewCount(bs.rules.Kind, bs.choices)
 	for _, i := range counted {

@@ -94,7 +94,8 @@
 //     writes that fail transiently;
 //   - send.go: Send, its workers and their schedule, and one vote's
 //     requests until it has a final answer (the backoff between them);
-//   - post.go: one POST /v1/votes and how its answer is read;
+//   - post.go: one POST /v1/votes, sent once through the client package
+//     (tally/client), and how its answer is read;
 //   - ballots.go: the polls' rules and the ballots sent, by kind;
 //   - truth.go: the ground truth: the votes planned, every key sent and
 //     what intake answered;

@@ -1,14 +1,14 @@
 package loadtest
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"io"
+	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
+
+	"tally/client"
 )
 
 // newClient returns an HTTP client that keeps up to concurrency
@@ -21,55 +21,39 @@ func newClient(cfg Config) *http.Client {
 	return &http.Client{Transport: tr}
 }
 
-// voteBody is the body of POST /v1/votes.
-type voteBody struct {
-	EventID     string `json:"event_id"`
-	PollID      string `json:"poll_id"`
-	CandidateID string `json:"candidate_id"`
+// intakes are the client package's Clients of the targets, in their
+// order, each sending its requests through client and making one attempt
+// per call: the session's own loop sends a vote again, so that it counts
+// every request and turns each retry to the next target.
+func intakes(cfg Config, hc *http.Client) ([]*client.Client, error) {
+	cs := make([]*client.Client, len(cfg.Targets))
+	for i, target := range cfg.Targets {
+		c, err := client.New(client.Config{BaseURL: target, HTTPClient: hc, MaxAttempts: 1})
+		if err != nil {
+			return nil, fmt.Errorf("loadtest: target %s: %w", target, err)
+		}
+		cs[i] = c
+	}
+	return cs, nil
 }
 
-// maxAnswer bounds the answer body read.
-const maxAnswer = 64 << 10
-
-// post sends one vote to target and reads the answer whole, so the
-// connection can be used again.
-func (s *Session) post(ctx context.Context, target, token string, body []byte) answer {
+// post sends one vote to the target-th intake as token, once, and reads
+// the answer whole, so the connection can be used again.
+func (s *Session) post(ctx context.Context, target int, token string, v client.Vote) answer {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 	defer cancel()
 	start := time.Now()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target+"/v1/votes", bytes.NewReader(body))
-	if err != nil {
-		return answer{err: err}
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := s.client.Do(req)
-	if err != nil {
-		return answer{err: err, latency: time.Since(start)}
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
-	a := answer{status: resp.StatusCode, latency: time.Since(start)}
-	if err != nil {
-		// The status came but the answer was cut off: as good as none.
-		return answer{err: err, latency: a.latency}
-	}
+	acc, err := s.intakes[target].As(token).Vote(ctx, v)
+	a := answer{latency: time.Since(start)}
+	var p *client.Problem
 	switch {
-	case a.status == http.StatusAccepted:
-		var acc struct {
-			EventID string `json:"event_id"`
-		}
-		if json.Unmarshal(raw, &acc) == nil {
-			a.eventID = acc.EventID
-		}
+	case err == nil:
+		a.status, a.eventID = http.StatusAccepted, acc.EventId
+	case errors.As(err, &p):
+		a.status, a.slug, a.retryAfter = p.Status, p.Slug(), p.RetryAfter
 	default:
-		var prob struct {
-			Type string `json:"type"`
-		}
-		if json.Unmarshal(raw, &prob) == nil && prob.Type != "" {
-			a.slug = prob.Type[strings.LastIndexByte(prob.Type, ':')+1:]
-		}
-		a.retryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
+		// No answer, or a 202 cut off: as good as none.
+		a.err = err
 	}
 	return a
 }

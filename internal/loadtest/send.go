@@ -108,7 +108,7 @@ var errNoFinalAnswer = errors.New("no final answer")
 // after voteBackoff; each request goes to the next target.
 func (s *Session) send(ctx context.Context, tk task, turn int) {
 	p := s.principals[tk.principal]
-	body := s.ballots.body(keyID(tk.key), s.pollID(int(tk.round)), int(tk.candidate))
+	v := s.ballots.vote(keyID(tk.key), s.pollID(int(tk.round)), int(tk.candidate))
 	var (
 		a         answer
 		ambiguous bool
@@ -118,7 +118,7 @@ func (s *Session) send(ctx context.Context, tk task, turn int) {
 	_ = retry.Do(ctx, s.voteBackoff(&a), func(ctx context.Context) error {
 		attempt++
 		s.requests.Add(1)
-		a = s.post(ctx, s.cfg.Targets[(turn+attempt-1)%len(s.cfg.Targets)], p.token, body)
+		a = s.post(ctx, (turn+attempt-1)%len(s.cfg.Targets), p.token, v)
 		if !retryable(a) || attempt >= s.cfg.MaxAttempts || ctx.Err() != nil {
 			return nil
 		}

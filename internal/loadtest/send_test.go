@@ -69,8 +69,9 @@ func TestSendRetriesUntilFinal(t *testing.T) {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			return
 		}
+		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusAccepted)
-		w.Write([]byte(`{"event_id":"k0"}`))
+		w.Write([]byte(`{"event_id":"k0","status":"pending","status_url":"/v1/votes/k0"}`))
 	}, 20)
 	s.send(context.Background(), tk, 0)
 	if keyID(tk.key) != "k0" {

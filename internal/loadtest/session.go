@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"tally/client"
 	"tally/ledger"
 )
 
@@ -38,9 +39,11 @@ type Session struct {
 	store  *ledger.Store
 	queue  Queue
 	client *http.Client
-	own    bool // the client is the session's: Close closes its connections
-	log    *slog.Logger
-	prefix string
+	// intakes send the votes, one client.Client per target, through client.
+	intakes []*client.Client
+	own     bool // the client is the session's: Close closes its connections
+	log     *slog.Logger
+	prefix  string
 
 	principals []principal
 	truth      *truth
@@ -91,12 +94,16 @@ func New(cfg Config, deps Deps) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	client, own := deps.Client, false
-	if client == nil {
-		client, own = newClient(cfg), true
+	hc, own := deps.Client, false
+	if hc == nil {
+		hc, own = newClient(cfg), true
+	}
+	intakes, err := intakes(cfg, hc)
+	if err != nil {
+		return nil, err
 	}
 	s := &Session{
-		cfg: cfg, store: deps.Store, queue: deps.Queue, client: client, own: own,
+		cfg: cfg, store: deps.Store, queue: deps.Queue, client: hc, intakes: intakes, own: own,
 		log:     cfg.Logger.With(slog.String("component", "loadtest"), slog.String("polls", prefix)),
 		prefix:  prefix,
 		truth:   newTruth(cfg, seed),
