@@ -150,6 +150,12 @@ func (m manifest) String() string { return m.source + ": " + m.kind + " " + m.me
 // render runs what `helm template` runs and decodes every document.
 func render(t *testing.T, vals map[string]any) []manifest {
 	t.Helper()
+	return renderAs(t, release, vals)
+}
+
+// renderAs renders the chart as the release named release.
+func renderAs(t *testing.T, release string, vals map[string]any) []manifest {
+	t.Helper()
 	chrt, err := loader.Load(chartDir)
 	if err != nil {
 		t.Fatal(err)

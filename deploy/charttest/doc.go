@@ -25,5 +25,13 @@
 //     Secret they read;
 //   - every TALLY_* variable a container is given is one its daemon
 //     reads, as `tally intake --help` (projector, migrate up) names it,
-//     from a tally binary built from this checkout.
+//     from a tally binary built from this checkout;
+//   - the README's commands for the chart are three or fewer, and every
+//     value, release name and Deployment they name is the chart's.
+//
+// Files:
+//
+//   - chart_test.go: lint, render, strict decoding, and the checks of
+//     the rendered objects;
+//   - readme_test.go: README.md's "Deploying" paragraph on the chart.
 package charttest
