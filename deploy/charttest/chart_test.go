@@ -752,3 +752,54 @@ func daemonsHelp(t *testing.T) map[string]string {
 	}
 	return help
 }
+
+// leaves are the dotted paths of a values tree's leaves (a list or an
+// empty table is a leaf).
+func leaves(prefix string, v any, out map[string]bool) {
+	m, ok := v.(map[string]any)
+	if !ok || len(m) == 0 {
+		out[prefix] = true
+		return
+	}
+	for k, sub := range m {
+		p := k
+		if prefix != "" {
+			p = prefix + "." + k
+		}
+		leaves(p, sub, out)
+	}
+}
+
+// TestCIValuesSetEveryOption: each setting of values.yaml is set by some
+// file of ci/, so rendering them renders every option; a setting added to
+// the chart without being set there fails here.
+func TestCIValuesSetEveryOption(t *testing.T) {
+	t.Parallel()
+	chrt, err := loader.Load(chartDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defaults, set := map[string]bool{}, map[string]bool{}
+	leaves("", map[string]any(chrt.Values), defaults)
+	for name, vals := range valueSets(t) {
+		if name != "default values" {
+			leaves("", vals, set)
+		}
+	}
+	var unset []string
+	for p := range defaults {
+		// A default leaf is covered by the same path, by a table set whole
+		// above it, or by settings below it (an empty table filled in).
+		covered := false
+		for q := range set {
+			covered = covered || q == p || strings.HasPrefix(q, p+".") || strings.HasPrefix(p, q+".")
+		}
+		if !covered {
+			unset = append(unset, p)
+		}
+	}
+	sort.Strings(unset)
+	if len(unset) > 0 {
+		t.Errorf("no file of %s/ci sets these settings of values.yaml:\n%s", chartDir, strings.Join(unset, "\n"))
+	}
+}
