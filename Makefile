@@ -38,11 +38,12 @@ image: ## the OCI image (bin/image/oci, reproducible, built without a daemon) an
 run: ## set up PostgreSQL and Redis, migrate, and run the demo poll end to end
 	@scripts/run.sh
 
-test: ## vet, every test with -race (tally's and the bench module's), short fuzz and benchmark runs (CI runs lint, then this)
+test: ## vet, every test with -race (tally's, the bench module's and the chart's), short fuzz and benchmark runs (CI runs lint, then this)
 	@$(SERVICES); \
 	$(GO) vet ./... && $(GO) -C bench vet ./... && \
 	$(GO) test -race -count=1 -timeout 8m ./... && \
 	$(GO) -C bench test -race -count=1 ./... && \
+	$(GO) -C deploy/charttest test -race -count=1 ./... && \
 	$(MAKE) --no-print-directory fuzz && \
 	$(MAKE) --no-print-directory bench-short
 
@@ -85,9 +86,9 @@ bench-short: ## every Go benchmark once, and every bench measurement at small si
 chaos: ## the long fault suite: 80+ kills and crash-restarts under load, then its table
 	@$(SERVICES); TALLY_CHAOS=long $(GO) test ./internal/chaos/ -count=1 -run . -timeout 30m -v
 
-lint: ## go mod tidy -diff, gofmt, go vet, staticcheck (tally, the bench module and client/ogentest), Redocly's OpenAPI lint, the three client generators on it (pinned) and ogen's client against a real intake; reports every check, fails if any did
+lint: ## go mod tidy -diff, gofmt, go vet, staticcheck (tally, the bench module, client/ogentest and the chart's test module), Redocly's OpenAPI lint, the three client generators on it (pinned) and ogen's client against a real intake; reports every check, fails if any did
 	@rc=0; \
-	for m in . bench client/ogentest; do \
+	for m in . bench client/ogentest deploy/charttest; do \
 		$(GO) -C $$m mod tidy -diff || { echo "lint: $$m/go.mod or $$m/go.sum is not tidy (diff above); run: go -C $$m mod tidy" >&2; rc=1; }; \
 		$(GO) -C $$m vet ./... || { echo "lint: go vet found the problems above in module $$m" >&2; rc=1; }; \
 		$(GO) -C $$m run $(STATICCHECK) ./... || { echo "lint: staticcheck found the problems above in module $$m" >&2; rc=1; }; \
