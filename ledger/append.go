@@ -59,7 +59,8 @@ var errRaced = errors.New("a concurrent append inserted the same key first")
 // (lockPrincipals, ballots.go).
 //
 // First, when fast is set, the optimistic step: the events that are the
-// first of their key and of their (poll, principal) in the batch go to the
+// first of their key and, in a poll whose first answer is final, of their
+// (poll, principal) in the batch (freshEvents) go to the
 // ledger in one INSERT that keeps only events valid by the catalog (poll
 // known, open at received_at, choice offered, open to any principal) and
 // whose key has no rejection record; if a ledger row is in the way, it
@@ -78,8 +79,13 @@ var errRaced = errors.New("a concurrent append inserted the same key first")
 // record. No event the first step left out could have claimed what an
 // event it inserted took: such an event is either a repeat of a key (it
 // claims nothing), invalid by the catalog (it claims nothing), or its
-// (poll, principal) came first in the batch, and then the event inserted
-// would have been left out instead.
+// (poll, principal) of a final poll came first in the batch, and then the
+// event inserted would have been left out instead. (In a poll of answers
+// latest nothing claims a (poll, principal). A principal's rows there
+// must still reach the ledger in batch order, and do: an event of such a
+// poll that the first step leaves out is refused by the full rules too,
+// or is of a poll open to a list of principals, all of whose events the
+// first step leaves out.)
 func appendTx(ctx context.Context, tx pgx.Tx, events []Event, rules map[string]*pollRules, fast bool) ([]Outcome, error) {
 	outcomes := make([]Outcome, len(events))
 	in := appendInput{events: events, fps: fingerprints(events), ballotOK: ballotsValid(events, rules), latest: latestOf(events, rules)}
@@ -88,7 +94,7 @@ func appendTx(ctx context.Context, tx pgx.Tx, events []Event, rules map[string]*
 	}
 	rest := make([]int, 0, len(events))
 	if fast {
-		seqs, err := insertFresh(ctx, tx, in, freshEvents(events))
+		seqs, err := insertFresh(ctx, tx, in, freshEvents(events, in.latest))
 		if err != nil {
 			return nil, err
 		}
@@ -128,14 +134,16 @@ func fingerprints(events []Event) [][32]byte {
 }
 
 // freshEvents returns the index of every event that is the first of its
-// (principal, key) and of its (poll, principal) in the batch.
-func freshEvents(events []Event) []int {
+// (principal, key) in the batch and, unless its poll's answers are latest
+// (where a principal's later ballots are recorded too), the first of its
+// (poll, principal).
+func freshEvents(events []Event, latest []bool) []int {
 	keys := make(map[keyOf]bool, len(events))
 	answers := make(map[pollPrincipal]bool, len(events))
 	fresh := make([]int, 0, len(events))
 	for i, e := range events {
 		k, pp := keyOf{e.PrincipalID, e.ClientEventID}, pollPrincipal{e.PollID, e.PrincipalID}
-		if !keys[k] && !answers[pp] {
+		if !keys[k] && (latest[i] || !answers[pp]) {
 			fresh = append(fresh, i)
 		}
 		keys[k], answers[pp] = true, true

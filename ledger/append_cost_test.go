@@ -163,7 +163,7 @@ func (c *costConn) cpu() float64 {
 func (c *costConn) inTx(ctx context.Context, events []Event, withLog bool) error {
 	return pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
 		in := appendInput{events: events, fps: fingerprints(events), ballotOK: make([]bool, len(events)), latest: make([]bool, len(events))}
-		seqs, err := insertFresh(ctx, tx, in, freshEvents(events))
+		seqs, err := insertFresh(ctx, tx, in, freshEvents(events, in.latest))
 		if err != nil || !withLog {
 			return err
 		}

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -369,4 +370,45 @@ func emptyProvider(t *testing.T) (testenv.DB, *goose.Provider) {
 		t.Fatal(err)
 	}
 	return db, p
+}
+
+// TestLatestByLastSeq: migration 16 drops poll_voters once every open
+// poll's counted ballots are their principals' last rows by seq, refusing
+// (naming the poll) while one is not, and its down step fills poll_voters
+// again with each principal's last row.
+func TestLatestByLastSeq(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, p := emptyProvider(t)
+	if _, err := p.UpTo(ctx, 15); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, `
+INSERT INTO polls (id, title, answers, opens_at) VALUES ('lunch', 'x', 'latest', '2000-01-01');
+INSERT INTO poll_choices VALUES ('lunch', 'a', 0), ('lunch', 'b', 1);
+INSERT INTO poll_events (poll_id, candidate_id, principal_id, client_event_id, fingerprint, received_at, latest)
+    VALUES ('lunch', 'a', 'u1', 'k1', '\x00'::bytea, now(), true), ('lunch', 'b', 'u1', 'k2', '\x00'::bytea, now(), true);
+INSERT INTO poll_voters (poll_id, principal_id, seq, ballot)
+    SELECT poll_id, principal_id, seq, candidate_id FROM poll_events WHERE client_event_id = 'k1';`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.UpTo(ctx, 16); err == nil || !strings.Contains(err.Error(), "poll lunch") {
+		t.Fatalf("up to 16 with a counted ballot not the last by seq in an open poll: %v, want an error naming poll lunch", err)
+	}
+	if _, err := db.Pool.Exec(ctx, `UPDATE polls SET closes_at = now() - interval '1 second' WHERE id = 'lunch'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.UpTo(ctx, 16); err != nil {
+		t.Fatalf("up to 16 once the poll closed: %v", err)
+	}
+	if got := tables(t, db); slices.Contains(got, "poll_voters") {
+		t.Fatalf("tables after migration 16: %v, want no poll_voters", got)
+	}
+	if _, err := p.DownTo(ctx, 15); err != nil {
+		t.Fatalf("down to 15: %v", err)
+	}
+	var key, ballot string
+	if err := db.Pool.QueryRow(ctx, `SELECT e.client_event_id, v.ballot FROM poll_voters v JOIN poll_events e USING (seq)`).Scan(&key, &ballot); err != nil || key != "k2" || ballot != "b" {
+		t.Fatalf("poll_voters after going down: %s %s (%v), want u1's last row, k2 with b", key, ballot, err)
+	}
 }
