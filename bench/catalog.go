@@ -56,6 +56,9 @@ type catalogResult struct {
 	votes, votesCreate []time.Duration
 	created            int // polls created during votesCreate
 	writes, busy       int64
+	// loadsA and loadsB are the intakes' whole loads of the catalog by
+	// the end (one each at start).
+	loadsA, loadsB int64
 }
 
 // catalogSizeIDs name the sizes in the rows: the smallest, the middle one
@@ -112,8 +115,8 @@ func addCatalogRows(t *table, id string, r catalogResult, load string, sz sizes)
 			ms(quantile(r.changes.enforced, 0.5)), ms(slices.Max(r.changes.enforced)))})
 	t.add(fig{id: "CP-" + id, what: fmt.Sprintf("catalog: POST /v1/polls of one poll at A, p99 of %d", len(r.changes.create)),
 		value: msOf(quantile(r.changes.create, 0.99)), unit: "ms", load: load, command: cmd,
-		extra: fmt.Sprintf("p50 %s; a closing p50 %s, p99 %s", ms(quantile(r.changes.create, 0.5)),
-			ms(quantile(r.changes.close, 0.5)), ms(quantile(r.changes.close, 0.99)))})
+		extra: fmt.Sprintf("p50 %s; a closing p50 %s, p99 %s; whole loads of the catalog by the end: A %d, B %d (one at start)",
+			ms(quantile(r.changes.create, 0.5)), ms(quantile(r.changes.close, 0.5)), ms(quantile(r.changes.close, 0.99)), r.loadsA, r.loadsB)})
 	note := fmt.Sprintf("%d votes/s at B from %d senders for %s, %d round(s) alternating", voteRate, voteSenders, sz.catalogVoteFor, sz.catalogRounds)
 	t.add(fig{id: "CV0-" + id, what: "catalog: vote p99 at intake B, no catalog change (" + note + ")",
 		value: msOf(quantile(r.votes, 0.99)), unit: "ms", load: load, command: cmd,
@@ -221,6 +224,7 @@ func (e *env) catalogSize(ctx context.Context, sz sizes, s catalogShape, id stri
 	time.Sleep(sz.catalogSettle)
 	res.rssAfter = c.b.rssMB()
 	res.writes, res.busy = c.client.writes.Load(), c.client.busy.Load()
+	res.loadsA, res.loadsB = catalogLoads(ctx, c.addrA), catalogLoads(ctx, c.addrB)
 	return res, nil
 }
 

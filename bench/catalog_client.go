@@ -229,3 +229,25 @@ func (p *proc) rssMB() float64 {
 	}
 	return 0
 }
+
+// catalogLoads is tally_intake_catalog_loads_total of the intake on addr:
+// its whole loads of the catalog (one at start, one more each time it
+// fell behind the trimmed change log); -1 when it does not answer.
+func catalogLoads(ctx context.Context, addr string) int64 {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+	if err != nil {
+		return -1
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	n, err := metricValue(resp.Body, "tally_intake_catalog_loads_total")
+	if err != nil {
+		return -1
+	}
+	return n
+}

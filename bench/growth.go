@@ -145,7 +145,9 @@ func (e *env) drainInto(ctx context.Context, url string, first, last, polls int,
 			return res, fmt.Errorf("preload: %w", err)
 		}
 	}
-	redis0 := e.redisCPU(ctx)
+	// The pool that filled the ledger keeps its backends: count only the
+	// CPU they use from here.
+	redis0, pg0 := e.redisCPU(ctx), e.backendCPU(ctx, e.dbName("growth"))
 	p, err := start(ctx, logFile, e.tally, "projector", "--allow-superuser", "--database-url", url, "--redis-url", e.redisURL,
 		"--stream-prefix", keys.Prefix(), "--consumer", "bench", "--log-level", "warn", "--log-format", "text")
 	if err != nil {
@@ -157,7 +159,7 @@ func (e *env) drainInto(ctx context.Context, url string, first, last, polls int,
 		return res, err
 	}
 	res.drain = time.Since(firstApplied)
-	projCPU, pgCPU := cpuSeconds(p.cmd.Process.Pid), e.backendCPU(ctx, e.dbName("growth"))
+	projCPU, pgCPU := cpuSeconds(p.cmd.Process.Pid), e.backendCPU(ctx, e.dbName("growth"))-pg0
 	redisCPU := e.redisCPU(ctx) - redis0
 	if err := p.stop(); err != nil {
 		return res, fmt.Errorf("projector: %w", err)
