@@ -99,21 +99,12 @@ func intakeEnqueueFlags(def intake.Config) []ucli.Flag {
 }
 
 // intakeLookupFlags bound the calls intake makes and set its caches of
-// tokens and polls and its circuit breaker.
+// results and polls and its circuit breaker.
 func intakeLookupFlags(def intake.Config) []ucli.Flag {
 	return []ucli.Flag{
 		intakeDuration("request-timeout", "TALLY_INTAKE_REQUEST_TIMEOUT", def.RequestTimeout, "bound on the work of one request"),
 		intakeDuration("redis-timeout", "TALLY_INTAKE_REDIS_TIMEOUT", def.RedisTimeout, "bound on one Redis round trip"),
 		intakeDuration("postgres-timeout", "TALLY_INTAKE_POSTGRES_TIMEOUT", def.PostgresTimeout, "bound on one PostgreSQL query"),
-		intakeDuration("auth-cache-ttl", "TALLY_INTAKE_AUTH_CACHE_TTL", def.AuthTTL,
-			"how long an authenticated token is cached; while PostgreSQL answers, a revocation takes effect within it"),
-		intakeDuration("auth-stale-max", "TALLY_INTAKE_AUTH_STALE_MAX", def.AuthStaleMax,
-			"how long after its last check a token is still served past --auth-cache-ttl while PostgreSQL does not answer "+
-				"(the most a revocation made just before an outage can lag; --auth-cache-ttl or less: never)"),
-		intakeDuration("auth-negative-ttl", "TALLY_INTAKE_AUTH_NEGATIVE_TTL", def.AuthNegativeTTL,
-			"how long an unknown or revoked token is cached"),
-		&ucli.IntFlag{Name: "auth-cache-size", EnvVars: []string{"TALLY_INTAKE_AUTH_CACHE_SIZE"}, Value: def.AuthCacheSize,
-			Usage: "most tokens cached"},
 		intakeDuration("read-cache-ttl", "TALLY_INTAKE_READ_CACHE_TTL", def.ReadCacheTTL,
 			"how long a poll's results and the answer of /readyz are reused (one PostgreSQL query per poll per period)"),
 		intakeDuration("catalog-refresh", "TALLY_INTAKE_CATALOG_REFRESH", def.CatalogRefresh,
@@ -133,8 +124,8 @@ func intakeLookupFlags(def intake.Config) []ucli.Flag {
 func intakeLimitFlags(def intake.Config) []ucli.Flag {
 	return []ucli.Flag{
 		&ucli.Float64Flag{Name: "auth-failure-rate", EnvVars: []string{"TALLY_INTAKE_AUTH_FAILURE_RATE"}, Value: def.AuthFailureRate,
-			Usage: "failed authentications per second one client address may make, sustained; beyond them its tokens not cached as valid get 429 " +
-				"before any lookup (the address is the connection's: behind a proxy, the proxy's; inf: off)"},
+			Usage: "failed authentications per second one client address may make, sustained; beyond them its requests get 429 " +
+				"before their token is checked (the address is the connection's: behind a proxy, the proxy's; inf: off)"},
 		&ucli.IntFlag{Name: "auth-failure-burst", EnvVars: []string{"TALLY_INTAKE_AUTH_FAILURE_BURST"}, Value: def.AuthFailureBurst,
 			Usage: "failed authentications one client address may make at once before --auth-failure-rate applies"},
 		&ucli.Float64Flag{Name: "read-rate", EnvVars: []string{"TALLY_INTAKE_READ_RATE"}, Value: def.ReadRate,
@@ -251,11 +242,7 @@ func intakeConfig(c *ucli.Context) intake.Config {
 		RequestTimeout:      c.Duration("request-timeout"),
 		RedisTimeout:        c.Duration("redis-timeout"),
 		PostgresTimeout:     c.Duration("postgres-timeout"),
-		AuthTTL:             c.Duration("auth-cache-ttl"),
-		AuthNegativeTTL:     c.Duration("auth-negative-ttl"),
-		AuthStaleMax:        c.Duration("auth-stale-max"),
 		ReadCacheTTL:        c.Duration("read-cache-ttl"),
-		AuthCacheSize:       c.Int("auth-cache-size"),
 		CatalogRefresh:      c.Duration("catalog-refresh"),
 		CatalogLoadTimeout:  c.Duration("catalog-load-timeout"),
 		LedgerCheck:         c.Bool("ledger-check"),
@@ -286,7 +273,7 @@ func intakeConfig(c *ucli.Context) intake.Config {
 
 // credentials is the verifier of the tokens --credential-key's keys
 // signed and of issuers', with the ids of those keys; nil when there are
-// none (only tokens issued before signed credentials are taken then).
+// none (no token is taken then).
 func credentials(c *ucli.Context, issuers []*credential.OIDCIssuer) (*credential.Verifier, []string, error) {
 	files := c.StringSlice("credential-key")
 	if len(files) == 0 && len(issuers) == 0 {

@@ -68,35 +68,15 @@ type Config struct {
 	RequestTimeout time.Duration
 	// RedisTimeout bounds one Redis round trip. Default 1s.
 	RedisTimeout time.Duration
-	// PostgresTimeout bounds one PostgreSQL query (authentication on a cache
-	// miss, event status, results). Default 2s.
+	// PostgresTimeout bounds one PostgreSQL query (event status, results).
+	// Default 2s.
 	PostgresTimeout time.Duration
 
-	// AuthTTL is how long a successful authentication is cached: while
-	// PostgreSQL answers, a revoked token is refused at the latest that long
-	// after the revocation (at once when the NOTIFY of the change arrives).
-	// Default 5s.
-	AuthTTL time.Duration
-	// AuthStaleMax is how long after PostgreSQL last vouched for a token
-	// intake may still serve it past AuthTTL, only while PostgreSQL does not
-	// answer: known principals keep voting through an outage this long,
-	// and a revocation made just before it may lag this long at most.
-	// Default 15m; AuthTTL or less never serves a token past its TTL.
-	AuthStaleMax time.Duration
-	// AuthNegativeTTL is how long an unknown or revoked token is cached.
-	// Default 1s.
-	AuthNegativeTTL time.Duration
-	// AuthCacheSize bounds the cached tokens. Default 100,000.
-	AuthCacheSize int
-
 	// AuthFailureRate is the sustained number of failed authentications
-	// (a bearer token unknown or revoked) per second one client address may
-	// make, and AuthFailureBurst how many it may make at once. Beyond them
-	// a request from that address whose token is not cached as valid gets
-	// 429 before any lookup in PostgreSQL; a cached valid token still
-	// passes. A lookup under way spends nothing, but an address has no more
-	// lookups under way than the allowance has room for; its next request
-	// waits for one to end. The address is the connection's (a proxy's,
+	// (a bearer token invalid, expired or revoked) per second one client
+	// address may make, and AuthFailureBurst how many it may make at once.
+	// Beyond them a request from that address gets 429 before its token's
+	// signature is checked. The address is the connection's (a proxy's,
 	// behind one).
 	// Defaults 10 and 20; a rate of +Inf turns the limit off.
 	AuthFailureRate  float64
@@ -130,9 +110,7 @@ type Config struct {
 
 	// Credentials verifies the bearer tokens that verify themselves
 	// (package credential): tally's own, signed with a credential key, and
-	// an OpenID Connect issuer's. A token of the form issued before them
-	// ("tly_...") is looked up in PostgreSQL as before. Nil: only those are
-	// taken. Serve runs its Run (the issuers' keys) beside its other
+	// an OpenID Connect issuer's. Nil: no token is taken. Serve runs its Run (the issuers' keys) beside its other
 	// background work: nothing else should run it, or its issuers' Run.
 	Credentials *credential.Verifier
 	// CredentialKeyIDs are the ids of the credential keys Credentials
@@ -257,13 +235,7 @@ func (c Config) withDefaults() Config {
 	setDur(&c.RequestTimeout, 3*time.Second)
 	setDur(&c.RedisTimeout, time.Second)
 	setDur(&c.PostgresTimeout, 2*time.Second)
-	setDur(&c.AuthTTL, 5*time.Second)
-	setDur(&c.AuthNegativeTTL, time.Second)
-	setDur(&c.AuthStaleMax, 15*time.Minute)
 	setDur(&c.ReadCacheTTL, time.Second)
-	if c.AuthCacheSize == 0 {
-		c.AuthCacheSize = 100_000
-	}
 	c = c.withLimitDefaults()
 	setDur(&c.CatalogRefresh, 30*time.Second)
 	setDur(&c.CatalogLoadTimeout, time.Minute)
@@ -315,7 +287,7 @@ func (c Config) validate() error {
 	for _, n := range []struct {
 		name string
 		v    int
-	}{{"AuthCacheSize", c.AuthCacheSize}, {"BreakerFailures", c.BreakerFailures}, {"MaxConns", c.MaxConns}} {
+	}{{"BreakerFailures", c.BreakerFailures}, {"MaxConns", c.MaxConns}} {
 		if n.v < 1 {
 			bad("%s must be at least 1, got %d", n.name, n.v)
 		}
@@ -385,8 +357,7 @@ func (c Config) durationAndTLSErrors() []error {
 	}{
 		{"BacklogRetryAfter", c.BacklogRetryAfter}, {"WaitTimeout", c.WaitTimeout},
 		{"RequestTimeout", c.RequestTimeout}, {"RedisTimeout", c.RedisTimeout},
-		{"PostgresTimeout", c.PostgresTimeout}, {"AuthTTL", c.AuthTTL},
-		{"AuthNegativeTTL", c.AuthNegativeTTL}, {"AuthStaleMax", c.AuthStaleMax},
+		{"PostgresTimeout", c.PostgresTimeout},
 		{"ReadCacheTTL", c.ReadCacheTTL}, {"CatalogRefresh", c.CatalogRefresh},
 		{"CatalogLoadTimeout", c.CatalogLoadTimeout},
 		{"BreakerOpenFor", c.BreakerOpenFor},

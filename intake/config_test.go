@@ -31,7 +31,6 @@ func TestConfigValidate(t *testing.T) {
 		{intake.Config{WaitReplicas: -1}, "WaitReplicas must be 0 (off) or more, got -1"},
 		{intake.Config{EnqueuePipelines: 2000}, "EnqueuePipelines must be between 1 and 1024, got 2000"},
 		{intake.Config{EnqueueBatch: -1}, "EnqueueBatch must be between 1 and 10000, got -1"},
-		{intake.Config{AuthCacheSize: -1}, "AuthCacheSize must be at least 1, got -1"},
 		{intake.Config{BreakerFailures: -1}, "BreakerFailures must be at least 1, got -1"},
 		{intake.Config{MaxHeaderBytes: 10}, "MaxHeaderBytes must be at least 1024, got 10"},
 		{intake.Config{ReadTimeout: -time.Second}, "ReadTimeout must not be negative, got -1s"},

@@ -85,7 +85,7 @@ func (s *Server) signedPrincipal(w http.ResponseWriter, r *http.Request, token s
 	if id.Issuer == credential.Issuer {
 		ownKey = id.KeyID
 	}
-	if s.refusedRevoked(w, id.PrincipalID, ownKey, id.IssuedAt, true) {
+	if s.refusedRevoked(w, id.PrincipalID, ownKey, id.IssuedAt) {
 		return nil, false
 	}
 	s.metrics.credentials[credValid].Inc()
@@ -107,14 +107,10 @@ func (s *Server) authLimited(w http.ResponseWriter, wait time.Duration) {
 // the key keyID of tally's own retired ("" for a token that names none),
 // or the token, issued at issuedAt (zero when it does not say), replaced
 // by a reissue; 503 when the revocations were never loaded; and reports
-// whether it answered. A token of the form issued before signed credentials (signed
-// false) is let through while the revocations are not loaded: its own
-// lookup reads the revocation.
-func (s *Server) refusedRevoked(w http.ResponseWriter, principalID, keyID string, issuedAt time.Time, signed bool) bool {
+// whether it answered.
+func (s *Server) refusedRevoked(w http.ResponseWriter, principalID, keyID string, issuedAt time.Time) bool {
 	refused, loaded := s.revoked.refuses(principalID, keyID, issuedAt)
 	switch {
-	case !loaded && !signed:
-		return false
 	case !loaded:
 		s.metrics.credentials[credUnavailable].Inc()
 		writeProblem(w, http.StatusServiceUnavailable, probUnavailable,

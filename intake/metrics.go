@@ -26,8 +26,7 @@ type metrics struct {
 	// While PostgreSQL does not answer (see degraded.go).
 	postgresReachable prometheus.Gauge
 	degraded          *prometheus.CounterVec // answer
-	stalePrincipals   prometheus.Counter     // degraded's children
-	staleResults      prometheus.Counter
+	staleResults      prometheus.Counter     // degraded's children
 	pendingFromQueue  prometheus.Counter
 	resultsReads      prometheus.Counter
 	authLimited       prometheus.Counter
@@ -208,14 +207,12 @@ func (m *metrics) newDegradedMetrics() []prometheus.Collector {
 	})
 	m.degraded = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "tally", Subsystem: "intake", Name: "degraded_answers_total",
-		Help: "Answers given without PostgreSQL because it did not answer: a principal served past its cache TTL (stale_principal), " +
-			"results last read (stale_results), a vote's status pending from its record in Redis (pending_from_queue).",
+		Help: "Answers given without PostgreSQL because it did not answer: results last read (stale_results), a vote's status pending from its record in Redis (pending_from_queue).",
 	}, []string{"answer"})
 	m.resultsReads = prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: "tally", Subsystem: "intake", Name: "results_queries_total",
 		Help: "Queries of a poll's results sent to PostgreSQL; the reads of one poll within --read-cache-ttl share one.",
 	})
-	m.stalePrincipals = m.degraded.WithLabelValues("stale_principal")
 	m.staleResults = m.degraded.WithLabelValues("stale_results")
 	m.pendingFromQueue = m.degraded.WithLabelValues("pending_from_queue")
 	return []prometheus.Collector{m.postgresReachable, m.degraded, m.resultsReads}

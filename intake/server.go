@@ -14,7 +14,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/sony/gobreaker/v2"
-	"golang.org/x/sync/singleflight"
 
 	"tally/ledger"
 	"tally/stream"
@@ -25,22 +24,18 @@ import (
 
 // Server is the intake daemon. Create it with New; serve with Run or Serve.
 type Server struct {
-	cfg      Config
-	store    *ledger.Store
-	rdb      redis.UniversalClient
-	keys     stream.Keys
-	log      *slog.Logger
-	metrics  *metrics
-	gatherer prometheus.Gatherer // nil when reg does not gather
-	breaker  *gobreaker.CircuitBreaker[any]
-	batcher  *batcher
-	checks   *ledgerChecks // the ledger checks of new event ids the script could not rule out
-	auth     *authCache
-	revoked  *revocations // the revoked principals and retired keys, in memory
-	limits   *limits
-	// authFlight makes concurrent requests with one uncached token share
-	// one attempt and one lookup (principalBy).
-	authFlight singleflight.Group
+	cfg        Config
+	store      *ledger.Store
+	rdb        redis.UniversalClient
+	keys       stream.Keys
+	log        *slog.Logger
+	metrics    *metrics
+	gatherer   prometheus.Gatherer // nil when reg does not gather
+	breaker    *gobreaker.CircuitBreaker[any]
+	batcher    *batcher
+	checks     *ledgerChecks // the ledger checks of new event ids the script could not rule out
+	revoked    *revocations  // the revoked principals and retired keys, in memory
+	limits     *limits
 	catalog    *catalog
 	follow     *follower     // keeps catalog and revoked current
 	pg         *pgState      // whether PostgreSQL answers intake's lookups
@@ -97,13 +92,12 @@ func New(cfg Config, store *ledger.Store, rdb redis.UniversalClient, keys stream
 	s.batcher = newBatcher(rdb, cfg, m.batchSize)
 	s.checks = newLedgerChecks(store, cfg, s.log)
 	s.pg = newPGState(s.log, m.postgresReachable)
-	s.auth = newAuthCache(store, keys, cfg, s.pg, m.stalePrincipals)
 	s.results = newResultsCache()
 	s.ready = &readyCache{}
 	s.limits = newLimits(cfg, m)
 	s.revoked = &revocations{}
 	s.catalog = &catalog{}
-	s.follow = newFollower(store, s.log, cfg, m, s.pg, s.catalog, s.revoked, s.auth.expireAll)
+	s.follow = newFollower(store, s.log, cfg, m, s.pg, s.catalog, s.revoked, nil)
 	s.connErrors = newConnErrors(s.log, m.connErrors)
 	s.handler = s.routes()
 	return s, nil

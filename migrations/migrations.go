@@ -55,6 +55,10 @@
 //     order, trimmed to its last 100,000; NOTIFY tally_catalog carries the
 //     last seq, and a write that changed nothing notifies nothing
 //     (ledger.Store.WatchCatalog, CatalogChangesAfter).
+//   - 00017_drop_stored_tokens.sql: principals.token_sha256 goes: tokens of
+//     the stored kind were never taken by a release, and every principal
+//     authenticates with a signed or an OpenID Connect credential. Down
+//     brings the column back, empty.
 //   - migrations.go: the embedded files and goose's provider over them.
 package migrations
 

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"tally/credential"
 	"tally/ledger"
 )
 
@@ -36,6 +37,7 @@ type round struct {
 type Session struct {
 	cfg    Config
 	store  *ledger.Store
+	key    *credential.Key // signs the principals' tokens
 	queue  Queue
 	client *http.Client
 	own    bool // the client is the session's: Close closes its connections
@@ -75,6 +77,9 @@ func New(cfg Config, deps Deps) (*Session, error) {
 	if deps.Store == nil {
 		return nil, errors.New("loadtest: a ledger store is required")
 	}
+	if deps.Key == nil {
+		return nil, errors.New("loadtest: a credential key is required to sign the principals' tokens")
+	}
 	var b [8]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return nil, fmt.Errorf("loadtest: %w", err)
@@ -96,7 +101,7 @@ func New(cfg Config, deps Deps) (*Session, error) {
 		client, own = newClient(cfg), true
 	}
 	s := &Session{
-		cfg: cfg, store: deps.Store, queue: deps.Queue, client: client, own: own,
+		cfg: cfg, store: deps.Store, key: deps.Key, queue: deps.Queue, client: client, own: own,
 		log:     cfg.Logger.With(slog.String("component", "loadtest"), slog.String("polls", prefix)),
 		prefix:  prefix,
 		truth:   newTruth(cfg, seed),
