@@ -32,7 +32,7 @@ import (
 // once (the others wait), and at most --max-live-per-addr viewers would
 // get a stream, which would measure those limits instead of the viewers.
 var liveIntakeFlags = []string{"--auth-failure-rate", "inf",
-	"--max-conns-per-addr", "0", "--max-live-per-addr", "0", "--max-live-per-principal", "0"}
+	"--max-conns-per-addr", "-1", "--max-live-per-addr", "-1", "--max-live-per-principal", "-1"}
 
 // measureLive: SSE0 and MSSE0 without viewers, SSE and MSSE with them.
 func measureLive(ctx context.Context, e *env, sz sizes, t *table) error {

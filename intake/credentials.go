@@ -71,7 +71,7 @@ func (s *Server) signedPrincipal(w http.ResponseWriter, r *http.Request, token s
 			unauthorized(w, challengeInvalidToken, fmt.Sprintf(
 				"the bearer token was signed by credential key %s, which this intake does not hold (it holds %s): "+
 					"the token was issued with another key; ask for a token issued with one of this intake's keys "+
-					"(tally principal reissue, with the key intake runs with), or give intake that key too (--credential-key)",
+					"(tally principal reissue, with the key intake runs with), or give intake that key too",
 				quoteClip(kid), strings.Join(s.cfg.CredentialKeyIDs, ", ")))
 			return nil, false
 		}

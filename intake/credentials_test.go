@@ -144,7 +144,7 @@ func TestTokenOfAnotherKeyNamed(t *testing.T) {
 	r := b.vote(t, byOther, "e1", "p1", "a")
 	wantInvalidToken(t, "another key", r)
 	d := r.str("detail")
-	for _, w := range []string{`signed by credential key "` + other.ID + `"`, "which this intake does not hold", "(it holds " + b.key.ID + ")", "--credential-key"} {
+	for _, w := range []string{`signed by credential key "` + other.ID + `"`, "which this intake does not hold", "(it holds " + b.key.ID + ")", "give intake that key too"} {
 		if !strings.Contains(d, w) {
 			t.Errorf("a token of another key: detail %q, want it to say %q", d, w)
 		}

@@ -268,11 +268,11 @@ func TestLimitConfig(t *testing.T) {
 		cfg  intake.Config
 		want string
 	}{
-		{intake.Config{AuthFailureRate: -1}, "AuthFailureRate must be between 0.001 and 1000000 per second, or +Inf"},
-		{intake.Config{ReadRate: 0.0001}, "ReadRate must be between 0.001"},
-		{intake.Config{AuthFailureBurst: -1}, "AuthFailureBurst must be between 1 and 1000000, got -1"},
-		{intake.Config{ReadBurst: 2_000_000}, "ReadBurst must be between 1 and 1000000, got 2000000"},
-		{intake.Config{LimitEntries: -1}, "LimitEntries must be at least 1, got -1"},
+		{intake.Config{AuthFailureRate: -1}, "the failed authentications of one client address per second must be between 0.001 and 1000000, or +Inf"},
+		{intake.Config{ReadRate: 0.0001}, "the reads of one principal per second must be between 0.001"},
+		{intake.Config{AuthFailureBurst: -1}, "the burst of failed authentications of one client address must be between 1 and 1000000, got -1"},
+		{intake.Config{ReadBurst: 2_000_000}, "the burst of reads of one principal must be between 1 and 1000000, got 2000000"},
+		{intake.Config{LimitEntries: -1}, "the entries of each table of limits must be at least 1, got -1"},
 	} {
 		_, err := intake.New(tc.cfg, store, nil, keys, nil, nil)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

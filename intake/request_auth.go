@@ -55,7 +55,7 @@ func (s *Server) principalBy(w http.ResponseWriter, r *http.Request, _ time.Time
 		s.metrics.credentials[credInvalid].Inc()
 		unauthorized(w, challengeInvalidToken,
 			"the bearer token is of the stored kind (tly_...), which intake no longer takes: "+
-				"ask an operator to issue your principal a signed credential (tally principal reissue ID --credential-key FILE)")
+				"ask an operator to issue your principal a signed credential (tally principal reissue)")
 		return nil, false
 	}
 	return s.signedPrincipal(w, r, token)

@@ -58,10 +58,10 @@ type Server struct {
 // context's deadline (redis.Options.ContextTimeoutEnabled, as tally intake
 // sets it): a vote's pipeline ends at the deadline of its votes that way.
 func New(cfg Config, store *ledger.Store, rdb redis.UniversalClient, keys stream.Keys, logger *slog.Logger, reg prometheus.Registerer) (*Server, error) {
-	cfg = cfg.withDefaults()
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg = cfg.withDefaults()
 	if store == nil || rdb == nil {
 		return nil, errors.New("intake: a ledger store and a Redis client are required")
 	}
@@ -123,11 +123,11 @@ func (s *Server) Run(ctx context.Context) error {
 // when intake accepts connections (tally intake under systemd) tells it
 // between the two.
 func (s *Server) Listen(ctx context.Context) (ln, admin net.Listener, err error) {
-	if ln, err = listen(ctx, s.cfg.Listen, "--listen"); err != nil {
+	if ln, err = listen(ctx, s.cfg.Listen, "the listen address"); err != nil {
 		return nil, nil, err
 	}
 	if s.cfg.AdminListen != "" {
-		if admin, err = listen(ctx, s.cfg.AdminListen, "--admin-listen"); err != nil {
+		if admin, err = listen(ctx, s.cfg.AdminListen, "the admin listen address"); err != nil {
 			ln.Close()
 			return nil, nil, err
 		}
@@ -135,10 +135,10 @@ func (s *Server) Listen(ctx context.Context) (ln, admin net.Listener, err error)
 	return ln, admin, nil
 }
 
-func listen(ctx context.Context, addr, flag string) (net.Listener, error) {
+func listen(ctx context.Context, addr, setting string) (net.Listener, error) {
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("intake: listen on %s: %w (is another process using it? set %s)", addr, err, flag)
+		return nil, fmt.Errorf("intake: listen on %s: %w (is another process using it? set %s to another)", addr, err, setting)
 	}
 	return ln, nil
 }
