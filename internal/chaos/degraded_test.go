@@ -165,6 +165,14 @@ func (p *probe) beforeOutage(ctx context.Context) (answer, error) {
 // duringOutage checks what intake answers while PostgreSQL is down, and
 // returns how many of the probe's votes it accepted.
 func (p *probe) duringOutage(ctx context.Context, before answer) (int, error) {
+	// /readyz pings PostgreSQL: from its failure on, intake knows that a
+	// vote it accepts cannot have been applied (its status is pending).
+	// A signed credential's vote asks PostgreSQL nothing, so it would not
+	// tell intake.
+	a, err := p.do(ctx, http.MethodGet, "/readyz", "", "")
+	if err := expect("/readyz once PostgreSQL stopped", a, err, http.StatusOK, func(a answer) bool { return a.body["status"] == "degraded" }); err != nil {
+		return 0, err
+	}
 	accepted := 0
 	for i := 1; i < probePolls; i++ {
 		for v, token := range p.tokens {
@@ -175,7 +183,7 @@ func (p *probe) duringOutage(ctx context.Context, before answer) (int, error) {
 			accepted++
 		}
 	}
-	a, err := p.vote(ctx, p.stranger, "stranger", probePoll(1))
+	a, err = p.vote(ctx, p.stranger, "stranger", probePoll(1))
 	if err := expect("the first vote of a principal intake never saw", a, err, http.StatusAccepted, nil); err != nil {
 		return accepted, err
 	}
