@@ -56,7 +56,12 @@ func newEnv(ctx context.Context, adminURL, redisURL, tally, bare, syncSrv, wrk s
 	if err != nil {
 		return nil, err
 	}
-	key, err := newOwnKeyIssuer(tmp)
+	// A directory of its own: the burst writes its own key in tmp.
+	keyDir, err := os.MkdirTemp(tmp, "key-")
+	if err != nil {
+		return nil, err
+	}
+	key, err := newOwnKeyIssuer(keyDir)
 	if err != nil {
 		return nil, err
 	}
