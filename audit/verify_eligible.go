@@ -88,7 +88,7 @@ func (a *auditor) checkEligibleUsed(lists []EligibleList) error {
 	for _, l := range lists {
 		p := a.polls[l.PollID]
 		if p == nil {
-			return fmt.Errorf("audit: an eligible list is given for poll %s, which the export does not hold; check the poll id of --eligible", l.PollID)
+			return fmt.Errorf("audit: an eligible list is given for poll %s, which the export does not hold; check the poll id of the eligible list", l.PollID)
 		}
 		if p.def == nil {
 			a.discrepancy(Discrepancy{PollID: l.PollID, Field: "eligible_hash",

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"fmt"
 	"net/http"
 	"time"
@@ -90,7 +91,8 @@ func (e *env) burstSync(ctx context.Context, url string, round int, sz sizes) (b
 }
 
 // syncPrincipals creates poll and n principals with random tokens whose
-// SHA-256 is stored, in one statement, and returns the tokens.
+// SHA-256 is stored in sync_tokens, the synchronous design's table of
+// tokens (tally stores none), and returns the tokens.
 func syncPrincipals(ctx context.Context, url, poll string, n int) ([]string, error) {
 	pool, err := pgxpool.New(ctx, url)
 	if err != nil {
@@ -107,10 +109,23 @@ func syncPrincipals(ctx context.Context, url, poll string, n int) ([]string, err
 	tokens := make([]string, n)
 	ids, names, hashes := make([]string, n), make([]string, n), make([][]byte, n)
 	for i := range tokens {
-		tokens[i] = ledger.LegacyTokenPrefix + rand.Text()
-		h := ledger.TokenHash(tokens[i])
+		tokens[i] = "sync-" + rand.Text()
+		h := sha256.Sum256([]byte(tokens[i]))
 		ids[i], names[i], hashes[i] = poll+"-v"+itoa(i), poll+" voter "+itoa(i), h[:]
 	}
-	_, err = pool.Exec(ctx, `INSERT INTO principals (id, name, token_sha256) SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[])`, ids, names, hashes)
+	if _, err := pool.Exec(ctx, syncTokensSQL); err != nil {
+		return nil, err
+	}
+	_, err = pool.Exec(ctx, `
+WITH added AS (INSERT INTO principals (id, name) SELECT * FROM unnest($1::text[], $2::text[]) RETURNING id)
+INSERT INTO sync_tokens (token_sha256, principal_id) SELECT * FROM unnest($3::bytea[], $1::text[])`, ids, names, hashes)
 	return tokens, err
 }
+
+// syncTokensSQL makes the synchronous design's table of tokens: the
+// SHA-256 of each, its principal, and whether it was revoked.
+const syncTokensSQL = `CREATE TABLE IF NOT EXISTS sync_tokens (
+    token_sha256 bytea PRIMARY KEY CHECK (length(token_sha256) = 32),
+    principal_id text NOT NULL,
+    revoked_at   timestamptz
+)`

@@ -34,6 +34,9 @@ type env struct {
 	run      string // unique per run
 	rdb      *redis.Client
 	tmp      string // scratch directory of the run
+	// key signs the tokens of the run's principals; every intake the run
+	// starts takes it, and so does tally loadtest.
+	key *ownKeyIssuer
 
 	mu       sync.Mutex
 	dbs      []string
@@ -53,9 +56,18 @@ func newEnv(ctx context.Context, adminURL, redisURL, tally, bare, syncSrv, wrk s
 	if err != nil {
 		return nil, err
 	}
+	// A directory of its own: the burst writes its own key in tmp.
+	keyDir, err := os.MkdirTemp(tmp, "key-")
+	if err != nil {
+		return nil, err
+	}
+	key, err := newOwnKeyIssuer(keyDir)
+	if err != nil {
+		return nil, err
+	}
 	return &env{
 		adminURL: adminURL, redisURL: redisURL, tally: tally, bare: bare, syncSrv: syncSrv, wrk: wrk,
-		run: "b" + strings.ToLower(rand.Text()[:8]), rdb: rdb, tmp: tmp,
+		run: "b" + strings.ToLower(rand.Text()[:8]), rdb: rdb, tmp: tmp, key: key,
 	}, nil
 }
 
@@ -64,7 +76,7 @@ func newEnv(ctx context.Context, adminURL, redisURL, tally, bare, syncSrv, wrk s
 // created through it; e's close does not.
 func (e *env) onServer(adminURL string) *env {
 	return &env{adminURL: adminURL, redisURL: e.redisURL, tally: e.tally, bare: e.bare, syncSrv: e.syncSrv, wrk: e.wrk,
-		lua: e.lua, run: e.run, rdb: e.rdb, tmp: e.tmp}
+		lua: e.lua, run: e.run, rdb: e.rdb, tmp: e.tmp, key: e.key}
 }
 
 // close drops every database and deletes every Redis key the run created.

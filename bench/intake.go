@@ -95,7 +95,7 @@ func (e *env) intakeVsBare(ctx context.Context, rounds int, d time.Duration) (in
 		return
 	}
 	defer pool.Close()
-	token, err := benchPrincipal(ctx, pool)
+	token, err := e.benchPrincipal(ctx, pool)
 	if err != nil {
 		return
 	}
@@ -103,7 +103,8 @@ func (e *env) intakeVsBare(ctx context.Context, rounds int, d time.Duration) (in
 	defer e.dropPrefix(context.WithoutCancel(ctx), keys.Prefix())
 	const intakeAddr, bareAddr = "127.0.0.1:18190", "127.0.0.1:18191"
 	ip, err := start(ctx, logFile, append([]string{e.tally, "intake", "--allow-superuser", "--listen", intakeAddr, "--database-url", url,
-		"--redis-url", e.redisURL, "--stream-prefix", keys.Prefix(), "--log-level", "error", "--log-format", "text"}, intakeFlags...)...)
+		"--redis-url", e.redisURL, "--stream-prefix", keys.Prefix(), "--log-level", "error", "--log-format", "text"},
+		slices.Concat(intakeFlags, e.key.intakeFlags())...)...)
 	if err != nil {
 		return
 	}
@@ -139,7 +140,7 @@ func (e *env) intakeVsBare(ctx context.Context, rounds int, d time.Duration) (in
 // past intakeFlags' idempotency window, as a voter who has been around is
 // in production: intake looks each new event id of it up in the ledger
 // (its older records may have expired) and then runs the script.
-func benchPrincipal(ctx context.Context, pool *pgxpool.Pool) (string, error) {
+func (e *env) benchPrincipal(ctx context.Context, pool *pgxpool.Pool) (string, error) {
 	if err := createPolls(ctx, pool, 1); err != nil {
 		return "", err
 	}
@@ -147,12 +148,20 @@ func benchPrincipal(ctx context.Context, pool *pgxpool.Pool) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	p, token, err := store.AddPrincipal(ctx, "bench")
+	ps, err := store.AddPrincipals(ctx, []string{"bench"}, "")
 	if err != nil {
 		return "", err
 	}
-	_, err = pool.Exec(ctx, `UPDATE principals SET created_at = now() - interval '1 day' WHERE id = $1`, p.ID)
-	return token, err
+	createdAt := ps[0].CreatedAt.Add(-24 * time.Hour)
+	if _, err = pool.Exec(ctx, `UPDATE principals SET created_at = $2 WHERE id = $1`, ps[0].ID, createdAt); err != nil {
+		return "", err
+	}
+	ps[0].CreatedAt = createdAt
+	tokens, err := e.key.issue(ps, createdAt)
+	if err != nil {
+		return "", err
+	}
+	return tokens[0], nil
 }
 
 // wrkTarget is one server wrk runs against.
@@ -241,7 +250,8 @@ func (e *env) startPipeline(ctx context.Context, addr string, common []string, e
 func (e *env) startShape(ctx context.Context, sh shape, common []string, extra ...string) (*pipeline, error) {
 	p := &pipeline{addrs: sh.addrs}
 	for _, addr := range sh.addrs {
-		args := slices.Concat([]string{e.tally, "intake", "--allow-superuser", "--listen", addr, "--log-level", "error"}, common, intakeFlags, extra)
+		args := slices.Concat([]string{e.tally, "intake", "--allow-superuser", "--listen", addr, "--log-level", "error"},
+			common, intakeFlags, e.key.intakeFlags(), extra)
 		ip, err := start(ctx, logFile, args...)
 		if err != nil {
 			p.stop()
@@ -305,11 +315,12 @@ func (e *env) loadShape(ctx context.Context, what string, sh shape, redisFlags [
 	}
 	lt = append([]string{"loadtest"}, append(lt, "--duration", d.String(), "--concurrency", itoa(concurrency),
 		"--drain-timeout", "60s", "--format", "json")...)
+	keyFlags := []string{"--credential-key", e.key.file} // not in the command shown: its file is the run's
 	res.command = "tally " + strings.Join(lt, " ") + "  (against tally intake " + strings.Join(intakeFlags, " ") + " and tally projector" +
 		strings.TrimSuffix(" "+strings.Join(sh.projector, " "), " ") + ")"
 	cctx, cancel := context.WithTimeout(ctx, d+2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(cctx, e.tally, append(lt, common...)...)
+	cmd := exec.CommandContext(cctx, e.tally, slices.Concat(lt, keyFlags, common)...)
 	var stdout bytes.Buffer
 	cmd.Stdout = &stdout
 	progress, err := cmd.StderrPipe()

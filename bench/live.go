@@ -2,13 +2,10 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -35,7 +32,7 @@ import (
 // once (the others wait), and at most --max-live-per-addr viewers would
 // get a stream, which would measure those limits instead of the viewers.
 var liveIntakeFlags = []string{"--auth-failure-rate", "inf",
-	"--max-conns-per-addr", "0", "--max-live-per-addr", "0", "--max-live-per-principal", "0"}
+	"--max-conns-per-addr", "-1", "--max-live-per-addr", "-1", "--max-live-per-principal", "-1"}
 
 // measureLive: SSE0 and MSSE0 without viewers, SSE and MSSE with them.
 func measureLive(ctx context.Context, e *env, sz sizes, t *table) error {
@@ -120,7 +117,7 @@ func (e *env) live(ctx context.Context, viewers int, rate float64, d time.Durati
 	warm := min(time.Second, d/4)
 	perPhase, perWarm := int(rate*d.Seconds()), int(rate*warm.Seconds())
 	began := time.Now()
-	tokens, err := livePolls(ctx, pool, rounds, perWarm+2*rounds*perPhase)
+	tokens, err := e.livePolls(ctx, pool, rounds, perWarm+2*rounds*perPhase)
 	if err != nil {
 		return res, err
 	}
@@ -200,8 +197,8 @@ func (p *pipeline) watchedPhase(ctx context.Context, poll string, tokens []strin
 func livePollID(phase string, round int) string { return "live-" + phase + "-" + itoa(round) }
 
 // livePolls creates the public polls of rounds rounds and n principals,
-// eight at a time, and returns their tokens.
-func livePolls(ctx context.Context, pool *pgxpool.Pool, rounds, n int) ([]string, error) {
+// and returns their tokens, signed with the run's key.
+func (e *env) livePolls(ctx context.Context, pool *pgxpool.Pool, rounds, n int) ([]string, error) {
 	store, err := ledger.New(pool, ledger.Config{})
 	if err != nil {
 		return nil, err
@@ -216,24 +213,23 @@ func livePolls(ctx context.Context, pool *pgxpool.Pool, rounds, n int) ([]string
 			return nil, err
 		}
 	}
-	tokens := make([]string, n)
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	errs := make([]error, 8)
-	for w := range errs {
-		wg.Go(func() {
-			for i := int(next.Add(1) - 1); i < n && ctx.Err() == nil; i = int(next.Add(1) - 1) {
-				_, tok, err := store.AddPrincipal(ctx, "bench live "+itoa(i))
-				if err != nil {
-					errs[w] = err
-					return
-				}
-				tokens[i] = tok
-			}
-		})
+	tokens := make([]string, 0, n)
+	for len(tokens) < n {
+		names := make([]string, min(n-len(tokens), ledger.MaxPrincipalsPerAdd))
+		for i := range names {
+			names[i] = "bench live " + itoa(len(tokens)+i)
+		}
+		ps, err := store.AddPrincipals(ctx, names, "")
+		if err != nil {
+			return nil, err
+		}
+		more, err := e.key.issue(ps, ps[0].CreatedAt)
+		if err != nil {
+			return nil, err
+		}
+		tokens = append(tokens, more...)
 	}
-	wg.Wait()
-	return tokens, errors.Join(append(errs, ctx.Err())...)
+	return tokens, nil
 }
 
 // raiseOpenFiles raises the soft limit of open files to need, at most the

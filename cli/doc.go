@@ -21,6 +21,11 @@
 //     TLS to a server without it, or none to a server that speaks only
 //     TLS), the URLs' schemes checked before any connection, and
 //     passwords kept out of messages.
+//   - settings.go: a daemon's flags, each bound to its field of the
+//     package's Config (declared once: name, environment variable,
+//     default, field), checked before anything connects (a bad value
+//     exits 2 naming the flag; 0 where the default is not zero is
+//     refused), and the Config's errors told as the flags'. -1 is no bound.
 //   - version.go: what tally --version prints, stamped by make image.
 //   - output.go: --format, JSON output and the aligned tables people read.
 //   - args.go: lets positional arguments come before or after the flags.

@@ -170,15 +170,13 @@ func importLines(t *testing.T, dbURL string, lines ...string) {
 // after another, as a user saves them for tally audit verify --results.
 func fetchResults(t *testing.T, f streamFixture, daemonURL string, polls ...string) string {
 	t.Helper()
-	_, token, err := f.store.AddPrincipal(f.ctx, "reader")
-	if err != nil {
-		t.Fatal(err)
-	}
+	keyFile := credentialKeyFile(t)
+	_, token := signedToken(t, f.store, keyFile, "reader")
 	addr, err := testenv.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	stop := startDaemon(t, []string{"intake", "--listen", addr, "--database-url", daemonURL, "--redis-url", testenv.RedisURL(),
+	stop := startDaemon(t, []string{"intake", "--listen", addr, "--database-url", daemonURL, "--redis-url", testenv.RedisURL(), "--credential-key", keyFile,
 		"--stream-prefix", f.prefix, "--log-format", "json"})
 	defer stop()
 	client := apiClient(t)

@@ -5,10 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 	ucli "github.com/urfave/cli/v2"
@@ -18,13 +18,16 @@ import (
 	"tally/ledger"
 )
 
-func intakeCommand() *ucli.Command {
-	def := intake.DefaultConfig()
-	flags := append([]ucli.Flag{startupWaitFlag(), allowSuperuserFlag()}, intakeEnqueueFlags(def)...)
-	flags = append(flags, intakeLookupFlags(def)...)
-	flags = append(flags, intakeLimitFlags(def)...)
-	flags = append(flags, intakeHTTPFlags(def)...)
-	flags = append(flags, intakeLiveFlags(def)...)
+func intakeCommand() *ucli.Command { return intakeCommandRunning(runIntake) }
+
+// intakeCommandRunning is tally intake with the action run, given the
+// intake.Config its flags make and the flags of its fields.
+func intakeCommandRunning(run func(c *ucli.Context, cfg intake.Config, fields map[string]string) error) *ucli.Command {
+	cfg := intake.DefaultConfig()
+	bound := intakeFlags(&cfg)
+	fields := boundFields(&cfg, bound)
+	flags := append([]ucli.Flag{startupWaitFlag(), allowSuperuserFlag(), &flagCredentialKeys, &flagOIDCIssuer,
+		&flagOIDCAudience, &flagOIDCAdminClaim}, bound...)
 	return &ucli.Command{
 		Name:  "intake",
 		Usage: "run the HTTP intake daemon: authenticate, validate, rate-limit and enqueue votes",
@@ -34,95 +37,83 @@ func intakeCommand() *ucli.Command {
 			"SIGTERM or SIGINT stops it: it stops accepting, drains the requests in flight within " +
 			"--shutdown-timeout and exits 0.",
 		Flags:  redisFlags(flags...),
-		Action: runIntake,
+		Action: func(c *ucli.Context) error { return run(c, intakeConfig(c, cfg, fields), fields) },
 	}
 }
 
-// intakeDuration is a duration flag of tally intake.
-func intakeDuration(name, env string, value time.Duration, usage string) *ucli.DurationFlag {
-	return &ucli.DurationFlag{Name: name, EnvVars: []string{env}, Value: value, Usage: usage}
+// The flags of tally intake that are not intake.Config fields: the keys
+// and issuers it builds its verifier of credentials from.
+var (
+	flagOIDCIssuer = ucli.StringSliceFlag{Name: "oidc-issuer", EnvVars: []string{"TALLY_INTAKE_OIDC_ISSUER"},
+		Usage: "trust the tokens of the OpenID Connect issuer `URL` (as its tokens' iss spells it); repeat for several, " +
+			"each with its --oidc-audience in the same order. Its keys are found by discovery, refreshed in the background " +
+			"and kept while it does not answer; a subject's principal id is tally principal id --issuer URL --subject SUB"}
+	flagOIDCAudience = ucli.StringSliceFlag{Name: "oidc-audience", EnvVars: []string{"TALLY_INTAKE_OIDC_AUDIENCE"},
+		Usage: "the audience (`AUD`) the tokens of the --oidc-issuer in the same position must name"}
+	flagCredentialKeys = ucli.StringSliceFlag{Name: "credential-key", EnvVars: []string{"TALLY_CREDENTIAL_KEY"},
+		Usage: "a credential key `FILE` (tally credential key generate) whose tokens intake takes; repeat it for each key " +
+			"that verifies (the old and new keys while rotating). The first signs the tokens POST /v1/principals issues"}
+	flagOIDCAdminClaim = ucli.StringSliceFlag{Name: "oidc-admin-claim", EnvVars: []string{"TALLY_INTAKE_OIDC_ADMIN_CLAIM"},
+		Usage: "`CLAIM=VALUE` of the --oidc-issuer in the same position: a token of that issuer whose CLAIM is VALUE, " +
+			"or an array holding it (groups=tally-admins), is an admin's, who may use the admin routes; give one for each " +
+			"issuer, - for an issuer none of whose tokens is an admin's (default: none is, of any issuer)"}
+)
+
+// intakeSettings binds tally intake's flags to intake.Config.
+var intakeSettings = settings{env: "TALLY_INTAKE_"}
+
+// intakeFlags are the flags bound to the fields of cfg, whose values are
+// their defaults.
+func intakeFlags(cfg *intake.Config) []ucli.Flag {
+	return slices.Concat(intakeEnqueueFlags(cfg), intakeLookupFlags(cfg), intakeLimitFlags(cfg), intakeHTTPFlags(cfg), intakeLiveFlags(cfg))
 }
 
 // intakeEnqueueFlags are the flags of the vote path: where intake listens,
 // the rate limit, the backlog bound, idempotency and the Redis pipelines.
-func intakeEnqueueFlags(def intake.Config) []ucli.Flag {
+func intakeEnqueueFlags(cfg *intake.Config) []ucli.Flag {
 	return []ucli.Flag{
-		&ucli.StringFlag{Name: "listen", EnvVars: []string{"TALLY_INTAKE_LISTEN"}, Value: def.Listen,
-			Usage: "TCP `ADDR`ess to serve HTTP on"},
-		&ucli.StringFlag{Name: "admin-listen", EnvVars: []string{"TALLY_INTAKE_ADMIN_LISTEN"},
-			Usage: "also serve GET /healthz, /readyz and /metrics on `ADDR` (plain HTTP, keep it private), apart from --listen's bounds, " +
-				"so probes and scrapes are answered while the data routes are saturated; --listen then serves no /metrics"},
-		&ucli.StringFlag{Name: "tls-cert", EnvVars: []string{"TALLY_INTAKE_TLS_CERT"},
-			Usage: "serve HTTPS (TLS 1.2+, HTTP/2) with the PEM certificate chain in `FILE`, reloaded when it changes; needs --tls-key"},
-		&ucli.StringFlag{Name: "tls-key", EnvVars: []string{"TALLY_INTAKE_TLS_KEY"},
-			Usage: "PEM private key of --tls-cert in `FILE`, reloaded when it changes"},
-		&ucli.Float64Flag{Name: "rate", EnvVars: []string{"TALLY_INTAKE_RATE"}, Value: def.Rate,
-			Usage: "votes per second one principal may enqueue, sustained"},
-		&ucli.IntFlag{Name: "burst", EnvVars: []string{"TALLY_INTAKE_BURST"}, Value: def.Burst,
-			Usage: "votes one principal may enqueue at once before --rate applies"},
-		&ucli.Int64Flag{Name: "max-backlog", EnvVars: []string{"TALLY_INTAKE_MAX_BACKLOG"}, Value: def.MaxBacklog,
-			Usage: "entries one stream shard may hold; beyond it votes get 503 + Retry-After"},
-		intakeDuration("backlog-retry-after", "TALLY_INTAKE_BACKLOG_RETRY_AFTER", def.BacklogRetryAfter,
+		intakeSettings.string("listen", &cfg.Listen, "TCP `ADDR`ess to serve HTTP on"),
+		intakeSettings.string("admin-listen", &cfg.AdminListen, "also serve GET /healthz, /readyz and /metrics on `ADDR` (plain HTTP, keep it private), apart from --listen's bounds, "+
+			"so probes and scrapes are answered while the data routes are saturated; --listen then serves no /metrics"),
+		intakeSettings.string("tls-cert", &cfg.TLSCertFile,
+			"serve HTTPS (TLS 1.2+, HTTP/2) with the PEM certificate chain in `FILE`, reloaded when it changes; needs --tls-key"),
+		intakeSettings.string("tls-key", &cfg.TLSKeyFile, "PEM private key of --tls-cert in `FILE`, reloaded when it changes"),
+		intakeSettings.float64("rate", &cfg.Rate, "votes per second one principal may enqueue, sustained"),
+		intakeSettings.int("burst", &cfg.Burst, "votes one principal may enqueue at once before --rate applies"),
+		intakeSettings.int64("max-backlog", &cfg.MaxBacklog, "entries one stream shard may hold; beyond it votes get 503 + Retry-After"),
+		intakeSettings.duration("backlog-retry-after", &cfg.BacklogRetryAfter,
 			"Retry-After of a refusal for a full backlog"),
-		intakeDuration("idempotency-window", "TALLY_INTAKE_IDEMPOTENCY_WINDOW", def.IdempotencyWindow,
+		intakeSettings.duration("idempotency-window", &cfg.IdempotencyWindow,
 			"how long Redis remembers a client event id; past it a retry is answered 202 and the ledger decides it "+
 				"(duplicate, or rejected key_reused), never counting it twice"),
-		&ucli.BoolFlag{Name: "ledger-check", EnvVars: []string{"TALLY_INTAKE_LEDGER_CHECK"},
-			Usage: "past --idempotency-window, ask the ledger whether a new vote's event id is new before enqueueing it " +
-				"(a retry then answers its status, a reused key 409, at once), at the cost of a PostgreSQL query shared " +
-				"by concurrent votes of principals older than the window"},
-		&ucli.StringSliceFlag{Name: "oidc-issuer", EnvVars: []string{"TALLY_INTAKE_OIDC_ISSUER"},
-			Usage: "trust the tokens of the OpenID Connect issuer `URL` (as its tokens' iss spells it); repeat for several, " +
-				"each with its --oidc-audience in the same order. Its keys are found by discovery, refreshed in the background " +
-				"and kept while it does not answer; a subject's principal id is tally principal id --issuer URL --subject SUB"},
-		&ucli.StringSliceFlag{Name: "oidc-audience", EnvVars: []string{"TALLY_INTAKE_OIDC_AUDIENCE"},
-			Usage: "the audience (`AUD`) the tokens of the --oidc-issuer in the same position must name"},
-		&ucli.StringSliceFlag{Name: "credential-key", EnvVars: []string{"TALLY_CREDENTIAL_KEY"},
-			Usage: "a credential key `FILE` (tally credential key generate) whose tokens intake takes; repeat it for each key " +
-				"that verifies (the old and new keys while rotating). The first signs the tokens POST /v1/principals issues"},
-		&ucli.BoolFlag{Name: "add-admins-over-http", EnvVars: []string{"TALLY_INTAKE_ADD_ADMINS_OVER_HTTP"},
-			Usage: "let an admin add admins through POST /v1/principals (their tokens expire no later than its own); " +
-				"default: that route adds voters only, and admins are added with tally principal add --role admin"},
-		&ucli.StringSliceFlag{Name: "oidc-admin-claim", EnvVars: []string{"TALLY_INTAKE_OIDC_ADMIN_CLAIM"},
-			Usage: "`CLAIM=VALUE` of the --oidc-issuer in the same position: a token of that issuer whose CLAIM is VALUE, " +
-				"or an array holding it (groups=tally-admins), is an admin's, who may use the admin routes; give one for each " +
-				"issuer, - for an issuer none of whose tokens is an admin's (default: none is, of any issuer)"},
-		&ucli.IntFlag{Name: "redis-wait-replicas", EnvVars: []string{"TALLY_INTAKE_REDIS_WAIT_REPLICAS"}, Value: def.WaitReplicas,
-			Usage: "answer 202 only after WAIT confirmed the vote on `N` replicas (0: off)"},
-		intakeDuration("redis-wait-timeout", "TALLY_INTAKE_REDIS_WAIT_TIMEOUT", def.WaitTimeout,
+		intakeSettings.bool("ledger-check", &cfg.LedgerCheck, "past --idempotency-window, ask the ledger whether a new vote's event id is new before enqueueing it "+
+			"(a retry then answers its status, a reused key 409, at once), at the cost of a PostgreSQL query shared "+
+			"by concurrent votes of principals older than the window"),
+		intakeSettings.bool("add-admins-over-http", &cfg.AddAdminsOverHTTP, "let an admin add admins through POST /v1/principals (their tokens expire no later than its own); "+
+			"default: that route adds voters only, and admins are added with tally principal add --role admin"),
+		intakeSettings.int("redis-wait-replicas", &cfg.WaitReplicas, "answer 202 only after WAIT confirmed the vote on `N` replicas (0: off)"),
+		intakeSettings.duration("redis-wait-timeout", &cfg.WaitTimeout,
 			"how long WAIT may take; unconfirmed votes get 503"),
-		&ucli.IntFlag{Name: "enqueue-pipelines", EnvVars: []string{"TALLY_INTAKE_ENQUEUE_PIPELINES"}, Value: def.EnqueuePipelines,
-			Usage: "Redis pipelines of votes under way at once; votes arriving meanwhile share the next one"},
-		&ucli.IntFlag{Name: "enqueue-batch", EnvVars: []string{"TALLY_INTAKE_ENQUEUE_BATCH"}, Value: def.EnqueueBatch,
-			Usage: "most votes in one Redis pipeline"},
+		intakeSettings.int("enqueue-pipelines", &cfg.EnqueuePipelines, "Redis pipelines of votes under way at once; votes arriving meanwhile share the next one"),
+		intakeSettings.int("enqueue-batch", &cfg.EnqueueBatch, "most votes in one Redis pipeline"),
 	}
 }
 
 // intakeLookupFlags bound the calls intake makes and set its caches of
-// tokens and polls and its circuit breaker.
-func intakeLookupFlags(def intake.Config) []ucli.Flag {
+// results and polls and its circuit breaker.
+func intakeLookupFlags(cfg *intake.Config) []ucli.Flag {
 	return []ucli.Flag{
-		intakeDuration("request-timeout", "TALLY_INTAKE_REQUEST_TIMEOUT", def.RequestTimeout, "bound on the work of one request"),
-		intakeDuration("redis-timeout", "TALLY_INTAKE_REDIS_TIMEOUT", def.RedisTimeout, "bound on one Redis round trip"),
-		intakeDuration("postgres-timeout", "TALLY_INTAKE_POSTGRES_TIMEOUT", def.PostgresTimeout, "bound on one PostgreSQL query"),
-		intakeDuration("auth-cache-ttl", "TALLY_INTAKE_AUTH_CACHE_TTL", def.AuthTTL,
-			"how long an authenticated token is cached; while PostgreSQL answers, a revocation takes effect within it"),
-		intakeDuration("auth-stale-max", "TALLY_INTAKE_AUTH_STALE_MAX", def.AuthStaleMax,
-			"how long after its last check a token is still served past --auth-cache-ttl while PostgreSQL does not answer "+
-				"(the most a revocation made just before an outage can lag; --auth-cache-ttl or less: never)"),
-		intakeDuration("auth-negative-ttl", "TALLY_INTAKE_AUTH_NEGATIVE_TTL", def.AuthNegativeTTL,
-			"how long an unknown or revoked token is cached"),
-		&ucli.IntFlag{Name: "auth-cache-size", EnvVars: []string{"TALLY_INTAKE_AUTH_CACHE_SIZE"}, Value: def.AuthCacheSize,
-			Usage: "most tokens cached"},
-		intakeDuration("read-cache-ttl", "TALLY_INTAKE_READ_CACHE_TTL", def.ReadCacheTTL,
+		intakeSettings.duration("request-timeout", &cfg.RequestTimeout, "bound on the work of one request"),
+		intakeSettings.duration("redis-timeout", &cfg.RedisTimeout, "bound on one Redis round trip"),
+		intakeSettings.duration("postgres-timeout", &cfg.PostgresTimeout, "bound on one PostgreSQL query"),
+		intakeSettings.duration("read-cache-ttl", &cfg.ReadCacheTTL,
 			"how long a poll's results and the answer of /readyz are reused (one PostgreSQL query per poll per period)"),
-		intakeDuration("catalog-refresh", "TALLY_INTAKE_CATALOG_REFRESH", def.CatalogRefresh,
+		intakeSettings.duration("catalog-refresh", &cfg.CatalogRefresh,
 			"period of the check of the catalog's change log (one indexed query when nothing changed), beside LISTEN tally_catalog"),
-		intakeDuration("catalog-load-timeout", "TALLY_INTAKE_CATALOG_LOAD_TIMEOUT", def.CatalogLoadTimeout,
+		intakeSettings.duration("catalog-load-timeout", &cfg.CatalogLoadTimeout,
 			"bound on the wait for the catalog's first load at start (read in pages, each under --postgres-timeout); past it intake serves, not ready, and goes on loading"),
-		&ucli.IntFlag{Name: "breaker-failures", EnvVars: []string{"TALLY_INTAKE_BREAKER_FAILURES"}, Value: def.BreakerFailures,
-			Usage: "consecutive Redis failures that open the circuit breaker"},
-		intakeDuration("breaker-open-for", "TALLY_INTAKE_BREAKER_OPEN_FOR", def.BreakerOpenFor,
+		intakeSettings.int("breaker-failures", &cfg.BreakerFailures, "consecutive Redis failures that open the circuit breaker"),
+		intakeSettings.duration("breaker-open-for", &cfg.BreakerOpenFor,
 			"how long the breaker stays open before a trial request"),
 	}
 }
@@ -130,70 +121,62 @@ func intakeLookupFlags(def intake.Config) []ucli.Flag {
 // intakeLimitFlags are the limits intake keeps in memory, which stand
 // between a flood and PostgreSQL: failed authentications per client
 // address and reads per principal.
-func intakeLimitFlags(def intake.Config) []ucli.Flag {
+func intakeLimitFlags(cfg *intake.Config) []ucli.Flag {
 	return []ucli.Flag{
-		&ucli.Float64Flag{Name: "auth-failure-rate", EnvVars: []string{"TALLY_INTAKE_AUTH_FAILURE_RATE"}, Value: def.AuthFailureRate,
-			Usage: "failed authentications per second one client address may make, sustained; beyond them its tokens not cached as valid get 429 " +
-				"before any lookup (the address is the connection's: behind a proxy, the proxy's; inf: off)"},
-		&ucli.IntFlag{Name: "auth-failure-burst", EnvVars: []string{"TALLY_INTAKE_AUTH_FAILURE_BURST"}, Value: def.AuthFailureBurst,
-			Usage: "failed authentications one client address may make at once before --auth-failure-rate applies"},
-		&ucli.Float64Flag{Name: "read-rate", EnvVars: []string{"TALLY_INTAKE_READ_RATE"}, Value: def.ReadRate,
-			Usage: "reads (event status, results) per second one principal may make, sustained; beyond them 429 (inf: off)"},
-		&ucli.IntFlag{Name: "read-burst", EnvVars: []string{"TALLY_INTAKE_READ_BURST"}, Value: def.ReadBurst,
-			Usage: "reads one principal may make at once before --read-rate applies"},
-		&ucli.IntFlag{Name: "limit-entries", EnvVars: []string{"TALLY_INTAKE_LIMIT_ENTRIES"}, Value: def.LimitEntries,
-			Usage: "most client addresses, and most principals, the in-memory limits track; beyond it entries are forgotten"},
+		intakeSettings.float64("auth-failure-rate", &cfg.AuthFailureRate, "failed authentications per second one client address may make, sustained; beyond them its requests get 429 "+
+			"before their token is checked (the address is the connection's: behind a proxy, the proxy's; inf: off)"),
+		intakeSettings.int("auth-failure-burst", &cfg.AuthFailureBurst, "failed authentications one client address may make at once before --auth-failure-rate applies"),
+		intakeSettings.float64("read-rate", &cfg.ReadRate, "reads (event status, results) per second one principal may make, sustained; beyond them 429 (inf: off)"),
+		intakeSettings.int("read-burst", &cfg.ReadBurst, "reads one principal may make at once before --read-rate applies"),
+		intakeSettings.int("limit-entries", &cfg.LimitEntries, "most client addresses, and most principals, the in-memory limits track; beyond it entries are forgotten"),
 	}
 }
 
 // intakeHTTPFlags are the HTTP server's limits and the shutdown bound.
-func intakeHTTPFlags(def intake.Config) []ucli.Flag {
+func intakeHTTPFlags(cfg *intake.Config) []ucli.Flag {
 	return []ucli.Flag{
-		intakeDuration("read-header-timeout", "TALLY_INTAKE_READ_HEADER_TIMEOUT", def.ReadHeaderTimeout, "HTTP server read header timeout"),
-		intakeDuration("read-timeout", "TALLY_INTAKE_READ_TIMEOUT", def.ReadTimeout, "HTTP server read timeout"),
-		intakeDuration("write-timeout", "TALLY_INTAKE_WRITE_TIMEOUT", def.WriteTimeout, "HTTP server write timeout"),
-		intakeDuration("idle-timeout", "TALLY_INTAKE_IDLE_TIMEOUT", def.IdleTimeout,
+		intakeSettings.duration("read-header-timeout", &cfg.ReadHeaderTimeout, "HTTP server read header timeout"),
+		intakeSettings.duration("read-timeout", &cfg.ReadTimeout, "HTTP server read timeout"),
+		intakeSettings.duration("write-timeout", &cfg.WriteTimeout, "HTTP server write timeout"),
+		intakeSettings.duration("idle-timeout", &cfg.IdleTimeout,
 			"how long a keep-alive connection may wait for its next request; a proxy in front should close idle connections sooner"),
-		&ucli.IntFlag{Name: "max-conns", EnvVars: []string{"TALLY_INTAKE_MAX_CONNS"}, Value: def.MaxConns,
-			Usage: "most connections open at once; more wait in the kernel's accept queue (keep it under ulimit -n)"},
-		&ucli.IntFlag{Name: "max-conns-per-addr", EnvVars: []string{"TALLY_INTAKE_MAX_CONNS_PER_ADDR"}, Value: def.MaxConnsPerAddr,
-			Usage: "most connections open at once from one client address (IPv6: one /64); beyond it 503 too-many-connections and closed " +
-				"(over TLS: closed). 0: no bound, for an intake behind a proxy, whose connections all come from its addresses"},
-		&ucli.IntFlag{Name: "max-header-bytes", EnvVars: []string{"TALLY_INTAKE_MAX_HEADER_BYTES"}, Value: def.MaxHeaderBytes,
-			Usage: "most bytes of request headers"},
-		intakeDuration("shutdown-timeout", "TALLY_INTAKE_SHUTDOWN_TIMEOUT", def.ShutdownTimeout,
+		intakeSettings.int("max-conns", &cfg.MaxConns, "most connections open at once; more wait in the kernel's accept queue (keep it under ulimit -n)"),
+		intakeSettings.int("max-conns-per-addr", &cfg.MaxConnsPerAddr, "most connections open at once from one client address (IPv6: one /64); beyond it 503 too-many-connections and closed "+
+			"(over TLS: closed). -1: no bound, for an intake behind a proxy, whose connections all come from its addresses"),
+		intakeSettings.int("max-header-bytes", &cfg.MaxHeaderBytes, "most bytes of request headers"),
+		intakeSettings.duration("shutdown-timeout", &cfg.ShutdownTimeout,
 			"bound on draining requests in flight at shutdown"),
 	}
 }
 
 // intakeLiveFlags are the settings of the live results page and stream.
-func intakeLiveFlags(def intake.Config) []ucli.Flag {
+func intakeLiveFlags(cfg *intake.Config) []ucli.Flag {
 	return []ucli.Flag{
-		&ucli.IntFlag{Name: "max-live-viewers", EnvVars: []string{"TALLY_INTAKE_MAX_LIVE_VIEWERS"}, Value: def.MaxLiveViewers,
-			Usage: "most live result streams (GET /v1/polls/{poll_id}/live) open at once; beyond it 503 + Retry-After " +
-				"(each holds one of --max-conns, and must stay below it; default half of it)"},
-		&ucli.IntFlag{Name: "max-live-per-addr", EnvVars: []string{"TALLY_INTAKE_MAX_LIVE_PER_ADDR"}, Value: def.MaxLivePerAddr,
-			Usage: "most live streams open at once from one client address (IPv6: one /64); beyond it 429 live-address-limit (0: no bound)"},
-		&ucli.IntFlag{Name: "max-live-per-principal", EnvVars: []string{"TALLY_INTAKE_MAX_LIVE_PER_PRINCIPAL"}, Value: def.MaxLivePerPrincipal,
-			Usage: "most live streams with a token open at once of one principal; beyond it 429 live-principal-limit (0: no bound)"},
-		intakeDuration("live-heartbeat", "TALLY_INTAKE_LIVE_HEARTBEAT", def.LiveHeartbeat,
+		intakeSettings.int("max-live-viewers", &cfg.MaxLiveViewers, "most live result streams (GET /v1/polls/{poll_id}/live) open at once; beyond it 503 + Retry-After "+
+			"(each holds one of --max-conns, and must stay below it; default half of it)"),
+		intakeSettings.int("max-live-per-addr", &cfg.MaxLivePerAddr, "most live streams open at once from one client address (IPv6: one /64); beyond it 429 live-address-limit (-1: no bound)"),
+		intakeSettings.int("max-live-per-principal", &cfg.MaxLivePerPrincipal, "most live streams with a token open at once of one principal; beyond it 429 live-principal-limit (-1: no bound)"),
+		intakeSettings.duration("live-heartbeat", &cfg.LiveHeartbeat,
 			"period of the comment a live stream sends while idle, so that proxies keep it open"),
-		intakeDuration("live-interval", "TALLY_INTAKE_LIVE_INTERVAL", def.LiveInterval,
+		intakeSettings.duration("live-interval", &cfg.LiveInterval,
 			"least time between two reads of a poll's results for its live streams (appends within it share one read)"),
+		intakeSettings.duration("live-idle", &cfg.LiveIdle,
+			"how long the listener of the live streams (one PostgreSQL connection) outlives the last stream"),
 	}
 }
 
-// runIntake is tally intake: it connects (waiting up to --startup-wait),
-// checks the Redis version, listens, tells systemd it is ready (under
-// Type=notify) and serves until ctx ends.
-func runIntake(c *ucli.Context) error {
+// runIntake is tally intake: it checks cfg (the flags bound to it; fields
+// maps its fields to their flags) before it connects anywhere, reads the
+// credential keys, connects (waiting up to --startup-wait), checks the
+// Redis version, listens, tells systemd it is ready (under Type=notify)
+// and serves until ctx ends.
+func runIntake(c *ucli.Context, cfg intake.Config, fields map[string]string) error {
 	log, err := logger(c)
 	if err != nil {
 		return err
 	}
-	cfg := intakeConfig(c)
-	if (cfg.TLSCertFile == "") != (cfg.TLSKeyFile == "") {
-		return errors.New("--tls-cert and --tls-key go together: give both to serve HTTPS, or neither for plain HTTP")
+	if err := checkSettings(c, &cfg, intake.DefaultConfig(), fields, cfg.Validate); err != nil {
+		return err
 	}
 	issuers, err := oidcIssuers(c, log)
 	if err != nil {
@@ -202,7 +185,7 @@ func runIntake(c *ucli.Context) error {
 	if cfg.Credentials, cfg.CredentialKeyIDs, err = credentials(c, issuers); err != nil {
 		return err
 	}
-	if files := c.StringSlice("credential-key"); len(files) > 0 {
+	if files := c.StringSlice(flagCredentialKeys.Name); len(files) > 0 {
 		k, err := credential.ReadKeyFile(files[0])
 		if err != nil {
 			return fmt.Errorf("--credential-key: %w", err)
@@ -223,7 +206,7 @@ func runIntake(c *ucli.Context) error {
 	}
 	srv, err := intake.New(cfg, cs.store, cs.rdb, cs.keys, log, newRegistry())
 	if err != nil {
-		return err
+		return flagErrors(err, fields)
 	}
 	ln, admin, err := srv.Listen(c.Context)
 	if err != nil {
@@ -233,62 +216,31 @@ func runIntake(c *ucli.Context) error {
 	return srv.ServeAdmin(c.Context, ln, admin)
 }
 
-// intakeConfig is the intake.Config the flags describe.
-func intakeConfig(c *ucli.Context) intake.Config {
-	return intake.Config{
-		Listen:              c.String("listen"),
-		TLSCertFile:         c.String("tls-cert"),
-		TLSKeyFile:          c.String("tls-key"),
-		Rate:                c.Float64("rate"),
-		Burst:               c.Int("burst"),
-		MaxBacklog:          c.Int64("max-backlog"),
-		BacklogRetryAfter:   c.Duration("backlog-retry-after"),
-		IdempotencyWindow:   c.Duration("idempotency-window"),
-		WaitReplicas:        c.Int("redis-wait-replicas"),
-		WaitTimeout:         c.Duration("redis-wait-timeout"),
-		EnqueuePipelines:    c.Int("enqueue-pipelines"),
-		EnqueueBatch:        c.Int("enqueue-batch"),
-		RequestTimeout:      c.Duration("request-timeout"),
-		RedisTimeout:        c.Duration("redis-timeout"),
-		PostgresTimeout:     c.Duration("postgres-timeout"),
-		AuthTTL:             c.Duration("auth-cache-ttl"),
-		AuthNegativeTTL:     c.Duration("auth-negative-ttl"),
-		AuthStaleMax:        c.Duration("auth-stale-max"),
-		ReadCacheTTL:        c.Duration("read-cache-ttl"),
-		AuthCacheSize:       c.Int("auth-cache-size"),
-		CatalogRefresh:      c.Duration("catalog-refresh"),
-		CatalogLoadTimeout:  c.Duration("catalog-load-timeout"),
-		LedgerCheck:         c.Bool("ledger-check"),
-		AuthFailureRate:     c.Float64("auth-failure-rate"),
-		AuthFailureBurst:    c.Int("auth-failure-burst"),
-		ReadRate:            c.Float64("read-rate"),
-		ReadBurst:           c.Int("read-burst"),
-		LimitEntries:        c.Int("limit-entries"),
-		BreakerFailures:     c.Int("breaker-failures"),
-		BreakerOpenFor:      c.Duration("breaker-open-for"),
-		ReadHeaderTimeout:   c.Duration("read-header-timeout"),
-		ReadTimeout:         c.Duration("read-timeout"),
-		WriteTimeout:        c.Duration("write-timeout"),
-		IdleTimeout:         c.Duration("idle-timeout"),
-		MaxConns:            c.Int("max-conns"),
-		MaxConnsPerAddr:     unbounded(c.Int("max-conns-per-addr")),
-		AdminListen:         c.String("admin-listen"),
-		AddAdminsOverHTTP:   c.Bool("add-admins-over-http"),
-		MaxHeaderBytes:      c.Int("max-header-bytes"),
-		ShutdownTimeout:     c.Duration("shutdown-timeout"),
-		MaxLiveViewers:      liveViewers(c),
-		MaxLivePerAddr:      unbounded(c.Int("max-live-per-addr")),
-		MaxLivePerPrincipal: unbounded(c.Int("max-live-per-principal")),
-		LiveHeartbeat:       c.Duration("live-heartbeat"),
-		LiveInterval:        c.Duration("live-interval"),
+// intakeConfig is cfg, the intake.Config tally intake's flags are bound
+// to, with --max-live-viewers left to its default, half of --max-conns,
+// when only --max-conns is given.
+func intakeConfig(c *ucli.Context, cfg intake.Config, fields map[string]string) intake.Config {
+	if !c.IsSet(flagName(fields, "MaxLiveViewers")) && c.IsSet(flagName(fields, "MaxConns")) {
+		cfg.MaxLiveViewers = 0
 	}
+	return cfg
+}
+
+// flagName is the name of the flag fields binds to field; it panics when
+// there is none, which every run of the command would show.
+func flagName(fields map[string]string, field string) string {
+	name, ok := fields[field]
+	if !ok {
+		panic("no flag is bound to field " + field)
+	}
+	return name
 }
 
 // credentials is the verifier of the tokens --credential-key's keys
 // signed and of issuers', with the ids of those keys; nil when there are
-// none (only tokens issued before signed credentials are taken then).
+// none (no token is taken then).
 func credentials(c *ucli.Context, issuers []*credential.OIDCIssuer) (*credential.Verifier, []string, error) {
-	files := c.StringSlice("credential-key")
+	files := c.StringSlice(flagCredentialKeys.Name)
 	if len(files) == 0 && len(issuers) == 0 {
 		return nil, nil, nil
 	}
@@ -311,11 +263,11 @@ func credentials(c *ucli.Context, issuers []*credential.OIDCIssuer) (*credential
 // oidcIssuers are the issuers --oidc-issuer and --oidc-audience name, in
 // pairs; they fetch nothing until they run.
 func oidcIssuers(c *ucli.Context, log *slog.Logger) ([]*credential.OIDCIssuer, error) {
-	urls, auds := c.StringSlice("oidc-issuer"), c.StringSlice("oidc-audience")
+	urls, auds := c.StringSlice(flagOIDCIssuer.Name), c.StringSlice(flagOIDCAudience.Name)
 	if len(urls) != len(auds) {
 		return nil, fmt.Errorf("%d --oidc-issuer and %d --oidc-audience: give one audience for each issuer, in the same order", len(urls), len(auds))
 	}
-	claims, err := adminClaims(urls, c.StringSlice("oidc-admin-claim"))
+	claims, err := adminClaims(urls, c.StringSlice(flagOIDCAdminClaim.Name))
 	if err != nil {
 		return nil, err
 	}
@@ -363,25 +315,6 @@ func adminClaims(urls, given []string) ([]adminClaim, error) {
 		claims[i] = adminClaim{claim, value}
 	}
 	return claims, nil
-}
-
-// liveViewers is --max-live-viewers, or 0 (half of --max-conns) when it is
-// not set and --max-conns is: the flag's default is that of the default
-// --max-conns.
-func liveViewers(c *ucli.Context) int {
-	if !c.IsSet("max-live-viewers") && c.IsSet("max-conns") {
-		return 0
-	}
-	return c.Int("max-live-viewers")
-}
-
-// unbounded maps a bound flag's 0 (no bound) to intake.Config's -1;
-// intake.Config takes 0 for the default.
-func unbounded(n int) int {
-	if n == 0 {
-		return -1
-	}
-	return n
 }
 
 // checkRedisVersion refuses to start intake on a Redis older than 7.0,

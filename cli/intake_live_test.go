@@ -5,6 +5,8 @@ import (
 	"time"
 
 	ucli "github.com/urfave/cli/v2"
+
+	"tally/intake"
 )
 
 // tally intake's live flags reach intake.Config; --max-live-viewers left
@@ -19,14 +21,14 @@ func TestIntakeLiveFlags(t *testing.T) {
 		{[]string{"--max-conns", "100"}, 0},
 		{[]string{"--max-conns", "100", "--max-live-viewers", "7"}, 7},
 	} {
-		app := &ucli.App{Flags: intakeCommand().Flags, Action: func(c *ucli.Context) error {
-			cfg := intakeConfig(c)
+		cmd := intakeCommandRunning(func(_ *ucli.Context, cfg intake.Config, _ map[string]string) error {
 			if cfg.MaxLiveViewers != tc.viewers || cfg.LiveHeartbeat != 15*time.Second || cfg.LiveInterval != 200*time.Millisecond {
 				t.Errorf("%v: MaxLiveViewers %d (want %d), LiveHeartbeat %s, LiveInterval %s",
 					tc.args, cfg.MaxLiveViewers, tc.viewers, cfg.LiveHeartbeat, cfg.LiveInterval)
 			}
 			return nil
-		}}
+		})
+		app := &ucli.App{Flags: cmd.Flags, Action: cmd.Action}
 		if err := app.Run(append([]string{"tally"}, tc.args...)); err != nil {
 			t.Fatalf("%v: %v", tc.args, err)
 		}

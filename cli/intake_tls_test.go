@@ -15,7 +15,7 @@ func TestIntakeTLSFlagsGoTogether(t *testing.T) {
 	} {
 		// An unreachable database: the flags are checked before connecting.
 		r := tally(t, "postgres://postgres@127.0.0.1:1/none?connect_timeout=1", append(args, "--startup-wait", "0s")...)
-		if r.code != ExitError || !strings.Contains(r.stderr, "--tls-cert and --tls-key go together") {
+		if r.code != ExitError || !strings.Contains(r.stderr, "--tls-cert: the TLS certificate and key files go together") {
 			t.Errorf("tally %v: exit %d, stderr %q; want exit 2 saying the flags go together", args, r.code, r.stderr)
 		}
 	}

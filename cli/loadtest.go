@@ -28,7 +28,7 @@ func loadtestCommand() *ucli.Command {
 		Name:  "loadtest",
 		Usage: "send synthetic authorized votes to intake, then verify against the ledger that none was lost or counted twice",
 		Description: "loadtest creates its own polls (lt-<random>-<round>) and --principals principals in the ledger\n" +
-			"(their tokens stay in memory), sends --votes votes (or sends for --duration) to POST /v1/votes at\n" +
+			"(their tokens, signed with --credential-key, which every target must take, stay in memory), sends --votes votes (or sends for --duration) to POST /v1/votes at\n" +
 			"--rate votes per second (0: as fast as --concurrency allows), with shares of exact retries, key\n" +
 			"reuse and second responses. A vote that gets no answer is sent again with the same key; 429 and\n" +
 			"503 are sent again after their Retry-After. It then waits for the Redis backlog to drain and\n" +
@@ -40,6 +40,7 @@ func loadtestCommand() *ucli.Command {
 			"intake rate-limits each principal (tally intake --rate, --burst): spread the load over enough\n" +
 			"principals, or raise intake's limits, or the report shows 429s.",
 		Flags: redisFlags(
+			&flagCredentialKey,
 			&ucli.StringSliceFlag{Name: "target", EnvVars: env("TARGET"),
 				Usage: "base `URL` of intake, e.g. http://127.0.0.1:8080; repeat it to spread the votes over several"},
 			&ucli.IntFlag{Name: "votes", EnvVars: env("VOTES"),
@@ -99,12 +100,16 @@ func runLoadtest(c *ucli.Context) error {
 	if err != nil {
 		return err
 	}
+	key, err := signingKey(c)
+	if err != nil {
+		return err
+	}
 	cs, err := openConns(c, ledger.Config{Logger: log}, 0)
 	if err != nil {
 		return err
 	}
 	defer cs.close()
-	s, err := loadtest.New(cfg, loadtest.Deps{Store: cs.store, Queue: loadtest.RedisQueue(cs.rdb, cs.keys)})
+	s, err := loadtest.New(cfg, loadtest.Deps{Store: cs.store, Queue: loadtest.RedisQueue(cs.rdb, cs.keys), Key: &key})
 	if err != nil {
 		return err
 	}

@@ -44,12 +44,12 @@ func TestLogProveAndConsistency(t *testing.T) {
 		t.Helper()
 		var events []ledger.Event
 		for range n {
-			p, _, err := store.AddPrincipal(ctx, "voter")
+			ps, err := store.AddPrincipals(ctx, []string{"voter"}, "")
 			if err != nil {
 				t.Fatal(err)
 			}
-			principal = p.ID
-			events = append(events, ledger.Event{PrincipalID: p.ID, ClientEventID: "e1", PollID: "lunch", CandidateID: "sushi", ReceivedAt: time.Now()})
+			principal = ps[0].ID
+			events = append(events, ledger.Event{PrincipalID: principal, ClientEventID: "e1", PollID: "lunch", CandidateID: "sushi", ReceivedAt: time.Now()})
 		}
 		if _, err := store.Append(ctx, events); err != nil {
 			t.Fatal(err)

@@ -22,13 +22,10 @@ import (
 )
 
 func projectorCommand() *ucli.Command {
-	dur := func(name, env string, value time.Duration, usage string) *ucli.DurationFlag {
-		return &ucli.DurationFlag{Name: name, EnvVars: []string{"TALLY_PROJECTOR_" + env}, Value: value, Usage: usage}
-	}
-	num := func(name, env string, value int, usage string) *ucli.IntFlag {
-		return &ucli.IntFlag{Name: name, EnvVars: []string{"TALLY_PROJECTOR_" + env}, Value: value, Usage: usage}
-	}
-	def := projector.DefaultConfig()
+	cfg := projector.DefaultConfig()
+	bound := projectorFlags(&cfg)
+	fields := boundFields(&cfg, bound)
+	flags := append([]ucli.Flag{startupWaitFlag(), allowSuperuserFlag(), &flagLogKey, &flagMetricsListen}, bound...)
 	return &ucli.Command{
 		Name:  "projector",
 		Usage: "run the projector daemon: apply queued votes to the ledger in batches, one transaction each",
@@ -42,62 +39,58 @@ func projectorCommand() *ucli.Command {
 			"Run several with distinct --consumer names to share the work. --metrics-listen serves /metrics and\n" +
 			"/healthz. With --log-key, it signs each poll's log head that changed, every --checkpoint-interval,\n" +
 			"and stores the checkpoint (tally log checkpoint prints it; tally export --checkpoints writes them).",
-		Flags: redisFlags(startupWaitFlag(), allowSuperuserFlag(),
-			&ucli.StringFlag{Name: "consumer", EnvVars: []string{"TALLY_PROJECTOR_CONSUMER"},
-				Usage: "`NAME` in the consumer group, unique per live projector (default: host-pid)"},
-			num("batch-size", "BATCH_SIZE", def.BatchSize, "most entries applied in one transaction"),
-			dur("batch-wait", "BATCH_WAIT", def.BatchWait, "how long a batch waits to fill before it is applied anyway"),
-			num("workers", "WORKERS", def.Workers, fmt.Sprintf("batches applied at once, each in its own transaction and PostgreSQL connection (1-%d)", projector.MaxWorkers)),
-			dur("min-idle", "MIN_IDLE", def.MinIdle, "how long an entry stays pending on a consumer before another claims it"),
-			dur("claim-interval", "CLAIM_INTERVAL", def.ClaimInterval, "how often idle pending entries are looked for (0: a quarter of --min-idle)"),
-			num("max-deliveries", "MAX_DELIVERIES", def.MaxDeliveries, "deliveries after which an entry is dead-lettered instead of applied"),
-			num("max-attempts", "MAX_ATTEMPTS", def.MaxAttempts, "tries of a batch on transient PostgreSQL errors before it is left pending"),
-			dur("backoff-min", "BACKOFF_MIN", def.BackoffMin, "first wait between tries (doubles, with jitter)"),
-			dur("backoff-max", "BACKOFF_MAX", def.BackoffMax, "longest wait between tries"),
-			dur("apply-timeout", "APPLY_TIMEOUT", def.ApplyTimeout, "bound on one batch's transaction"),
-			num("breaker-failures", "BREAKER_FAILURES", def.BreakerFailures, "consecutive transient failures that open the PostgreSQL circuit breaker"),
-			dur("breaker-open-for", "BREAKER_OPEN_FOR", def.BreakerOpenFor, "how long the breaker stays open before a probe batch"),
-			dur("shutdown-grace", "SHUTDOWN_GRACE", def.ShutdownGrace, "how long the batches in flight may take to commit at shutdown"),
-			dur("stats-interval", "STATS_INTERVAL", def.StatsInterval, "how often the backlog and dead-letter gauges are refreshed"),
-			&ucli.StringFlag{Name: "log-key", EnvVars: []string{"TALLY_PROJECTOR_LOG_KEY"},
-				Usage: "signer key `FILE` (tally log key generate): sign a checkpoint of each poll's log when it changed (empty: none)"},
-			dur("checkpoint-interval", "CHECKPOINT_INTERVAL", def.CheckpointInterval, "how often, with --log-key, the changed logs are signed"),
-			&ucli.StringFlag{Name: "metrics-listen", EnvVars: []string{"TALLY_PROJECTOR_METRICS_LISTEN"},
-				Usage: "TCP `ADDR`ess to serve /metrics and /healthz on (empty: none)"},
-		),
-		Action: runProjector,
+		Flags:  redisFlags(flags...),
+		Action: func(c *ucli.Context) error { return runProjector(c, cfg, fields) },
 	}
 }
 
-func runProjector(c *ucli.Context) error {
+// The flags of tally projector that are not projector.Config fields.
+var (
+	flagLogKey = ucli.StringFlag{Name: "log-key", EnvVars: []string{"TALLY_PROJECTOR_LOG_KEY"},
+		Usage: "signer key `FILE` (tally log key generate): sign a checkpoint of each poll's log when it changed (empty: none)"}
+	flagMetricsListen = ucli.StringFlag{Name: "metrics-listen", EnvVars: []string{"TALLY_PROJECTOR_METRICS_LISTEN"},
+		Usage: "TCP `ADDR`ess to serve /metrics and /healthz on (empty: none)"}
+)
+
+// projectorSettings binds tally projector's flags to projector.Config.
+var projectorSettings = settings{env: "TALLY_PROJECTOR_"}
+
+// projectorFlags are the flags bound to the fields of cfg, whose values
+// are their defaults.
+func projectorFlags(cfg *projector.Config) []ucli.Flag {
+	s := projectorSettings
+	return []ucli.Flag{
+		s.string("consumer", &cfg.Consumer, "`NAME` in the consumer group, unique per live projector (default: host-pid)"),
+		s.int("batch-size", &cfg.BatchSize, "most entries applied in one transaction"),
+		s.duration("batch-wait", &cfg.BatchWait, "how long a batch waits to fill before it is applied anyway"),
+		s.int("workers", &cfg.Workers, fmt.Sprintf("batches applied at once, each in its own transaction and PostgreSQL connection (1-%d)", projector.MaxWorkers)),
+		s.duration("min-idle", &cfg.MinIdle, "how long an entry stays pending on a consumer before another claims it"),
+		s.duration("claim-interval", &cfg.ClaimInterval, "how often idle pending entries are looked for (0: a quarter of --min-idle)"),
+		s.int("max-deliveries", &cfg.MaxDeliveries, "deliveries after which an entry is dead-lettered instead of applied"),
+		s.int("max-attempts", &cfg.MaxAttempts, "tries of a batch on transient PostgreSQL errors before it is left pending"),
+		s.duration("backoff-min", &cfg.BackoffMin, "first wait between tries (doubles, with jitter)"),
+		s.duration("backoff-max", &cfg.BackoffMax, "longest wait between tries"),
+		s.duration("apply-timeout", &cfg.ApplyTimeout, "bound on one batch's transaction"),
+		s.int("breaker-failures", &cfg.BreakerFailures, "consecutive transient failures that open the PostgreSQL circuit breaker"),
+		s.duration("breaker-open-for", &cfg.BreakerOpenFor, "how long the breaker stays open before a probe batch"),
+		s.duration("shutdown-grace", &cfg.ShutdownGrace, "how long the batches in flight may take to commit at shutdown"),
+		s.duration("stats-interval", &cfg.StatsInterval, "how often the backlog and dead-letter gauges are refreshed"),
+		s.duration("checkpoint-interval", &cfg.CheckpointInterval, "how often, with --log-key, the changed logs are signed"),
+	}
+}
+
+// runProjector is tally projector: it checks cfg (the flags bound to it;
+// fields maps its fields to their flags) before it connects anywhere,
+// connects, and runs the projector until ctx ends.
+func runProjector(c *ucli.Context, cfg projector.Config, fields map[string]string) error {
 	log, err := logger(c)
 	if err != nil {
 		return err
 	}
-	cfg := projector.Config{
-		Consumer:        c.String("consumer"),
-		BatchSize:       c.Int("batch-size"),
-		BatchWait:       c.Duration("batch-wait"),
-		Workers:         c.Int("workers"),
-		MinIdle:         c.Duration("min-idle"),
-		ClaimInterval:   c.Duration("claim-interval"),
-		MaxDeliveries:   c.Int("max-deliveries"),
-		MaxAttempts:     c.Int("max-attempts"),
-		BackoffMin:      c.Duration("backoff-min"),
-		BackoffMax:      c.Duration("backoff-max"),
-		ApplyTimeout:    c.Duration("apply-timeout"),
-		BreakerFailures: c.Int("breaker-failures"),
-		BreakerOpenFor:  c.Duration("breaker-open-for"),
-		ShutdownGrace:   c.Duration("shutdown-grace"),
-		StatsInterval:   c.Duration("stats-interval"),
-
-		CheckpointInterval: c.Duration("checkpoint-interval"),
+	if err := checkSettings(c, &cfg, projector.DefaultConfig(), fields, cfg.Validate); err != nil {
+		return err
 	}
-	if cfg.Workers < 1 || cfg.Workers > projector.MaxWorkers {
-		// Checked here too, before connecting: 0 would silently mean the default.
-		return fmt.Errorf("--workers must be between 1 and %d, got %d", projector.MaxWorkers, cfg.Workers)
-	}
-	if cfg.LogSigner, err = logSigner(c.String("log-key")); err != nil {
+	if cfg.LogSigner, err = logSigner(c.String(flagLogKey.Name)); err != nil {
 		return err
 	}
 	setupDaemon(log)
@@ -112,13 +105,13 @@ func runProjector(c *ucli.Context) error {
 	reg := newRegistry()
 	p, err := projector.New(cs.store, cs.rdb, cs.keys, cfg, log, reg)
 	if err != nil {
-		return err
+		return flagErrors(err, fields)
 	}
 	if conns := cs.pool.Config().MaxConns; int(conns) < cfg.Workers {
 		log.LogAttrs(c.Context, slog.LevelWarn, "fewer PostgreSQL connections than workers: the extra workers wait for a connection; add pool_max_conns to --database-url",
 			slog.String("component", "projector"), slog.Int("workers", cfg.Workers), slog.Int("pool_max_conns", int(conns)))
 	}
-	if addr := c.String("metrics-listen"); addr != "" {
+	if addr := c.String(flagMetricsListen.Name); addr != "" {
 		stop, err := serveMetrics(c.Context, addr, reg, log)
 		if err != nil {
 			return err

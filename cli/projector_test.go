@@ -31,17 +31,18 @@ func TestProjectorWorkersRefused(t *testing.T) {
 	for _, tc := range []struct {
 		env  string
 		args []string
+		want string
 	}{
-		{"", []string{"--workers", "0"}},
-		{"", []string{"--workers", "17"}},
-		{"-1", nil},
+		{"", []string{"--workers", "0"}, "--workers: 0 is not a value of its own"},
+		{"", []string{"--workers", "17"}, "--workers: the workers must be between 1 and 16, got 17"},
+		{"-1", nil, "--workers: the workers must be between 1 and 16, got -1"},
 	} {
 		if tc.env != "" {
 			t.Setenv("TALLY_PROJECTOR_WORKERS", tc.env)
 		}
 		// An unreachable database: the check must come first.
 		r := tallyWith(t, append([]string{"projector", "--database-url", "postgres://postgres@127.0.0.1:1/none", "--startup-wait", "0s"}, tc.args...)...)
-		if r.code == 0 || !strings.Contains(r.stderr, "--workers must be between 1 and 16") {
+		if r.code != ExitError || !strings.Contains(r.stderr, tc.want) {
 			t.Errorf("projector %v (TALLY_PROJECTOR_WORKERS=%q): %+v, want a refusal of the worker count", tc.args, tc.env, r)
 		}
 	}

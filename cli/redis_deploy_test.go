@@ -64,11 +64,10 @@ func runDeployment(t *testing.T, redisArgs, intakeArgs []string) {
 	if err := store.CreatePoll(ctx, ledger.Poll{ID: "lunch", Title: "Lunch?", OpensAt: time.Unix(0, 0), Choices: []string{"pizza", "sushi"}}); err != nil {
 		t.Fatal(err)
 	}
+	keyFile := credentialKeyFile(t)
 	tokens := make([]string, principals)
 	for i := range tokens {
-		if _, tokens[i], err = store.AddPrincipal(ctx, fmt.Sprintf("voter-%d", i)); err != nil {
-			t.Fatal(err)
-		}
+		_, tokens[i] = signedToken(t, store, keyFile, fmt.Sprintf("voter-%d", i))
 	}
 	addr, err := testenv.FreeAddr()
 	if err != nil {
@@ -78,7 +77,7 @@ func runDeployment(t *testing.T, redisArgs, intakeArgs []string) {
 	common := append([]string{"--database-url", testenv.DaemonLogin(t, db), "--log-format", "json"}, redisArgs...)
 
 	// intake: every vote 202, and each retry of one (same event_id) too.
-	stopIntake := startDaemon(t, append(append([]string{"intake", "--listen", addr}, common...), intakeArgs...))
+	stopIntake := startDaemon(t, append(append([]string{"intake", "--listen", addr, "--credential-key", keyFile}, common...), intakeArgs...))
 	client := apiClient(t)
 	vote := func(token, choice string) (int, string) {
 		body := `{"event_id":"e1","poll_id":"lunch","candidate_id":"` + choice + `"}`

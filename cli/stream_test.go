@@ -166,10 +166,8 @@ func TestIntakeCommand(t *testing.T) {
 	if err := store.CreatePoll(ctx, ledger.Poll{ID: "lunch", Title: "Lunch?", Choices: []string{"pizza"}}); err != nil {
 		t.Fatal(err)
 	}
-	_, token, err := store.AddPrincipal(ctx, "alice")
-	if err != nil {
-		t.Fatal(err)
-	}
+	keyFile := credentialKeyFile(t)
+	_, token := signedToken(t, store, keyFile, "alice")
 	addr, err := testenv.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
@@ -183,7 +181,7 @@ func TestIntakeCommand(t *testing.T) {
 	go func() {
 		runMu.Lock() // see runMu
 		defer runMu.Unlock()
-		done <- Run(ictx, []string{"tally", "intake", "--listen", addr, "--database-url", daemonURL,
+		done <- Run(ictx, []string{"tally", "intake", "--listen", addr, "--database-url", daemonURL, "--credential-key", keyFile,
 			"--redis-url", testenv.RedisURL(), "--stream-prefix", prefix, "--log-format", "json"},
 			strings.NewReader(""), io.Discard, &errOut)
 	}()

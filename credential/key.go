@@ -102,7 +102,7 @@ func ParseKey(data []byte) (Key, error) {
 func ReadKeyFile(path string) (Key, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return Key{}, fmt.Errorf("credential key: %w (tally credential key generate --out FILE writes one)", err)
+		return Key{}, fmt.Errorf("credential key: %w (tally credential key generate writes one)", err)
 	}
 	k, err := ParseKey(data)
 	if err != nil {

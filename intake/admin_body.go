@@ -37,8 +37,8 @@ func (s *Server) admin(w http.ResponseWriter, r *http.Request) (*voter, bool) {
 	if p.Role != ledger.RoleAdmin {
 		writeProblem(w, http.StatusForbidden, probForbidden,
 			"this route manages polls and principals and takes an admin's token; your principal is a voter: "+
-				"an operator issues admin tokens with tally principal add --role admin (or grants the role by the "+
-				"OpenID Connect claim of --oidc-admin-claim)", 0)
+				"an operator issues admin tokens with tally principal add, as admins (or grants the role by an "+
+				"OpenID Connect issuer's admin claim)", 0)
 		return nil, false
 	}
 	if !s.spendRead(w, p) {

@@ -275,7 +275,7 @@ func (s *Server) catchUpAfter(r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.PostgresTimeout)
 	defer cancel()
 	if err := s.follow.catchUp(ctx); err != nil {
-		s.failed(r, "could not apply the catalog's changes after an admin write; they follow within --catalog-refresh", err)
+		s.failed(r, "could not apply the catalog's changes after an admin write; they follow within the catalog refresh period", err)
 	}
 }
 

@@ -69,7 +69,7 @@ func (s *Server) handleAddPrincipals(w http.ResponseWriter, r *http.Request) {
 	}
 	if s.cfg.TokenKey == nil {
 		writeProblem(w, http.StatusNotImplemented, probNotConfigured,
-			"this intake has no credential key to sign tokens with (tally intake --credential-key): "+
+			"this intake has no credential key to sign tokens with (tally intake takes one as its credential key): "+
 				"nothing was added; ask an operator, or add principals with tally principal add", 0)
 		return
 	}
@@ -81,8 +81,8 @@ func (s *Server) handleAddPrincipals(w http.ResponseWriter, r *http.Request) {
 	if q.Role == ledger.RoleAdmin {
 		if !s.cfg.AddAdminsOverHTTP {
 			writeProblem(w, http.StatusForbidden, probForbidden,
-				"this intake adds voters only: an operator adds admins with tally principal add --role admin "+
-					"(or starts intake with --add-admins-over-http); nothing was added", 0)
+				"this intake adds voters only: an operator adds admins with tally principal add, as admins "+
+					"(or lets intake add admins over HTTP); nothing was added", 0)
 			return
 		}
 		expires = notAfter(expires, a.expiresAt)

@@ -54,7 +54,7 @@ func TestAdminRoutesWhoMay(t *testing.T) {
 			continue
 		}
 		wantProblemType(t, r, http.StatusForbidden, "forbidden")
-		if !strings.Contains(r.str("detail"), "--role admin") {
+		if !strings.Contains(r.str("detail"), "tally principal add, as admins") {
 			t.Errorf("a voter's 403 says %q; want it to name how an admin token is issued", r.str("detail"))
 		}
 	}
@@ -271,7 +271,7 @@ func TestAdminPrincipalsRefused(t *testing.T) {
 	}
 	r := b.adminDo(t, http.MethodPost, "/v1/principals", admin, `{"names":["ops"],"role":"admin","expires":"1h"}`)
 	wantProblemType(t, r, http.StatusForbidden, "forbidden")
-	if !strings.Contains(r.str("detail"), "tally principal add --role admin") {
+	if !strings.Contains(r.str("detail"), "tally principal add, as admins") {
 		t.Errorf("adding an admin over HTTP by default: detail %q, want it to say how admins are added", r.str("detail"))
 	}
 	if after, err := b.store.Principals(ctx); err != nil || len(after) != len(before) {

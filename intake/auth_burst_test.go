@@ -8,12 +8,10 @@ import (
 	"testing"
 )
 
-// A client that opens many connections at once with its one valid token,
-// before intake has cached it, is served on every one: concurrent requests
-// with one uncached token share one lookup, which spends nothing of the
-// address's allowance of failed authentications (burst 20 by default)
-// since the token is valid, so 60 of them are not mistaken for a flood of
-// bad tokens. (auth_limit_test.go sends many valid tokens at once.)
+// A client that opens many connections at once with its one valid token
+// is served on every one: a valid token spends nothing of the address's
+// allowance of failed authentications (burst 20 by default), so 60 of
+// them at once are not mistaken for a flood of bad tokens.
 func TestConcurrentFirstRequestsOfAValidToken(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

@@ -72,10 +72,10 @@ func newShardedBatcherFixture(t *testing.T, rdb redis.UniversalClient, cfg Confi
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg = cfg.withDefaults()
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
+	cfg = cfg.withDefaults()
 	sizes := &batchSizes{Histogram: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "batch_size"})}
 	f := &batcherFixture{
 		b: newBatcher(rdb, cfg, sizes), rdb: rdb, keys: keys, args: newScriptArgs(cfg, keys),

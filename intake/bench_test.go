@@ -56,7 +56,7 @@ func BenchmarkBareHandler(b *testing.B) {
 	})}
 	go srv.Serve(ln)
 	b.Cleanup(func() { srv.Close() })
-	benchPost(b, "http://"+ln.Addr().String()+"/v1/votes", "tly_bare")
+	benchPost(b, "http://"+ln.Addr().String()+"/v1/votes", "bare-token")
 }
 
 // benchPost posts b.N votes with unique event ids from GOMAXPROCS*4

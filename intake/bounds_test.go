@@ -149,8 +149,8 @@ func TestAdminListener(t *testing.T) {
 	})
 	r := b.do(t, http.MethodGet, "/metrics", "", "", nil)
 	wantProblemType(t, r, http.StatusNotFound, "not-found")
-	if !strings.Contains(r.str("detail"), "--admin-listen") {
-		t.Errorf("the data listener's 404 of /metrics does not name --admin-listen: %s", r.raw)
+	if !strings.Contains(r.str("detail"), "on its admin listener") {
+		t.Errorf("the data listener's 404 of /metrics does not say where /metrics is: %s", r.raw)
 	}
 	b.client.Transport.(*http.Transport).CloseIdleConnections()
 	if held, _ := holdConns(t, b.url, otherAddr, 10); len(held) != 10 {

@@ -57,7 +57,7 @@ type follower struct {
 	timeout      time.Duration // of one query: Config.PostgresTimeout
 	startTimeout time.Duration // Config.CatalogLoadTimeout
 	// onPrincipals runs when principals or keys changed, or were loaded
-	// whole: the cache of stored-kind tokens forgets what it verified.
+	// whole; nil for nothing.
 	onPrincipals func()
 	loads        prometheus.Counter // whole loads ended
 	applies      prometheus.Counter // changes applied

@@ -9,7 +9,8 @@ import (
 	"tally/credential"
 )
 
-// Config tunes a Server. The zero value of a field means its default.
+// Config tunes a Server. The zero value of a field means its default; a
+// bound that may bound nothing takes NoBound (-1) for that.
 type Config struct {
 	// Listen is the TCP address Run serves on. Default "127.0.0.1:8080".
 	Listen string
@@ -68,35 +69,15 @@ type Config struct {
 	RequestTimeout time.Duration
 	// RedisTimeout bounds one Redis round trip. Default 1s.
 	RedisTimeout time.Duration
-	// PostgresTimeout bounds one PostgreSQL query (authentication on a cache
-	// miss, event status, results). Default 2s.
+	// PostgresTimeout bounds one PostgreSQL query (event status, results).
+	// Default 2s.
 	PostgresTimeout time.Duration
 
-	// AuthTTL is how long a successful authentication is cached: while
-	// PostgreSQL answers, a revoked token is refused at the latest that long
-	// after the revocation (at once when the NOTIFY of the change arrives).
-	// Default 5s.
-	AuthTTL time.Duration
-	// AuthStaleMax is how long after PostgreSQL last vouched for a token
-	// intake may still serve it past AuthTTL, only while PostgreSQL does not
-	// answer: known principals keep voting through an outage this long,
-	// and a revocation made just before it may lag this long at most.
-	// Default 15m; AuthTTL or less never serves a token past its TTL.
-	AuthStaleMax time.Duration
-	// AuthNegativeTTL is how long an unknown or revoked token is cached.
-	// Default 1s.
-	AuthNegativeTTL time.Duration
-	// AuthCacheSize bounds the cached tokens. Default 100,000.
-	AuthCacheSize int
-
 	// AuthFailureRate is the sustained number of failed authentications
-	// (a bearer token unknown or revoked) per second one client address may
-	// make, and AuthFailureBurst how many it may make at once. Beyond them
-	// a request from that address whose token is not cached as valid gets
-	// 429 before any lookup in PostgreSQL; a cached valid token still
-	// passes. A lookup under way spends nothing, but an address has no more
-	// lookups under way than the allowance has room for; its next request
-	// waits for one to end. The address is the connection's (a proxy's,
+	// (a bearer token invalid, expired or revoked) per second one client
+	// address may make, and AuthFailureBurst how many it may make at once.
+	// Beyond them a request from that address gets 429 before its token's
+	// signature is checked. The address is the connection's (a proxy's,
 	// behind one).
 	// Defaults 10 and 20; a rate of +Inf turns the limit off.
 	AuthFailureRate  float64
@@ -130,9 +111,7 @@ type Config struct {
 
 	// Credentials verifies the bearer tokens that verify themselves
 	// (package credential): tally's own, signed with a credential key, and
-	// an OpenID Connect issuer's. A token of the form issued before them
-	// ("tly_...") is looked up in PostgreSQL as before. Nil: only those are
-	// taken. Serve runs its Run (the issuers' keys) beside its other
+	// an OpenID Connect issuer's. Nil: no token is taken. Serve runs its Run (the issuers' keys) beside its other
 	// background work: nothing else should run it, or its issuers' Run.
 	Credentials *credential.Verifier
 	// CredentialKeyIDs are the ids of the credential keys Credentials
@@ -192,7 +171,7 @@ type Config struct {
 	// address (IPv6: one /64), so that one client cannot hold every one of
 	// MaxConns. A connection beyond it is answered 503
 	// too-many-connections (over TLS: closed unanswered) and closed.
-	// Default 256; negative: no bound, for an intake behind a proxy whose
+	// Default 256; NoBound: no bound, for an intake behind a proxy whose
 	// connections all come from its few addresses.
 	MaxConnsPerAddr int
 	// MaxHeaderBytes bounds the request headers. Default 16 KiB.
@@ -212,7 +191,7 @@ type Config struct {
 	// with a token, of one principal, so that one client cannot take every
 	// one of MaxLiveViewers. Beyond them a stream is refused with 429 and
 	// Retry-After. Defaults 100 (a NAT's viewers share an address) and 10;
-	// negative: no bound.
+	// NoBound: no bound.
 	MaxLivePerAddr      int
 	MaxLivePerPrincipal int
 	// LiveHeartbeat is the period of the comment a live stream sends while
@@ -227,185 +206,253 @@ type Config struct {
 	LiveIdle time.Duration
 }
 
-func (c Config) withDefaults() Config {
-	setDur := func(d *time.Duration, def time.Duration) {
-		if *d == 0 {
-			*d = def
-		}
+// NoBound is the value of a bound that bounds nothing
+// (Config.MaxConnsPerAddr, MaxLivePerAddr, MaxLivePerPrincipal). Zero is
+// the default, as in every field.
+const NoBound = -1
+
+// DefaultConfig returns the configuration with every default filled in.
+func DefaultConfig() Config {
+	return Config{
+		Listen:              "127.0.0.1:8080",
+		Rate:                5,
+		Burst:               10,
+		MaxBacklog:          1_000_000,
+		BacklogRetryAfter:   2 * time.Second,
+		IdempotencyWindow:   24 * time.Hour,
+		WaitTimeout:         500 * time.Millisecond,
+		EnqueuePipelines:    2,
+		EnqueueBatch:        128,
+		RequestTimeout:      3 * time.Second,
+		RedisTimeout:        time.Second,
+		PostgresTimeout:     2 * time.Second,
+		AuthFailureRate:     10,
+		AuthFailureBurst:    20,
+		ReadRate:            10,
+		ReadBurst:           20,
+		LimitEntries:        100_000,
+		ReadCacheTTL:        time.Second,
+		CatalogRefresh:      30 * time.Second,
+		CatalogLoadTimeout:  time.Minute,
+		BreakerFailures:     5,
+		BreakerOpenFor:      5 * time.Second,
+		ReadHeaderTimeout:   2 * time.Second,
+		ReadTimeout:         5 * time.Second,
+		WriteTimeout:        10 * time.Second,
+		IdleTimeout:         30 * time.Second,
+		MaxConns:            10_000,
+		MaxConnsPerAddr:     256,
+		MaxHeaderBytes:      16 << 10,
+		ShutdownTimeout:     10 * time.Second,
+		MaxLiveViewers:      5_000, // half of MaxConns
+		MaxLivePerAddr:      100,
+		MaxLivePerPrincipal: 10,
+		LiveHeartbeat:       15 * time.Second,
+		LiveInterval:        200 * time.Millisecond,
+		LiveIdle:            30 * time.Second,
 	}
-	if c.Listen == "" {
-		c.Listen = "127.0.0.1:8080"
-	}
-	if c.Rate == 0 {
-		c.Rate = 5
-	}
-	if c.Burst == 0 {
-		c.Burst = 10
-	}
-	if c.MaxBacklog == 0 {
-		c.MaxBacklog = 1_000_000
-	}
-	setDur(&c.BacklogRetryAfter, 2*time.Second)
-	setDur(&c.IdempotencyWindow, 24*time.Hour)
-	setDur(&c.WaitTimeout, 500*time.Millisecond)
-	if c.EnqueuePipelines == 0 {
-		c.EnqueuePipelines = 2
-	}
-	if c.EnqueueBatch == 0 {
-		c.EnqueueBatch = 128
-	}
-	setDur(&c.RequestTimeout, 3*time.Second)
-	setDur(&c.RedisTimeout, time.Second)
-	setDur(&c.PostgresTimeout, 2*time.Second)
-	setDur(&c.AuthTTL, 5*time.Second)
-	setDur(&c.AuthNegativeTTL, time.Second)
-	setDur(&c.AuthStaleMax, 15*time.Minute)
-	setDur(&c.ReadCacheTTL, time.Second)
-	if c.AuthCacheSize == 0 {
-		c.AuthCacheSize = 100_000
-	}
-	c = c.withLimitDefaults()
-	setDur(&c.CatalogRefresh, 30*time.Second)
-	setDur(&c.CatalogLoadTimeout, time.Minute)
-	if c.BreakerFailures == 0 {
-		c.BreakerFailures = 5
-	}
-	setDur(&c.BreakerOpenFor, 5*time.Second)
-	setDur(&c.ReadHeaderTimeout, 2*time.Second)
-	setDur(&c.ReadTimeout, 5*time.Second)
-	setDur(&c.WriteTimeout, 10*time.Second)
-	setDur(&c.IdleTimeout, 30*time.Second)
-	if c.MaxConns == 0 {
-		c.MaxConns = 10_000
-	}
-	if c.MaxConnsPerAddr == 0 {
-		c.MaxConnsPerAddr = 256
-	}
-	if c.MaxHeaderBytes == 0 {
-		c.MaxHeaderBytes = 16 << 10
-	}
-	setDur(&c.ShutdownTimeout, 10*time.Second)
-	return c.withLiveDefaults()
 }
 
-func (c Config) validate() error {
+// withDefaults fills every zero field with its default; MaxLiveViewers
+// takes half of MaxConns.
+func (c Config) withDefaults() Config {
+	def := DefaultConfig()
+	orDefault(&c.Listen, def.Listen)
+	orDefault(&c.Rate, def.Rate)
+	orDefault(&c.Burst, def.Burst)
+	orDefault(&c.MaxBacklog, def.MaxBacklog)
+	orDefault(&c.BacklogRetryAfter, def.BacklogRetryAfter)
+	orDefault(&c.IdempotencyWindow, def.IdempotencyWindow)
+	orDefault(&c.WaitTimeout, def.WaitTimeout)
+	orDefault(&c.EnqueuePipelines, def.EnqueuePipelines)
+	orDefault(&c.EnqueueBatch, def.EnqueueBatch)
+	orDefault(&c.RequestTimeout, def.RequestTimeout)
+	orDefault(&c.RedisTimeout, def.RedisTimeout)
+	orDefault(&c.PostgresTimeout, def.PostgresTimeout)
+	orDefault(&c.AuthFailureRate, def.AuthFailureRate)
+	orDefault(&c.AuthFailureBurst, def.AuthFailureBurst)
+	orDefault(&c.ReadRate, def.ReadRate)
+	orDefault(&c.ReadBurst, def.ReadBurst)
+	orDefault(&c.LimitEntries, def.LimitEntries)
+	orDefault(&c.ReadCacheTTL, def.ReadCacheTTL)
+	orDefault(&c.CatalogRefresh, def.CatalogRefresh)
+	orDefault(&c.CatalogLoadTimeout, def.CatalogLoadTimeout)
+	orDefault(&c.BreakerFailures, def.BreakerFailures)
+	orDefault(&c.BreakerOpenFor, def.BreakerOpenFor)
+	orDefault(&c.ReadHeaderTimeout, def.ReadHeaderTimeout)
+	orDefault(&c.ReadTimeout, def.ReadTimeout)
+	orDefault(&c.WriteTimeout, def.WriteTimeout)
+	orDefault(&c.IdleTimeout, def.IdleTimeout)
+	orDefault(&c.MaxConns, def.MaxConns)
+	orDefault(&c.MaxConnsPerAddr, def.MaxConnsPerAddr)
+	orDefault(&c.MaxHeaderBytes, def.MaxHeaderBytes)
+	orDefault(&c.ShutdownTimeout, def.ShutdownTimeout)
+	orDefault(&c.MaxLiveViewers, max(c.MaxConns/2, 1))
+	orDefault(&c.MaxLivePerAddr, def.MaxLivePerAddr)
+	orDefault(&c.MaxLivePerPrincipal, def.MaxLivePerPrincipal)
+	orDefault(&c.LiveHeartbeat, def.LiveHeartbeat)
+	orDefault(&c.LiveInterval, def.LiveInterval)
+	orDefault(&c.LiveIdle, def.LiveIdle)
+	return c
+}
+
+// orDefault sets *v to def when *v is zero.
+func orDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
+	}
+}
+
+// ConfigError is what is wrong with one setting of a Config: its message
+// names the setting in words and says what it takes; Field is the name
+// of its Config field, for a caller that spells settings its own way
+// (tally intake names the flag).
+type ConfigError struct {
+	Field string
+	msg   string
+}
+
+func (e *ConfigError) Error() string { return e.msg }
+
+// ConfigField is the name of the Config field e is about.
+func (e *ConfigError) ConfigField() string { return e.Field }
+
+// Validate reports every setting of c that is wrong once its zero fields
+// took their defaults, each a *ConfigError, joined; nil when there is
+// none. New runs it; a caller may run it first, before it opens any
+// connection.
+func (c Config) Validate() error {
+	c = c.withDefaults()
 	var errs []error
-	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-	if c.Rate <= 0 || math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0) || c.Rate > 1e6 {
-		bad("Rate must be above 0 and at most 1000000 votes per second, got %v", c.Rate)
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, &ConfigError{Field: field, msg: fmt.Sprintf(format, args...)})
 	}
-	if c.Burst < 1 || c.Burst > 1_000_000 {
-		bad("Burst must be between 1 and 1000000, got %d", c.Burst)
-	}
-	if c.MaxBacklog < 1 {
-		bad("MaxBacklog must be at least 1, got %d", c.MaxBacklog)
-	}
-	if c.IdempotencyWindow < time.Second {
-		bad("IdempotencyWindow must be at least 1s, got %s", c.IdempotencyWindow)
-	}
-	if c.WaitReplicas < 0 {
-		bad("WaitReplicas must be 0 (off) or more, got %d", c.WaitReplicas)
-	}
-	if c.EnqueuePipelines < 1 || c.EnqueuePipelines > 1024 {
-		bad("EnqueuePipelines must be between 1 and 1024, got %d", c.EnqueuePipelines)
-	}
-	if c.EnqueueBatch < 1 || c.EnqueueBatch > 10_000 {
-		bad("EnqueueBatch must be between 1 and 10000, got %d", c.EnqueueBatch)
-	}
-	for _, n := range []struct {
-		name string
-		v    int
-	}{{"AuthCacheSize", c.AuthCacheSize}, {"BreakerFailures", c.BreakerFailures}, {"MaxConns", c.MaxConns}} {
-		if n.v < 1 {
-			bad("%s must be at least 1, got %d", n.name, n.v)
-		}
-	}
-	errs = append(errs, c.limitErrors()...)
-	if c.MaxHeaderBytes < 1<<10 {
-		bad("MaxHeaderBytes must be at least 1024, got %d", c.MaxHeaderBytes)
-	}
-	errs = append(errs, c.durationAndTLSErrors()...)
-	errs = append(errs, c.liveErrors()...)
+	c.checkVotePath(bad)
+	c.checkLimits(bad)
+	c.checkDurations(bad)
+	c.checkConnections(bad)
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("intake config: %w", err)
 	}
 	return nil
 }
 
-// withLimitDefaults is withDefaults of the limits kept in memory.
-func (c Config) withLimitDefaults() Config {
-	setInt := func(v *int, def int) {
-		if *v == 0 {
-			*v = def
-		}
+// checkVotePath checks the settings of the vote path: its rate, its
+// backlog, idempotency and the Redis pipelines.
+func (c Config) checkVotePath(bad func(field, format string, args ...any)) {
+	if c.Rate <= 0 || math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0) || c.Rate > 1e6 {
+		bad("Rate", "the votes per second of one principal must be above 0 and at most 1000000, got %v", c.Rate)
 	}
-	if c.AuthFailureRate == 0 {
-		c.AuthFailureRate = 10
+	if c.Burst < 1 || c.Burst > 1_000_000 {
+		bad("Burst", "the burst of votes of one principal must be between 1 and 1000000, got %d", c.Burst)
 	}
-	if c.ReadRate == 0 {
-		c.ReadRate = 10
+	if c.MaxBacklog < 1 {
+		bad("MaxBacklog", "the backlog bound must be at least 1 entry, got %d", c.MaxBacklog)
 	}
-	setInt(&c.AuthFailureBurst, 20)
-	setInt(&c.ReadBurst, 20)
-	setInt(&c.LimitEntries, 100_000)
-	return c
+	if c.IdempotencyWindow < time.Second {
+		bad("IdempotencyWindow", "the idempotency window must be at least 1s, got %s", c.IdempotencyWindow)
+	}
+	if c.WaitReplicas < 0 {
+		bad("WaitReplicas", "the replicas a vote waits for must be 0 (off) or more, got %d", c.WaitReplicas)
+	}
+	if c.EnqueuePipelines < 1 || c.EnqueuePipelines > 1024 {
+		bad("EnqueuePipelines", "the enqueue pipelines under way must be between 1 and 1024, got %d", c.EnqueuePipelines)
+	}
+	if c.EnqueueBatch < 1 || c.EnqueueBatch > 10_000 {
+		bad("EnqueueBatch", "the votes of one enqueue pipeline must be between 1 and 10000, got %d", c.EnqueueBatch)
+	}
+	if c.BreakerFailures < 1 {
+		bad("BreakerFailures", "the Redis failures that open the breaker must be at least 1, got %d", c.BreakerFailures)
+	}
 }
 
-// limitErrors are validate's errors of the limits kept in memory.
-func (c Config) limitErrors() []error {
-	var errs []error
+// checkLimits checks the limits kept in memory.
+func (c Config) checkLimits(bad func(field, format string, args ...any)) {
 	for _, l := range []struct {
-		rate, burst string
-		r           float64
-		b           int
+		rate, burst, what string
+		r                 float64
+		b                 int
 	}{
-		{"AuthFailureRate", "AuthFailureBurst", c.AuthFailureRate, c.AuthFailureBurst},
-		{"ReadRate", "ReadBurst", c.ReadRate, c.ReadBurst},
+		{"AuthFailureRate", "AuthFailureBurst", "failed authentications of one client address", c.AuthFailureRate, c.AuthFailureBurst},
+		{"ReadRate", "ReadBurst", "reads of one principal", c.ReadRate, c.ReadBurst},
 	} {
 		if math.IsNaN(l.r) || l.r < 0.001 || (l.r > 1e6 && !math.IsInf(l.r, 1)) {
-			errs = append(errs, fmt.Errorf("%s must be between 0.001 and 1000000 per second, or +Inf to turn the limit off, got %v", l.rate, l.r))
+			bad(l.rate, "the %s per second must be between 0.001 and 1000000, or +Inf to turn the limit off, got %v", l.what, l.r)
 		}
 		if l.b < 1 || l.b > 1_000_000 {
-			errs = append(errs, fmt.Errorf("%s must be between 1 and 1000000, got %d", l.burst, l.b))
+			bad(l.burst, "the burst of %s must be between 1 and 1000000, got %d", l.what, l.b)
 		}
 	}
 	if c.LimitEntries < 1 {
-		errs = append(errs, fmt.Errorf("LimitEntries must be at least 1, got %d", c.LimitEntries))
+		bad("LimitEntries", "the entries of each table of limits must be at least 1, got %d", c.LimitEntries)
 	}
-	return errs
 }
 
-// durationAndTLSErrors are validate's errors of the durations and the TLS files.
-func (c Config) durationAndTLSErrors() []error {
-	var errs []error
-	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+// checkDurations checks the durations.
+func (c Config) checkDurations(bad func(field, format string, args ...any)) {
 	for _, d := range []struct {
-		name string
-		v    time.Duration
+		field, what string
+		v           time.Duration
 	}{
-		{"BacklogRetryAfter", c.BacklogRetryAfter}, {"WaitTimeout", c.WaitTimeout},
-		{"RequestTimeout", c.RequestTimeout}, {"RedisTimeout", c.RedisTimeout},
-		{"PostgresTimeout", c.PostgresTimeout}, {"AuthTTL", c.AuthTTL},
-		{"AuthNegativeTTL", c.AuthNegativeTTL}, {"AuthStaleMax", c.AuthStaleMax},
-		{"ReadCacheTTL", c.ReadCacheTTL}, {"CatalogRefresh", c.CatalogRefresh},
-		{"CatalogLoadTimeout", c.CatalogLoadTimeout},
-		{"BreakerOpenFor", c.BreakerOpenFor},
-		{"ReadHeaderTimeout", c.ReadHeaderTimeout}, {"ReadTimeout", c.ReadTimeout},
-		{"WriteTimeout", c.WriteTimeout}, {"IdleTimeout", c.IdleTimeout},
-		{"ShutdownTimeout", c.ShutdownTimeout},
+		{"BacklogRetryAfter", "the Retry-After of a full backlog", c.BacklogRetryAfter},
+		{"WaitTimeout", "the bound on waiting for replicas", c.WaitTimeout},
+		{"RequestTimeout", "the request timeout", c.RequestTimeout},
+		{"RedisTimeout", "the Redis timeout", c.RedisTimeout},
+		{"PostgresTimeout", "the PostgreSQL timeout", c.PostgresTimeout},
+		{"ReadCacheTTL", "the read cache TTL", c.ReadCacheTTL},
+		{"CatalogRefresh", "the catalog refresh period", c.CatalogRefresh},
+		{"CatalogLoadTimeout", "the catalog load timeout", c.CatalogLoadTimeout},
+		{"BreakerOpenFor", "the breaker's open time", c.BreakerOpenFor},
+		{"ReadHeaderTimeout", "the read header timeout", c.ReadHeaderTimeout},
+		{"ReadTimeout", "the read timeout", c.ReadTimeout},
+		{"WriteTimeout", "the write timeout", c.WriteTimeout},
+		{"IdleTimeout", "the idle timeout", c.IdleTimeout},
+		{"ShutdownTimeout", "the shutdown timeout", c.ShutdownTimeout},
+		{"LiveIdle", "the live listener's idle time", c.LiveIdle},
 	} {
 		if d.v < 0 {
-			bad("%s must not be negative, got %s", d.name, d.v)
+			bad(d.field, "%s must not be negative, got %s", d.what, d.v)
 		}
 	}
 	if c.WriteTimeout > 0 && c.RequestTimeout > c.WriteTimeout {
-		bad("RequestTimeout (%s) must not exceed WriteTimeout (%s), or answers would be cut off", c.RequestTimeout, c.WriteTimeout)
+		bad("RequestTimeout", "the request timeout (%s) must not exceed the write timeout (%s), or answers would be cut off", c.RequestTimeout, c.WriteTimeout)
 	}
-	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
-		bad("TLSCertFile and TLSKeyFile go together (got cert %q, key %q): set both to serve TLS, or neither for plain HTTP", c.TLSCertFile, c.TLSKeyFile)
+	if c.LiveHeartbeat < 100*time.Millisecond {
+		bad("LiveHeartbeat", "the live heartbeat must be at least 100ms, got %s", c.LiveHeartbeat)
 	}
-	return errs
+	if c.LiveInterval < time.Millisecond || c.LiveInterval > time.Minute {
+		bad("LiveInterval", "the live interval must be between 1ms and 1m, got %s", c.LiveInterval)
+	}
 }
 
-// DefaultConfig returns the configuration with every default filled in.
-func DefaultConfig() Config { return Config{}.withDefaults() }
+// checkConnections checks the bounds on connections and live streams and
+// the TLS files.
+func (c Config) checkConnections(bad func(field, format string, args ...any)) {
+	if c.MaxConns < 1 {
+		bad("MaxConns", "the connection bound must be at least 1, got %d", c.MaxConns)
+	}
+	for _, b := range []struct {
+		field, what string
+		v           int
+	}{
+		{"MaxConnsPerAddr", "the connections of one client address", c.MaxConnsPerAddr},
+		{"MaxLivePerAddr", "the live streams of one client address", c.MaxLivePerAddr},
+		{"MaxLivePerPrincipal", "the live streams of one principal", c.MaxLivePerPrincipal},
+	} {
+		if b.v < NoBound {
+			bad(b.field, "the bound on %s must be at least 1, or %d for no bound, got %d", b.what, NoBound, b.v)
+		}
+	}
+	if c.MaxLiveViewers < 1 || c.MaxLiveViewers >= c.MaxConns && c.MaxConns > 1 {
+		bad("MaxLiveViewers", "the live streams bound must be at least 1 and below the connection bound (%d), so that votes keep connections, got %d",
+			c.MaxConns, c.MaxLiveViewers)
+	}
+	if c.MaxHeaderBytes < 1<<10 {
+		bad("MaxHeaderBytes", "the request headers bound must be at least 1024 bytes, got %d", c.MaxHeaderBytes)
+	}
+	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
+		bad("TLSCertFile", "the TLS certificate and key files go together (got certificate %q, key %q): give both to serve TLS, or neither for plain HTTP",
+			c.TLSCertFile, c.TLSKeyFile)
+	}
+}

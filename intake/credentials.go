@@ -71,7 +71,7 @@ func (s *Server) signedPrincipal(w http.ResponseWriter, r *http.Request, token s
 			unauthorized(w, challengeInvalidToken, fmt.Sprintf(
 				"the bearer token was signed by credential key %s, which this intake does not hold (it holds %s): "+
 					"the token was issued with another key; ask for a token issued with one of this intake's keys "+
-					"(tally principal reissue, with the key intake runs with), or give intake that key too (--credential-key)",
+					"(tally principal reissue, with the key intake runs with), or give intake that key too",
 				quoteClip(kid), strings.Join(s.cfg.CredentialKeyIDs, ", ")))
 			return nil, false
 		}
@@ -85,7 +85,7 @@ func (s *Server) signedPrincipal(w http.ResponseWriter, r *http.Request, token s
 	if id.Issuer == credential.Issuer {
 		ownKey = id.KeyID
 	}
-	if s.refusedRevoked(w, id.PrincipalID, ownKey, id.IssuedAt, true) {
+	if s.refusedRevoked(w, id.PrincipalID, ownKey, id.IssuedAt) {
 		return nil, false
 	}
 	s.metrics.credentials[credValid].Inc()
@@ -107,14 +107,10 @@ func (s *Server) authLimited(w http.ResponseWriter, wait time.Duration) {
 // the key keyID of tally's own retired ("" for a token that names none),
 // or the token, issued at issuedAt (zero when it does not say), replaced
 // by a reissue; 503 when the revocations were never loaded; and reports
-// whether it answered. A token of the form issued before signed credentials (signed
-// false) is let through while the revocations are not loaded: its own
-// lookup reads the revocation.
-func (s *Server) refusedRevoked(w http.ResponseWriter, principalID, keyID string, issuedAt time.Time, signed bool) bool {
+// whether it answered.
+func (s *Server) refusedRevoked(w http.ResponseWriter, principalID, keyID string, issuedAt time.Time) bool {
 	refused, loaded := s.revoked.refuses(principalID, keyID, issuedAt)
 	switch {
-	case !loaded && !signed:
-		return false
 	case !loaded:
 		s.metrics.credentials[credUnavailable].Inc()
 		writeProblem(w, http.StatusServiceUnavailable, probUnavailable,

@@ -14,19 +14,14 @@ import (
 
 // This file owns what intake knows of PostgreSQL from its own lookups, and
 // so when it falls back on what it read before. While PostgreSQL does not
-// answer, intake stays useful where that is safe for the business:
+// answer, intake stays useful where that is safe for the business
+// (signed credentials and the catalog need no query at all):
 //
-//   - a principal it verified within Config.AuthStaleMax is still served
-//     past Config.AuthTTL (auth.go), so known principals keep voting on
-//     polls the catalog holds; a token it has not verified gets 503;
 //   - results answer the last figures intake read, marked stale (reads.go);
 //   - a vote's status answers pending when its record in Redis shows it
 //     was accepted after PostgreSQL stopped answering, so it cannot have
 //     been applied (reads.go);
 //   - /readyz reads 200 degraded (reads.go).
-//
-// A principal past its TTL is never served while PostgreSQL answers, so a
-// revocation takes effect as soon as it answers again.
 
 // pgRetryEvery is how often, while PostgreSQL does not answer, one lookup
 // tries it again. The others fall back at once (or answer 503 when they
@@ -74,7 +69,7 @@ func (p *pgState) observe(ctx context.Context, err error) {
 	if err == nil || errors.Is(err, ledger.ErrNotFound) {
 		if p.downSince.Swap(0) != 0 {
 			p.reachable.Set(1)
-			p.log.Info("PostgreSQL answers again; principals past their cache TTL are looked up again")
+			p.log.Info("PostgreSQL answers again")
 		}
 		return
 	}
@@ -85,7 +80,7 @@ func (p *pgState) observe(ctx context.Context, err error) {
 	p.nextTry.Store(now.Add(pgRetryEvery).UnixNano())
 	if p.downSince.CompareAndSwap(0, now.UnixNano()) {
 		p.reachable.Set(0)
-		p.log.Warn("PostgreSQL does not answer; serving known principals, cached polls and stale results",
+		p.log.Warn("PostgreSQL does not answer; serving the polls held in memory and stale results",
 			slog.String("error", err.Error()))
 	}
 }

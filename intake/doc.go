@@ -82,11 +82,8 @@
 //     revoked principals and retired keys are held in memory (loaded at
 //     start, kept current by the catalog's change log, as the polls are)
 //     and checked on every request in every state, a PostgreSQL outage
-//     included. A token of the
-//     stored kind issued before signed credentials ("tly_...") is looked
-//     up by its SHA-256 (never kept in clear, never logged) and cached for
-//     Config.AuthTTL; a change to the principals table expires the cache
-//     at once.
+//     included. A token of the form "tly_..." (a stored kind no release
+//     took) gets 401 saying to ask for a signed credential.
 //   - Polls, choices and eligibility are held whole in an in-process
 //     catalog, loaded at start in pages (each a query of its own under
 //     Config.PostgresTimeout, the whole within Config.CatalogLoadTimeout
@@ -107,24 +104,18 @@
 //   - While Redis fails, a circuit breaker opens and POST answers 503 with
 //     Retry-After at once instead of piling up goroutines; /readyz says so.
 //   - While PostgreSQL does not answer, intake degrades where that is safe:
-//     every valid signed credential, and a stored-kind token it verified
-//     within Config.AuthStaleMax, keeps voting on the polls the catalog
-//     holds (a stored-kind token it has not verified gets 503, never 202), results answer the last figures read marked stale, a
-//     vote accepted since answers pending, and /readyz reads 200 degraded.
-//     None of it outlives the outage: a principal past its TTL is looked
-//     up again as soon as PostgreSQL answers.
+//     every valid signed credential keeps voting on the polls the catalog
+//     holds, results answer the last figures read marked stale, a vote
+//     accepted since answers pending, and /readyz reads 200 degraded.
+//     None of it outlives the outage.
 //   - Results and /readyz are read at most once per Config.ReadCacheTTL
 //     (per poll), concurrent reads sharing one query.
-//   - A flood cannot load PostgreSQL through authentication or reads:
-//     past Config.AuthFailureBurst failed authentications from one client
-//     address, its requests get 429 before any lookup unless their token
-//     is cached as valid. Only a refused token counts, but an address has
-//     no more lookups under way at once than failures left: valid tokens
-//     new to intake are all served, waiting their turn. A signed
-//     credential's signature is checked only while its address has
-//     allowance left, so past it a flood of forged tokens costs no
-//     signature check (and a valid one from that address waits too). Past
-//     Config.ReadBurst reads, a principal's reads get 429. Both limits
+//   - A flood cannot load intake through authentication, nor PostgreSQL
+//     through reads: past Config.AuthFailureBurst failed authentications
+//     from one client address (only a refused token counts), its requests
+//     get 429 before their token's signature is checked, so a flood of
+//     forged tokens costs no signature check (and a valid one from that
+//     address waits too). Past Config.ReadBurst reads, a principal's reads get 429. Both limits
 //     live in this process's memory, keyed by a keyed hash (no address is
 //     stored or logged) in tables of bounded size.
 //   - Metrics carry bounded labels only (route template, status code,
@@ -178,8 +169,8 @@
 //     revocations.go: the revocations (and reissued principals'
 //     valid-after times) held in memory, kept current by the catalog's
 //     change log.
-//   - auth.go: the cache of stored-kind tokens and the voter, a principal
-//     with its enqueue arguments made once.
+//   - auth.go: the voter, a principal with its enqueue arguments made
+//     once.
 //   - catalog.go: the in-process catalog of polls, choices and
 //     eligibility; changes.go: the follower of the catalog's change log,
 //     which loads the catalog and the revocations and keeps them current.

@@ -321,7 +321,7 @@ func TestMaxConns(t *testing.T) {
 	store, _ := ledger.New(nil, ledger.Config{})
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	defer rdb.Close()
-	if _, err := intake.New(intake.Config{MaxConns: -1}, store, rdb, keys, nil, nil); err == nil || !strings.Contains(err.Error(), "MaxConns must be at least 1, got -1") {
+	if _, err := intake.New(intake.Config{MaxConns: -1}, store, rdb, keys, nil, nil); err == nil || !strings.Contains(err.Error(), "the connection bound must be at least 1, got -1") {
 		t.Fatalf("MaxConns -1: %v, want an error that names it", err)
 	}
 	for _, idle := range []time.Duration{time.Minute, 300 * time.Millisecond} {

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"sync"
 	"testing"
 
@@ -73,30 +72,6 @@ func checked(t testing.TB, client *http.Client) *http.Client {
 	checked := *client
 	checked.Transport = c.Transport(t, client.Transport)
 	return &checked
-}
-
-// serve has h answer req without a server, as tests of a handler alone
-// do, and checks the exchange against the OpenAPI document.
-func serve(t testing.TB, h http.Handler, req *http.Request) *httptest.ResponseRecorder {
-	t.Helper()
-	var body []byte
-	if req.Body != nil {
-		var err error
-		if body, err = io.ReadAll(req.Body); err != nil {
-			t.Fatal(err)
-		}
-		req.Body = io.NopCloser(bytes.NewReader(body))
-	}
-	w := httptest.NewRecorder()
-	h.ServeHTTP(w, req)
-	api, err := contract()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := api.Check(req, body, w.Code, w.Header(), w.Body.Bytes()); err != nil {
-		t.Errorf("OpenAPI contract: %v", err)
-	}
-	return w
 }
 
 // sampled is checked for a load of thousands of exchanges: of each kind

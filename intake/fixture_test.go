@@ -191,13 +191,11 @@ func testLogger() *slog.Logger {
 	return slog.New(slog.DiscardHandler)
 }
 
+// principal adds a voter named name and issues it a token signed with
+// the bundle's key that never expires.
 func (b *bundle) principal(t testing.TB, name string) (ledger.Principal, string) {
 	t.Helper()
-	p, token, err := b.store.AddPrincipal(context.Background(), name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p, token
+	return b.signed(t, name, time.Time{})
 }
 
 // signed adds a principal named name and issues it a token signed with

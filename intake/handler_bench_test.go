@@ -20,7 +20,7 @@ import (
 
 // BenchmarkHandler measures the vote handler alone, without a network
 // client: its time per vote includes one Redis round trip, its allocations
-// are intake's own. The principal is younger than the idempotency window
+// are intake's own. The voter's token is a signed credential. The principal is younger than the idempotency window
 // and than the shard's epoch, as most voters of an established Redis:
 // its new votes cost no ledger lookup.
 func BenchmarkHandler(b *testing.B) {
@@ -43,14 +43,24 @@ func benchHandler(b *testing.B, age time.Duration) {
 	rdb, prefix := testenv.Redis(b)
 	store, _ := ledger.New(db.Pool, ledger.Config{})
 	keys, _ := stream.NewKeys(prefix, 1)
-	srv, err := intake.New(intake.Config{Rate: 1e6, Burst: 1_000_000, LedgerCheck: age > 0}, store, rdb, keys, testLogger(), prometheus.NewRegistry())
+	key, verifier := credentialKey(b)
+	srv, err := intake.New(intake.Config{Rate: 1e6, Burst: 1_000_000, LedgerCheck: age > 0, Credentials: verifier},
+		store, rdb, keys, testLogger(), prometheus.NewRegistry())
 	if err != nil {
 		b.Fatal(err)
 	}
 	ctx := b.Context()
 	establishedEpoch(b, rdb, keys)
-	p, token, _ := store.AddPrincipal(ctx, "voter")
-	if _, err := db.Pool.Exec(ctx, `UPDATE principals SET created_at = now() - make_interval(secs => $2) WHERE id = $1`, p.ID, age.Seconds()); err != nil {
+	ps, err := store.AddPrincipals(ctx, []string{"voter"}, "")
+	if err != nil {
+		b.Fatal(err)
+	}
+	createdAt := ps[0].CreatedAt.Add(-age)
+	if _, err := db.Pool.Exec(ctx, `UPDATE principals SET created_at = $2 WHERE id = $1`, ps[0].ID, createdAt); err != nil {
+		b.Fatal(err)
+	}
+	token, err := key.Issue(ps[0].ID, createdAt, time.Time{})
+	if err != nil {
 		b.Fatal(err)
 	}
 	if err := store.CreatePoll(ctx, ledger.Poll{ID: "p1", Title: "t", Choices: []string{"a"}}); err != nil {

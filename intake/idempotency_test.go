@@ -254,16 +254,22 @@ func TestKnownEventLedgerDown(t *testing.T) {
 	wantKeyReused(t, b.vote(t, b.token, "e1", "p1", "z"))
 }
 
-// age makes principal id created ago before now, as AddPrincipal cannot
-// (the tests age a principal 48h, past the default 24h window).
-// Intake reads created_at when it authenticates the principal, so age it
-// before its first request.
-func age(t *testing.T, db testenv.DB, id string, ago time.Duration) {
+// age makes the bundle's principal created ago before now, in its row and
+// in a token issued anew, which names that creation time (the tests age a
+// principal 48h, past the default 24h window).
+func (b *bundle) age(t *testing.T, db testenv.DB, ago time.Duration) {
 	t.Helper()
-	if _, err := db.Pool.Exec(context.Background(),
-		`UPDATE principals SET created_at = now() - make_interval(secs => $2) WHERE id = $1`, id, ago.Seconds()); err != nil {
+	var createdAt time.Time
+	if err := db.Pool.QueryRow(context.Background(),
+		`UPDATE principals SET created_at = now() - make_interval(secs => $2) WHERE id = $1 RETURNING created_at`,
+		b.who.ID, ago.Seconds()).Scan(&createdAt); err != nil {
 		t.Fatal(err)
 	}
+	token, err := b.key.Issue(b.who.ID, createdAt, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.who.CreatedAt, b.token = createdAt, token
 }
 
 // ledgerChecks is the ledger check counter of outcome.
@@ -294,7 +300,7 @@ func TestPastWindowLedgerSettles(t *testing.T) {
 	rdb, prefix := testenv.Redis(t)
 	b := setupOn(t, db, rdb, prefix)
 	runProjector(t, b)
-	age(t, db, b.who.ID, 48*time.Hour)
+	b.age(t, db, 48*time.Hour)
 	if out := b.record(t, "e1", "p1", "a", time.Now()); out.Status != ledger.StatusRecorded {
 		t.Fatalf("ledger: %v", out)
 	}
@@ -331,7 +337,7 @@ func TestExpiredRecordLedgerDecides(t *testing.T) {
 	rdb, prefix := testenv.Redis(t)
 	b := setupOn(t, db, rdb, prefix, withLedgerCheck)
 	b.poll(t, ledger.Poll{ID: "p2", Title: "Dinner", Choices: []string{"x"}})
-	age(t, db, b.who.ID, 48*time.Hour)
+	b.age(t, db, 48*time.Hour)
 	// e1 is in the ledger and Redis has no record of it, as once its
 	// window ended.
 	if out := b.record(t, "e1", "p1", "a", time.Now()); out.Status != ledger.StatusRecorded {
@@ -369,7 +375,9 @@ func TestYoungPrincipalNotChecked(t *testing.T) {
 	t.Parallel()
 	b := setup(t, withLedgerCheck)
 	b.poll(t, ledger.Poll{ID: "p2", Title: "Dinner", Choices: []string{"x"}})
-	// This vote sets the epoch, unless intake did when it started.
+	// An epoch an hour back: a signed token's creation time is a whole
+	// second, which may fall before an epoch set this second.
+	establishedEpoch(t, b.rdb, b.keys)
 	wantAccepted(t, b.vote(t, b.token, "e0", "p1", "a"), "e0", ledger.StatusPending)
 	before := [4]int{b.ledgerChecks("new"), b.ledgerChecks("replay"), b.ledgerChecks("conflict"), b.ledgerChecks("error")}
 	_, young := b.principal(t, "young")
@@ -386,7 +394,10 @@ func TestYoungPrincipalNotChecked(t *testing.T) {
 	if n := b.xlen(t); n != 3 {
 		t.Fatalf("stream holds %d entries, want 3", n)
 	}
-	// The epoch is set again: a principal created now is not checked.
+	// The epoch is set again: a principal created after it is not checked.
+	// A signed token names whole seconds, so it is created in the next
+	// second: one created in the epoch's second may be checked.
+	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second)))
 	_, newer := b.principal(t, "newer")
 	wantAccepted(t, b.vote(t, newer, "e1", "p1", "a"), "e1", ledger.StatusPending)
 	b.wantLedgerChecks(t, before[0]+1, before[1], before[2], before[3])
@@ -404,7 +415,7 @@ func TestLedgerCheckLedgerDown(t *testing.T) {
 	}
 	rdb, prefix := testenv.Redis(t)
 	b := setupOn(t, testenv.DB{Name: db.Name, URL: db.URL, Pool: pool}, rdb, prefix, withLedgerCheck)
-	age(t, db, b.who.ID, 48*time.Hour)
+	b.age(t, db, 48*time.Hour)
 	wantAccepted(t, b.vote(t, b.token, "e1", "p1", "a"), "e1", ledger.StatusPending)
 	b.wantLedgerChecks(t, 1, 0, 0, 0)
 	pool.Close()

@@ -1,22 +1,19 @@
 package intake
 
 import (
-	"context"
-	"fmt"
 	"hash/maphash"
 	"math"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-
-	"tally/ledger"
 )
 
 // This file owns intake's limits kept in memory: failed authentications
-// per client address, and reads per principal. Both stand between a flood
-// and PostgreSQL: a token intake has not cached costs a lookup, and so
-// does a read. Votes have their own limit, per principal in Redis (the
+// per client address, and reads per principal. The first bounds what one
+// address may make intake check and log (a signature check, a refusal);
+// the second stands between a flood and PostgreSQL, which a read costs a
+// query. Votes have their own limit, per principal in Redis (the
 // enqueue script), since every intake instance must share it.
 
 // limits are a Server's in-memory limits. A nil limiter is a limit turned
@@ -24,18 +21,8 @@ import (
 type limits struct {
 	failures *keyedLimiter // failed authentications per client address
 	reads    *keyedLimiter // reads per principal
-	// lookupWait bounds how long a token lookup waits for the others of
-	// its address to end (startLookup): Config.PostgresTimeout.
-	lookupWait time.Duration
 
-	mu       sync.Mutex
-	underway map[uint64]*lookups // by failures' address key; none at zero
-}
-
-// lookups are the token lookups under way from one client address.
-type lookups struct {
-	n     int
-	ended chan struct{} // closed, and replaced, as each of them ends
+	mu sync.Mutex // orders refused's check and spend of one address
 }
 
 func newLimits(cfg Config, m *metrics) *limits {
@@ -44,8 +31,6 @@ func newLimits(cfg Config, m *metrics) *limits {
 			m.limitEvictions.WithLabelValues(limitAuthFailures)),
 		reads: newKeyedLimiter(cfg.ReadRate, cfg.ReadBurst, cfg.LimitEntries,
 			m.limitEvictions.WithLabelValues(limitReads)),
-		lookupWait: cfg.PostgresTimeout,
-		underway:   map[uint64]*lookups{},
 	}
 }
 
@@ -55,51 +40,10 @@ const (
 	limitReads        = "reads"
 )
 
-// startLookup admits a lookup in PostgreSQL of a token not cached as valid
-// from the address of remoteAddr (an http.Request's RemoteAddr), to be
-// ended by authLookup.end. When the address's allowance of failed
-// authentications is spent it admits none and returns how long until the
-// allowance has room again (never zero).
-//
-// A lookup under way spends nothing: only end charges the allowance, and
-// only for a refused token, so that many valid tokens looked up at once
-// from one address (a NAT, a kiosk) are all served. Instead an address has
-// at most as many lookups under way as its allowance has room for, since
-// each of them may fail; a request beyond that waits for one to end, for
-// at most lookupWait and until deadline (unless it is zero), and gets an
-// error past that. So a flood of bad tokens from one address still costs
-// PostgreSQL no more lookups than the allowance, and no more at once.
-func (l *limits) startLookup(ctx context.Context, remoteAddr string, deadline time.Time) (authLookup, time.Duration, error) {
-	if l.failures == nil {
-		return authLookup{}, 0, nil
-	}
-	key := l.failures.addrKey(remoteAddr)
-	for waited := false; ; waited = true {
-		ended, wait, ok := l.admit(key, time.Now())
-		switch {
-		case ok:
-			return authLookup{l: l, key: key}, 0, nil
-		case wait > 0:
-			return authLookup{}, wait, nil
-		case !waited:
-			var cancel context.CancelFunc
-			ctx, cancel = boundedContext(ctx, l.lookupWait, deadline)
-			defer cancel()
-		}
-		select {
-		case <-ended:
-		case <-ctx.Done():
-			return authLookup{}, 0, fmt.Errorf("wait for the token lookups under way from the same address: %w", ctx.Err())
-		}
-	}
-}
-
 // refused charges the allowance of the address of remoteAddr one failed
-// authentication of a token checked without PostgreSQL (a signed
-// credential). When the allowance is already spent it charges nothing and
-// returns how long until it has room again: the request then gets 429, as
-// a flood of tokens to look up does, so one address cannot make intake
-// log and answer refusals at will.
+// authentication. When the allowance is already spent it charges nothing
+// and returns how long until it has room again: the request then gets
+// 429, so one address cannot make intake log and answer refusals at will.
 func (l *limits) refused(remoteAddr string) time.Duration {
 	if l.failures == nil {
 		return 0
@@ -128,57 +72,6 @@ func (l *limits) spent(remoteAddr string) time.Duration {
 	return wait
 }
 
-// admit counts a lookup of key under way when the allowance has room for
-// one more failure than are under way (ok). Otherwise it returns how long
-// until the allowance has room when it has none, or else the channel
-// closed when a lookup under way ends.
-func (l *limits) admit(key uint64, now time.Time) (ended <-chan struct{}, wait time.Duration, ok bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	room, wait := l.failures.room(key, now)
-	if room == 0 {
-		return nil, wait, false
-	}
-	u := l.underway[key]
-	if u == nil {
-		u = &lookups{ended: make(chan struct{})}
-		l.underway[key] = u
-	}
-	if u.n < room {
-		u.n++
-		return nil, 0, true
-	}
-	return u.ended, 0, false
-}
-
-// authLookup is a token lookup startLookup admitted.
-type authLookup struct {
-	l   *limits // nil when the limit is off
-	key uint64
-}
-
-// end ends the lookup, charging the address's allowance one failure when
-// the token was refused.
-func (lk authLookup) end(refused bool) {
-	if lk.l == nil {
-		return
-	}
-	l := lk.l
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if refused {
-		l.failures.spend(lk.key, time.Now())
-	}
-	u := l.underway[lk.key]
-	u.n--
-	close(u.ended)
-	if u.n == 0 {
-		delete(l.underway, lk.key)
-		return
-	}
-	u.ended = make(chan struct{})
-}
-
 // read spends one read of the principal id, or returns how long to wait
 // before the next one.
 func (l *limits) read(id string, now time.Time) (time.Duration, bool) {
@@ -186,22 +79,6 @@ func (l *limits) read(id string, now time.Time) (time.Duration, bool) {
 		return 0, true
 	}
 	return l.reads.take(l.reads.stringKey(id), now)
-}
-
-// known is the voter of token when the token cache holds it as valid and
-// fresh, else nil. Such a token passes the limit of failed
-// authentications without spending from it, so that a valid principal
-// behind the same address as a flood of bad tokens (a NAT, a proxy) keeps
-// being served: the limit only stands between the flood and PostgreSQL.
-func (a *authCache) known(token string, now time.Time) *voter {
-	key := ledger.TokenHash(token)
-	a.mu.Lock()
-	e, hit := a.m[key]
-	a.mu.Unlock()
-	if hit && e.voter != nil && now.Before(e.expires) {
-		return e.voter
-	}
-	return nil
 }
 
 // sweepEvery is how often a keyedLimiter forgets the keys whose bucket is

@@ -2,7 +2,6 @@ package intake_test
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"log/slog"
 	"math"
@@ -45,17 +44,6 @@ func (c *queryCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pg
 
 func (*queryCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
-// tokenLookups counts the token lookups that reach PostgreSQL, by their
-// SQL (the only statement that reads principals by token_sha256).
-func tokenLookups() *queryCounter { return &queryCounter{match: "token_sha256"} }
-
-// countingStore is a Store on db whose token lookups lookups counts.
-func countingStore(t *testing.T, db testenv.DB) (*ledger.Store, *queryCounter) {
-	t.Helper()
-	lookups := tokenLookups()
-	return tracedStore(t, db, lookups), lookups
-}
-
 // tracedStore is a Store on db whose pool's queries go through tracer.
 func tracedStore(t *testing.T, db testenv.DB, tracer pgx.QueryTracer) *ledger.Store {
 	t.Helper()
@@ -76,75 +64,30 @@ func tracedStore(t *testing.T, db testenv.DB, tracer pgx.QueryTracer) *ledger.St
 	return store
 }
 
-// TestAuthFailureLimit floods intake with bad tokens from one address:
-// after the budget they get 429 and PostgreSQL sees no more lookups, while
-// a token already cached as valid from that address and any token from
-// another address are served as before, and no address is logged.
-func TestAuthFailureLimit(t *testing.T) {
-	t.Parallel()
-	const burst = 5
-	// A rate this low refills nothing while the test runs.
-	ls := limitServer(t, intake.Config{AuthFailureRate: 0.001, AuthFailureBurst: burst, AuthTTL: time.Hour})
-	store, lookups := ls.store, ls.lookups
-	var err error
-	var tokens [3]string
-	for i := range tokens {
-		if _, tokens[i], err = store.AddPrincipal(context.Background(), "voter"+strconv.Itoa(i)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cached, uncached, elsewhere := tokens[0], tokens[1], tokens[2]
-	here := &bundle{url: ls.url, client: clientFrom(t, "127.0.0.1")}
-	there := &bundle{url: ls.url, client: clientFrom(t, "127.0.0.2")}
-	get := func(b *bundle, token string) reply { return b.do(t, http.MethodGet, "/v1/votes/nope", token, "", nil) }
-
-	wantProblemType(t, get(here, cached), http.StatusNotFound, "not-found") // authenticated, now cached
-	before := lookups.n.Load()
-	const flood = 40
-	for i := range flood {
-		r := get(here, "tly_bad-"+rand.Text())
-		if i < burst {
-			wantProblemType(t, r, http.StatusUnauthorized, "unauthorized")
-			continue
-		}
-		wantProblemType(t, r, http.StatusTooManyRequests, "auth-rate-limited")
-		if ra, err := strconv.Atoi(r.header.Get("Retry-After")); err != nil || ra < 1 {
-			t.Fatalf("Retry-After %q, want whole seconds of at least 1", r.header.Get("Retry-After"))
-		}
-	}
-	if got := lookups.n.Load() - before; got != burst {
-		t.Fatalf("%d bad tokens from one address made %d token lookups in PostgreSQL, want %d (the budget)", flood, got, burst)
-	}
-
-	wantProblemType(t, get(here, cached), http.StatusNotFound, "not-found")
-	wantProblemType(t, get(here, uncached), http.StatusTooManyRequests, "auth-rate-limited")
-	wantProblemType(t, get(there, "tly_bad-"+rand.Text()), http.StatusUnauthorized, "unauthorized")
-	wantProblemType(t, get(there, elsewhere), http.StatusNotFound, "not-found")
-	if got, want := count(ls.srv.LimitMetrics().AuthLimited), flood-burst+1; got != want {
-		t.Fatalf("auth_rate_limited_total %d, want %d", got, want)
-	}
-	if logged := ls.log.String(); strings.Contains(logged, "127.0.0.") {
-		t.Fatalf("a client address was logged:\n%s", logged)
-	}
-}
-
-// limited is an intake served for a test of its limits, with the counter
-// of its token lookups in PostgreSQL and its log (at debug level).
+// limited is an intake served for a test of its limits, with its log (at
+// debug level) and the key whose tokens it takes, unless the test gave
+// Config.Credentials.
 type limited struct {
-	srv     *intake.Server
-	store   *ledger.Store
-	url     string
-	lookups *queryCounter
-	log     *testenv.LogBuffer
+	srv   *intake.Server
+	store *ledger.Store
+	url   string
+	log   *testenv.LogBuffer
+	key   credential.Key
 }
 
 // limitServer is an intake on a fresh database and Redis prefix, whose
 // handler is served on a loopback port until the test ends. It is served
-// without Serve, so no NOTIFY of the principals table clears the token
-// cache while a test relies on it.
+// without Serve, so nothing but the test reloads its catalog.
 func limitServer(t *testing.T, cfg intake.Config) *limited {
 	t.Helper()
-	store, lookups := countingStore(t, testenv.Postgres(t))
+	store, err := ledger.New(testenv.Postgres(t).Pool, ledger.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var key credential.Key
+	if cfg.Credentials == nil {
+		key, cfg.Credentials = credentialKey(t)
+	}
 	rdb, prefix := testenv.Redis(t)
 	keys, _ := stream.NewKeys(prefix, 1)
 	logs := &testenv.LogBuffer{}
@@ -166,7 +109,7 @@ func limitServer(t *testing.T, cfg intake.Config) *limited {
 			t.Errorf("serve: %v", err)
 		}
 	})
-	return &limited{srv: srv, store: store, url: "http://" + ln.Addr().String(), lookups: lookups, log: logs}
+	return &limited{srv: srv, store: store, url: "http://" + ln.Addr().String(), log: logs, key: key}
 }
 
 // TestReadLimit reads beyond one principal's budget: both read routes
@@ -178,14 +121,8 @@ func TestReadLimit(t *testing.T) {
 	ls := limitServer(t, intake.Config{ReadRate: 0.001, ReadBurst: burst})
 	store := ls.store
 	ctx := context.Background()
-	_, token, err := store.AddPrincipal(ctx, "voter")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, other, err := store.AddPrincipal(ctx, "other")
-	if err != nil {
-		t.Fatal(err)
-	}
+	tokens := signPrincipals(t, store, ls.key, 2)
+	token, other := tokens[0], tokens[1]
 	if err := store.CreatePoll(ctx, ledger.Poll{ID: "p1", Title: "Lunch", Choices: []string{"a", "b"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -331,11 +268,11 @@ func TestLimitConfig(t *testing.T) {
 		cfg  intake.Config
 		want string
 	}{
-		{intake.Config{AuthFailureRate: -1}, "AuthFailureRate must be between 0.001 and 1000000 per second, or +Inf"},
-		{intake.Config{ReadRate: 0.0001}, "ReadRate must be between 0.001"},
-		{intake.Config{AuthFailureBurst: -1}, "AuthFailureBurst must be between 1 and 1000000, got -1"},
-		{intake.Config{ReadBurst: 2_000_000}, "ReadBurst must be between 1 and 1000000, got 2000000"},
-		{intake.Config{LimitEntries: -1}, "LimitEntries must be at least 1, got -1"},
+		{intake.Config{AuthFailureRate: -1}, "the failed authentications of one client address per second must be between 0.001 and 1000000, or +Inf"},
+		{intake.Config{ReadRate: 0.0001}, "the reads of one principal per second must be between 0.001"},
+		{intake.Config{AuthFailureBurst: -1}, "the burst of failed authentications of one client address must be between 1 and 1000000, got -1"},
+		{intake.Config{ReadBurst: 2_000_000}, "the burst of reads of one principal must be between 1 and 1000000, got 2000000"},
+		{intake.Config{LimitEntries: -1}, "the entries of each table of limits must be at least 1, got -1"},
 	} {
 		_, err := intake.New(tc.cfg, store, nil, keys, nil, nil)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

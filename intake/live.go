@@ -74,49 +74,6 @@ func isLiveStream(path string) bool {
 	return ok && id != "" && !strings.Contains(id, "/")
 }
 
-// withLiveDefaults is withDefaults of the live page and stream; MaxConns
-// must be set first.
-func (c Config) withLiveDefaults() Config {
-	if c.MaxLiveViewers == 0 {
-		c.MaxLiveViewers = max(c.MaxConns/2, 1)
-	}
-	if c.MaxLivePerAddr == 0 {
-		c.MaxLivePerAddr = 100
-	}
-	if c.MaxLivePerPrincipal == 0 {
-		c.MaxLivePerPrincipal = 10
-	}
-	if c.LiveHeartbeat == 0 {
-		c.LiveHeartbeat = 15 * time.Second
-	}
-	if c.LiveInterval == 0 {
-		c.LiveInterval = 200 * time.Millisecond
-	}
-	if c.LiveIdle == 0 {
-		c.LiveIdle = 30 * time.Second
-	}
-	return c
-}
-
-// liveErrors are validate's errors of the live page and stream.
-func (c Config) liveErrors() []error {
-	var errs []error
-	if c.MaxLiveViewers < 1 || c.MaxLiveViewers >= c.MaxConns && c.MaxConns > 1 {
-		errs = append(errs, fmt.Errorf("MaxLiveViewers must be at least 1 and below MaxConns (%d), so that votes keep connections, got %d",
-			c.MaxConns, c.MaxLiveViewers))
-	}
-	if c.LiveHeartbeat < 100*time.Millisecond {
-		errs = append(errs, fmt.Errorf("LiveHeartbeat must be at least 100ms, got %s", c.LiveHeartbeat))
-	}
-	if c.LiveInterval < time.Millisecond || c.LiveInterval > time.Minute {
-		errs = append(errs, fmt.Errorf("LiveInterval must be between 1ms and 1m, got %s", c.LiveInterval))
-	}
-	if c.LiveIdle < 0 {
-		errs = append(errs, fmt.Errorf("LiveIdle must not be negative, got %s", c.LiveIdle))
-	}
-	return errs
-}
-
 // live serves the live page and stream of a Server.
 type live struct {
 	s           *Server

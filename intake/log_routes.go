@@ -54,7 +54,7 @@ func (s *Server) handleCheckpoint(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case errors.Is(err, ledger.ErrNotFound):
 		writeProblem(w, http.StatusNotFound, probNoCheckpoint, fmt.Sprintf(
-			"poll %q has no signed checkpoint yet: checkpoints appear once the projector runs with --log-key "+
+			"poll %q has no signed checkpoint yet: checkpoints appear once the projector runs with a log signer key "+
 				"and has applied a vote on the poll; ask again later", id), 0)
 	case err != nil:
 		s.ledgerFailed(w, r, "checkpoint lookup failed", err)

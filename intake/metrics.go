@@ -27,8 +27,7 @@ type metrics struct {
 	// While PostgreSQL does not answer (see degraded.go).
 	postgresReachable prometheus.Gauge
 	degraded          *prometheus.CounterVec // answer
-	stalePrincipals   prometheus.Counter     // degraded's children
-	staleResults      prometheus.Counter
+	staleResults      prometheus.Counter     // degraded's children
 	pendingFromQueue  prometheus.Counter
 	resultsReads      prometheus.Counter
 	authLimited       prometheus.Counter
@@ -216,14 +215,12 @@ func (m *metrics) newDegradedMetrics() []prometheus.Collector {
 	})
 	m.degraded = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "tally", Subsystem: "intake", Name: "degraded_answers_total",
-		Help: "Answers given without PostgreSQL because it did not answer: a principal served past its cache TTL (stale_principal), " +
-			"results last read (stale_results), a vote's status pending from its record in Redis (pending_from_queue).",
+		Help: "Answers given without PostgreSQL because it did not answer: results last read (stale_results), a vote's status pending from its record in Redis (pending_from_queue).",
 	}, []string{"answer"})
 	m.resultsReads = prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: "tally", Subsystem: "intake", Name: "results_queries_total",
-		Help: "Queries of a poll's results sent to PostgreSQL; the reads of one poll within --read-cache-ttl share one.",
+		Help: "Queries of a poll's results sent to PostgreSQL; the reads of one poll within the read cache TTL share one.",
 	})
-	m.stalePrincipals = m.degraded.WithLabelValues("stale_principal")
 	m.staleResults = m.degraded.WithLabelValues("stale_results")
 	m.pendingFromQueue = m.degraded.WithLabelValues("pending_from_queue")
 	return []prometheus.Collector{m.postgresReachable, m.degraded, m.resultsReads}
@@ -254,9 +251,9 @@ const (
 func newBoundMetrics() (bounds, connErrors *prometheus.CounterVec) {
 	bounds = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "tally", Subsystem: "intake", Name: "bound_refusals_total",
-		Help: "Connections and live streams refused for a bound on what is held open, by bound: conns_per_addr (a connection beyond --max-conns-per-addr, " +
-			"answered 503 too-many-connections and closed), live (a stream beyond --max-live-viewers), live_per_addr and live_per_principal " +
-			"(beyond --max-live-per-addr, --max-live-per-principal: 429).",
+		Help: "Connections and live streams refused for a bound on what is held open, by bound: conns_per_addr (a connection beyond the bound per client address, " +
+			"answered 503 too-many-connections and closed), live (a stream beyond the bound on live streams), live_per_addr and live_per_principal " +
+			"(beyond the bounds per client address and per principal: 429).",
 	}, []string{"bound"})
 	for _, b := range []string{boundConnsPerAddr, boundLive, boundLivePerAddr, boundLivePerPrincipal} {
 		bounds.WithLabelValues(b)

@@ -53,7 +53,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusNotFound, probNotFound,
 			"no such route: intake serves POST /v1/votes, GET /v1/votes/{event_id}, GET /v1/polls/{poll_id}/results, "+
-				"/checkpoint, /consistency and /live, GET /polls/{poll_id}, /healthz, /readyz, /metrics (unless on --admin-listen) and /openapi.json, "+
+				"/checkpoint, /consistency and /live, GET /polls/{poll_id}, /healthz, /readyz, /metrics (unless on the admin listener) and /openapi.json, "+
 				"GET /v1/polls/{poll_id} (to a voter, a poll it may vote on), "+
 				"and to admins GET and POST /v1/polls, POST /v1/polls/{poll_id}/close, "+
 				"GET and POST /v1/principals and POST /v1/principals/{principal_id}/revoke", 0)
@@ -68,7 +68,7 @@ func (s *Server) adminRoutes() http.Handler {
 	s.probeRoutes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusNotFound, probNotFound,
-			"no such route: the admin listener serves GET /healthz, /readyz and /metrics; votes and reads go to --listen", 0)
+			"no such route: the admin listener serves GET /healthz, /readyz and /metrics; votes and reads go to the data listener", 0)
 	})
 	return s.instrument(canonical(framed(mux)))
 }
@@ -89,7 +89,7 @@ func withoutMetrics(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == routeMetrics {
 			writeProblem(w, http.StatusNotFound, probNotFound,
-				"no such route here: this intake serves /metrics on its admin listener (--admin-listen)", 0)
+				"no such route here: this intake serves /metrics on its admin listener", 0)
 			return
 		}
 		next.ServeHTTP(w, r)

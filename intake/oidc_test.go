@@ -44,10 +44,16 @@ func oidcIssuer(t *testing.T, url string, cfg credential.OIDCConfig) *credential
 	return o
 }
 
-// trusting makes intake take the tokens of issuers (and none of tally's
-// own signed tokens; the fixture's stored-kind token still votes).
+// trusting makes intake take the tokens of issuers, beside those of the
+// fixture's key (its principal's token still votes).
 func trusting(issuers ...*credential.OIDCIssuer) option {
-	return func(c *intake.Config) { c.Credentials = credential.NewVerifier(nil, issuers...) }
+	return func(c *intake.Config) {
+		keySet, err := credential.NewKeySet(*c.TokenKey)
+		if err != nil {
+			panic(err) // one key: NewKeySet refuses only an id given twice
+		}
+		c.Credentials = credential.NewVerifier(keySet, issuers...)
+	}
 }
 
 // waitKeys waits until intake fetched the keys of every issuer but those

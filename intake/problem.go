@@ -59,7 +59,7 @@ var (
 
 	// auth-rate-limited: the client's address made too many failed
 	// authentications, so its requests are refused before their token is
-	// looked up (a token cached as valid still passes). rate-limited above
+	// checked. rate-limited above
 	// is a principal's limit: of votes (in Redis) or of reads.
 	probAuthRateLimited = problemType{"auth-rate-limited", "Too many failed authentications"}
 

@@ -1,19 +1,15 @@
 package intake
 
 import (
-	"errors"
 	"fmt"
 	"net/http"
 	"strings"
 	"time"
-
-	"tally/ledger"
 )
 
 // This file owns the authentication of a request: its bearer token and
 // the RFC 6750 challenges (bearerToken, unauthorized), the principal it
-// names (principalBy: a signed credential, credentials.go, or a token of
-// the stored kind looked up in PostgreSQL), the limits of failed
+// names (principalBy: a signed credential, credentials.go), the limits of failed
 // authentications and of reads (principal, spendRead; see limits.go).
 // The admin routes add the role check (admin_body.go admin).
 
@@ -45,85 +41,30 @@ func (s *Server) spendRead(w http.ResponseWriter, p *voter) bool {
 }
 
 // principalBy authenticates the request, or answers 400, 401, 429 or 503
-// and returns false. A signed credential is verified in memory
-// (credentials.go). A token of the stored kind ("tly_...") the cache holds
-// as valid is served at once; any other is looked up in PostgreSQL,
-// bounded by deadline too unless it is zero, within the allowance of
-// failed authentications of the client's address (Config.AuthFailureRate,
-// limits.go startLookup), which only a refused token spends, so that a
-// flood of bad tokens from one address gets 429 before it reaches
-// PostgreSQL; concurrent requests with the same uncached token share one
-// lookup. Either kind is then refused when the revocations intake holds
-// name its principal (or key).
-func (s *Server) principalBy(w http.ResponseWriter, r *http.Request, deadline time.Time) (*voter, bool) {
+// and returns false: its token must be a signed credential, verified in
+// memory and checked against the revocations intake holds
+// (credentials.go). A token of the form "tly_..." was never taken by a
+// release and gets 401 saying to ask for a signed credential. It takes
+// the request's deadline, which no step needs: none asks PostgreSQL.
+func (s *Server) principalBy(w http.ResponseWriter, r *http.Request, _ time.Time) (*voter, bool) {
 	token, ok := bearerToken(w, r)
 	if !ok {
 		return nil, false
 	}
-	if !strings.HasPrefix(token, ledger.LegacyTokenPrefix) {
-		return s.signedPrincipal(w, r, token)
-	}
-	v, ok := s.storedPrincipal(w, r, token, deadline)
-	if ok && s.refusedRevoked(w, v.ID, "", time.Time{}, false) {
-		return nil, false
-	}
-	return v, ok
-}
-
-// storedPrincipal authenticates token, one of the form issued before
-// signed credentials, by its stored hash, as principalBy says.
-func (s *Server) storedPrincipal(w http.ResponseWriter, r *http.Request, token string, deadline time.Time) (*voter, bool) {
-	if v := s.auth.known(token, time.Now()); v != nil {
-		return v, true
-	}
-	got, _, _ := s.authFlight.Do(token, func() (any, error) {
-		return s.attemptAuth(r, token, deadline), nil
-	})
-	res := got.(authAttempt)
-	switch {
-	case res.limited:
-		s.metrics.authLimited.Inc()
-		writeProblem(w, http.StatusTooManyRequests, probAuthRateLimited,
-			"too many requests from your address carried a bearer token that is unknown or revoked: "+
-				"retry after the Retry-After delay, with a valid token", res.wait)
-		return nil, false
-	case errors.Is(res.err, errUnauthenticated):
+	if strings.HasPrefix(token, storedTokenPrefix) {
+		s.metrics.credentials[credInvalid].Inc()
 		unauthorized(w, challengeInvalidToken,
-			"the bearer token is unknown or revoked: ask an operator for a valid token")
-		return nil, false
-	case res.err != nil:
-		s.failed(r, "authentication failed: PostgreSQL did not answer", res.err)
-		writeProblem(w, http.StatusServiceUnavailable, probUnavailable,
-			"the token could not be checked because the database did not answer: retry after the Retry-After delay", time.Second)
+			"the bearer token is of the stored kind (tly_...), which intake no longer takes: "+
+				"ask an operator to issue your principal a signed credential (tally principal reissue)")
 		return nil, false
 	}
-	return res.voter, true
+	return s.signedPrincipal(w, r, token)
 }
 
-// authAttempt is the outcome of one attempt to authenticate an uncached
-// token.
-type authAttempt struct {
-	voter   *voter
-	limited bool          // the address's budget is spent: nothing was looked up
-	wait    time.Duration // when limited, until the next attempt
-	err     error
-}
-
-// attemptAuth looks token up once the allowance of r's address admits
-// it, charging the allowance when the token is refused.
-func (s *Server) attemptAuth(r *http.Request, token string, deadline time.Time) (res authAttempt) {
-	lookup, wait, err := s.limits.startLookup(r.Context(), r.RemoteAddr, deadline)
-	switch {
-	case err != nil:
-		return authAttempt{err: err}
-	case wait > 0:
-		return authAttempt{limited: true, wait: wait}
-	}
-	// Deferred, so that a lookup that panics is not left under way.
-	defer func() { lookup.end(errors.Is(res.err, errUnauthenticated)) }()
-	v, err := s.auth.authenticate(r.Context(), token, deadline)
-	return authAttempt{voter: v, err: err}
-}
+// storedTokenPrefix starts the tokens of the stored kind, looked up by
+// their hash in PostgreSQL, which no release took: such a token is told
+// apart so that its 401 says what to do.
+const storedTokenPrefix = "tly_"
 
 // The WWW-Authenticate challenges of RFC 6750 3: a bare one when the
 // request carried no bearer token, an error code when it carried one that

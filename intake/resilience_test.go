@@ -147,7 +147,8 @@ func TestShutdownDrains(t *testing.T) {
 	rdb, prefix := testenv.Redis(t)
 	store, _ := ledger.New(db.Pool, ledger.Config{})
 	keys, _ := stream.NewKeys(prefix, 1)
-	srv, err := intake.New(intake.Config{ShutdownTimeout: 2 * time.Second}, store, rdb, keys, testLogger(), nil)
+	key, verifier := credentialKey(t)
+	srv, err := intake.New(intake.Config{ShutdownTimeout: 2 * time.Second, Credentials: verifier}, store, rdb, keys, testLogger(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +161,7 @@ func TestShutdownDrains(t *testing.T) {
 	go func() { done <- srv.Serve(ctx, ln) }()
 
 	// A request whose body is still coming when the stop begins is answered.
-	_, token, _ := store.AddPrincipal(context.Background(), "voter")
+	token := signPrincipals(t, store, key, 1)[0]
 	pr, pw := io.Pipe()
 	req, _ := http.NewRequest(http.MethodPost, "http://"+ln.Addr().String()+"/v1/votes", pr)
 	req.Header.Set("Authorization", "Bearer "+token)

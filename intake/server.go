@@ -14,7 +14,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/sony/gobreaker/v2"
-	"golang.org/x/sync/singleflight"
 
 	"tally/ledger"
 	"tally/stream"
@@ -25,22 +24,18 @@ import (
 
 // Server is the intake daemon. Create it with New; serve with Run or Serve.
 type Server struct {
-	cfg      Config
-	store    *ledger.Store
-	rdb      redis.UniversalClient
-	keys     stream.Keys
-	log      *slog.Logger
-	metrics  *metrics
-	gatherer prometheus.Gatherer // nil when reg does not gather
-	breaker  *gobreaker.CircuitBreaker[any]
-	batcher  *batcher
-	checks   *ledgerChecks // the ledger checks of new event ids the script could not rule out
-	auth     *authCache
-	revoked  *revocations // the revoked principals and retired keys, in memory
-	limits   *limits
-	// authFlight makes concurrent requests with one uncached token share
-	// one attempt and one lookup (principalBy).
-	authFlight singleflight.Group
+	cfg        Config
+	store      *ledger.Store
+	rdb        redis.UniversalClient
+	keys       stream.Keys
+	log        *slog.Logger
+	metrics    *metrics
+	gatherer   prometheus.Gatherer // nil when reg does not gather
+	breaker    *gobreaker.CircuitBreaker[any]
+	batcher    *batcher
+	checks     *ledgerChecks // the ledger checks of new event ids the script could not rule out
+	revoked    *revocations  // the revoked principals and retired keys, in memory
+	limits     *limits
 	catalog    *catalog
 	follow     *follower     // keeps catalog and revoked current
 	pg         *pgState      // whether PostgreSQL answers intake's lookups
@@ -63,10 +58,10 @@ type Server struct {
 // context's deadline (redis.Options.ContextTimeoutEnabled, as tally intake
 // sets it): a vote's pipeline ends at the deadline of its votes that way.
 func New(cfg Config, store *ledger.Store, rdb redis.UniversalClient, keys stream.Keys, logger *slog.Logger, reg prometheus.Registerer) (*Server, error) {
-	cfg = cfg.withDefaults()
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg = cfg.withDefaults()
 	if store == nil || rdb == nil {
 		return nil, errors.New("intake: a ledger store and a Redis client are required")
 	}
@@ -98,13 +93,12 @@ func New(cfg Config, store *ledger.Store, rdb redis.UniversalClient, keys stream
 	m.heldBy.Store(s.batcher)
 	s.checks = newLedgerChecks(store, cfg, s.log)
 	s.pg = newPGState(s.log, m.postgresReachable)
-	s.auth = newAuthCache(store, keys, cfg, s.pg, m.stalePrincipals)
 	s.results = newResultsCache()
 	s.ready = &readyCache{}
 	s.limits = newLimits(cfg, m)
 	s.revoked = &revocations{}
 	s.catalog = &catalog{}
-	s.follow = newFollower(store, s.log, cfg, m, s.pg, s.catalog, s.revoked, s.auth.expireAll)
+	s.follow = newFollower(store, s.log, cfg, m, s.pg, s.catalog, s.revoked, nil)
 	s.connErrors = newConnErrors(s.log, m.connErrors)
 	s.handler = s.routes()
 	return s, nil
@@ -130,11 +124,11 @@ func (s *Server) Run(ctx context.Context) error {
 // when intake accepts connections (tally intake under systemd) tells it
 // between the two.
 func (s *Server) Listen(ctx context.Context) (ln, admin net.Listener, err error) {
-	if ln, err = listen(ctx, s.cfg.Listen, "--listen"); err != nil {
+	if ln, err = listen(ctx, s.cfg.Listen, "the listen address"); err != nil {
 		return nil, nil, err
 	}
 	if s.cfg.AdminListen != "" {
-		if admin, err = listen(ctx, s.cfg.AdminListen, "--admin-listen"); err != nil {
+		if admin, err = listen(ctx, s.cfg.AdminListen, "the admin listen address"); err != nil {
 			ln.Close()
 			return nil, nil, err
 		}
@@ -142,10 +136,10 @@ func (s *Server) Listen(ctx context.Context) (ln, admin net.Listener, err error)
 	return ln, admin, nil
 }
 
-func listen(ctx context.Context, addr, flag string) (net.Listener, error) {
+func listen(ctx context.Context, addr, setting string) (net.Listener, error) {
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("intake: listen on %s: %w (is another process using it? set %s)", addr, err, flag)
+		return nil, fmt.Errorf("intake: listen on %s: %w (is another process using it? set %s to another)", addr, err, setting)
 	}
 	return ln, nil
 }

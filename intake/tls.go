@@ -38,7 +38,7 @@ var tls12Suites = []uint16{
 func newTLSConfig(certFile, keyFile string, log *slog.Logger) (*tls.Config, error) {
 	r := &certReloader{certFile: certFile, keyFile: keyFile, log: log}
 	if err := r.load(time.Now()); err != nil {
-		return nil, fmt.Errorf("intake: TLS: %w (check --tls-cert and --tls-key)", err)
+		return nil, fmt.Errorf("intake: TLS: %w (check the TLS certificate and key files)", err)
 	}
 	return &tls.Config{
 		MinVersion:     tls.VersionTLS12,

@@ -210,7 +210,7 @@ func TestTLSConfigNeedsBoth(t *testing.T) {
 	defer rdb.Close()
 	for _, cfg := range []intake.Config{{TLSCertFile: "cert.pem"}, {TLSKeyFile: "key.pem"}} {
 		_, err := intake.New(cfg, store, rdb, keys, nil, nil)
-		if err == nil || !strings.Contains(err.Error(), "TLSCertFile and TLSKeyFile go together") {
+		if err == nil || !strings.Contains(err.Error(), "the TLS certificate and key files go together") {
 			t.Errorf("New(cert %q, key %q) = %v, want an error that they go together", cfg.TLSCertFile, cfg.TLSKeyFile, err)
 		}
 	}

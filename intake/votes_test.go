@@ -48,8 +48,8 @@ func TestRefusals(t *testing.T) {
 		detail      string
 	}{
 		{"no token", "POST", "/v1/votes", "", "application/json", ok, 401, "no Authorization header"},
-		{"unknown token", "POST", "/v1/votes", "tly_nope", "application/json", ok, 401, "unknown or revoked"},
-		{"revoked token", "POST", "/v1/votes", revokedToken, "application/json", ok, 401, "unknown or revoked"},
+		{"stored-kind token", "POST", "/v1/votes", "tly_nope", "application/json", ok, 401, "issue your principal a signed credential"},
+		{"revoked token", "POST", "/v1/votes", revokedToken, "application/json", ok, 401, "principal was revoked"},
 		{"not json", "POST", "/v1/votes", b.token, "text/plain", ok, 415, `Content-Type "text/plain"`},
 		{"no content type", "POST", "/v1/votes", b.token, "", ok, 415, "no Content-Type"},
 		{"too large", "POST", "/v1/votes", b.token, "application/json", append(ok, bytes.Repeat([]byte(" "), 5000)...), 413, "4096"},

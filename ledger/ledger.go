@@ -25,25 +25,53 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// DefaultConfig returns the default of every field.
+func DefaultConfig() Config {
+	return Config{MaxBatch: 5000, MaxAttempts: 5, Logger: slog.New(slog.DiscardHandler)}
+}
+
+// withDefaults fills every zero field with its default.
 func (c Config) withDefaults() Config {
-	if c.MaxBatch == 0 {
-		c.MaxBatch = 5000
-	}
-	if c.MaxAttempts == 0 {
-		c.MaxAttempts = 5
-	}
+	def := DefaultConfig()
+	orDefault(&c.MaxBatch, def.MaxBatch)
+	orDefault(&c.MaxAttempts, def.MaxAttempts)
 	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
+		c.Logger = def.Logger
 	}
 	return c
 }
 
-func (c Config) validate() error {
+// orDefault sets *v to def when *v is zero.
+func orDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
+	}
+}
+
+// ConfigError is what is wrong with one setting of a Config: its message
+// names the setting in words and says what it takes; Field is the name
+// of its Config field, for a caller that spells settings its own way.
+type ConfigError struct {
+	Field string
+	msg   string
+}
+
+func (e *ConfigError) Error() string { return e.msg }
+
+// ConfigField is the name of the Config field e is about.
+func (e *ConfigError) ConfigField() string { return e.Field }
+
+// Validate reports the first setting of c that is wrong once its zero
+// fields took their defaults, as a *ConfigError; nil when there is none.
+// New runs it.
+func (c Config) Validate() error {
+	c = c.withDefaults()
 	if c.MaxBatch < 1 || c.MaxBatch > 100_000 {
-		return fmt.Errorf("ledger: MaxBatch must be between 1 and 100000, got %d", c.MaxBatch)
+		return &ConfigError{Field: "MaxBatch", msg: fmt.Sprintf("the most events of one append must be between 1 and 100000, got %d", c.MaxBatch)}
 	}
 	if c.MaxAttempts < 1 {
-		return fmt.Errorf("ledger: MaxAttempts must be at least 1, got %d", c.MaxAttempts)
+		return &ConfigError{Field: "MaxAttempts", msg: fmt.Sprintf("the tries of a transaction must be at least 1, got %d", c.MaxAttempts)}
 	}
 	return nil
 }
@@ -61,11 +89,10 @@ type Store struct {
 // New returns a Store on pool. The schema must be migrated (package
 // migrations).
 func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
-	cfg = cfg.withDefaults()
-	if err := cfg.validate(); err != nil {
-		return nil, err
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("ledger: %w", err)
 	}
-	return &Store{pool: pool, cfg: cfg}, nil
+	return &Store{pool: pool, cfg: cfg.withDefaults()}, nil
 }
 
 // MaxBatch is the most events one Append takes.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
 	"fmt"
 	"strings"
@@ -29,13 +28,6 @@ type Principal struct {
 
 // principalColumns are the columns of a Principal, in its order.
 const principalColumns = `id, name, created_at, revoked_at, coalesce(role, ''), coalesce(created_by, '')`
-
-// LegacyTokenPrefix starts every token issued before signed credentials;
-// such a token is looked up by its hash (Authenticate).
-const LegacyTokenPrefix = "tly_"
-
-// TokenHash is the SHA-256 of a bearer token, the only form stored.
-func TokenHash(token string) [32]byte { return sha256.Sum256([]byte(token)) }
 
 // MaxPrincipalsPerAdd bounds the names one AddPrincipals takes.
 const MaxPrincipalsPerAdd = 100_000
@@ -196,9 +188,8 @@ func (s *Store) Principal(ctx context.Context, id string) (Principal, error) {
 
 // ReissuePrincipal makes every token principal id was issued so far
 // stop working, so that a new one replaces them (tally principal
-// reissue): its stored token, if it has one, is dropped, and its signed
-// tokens issued before validAfter are refused from then on (intake holds
-// it with the revocations). validAfter is the next whole second, later
+// reissue): its signed tokens issued before validAfter are refused from
+// then on (intake holds it with the revocations). validAfter is the next whole second, later
 // than the issue time of any token issued before (signed tokens carry
 // whole seconds) and than the last reissue's: issue the new token at
 // validAfter. It returns the principal; a revoked one is ErrInvalid.
@@ -207,7 +198,7 @@ func (s *Store) Principal(ctx context.Context, id string) (Principal, error) {
 func (s *Store) ReissuePrincipal(ctx context.Context, id string) (p Principal, validAfter time.Time, err error) {
 	err = s.adminTx(ctx, "reissue principal "+id, func(tx pgx.Tx) error {
 		err := tx.QueryRow(ctx, `
-UPDATE principals SET token_sha256 = NULL,
+UPDATE principals SET
     valid_after = greatest(date_trunc('second', now()), date_trunc('second', valid_after)) + interval '1 second'
 WHERE id = $1 RETURNING `+principalColumns+`, valid_after`, id).
 			Scan(&p.ID, &p.Name, &p.CreatedAt, &p.RevokedAt, &p.Role, &p.CreatedBy, &validAfter)
@@ -223,36 +214,6 @@ WHERE id = $1 RETURNING `+principalColumns+`, valid_after`, id).
 		return Principal{}, time.Time{}, err
 	}
 	return p, validAfter, nil
-}
-
-// AddPrincipal creates a principal named name with a fresh random bearer
-// token of the form issued before signed credentials ("tly_" and 43
-// characters), whose SHA-256 is stored and looked up (Authenticate). It is
-// kept for deployments moving to signed credentials and for the tests of
-// that path; tally principal add issues signed credentials. The token is
-// not stored and cannot be shown again.
-func (s *Store) AddPrincipal(ctx context.Context, name string) (Principal, string, error) {
-	if name == "" || len(name) > maxNameLen {
-		return Principal{}, "", fmt.Errorf("add principal: %w: the name must be 1-%d bytes", ErrInvalid, maxNameLen)
-	}
-	var secret [32]byte
-	if _, err := rand.Read(secret[:]); err != nil {
-		return Principal{}, "", fmt.Errorf("add principal: %w", err)
-	}
-	id, err := newPrincipalID()
-	if err != nil {
-		return Principal{}, "", fmt.Errorf("add principal: %w", err)
-	}
-	p := Principal{ID: id, Name: name}
-	token := LegacyTokenPrefix + base64.RawURLEncoding.EncodeToString(secret[:])
-	h := TokenHash(token)
-	err = s.pool.QueryRow(ctx, `
-INSERT INTO principals (id, name, token_sha256) VALUES ($1, $2, $3) RETURNING created_at`,
-		p.ID, p.Name, h[:]).Scan(&p.CreatedAt)
-	if err != nil {
-		return Principal{}, "", interpretError("add principal", err)
-	}
-	return p, token, nil
 }
 
 // OIDCPrincipalPrefix starts the id of a principal of an OpenID Connect
@@ -325,18 +286,4 @@ func (s *Store) PrincipalsAfter(ctx context.Context, after string, limit int) ([
 	}
 	ps, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Principal])
 	return ps, interpretError("list principals", err)
-}
-
-// Authenticate returns the principal whose token is token. An unknown or
-// revoked token gives ErrNotFound.
-func (s *Store) Authenticate(ctx context.Context, token string) (Principal, error) {
-	h := TokenHash(token)
-	var p Principal
-	err := s.pool.QueryRow(ctx, `
-SELECT `+principalColumns+` FROM principals WHERE token_sha256 = $1 AND revoked_at IS NULL`,
-		h[:]).Scan(&p.ID, &p.Name, &p.CreatedAt, &p.RevokedAt, &p.Role, &p.CreatedBy)
-	if err != nil {
-		return Principal{}, interpretError("authenticate", err)
-	}
-	return p, nil
 }

@@ -59,6 +59,13 @@
 //     of answers latest is its last row by seq, found by an index of
 //     poll_events; poll_voters is dropped (down fills it again from the
 //     ledger).
+//   - 00017_drop_stored_tokens.sql: principals.token_sha256 goes: tokens of
+//     the stored kind were never taken by a release, and every principal
+//     authenticates with a signed or an OpenID Connect credential. Down
+//     brings the column back, empty.
+//   - 00018_poll_open_at.sql: poll_open_at(opens_at, closes_at, t), the
+//     rule "a poll takes a vote received at t", written once for the
+//     ledger's statements (its Go twin is ledger.Poll.OpenAt).
 //   - migrations.go: the embedded files and goose's provider over them.
 package migrations
 

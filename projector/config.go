@@ -143,40 +143,65 @@ func orDefault[T comparable](v *T, def T) {
 	}
 }
 
+// ConfigError is what is wrong with one setting of a Config: its message
+// names the setting in words and says what it takes; Field is the name
+// of its Config field, for a caller that spells settings its own way
+// (tally projector names the flag).
+type ConfigError struct {
+	Field string
+	msg   string
+}
+
+func (e *ConfigError) Error() string { return e.msg }
+
+// ConfigField is the name of the Config field e is about.
+func (e *ConfigError) ConfigField() string { return e.Field }
+
+// Validate reports the first setting of c that is wrong once its zero
+// fields took their defaults, as a *ConfigError; nil when there is none.
+// New runs it, and checks the batch size against the ledger's too; a
+// caller may run it first, before it opens any connection.
+func (c Config) Validate() error { return c.withDefaults().validate(0) }
+
 // validate checks a Config after withDefaults. maxBatch is the most events
 // the applier takes in one call (0: unknown).
 func (c Config) validate(maxBatch int) error {
+	bad := func(field, format string, args ...any) error {
+		return &ConfigError{Field: field, msg: fmt.Sprintf(format, args...)}
+	}
 	switch {
 	case c.BatchSize < 1:
-		return fmt.Errorf("projector: batch size must be at least 1, got %d", c.BatchSize)
+		return bad("BatchSize", "the batch size must be at least 1, got %d", c.BatchSize)
 	case maxBatch > 0 && c.BatchSize > maxBatch:
-		return fmt.Errorf("projector: batch size %d is more than the ledger takes in one transaction (%d): lower the batch size or raise the ledger's MaxBatch", c.BatchSize, maxBatch)
+		return bad("BatchSize", "the batch size %d is more than the ledger takes in one transaction (%d): lower the batch size or raise the ledger's batch bound", c.BatchSize, maxBatch)
 	case c.BatchWait < 0:
-		return fmt.Errorf("projector: batch wait must not be negative, got %s", c.BatchWait)
+		return bad("BatchWait", "the batch wait must not be negative, got %s", c.BatchWait)
 	case c.Workers < 1 || c.Workers > MaxWorkers:
-		return fmt.Errorf("projector: workers must be between 1 and %d, got %d: each one holds a batch and a PostgreSQL connection, and past the database's cores more only wait on each other's locks", MaxWorkers, c.Workers)
+		return bad("Workers", "the workers must be between 1 and %d, got %d: each one holds a batch and a PostgreSQL connection, and past the database's cores more only wait on each other's locks", MaxWorkers, c.Workers)
 	case c.MinIdle < time.Millisecond:
-		return fmt.Errorf("projector: min idle must be at least 1ms, got %s", c.MinIdle)
+		return bad("MinIdle", "the min idle time must be at least 1ms, got %s", c.MinIdle)
 	case c.ClaimInterval <= 0:
-		return fmt.Errorf("projector: claim interval must be positive, got %s", c.ClaimInterval)
+		return bad("ClaimInterval", "the claim interval must be positive, got %s", c.ClaimInterval)
 	case c.MaxDeliveries < 1:
-		return fmt.Errorf("projector: max deliveries must be at least 1, got %d", c.MaxDeliveries)
+		return bad("MaxDeliveries", "the max deliveries must be at least 1, got %d", c.MaxDeliveries)
 	case c.MaxAttempts < 1:
-		return fmt.Errorf("projector: max attempts must be at least 1, got %d", c.MaxAttempts)
-	case c.BackoffMin <= 0 || c.BackoffMax < c.BackoffMin:
-		return fmt.Errorf("projector: backoff bounds must satisfy 0 < min <= max, got min %s max %s", c.BackoffMin, c.BackoffMax)
+		return bad("MaxAttempts", "the max attempts must be at least 1, got %d", c.MaxAttempts)
+	case c.BackoffMin <= 0:
+		return bad("BackoffMin", "the least backoff must be positive, got %s", c.BackoffMin)
+	case c.BackoffMax < c.BackoffMin:
+		return bad("BackoffMax", "the longest backoff must be at least the least backoff (%s), got %s", c.BackoffMin, c.BackoffMax)
 	case c.ApplyTimeout <= 0:
-		return fmt.Errorf("projector: apply timeout must be positive, got %s", c.ApplyTimeout)
+		return bad("ApplyTimeout", "the apply timeout must be positive, got %s", c.ApplyTimeout)
 	case c.BreakerFailures < 1:
-		return fmt.Errorf("projector: breaker failures must be at least 1, got %d", c.BreakerFailures)
+		return bad("BreakerFailures", "the breaker failures must be at least 1, got %d", c.BreakerFailures)
 	case c.BreakerOpenFor <= 0:
-		return fmt.Errorf("projector: breaker open time must be positive, got %s", c.BreakerOpenFor)
+		return bad("BreakerOpenFor", "the breaker open time must be positive, got %s", c.BreakerOpenFor)
 	case c.ShutdownGrace < 0:
-		return fmt.Errorf("projector: shutdown grace must not be negative, got %s", c.ShutdownGrace)
+		return bad("ShutdownGrace", "the shutdown grace must not be negative, got %s", c.ShutdownGrace)
 	case c.StatsInterval <= 0:
-		return fmt.Errorf("projector: stats interval must be positive, got %s", c.StatsInterval)
+		return bad("StatsInterval", "the stats interval must be positive, got %s", c.StatsInterval)
 	case c.CheckpointInterval <= 0:
-		return fmt.Errorf("projector: checkpoint interval must be positive, got %s", c.CheckpointInterval)
+		return bad("CheckpointInterval", "the checkpoint interval must be positive, got %s", c.CheckpointInterval)
 	}
 	return nil
 }

@@ -93,7 +93,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		ackErrs: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tally_projector_ack_errors_total",
-			Help: "Entries of committed batches whose acknowledgement failed; they stay pending, are claimed again after --min-idle and answer duplicate.",
+			Help: "Entries of committed batches whose acknowledgement failed; they stay pending, are claimed again after the min idle time and answer duplicate.",
 		}),
 	}
 	m.checkpoints, m.checkpointErrs = checkpointCounters()
@@ -109,7 +109,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 func checkpointCounters() (signed, failed prometheus.Counter) {
 	return prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tally_projector_checkpoints_signed_total",
-			Help: "Checkpoints of the polls' logs signed and stored (with --log-key).",
+			Help: "Checkpoints of the polls' logs signed and stored (with a log signer key).",
 		}), prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tally_projector_checkpoint_errors_total",
 			Help: "Failures to list, sign or store checkpoints; the heads are signed again at the next interval.",

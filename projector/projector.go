@@ -94,7 +94,7 @@ func New(app Applier, rdb redis.UniversalClient, keys stream.Keys, cfg Config, l
 		maxBatch = mb.MaxBatch()
 	}
 	if err := cfg.validate(maxBatch); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("projector: %w", err)
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)

@@ -568,7 +568,7 @@ func TestConfigValidation(t *testing.T) {
 		{"defaults above the ledger's max batch", projector.Config{}, "more than the ledger takes"},
 		{"fits", projector.Config{BatchSize: 500}, ""},
 		{"negative batch", projector.Config{BatchSize: -1}, "batch size must be at least 1"},
-		{"backoff bounds", projector.Config{BatchSize: 10, BackoffMin: time.Second, BackoffMax: time.Millisecond}, "backoff bounds"},
+		{"backoff bounds", projector.Config{BatchSize: 10, BackoffMin: time.Second, BackoffMax: time.Millisecond}, "the longest backoff must be at least the least backoff (1s)"},
 		{"max deliveries", projector.Config{BatchSize: 10, MaxDeliveries: -1}, "max deliveries"},
 		{"negative wait", projector.Config{BatchSize: 10, BatchWait: -time.Second}, "batch wait"},
 		{"one worker", projector.Config{BatchSize: 10, Workers: 1}, ""},

@@ -1,18 +1,20 @@
 // Command syncserver is the baseline of the burst measurement (bench row
 // BS): the seed's synchronous design, a net/http server that counts each
 // vote before it answers. For every POST /v1/votes it looks the bearer
-// token up by its SHA-256 in the principals table, then runs INSERT ... ON
+// token up by its SHA-256 in its own table, sync_tokens (tally stores no
+// token), then runs INSERT ... ON
 // CONFLICT DO NOTHING into poll_events and, when that inserted the row,
 // the upsert of the tally in poll_results, in one transaction, and answers
 // 200 once that committed. It checks nothing else (no catalog, no rate
-// limit, no log). Run it against a migrated tally database whose
-// principals hold token hashes.
+// limit, no log). Run it against a migrated tally database with the
+// sync_tokens table the bench makes (burst_baselines.go syncPrincipals).
 //
 //	go -C bench run ./syncserver -listen 127.0.0.1:8092 -database-url URL
 package main
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -28,12 +30,11 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"tally/ledger"
 	"tally/vote"
 )
 
 // lookupSQL finds the principal of a token hash.
-const lookupSQL = `SELECT id FROM principals WHERE token_sha256 = $1 AND revoked_at IS NULL`
+const lookupSQL = `SELECT principal_id FROM sync_tokens WHERE token_sha256 = $1 AND revoked_at IS NULL`
 
 // insertSQL appends the vote; a second vote of the principal, or a retry,
 // conflicts and inserts nothing.
@@ -111,7 +112,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	hash := ledger.TokenHash(token)
+	hash := sha256.Sum256([]byte(token))
 	var principal string
 	if err := h.pool.QueryRow(ctx, lookupSQL, hash[:]).Scan(&principal); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {

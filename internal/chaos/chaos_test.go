@@ -179,7 +179,7 @@ func runWith(t *testing.T, c *cluster, scenario string, sendFor time.Duration, i
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), sendFor+5*time.Minute)
 	defer cancel()
-	s, err := loadtest.New(loadConfig(t, c, scenario, sendFor), loadtest.Deps{Store: c.store, Queue: loadtest.RedisQueue(c.rdb, c.keys)})
+	s, err := loadtest.New(loadConfig(t, c, scenario, sendFor), loadtest.Deps{Store: c.store, Queue: loadtest.RedisQueue(c.rdb, c.keys), Key: &c.key})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"tally/credential"
 	"tally/internal/chaos"
 	"tally/internal/testenv"
 	"tally/ledger"
@@ -38,6 +40,10 @@ type cluster struct {
 	standby *testenv.PGServer
 	dbURL   string
 	store   *ledger.Store
+	// key signs the principals' tokens; keyFile holds it, every intake's
+	// --credential-key.
+	key     credential.Key
+	keyFile string
 	pool    *pgxpool.Pool         // the store's: the owner's connections
 	rdb     redis.UniversalClient // straight to Redis, for the queue's status
 	keys    stream.Keys
@@ -89,6 +95,7 @@ type redisDeployment struct {
 func newCluster(t *testing.T, opt clusterOptions) *cluster {
 	t.Helper()
 	c := &cluster{t: t, dir: t.TempDir()}
+	c.key, c.keyFile = credentialKey(t, c.dir)
 	if opt.redis == nil {
 		c.redis = testenv.StartRedis(t)
 	}
@@ -227,13 +234,43 @@ func (c *cluster) newIntake(n int) *chaos.Process {
 		"--listen", addr,
 		"--rate", "100000", "--burst", "100000",
 		"--breaker-open-for", "1s", "--backlog-retry-after", "1s",
-		"--shutdown-timeout", "2s",
+		"--shutdown-timeout", "2s", "--credential-key", c.keyFile,
 	}, c.common(c.dbURL, c.intakeRedisURL)...)
 	return &chaos.Process{
 		Name: name, Path: tallyBin, Args: args,
 		LogPath: filepath.Join(c.dir, name+".log"),
 		Health:  "http://" + addr + "/healthz",
 	}
+}
+
+// credentialKey is a fresh credential key and the file in dir that holds
+// it.
+func credentialKey(t *testing.T, dir string) (credential.Key, string) {
+	t.Helper()
+	key, err := credential.GenerateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := key.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(dir, "credential.key")
+	if err := os.WriteFile(file, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return key, file
+}
+
+// signed adds a principal named name and returns a token for it signed
+// with the cluster's key.
+func (c *cluster) signed(ctx context.Context, name string) (ledger.Principal, string, error) {
+	ps, err := c.store.AddPrincipals(ctx, []string{name}, "")
+	if err != nil {
+		return ledger.Principal{}, "", err
+	}
+	token, err := c.key.Issue(ps[0].ID, ps[0].CreatedAt, time.Time{})
+	return ps[0], token, err
 }
 
 func (c *cluster) newProjector(n int) *chaos.Process {

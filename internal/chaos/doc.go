@@ -37,11 +37,11 @@
 //     may;
 //   - postgres-outage: the link between the projectors and PostgreSQL cut
 //     for longer than --min-idle, while intake keeps accepting;
-//   - postgres-down-degraded: a private PostgreSQL stopped for longer than
-//     intake's --auth-cache-ttl; meanwhile a probe checks that intake
-//     degrades safely (principals it verified get 202, a token it never
-//     saw gets 503, results answer stale, a vote's status pending, /readyz
-//     degraded), and afterwards that every probe vote is recorded;
+//   - postgres-down-degraded: a private PostgreSQL stopped mid-load;
+//     meanwhile a probe checks that intake degrades safely (principals
+//     with signed credentials get 202, seen before or not, results answer
+//     stale, a vote's status pending, /readyz degraded), and afterwards
+//     that every probe vote is recorded;
 //   - slow-postgres-overlap: latency on that link with a --min-idle shorter
 //     than a batch may take, so live projectors claim and apply each
 //     other's entries at once, and projectors are killed meanwhile;

@@ -122,7 +122,7 @@ type voter struct {
 
 func newVoter(t *testing.T, c *cluster, base string) *voter {
 	t.Helper()
-	_, token, err := c.store.AddPrincipal(context.Background(), "voter")
+	_, token, err := c.signed(context.Background(), "voter")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +142,7 @@ func (v *voter) waitPoll(id string) {
 // as is a fresh principal voting through the same intake.
 func (v *voter) as(name string) *voter {
 	v.t.Helper()
-	_, token, err := v.c.store.AddPrincipal(context.Background(), name)
+	_, token, err := v.c.signed(context.Background(), name)
 	if err != nil {
 		v.t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"tally/credential"
 	"tally/ledger"
 	"tally/vote"
 )
@@ -120,6 +121,9 @@ type Deps struct {
 	// Client sends the votes. Default: a client whose transport keeps
 	// Concurrency connections alive per target.
 	Client *http.Client
+	// Key signs the principals' tokens; every target must take it (tally
+	// intake --credential-key). Required.
+	Key *credential.Key
 }
 
 func (c Config) withDefaults() Config {

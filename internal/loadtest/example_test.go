@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"tally/credential"
 	"tally/internal/loadtest"
 	"tally/ledger"
 	"tally/stream"
@@ -18,9 +19,10 @@ import (
 func ExampleRun() {
 	ctx := context.Background()
 	var (
-		store *ledger.Store // on the test's database
-		rdb   *redis.Client // the Redis intake and projector use
-		keys  stream.Keys   // their --stream-prefix and --shards
+		store *ledger.Store  // on the test's database
+		rdb   *redis.Client  // the Redis intake and projector use
+		keys  stream.Keys    // their --stream-prefix and --shards
+		key   credential.Key // a --credential-key every intake takes
 	)
 	rep, err := loadtest.Run(ctx, loadtest.Config{
 		Targets:             []string{"http://127.0.0.1:18080", "http://127.0.0.1:18081"},
@@ -31,7 +33,7 @@ func ExampleRun() {
 		SecondResponseShare: 0.1,
 		AllowReorder:        true, // projectors are killed: a claim may reorder a principal's responses
 		DrainTimeout:        2 * time.Minute,
-	}, loadtest.Deps{Store: store, Queue: loadtest.RedisQueue(rdb, keys)})
+	}, loadtest.Deps{Store: store, Queue: loadtest.RedisQueue(rdb, keys), Key: &key})
 	if err != nil {
 		fmt.Println("loadtest:", err)
 		return
@@ -46,7 +48,7 @@ func ExampleRun() {
 // sent and reads the progress meanwhile.
 func ExampleSession() {
 	ctx := context.Background()
-	var deps loadtest.Deps // the ledger store and the queue, as for Run
+	var deps loadtest.Deps // the ledger store, the queue and the key, as for Run
 	s, err := loadtest.New(loadtest.Config{Targets: []string{"http://127.0.0.1:18080"}, Duration: 30 * time.Second, Rate: 2000}, deps)
 	if err != nil {
 		fmt.Println(err)

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -19,6 +20,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"tally/cli"
+	"tally/credential"
 	"tally/intake"
 	"tally/internal/apitest"
 	"tally/internal/loadtest"
@@ -44,6 +46,10 @@ type pipeline struct {
 	// client sends the votes, each exchange checked against intake's
 	// OpenAPI document.
 	client *http.Client
+	// key signs the principals' tokens, and intake takes it; keyFile
+	// holds it, for tally loadtest --credential-key.
+	key     credential.Key
+	keyFile string
 }
 
 func testLogger(t *testing.T) *slog.Logger {
@@ -68,7 +74,13 @@ func setup(t *testing.T, withProjector bool) *pipeline {
 	}
 	log := testLogger(t)
 
-	srv, err := intake.New(intake.Config{Rate: 10_000, Burst: 10_000}, store, rdb, keys, log, prometheus.NewRegistry())
+	key, keyFile := credentialKey(t)
+	keySet, err := credential.NewKeySet(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := intake.New(intake.Config{Rate: 10_000, Burst: 10_000, Credentials: credential.NewVerifier(keySet)},
+		store, rdb, keys, log, prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +115,25 @@ func setup(t *testing.T, withProjector bool) *pipeline {
 		testenv.WaitGroup(t, &wg, 20*time.Second, "intake and the projector to stop once their context ended")
 	})
 	return &pipeline{db: db, store: store, queue: loadtest.RedisQueue(rdb, keys), rdb: rdb, keys: keys, url: "http://" + ln.Addr().String(),
-		client: checkedClient(t)}
+		client: checkedClient(t), key: key, keyFile: keyFile}
+}
+
+// credentialKey is a fresh credential key and the file that holds it.
+func credentialKey(t *testing.T) (credential.Key, string) {
+	t.Helper()
+	key, err := credential.GenerateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := key.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "credential.key")
+	if err := os.WriteFile(file, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return key, file
 }
 
 // checkedClient is a client whose exchanges are checked against intake's
@@ -122,7 +152,7 @@ func checkedClient(t *testing.T) *http.Client {
 }
 
 func (p *pipeline) deps() loadtest.Deps {
-	return loadtest.Deps{Store: p.store, Queue: p.queue, Client: p.client}
+	return loadtest.Deps{Store: p.store, Queue: p.queue, Client: p.client, Key: &p.key}
 }
 
 // A mixed load through a real intake and projector verifies: nothing lost,
@@ -408,7 +438,7 @@ func TestCommand(t *testing.T) {
 	p := setup(t, true)
 	run := func(p *pipeline, args ...string) (int, string, string) {
 		var out, errOut bytes.Buffer
-		full := append([]string{"tally", "loadtest", "--target", p.url, "--database-url", p.db.URL,
+		full := append([]string{"tally", "loadtest", "--target", p.url, "--database-url", p.db.URL, "--credential-key", p.keyFile,
 			"--redis-url", testenv.RedisURL(), "--log-format", "text", "--log-level", "error"}, args...)
 		code := cli.Run(context.Background(), full, strings.NewReader(""), &out, &errOut)
 		return code, out.String(), errOut.String()

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"tally/credential"
 	"tally/ledger"
 )
 
@@ -44,7 +45,7 @@ func oneVote(t *testing.T, h http.HandlerFunc, maxAttempts int) (*Session, task)
 	s, err := New(Config{
 		Targets: []string{srv.URL}, Votes: 1, MaxAttempts: maxAttempts,
 		BackoffMin: time.Millisecond, BackoffMax: 5 * time.Millisecond,
-	}, Deps{Store: &ledger.Store{}})
+	}, Deps{Store: &ledger.Store{}, Key: &credential.Key{}})
 	if err != nil {
 		t.Fatal(err)
 	}

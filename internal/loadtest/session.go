@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"tally/client"
+	"tally/credential"
 	"tally/ledger"
 )
 
@@ -37,6 +38,7 @@ type round struct {
 type Session struct {
 	cfg    Config
 	store  *ledger.Store
+	key    *credential.Key // signs the principals' tokens
 	queue  Queue
 	client *http.Client
 	// intakes send the votes, one client.Client per target, through client.
@@ -78,6 +80,9 @@ func New(cfg Config, deps Deps) (*Session, error) {
 	if deps.Store == nil {
 		return nil, errors.New("loadtest: a ledger store is required")
 	}
+	if deps.Key == nil {
+		return nil, errors.New("loadtest: a credential key is required to sign the principals' tokens")
+	}
 	var b [8]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return nil, fmt.Errorf("loadtest: %w", err)
@@ -103,7 +108,7 @@ func New(cfg Config, deps Deps) (*Session, error) {
 		return nil, err
 	}
 	s := &Session{
-		cfg: cfg, store: deps.Store, queue: deps.Queue, client: hc, intakes: intakes, own: own,
+		cfg: cfg, store: deps.Store, key: deps.Key, queue: deps.Queue, client: hc, intakes: intakes, own: own,
 		log:     cfg.Logger.With(slog.String("component", "loadtest"), slog.String("polls", prefix)),
 		prefix:  prefix,
 		truth:   newTruth(cfg, seed),

@@ -86,8 +86,12 @@ func (s *Session) addPrincipals(ctx context.Context) error {
 					return
 				}
 				p, err := retryTransient(ctx, func(ctx context.Context) (principal, error) {
-					p, token, err := s.store.AddPrincipal(ctx, fmt.Sprintf("loadtest %s #%d", s.prefix, i))
-					return principal{id: p.ID, token: token}, err
+					ps, err := s.store.AddPrincipals(ctx, []string{fmt.Sprintf("loadtest %s #%d", s.prefix, i)}, "")
+					if err != nil {
+						return principal{}, err
+					}
+					token, err := s.key.Issue(ps[0].ID, ps[0].CreatedAt, time.Time{})
+					return principal{id: ps[0].ID, token: token}, err
 				})
 				if err != nil {
 					errs[w] = fmt.Errorf("create principal %d: %w", i, err)
