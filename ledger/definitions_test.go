@@ -194,7 +194,10 @@ INSERT INTO poll_results (poll_id, candidate_id, vote_count) VALUES ('old', 'a',
 -- appends made here, at migration 10; dropped before migrating up.
 ALTER TABLE polls ADD COLUMN ballot_kind text NOT NULL DEFAULT 'single', ADD COLUMN min_choices int,
     ADD COLUMN max_choices int, ADD COLUMN max_score int, ADD COLUMN budget int, ADD COLUMN answers text NOT NULL DEFAULT 'final';
-ALTER TABLE poll_events ADD COLUMN ballot text, ADD COLUMN latest bool NOT NULL DEFAULT false;`); err != nil {
+ALTER TABLE poll_events ADD COLUMN ballot text, ADD COLUMN latest bool NOT NULL DEFAULT false;
+-- And the rule of migration 00018 that today's append asks.
+CREATE FUNCTION poll_open_at(opens_at timestamptz, closes_at timestamptz, t timestamptz) RETURNS boolean
+    LANGUAGE sql IMMUTABLE RETURN opens_at <= t AND (closes_at IS NULL OR t < closes_at);`); err != nil {
 		t.Fatal(err)
 	}
 	store, err := ledger.New(db.Pool, ledger.Config{})
@@ -217,7 +220,8 @@ ALTER TABLE poll_events ADD COLUMN ballot text, ADD COLUMN latest bool NOT NULL 
 
 	if _, err := db.Pool.Exec(ctx, `ALTER TABLE polls DROP COLUMN ballot_kind, DROP COLUMN min_choices, DROP COLUMN max_choices,
     DROP COLUMN max_score, DROP COLUMN budget, DROP COLUMN answers;
-ALTER TABLE poll_events DROP COLUMN ballot, DROP COLUMN latest`); err != nil {
+ALTER TABLE poll_events DROP COLUMN ballot, DROP COLUMN latest;
+DROP FUNCTION poll_open_at`); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := p.Up(ctx); err != nil {
