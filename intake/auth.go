@@ -15,38 +15,6 @@ import (
 // errUnauthenticated: the token is unknown or revoked.
 var errUnauthenticated = errors.New("unknown or revoked token")
 
-// voter is an authenticated principal with what all its votes send to Redis
-// made once: the enqueue script's arguments that depend on the principal
-// only, boxed as go-redis takes them.
-type voter struct {
-	ledger.Principal
-	// expiresAt is when the token that authenticated it expires; zero
-	// when it does not (or is of the stored kind, which does not say).
-	expiresAt  time.Time
-	shard      int
-	idArg      any    // the principal id
-	rateKeyArg any    // the key of its rate-limit bucket
-	idemPrefix string // its idempotency keys are idemPrefix + event id; "" if not
-}
-
-func newVoter(p ledger.Principal, keys stream.Keys) *voter {
-	v := &voter{Principal: p, shard: keys.ShardOf(p.ID), idArg: p.ID, rateKeyArg: keys.RateLimit(p.ID)}
-	// The stream package names the record; use the shortcut only where its
-	// name is this concatenation.
-	if prefix := keys.Idempotency(p.ID, ""); keys.Idempotency(p.ID, "e-1") == prefix+"e-1" {
-		v.idemPrefix = prefix
-	}
-	return v
-}
-
-// idempotencyKey is the key of the record of the voter's clientEventID.
-func (v *voter) idempotencyKey(keys stream.Keys, clientEventID string) string {
-	if v.idemPrefix != "" {
-		return v.idemPrefix + clientEventID
-	}
-	return keys.Idempotency(v.ID, clientEventID)
-}
-
 // authCache maps the SHA-256 of a bearer token to its voter, for at most
 // ttl (negTTL for an unknown token). Tokens are never kept in clear. A
 // voter past its TTL is looked up again; only when that lookup fails (or

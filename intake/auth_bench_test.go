@@ -24,16 +24,17 @@ import (
 // BenchmarkHandlerToken measures the vote handler alone, one vote at a
 // time, with a stored-kind token intake has cached (cached), with the
 // stored-kind token of a principal it has not seen yet on every vote
-// (new), which costs a token lookup in PostgreSQL, and with a signed
-// token of a principal it has not seen yet on every vote (signed), which
-// costs none. Besides the time per vote it reports this
+// (new), which costs a token lookup in PostgreSQL, with a signed token of
+// a principal it has not seen yet on every vote (signed), which costs
+// none, and with one signed token (signed-one), as row I of the bench
+// votes. Besides the time per vote it reports this
 // process's CPU time per vote (cpu-µs/op), nearly all of it the
 // handler's.
 func BenchmarkHandlerToken(b *testing.B) {
 	for _, tc := range []struct {
 		name        string
 		new, signed bool
-	}{{"cached", false, false}, {"new", true, false}, {"signed", true, true}} {
+	}{{"cached", false, false}, {"new", true, false}, {"signed", true, true}, {"signed-one", false, true}} {
 		b.Run(tc.name, func(b *testing.B) {
 			db := testenv.Postgres(b)
 			rdb, prefix := testenv.Redis(b)
