@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"tally/vote"
-
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
@@ -53,9 +51,8 @@ func (e *env) preload(ctx context.Context, keys stream.Keys, l load, n, polls in
 		_, err := e.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 			for i := start; i < min(start+chunk, n); i++ {
 				ev := l.event(i, polls, now)
-				entry := stream.Entry{PrincipalID: ev.PrincipalID, ClientEventID: ev.ClientEventID, PollID: ev.PollID,
-					CandidateID: ev.CandidateID, Ballot: ev.Ballot, Fingerprint: vote.FingerprintHex(ev.PollID, ev.Answer()), ReceivedAt: now}
-				pipe.XAdd(ctx, &redis.XAddArgs{Stream: keys.Stream(0), Values: entry.Values()})
+				ev.ReceivedAt = now
+				pipe.XAdd(ctx, &redis.XAddArgs{Stream: keys.Stream(0), Values: stream.Values(ev)})
 			}
 			return nil
 		})

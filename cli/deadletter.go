@@ -109,7 +109,8 @@ func deadletterList(c *ucli.Context) error {
 		}
 		t := newTable(c.App.Writer, "ID", "REASON", "POLL", "PRINCIPAL", "TIME")
 		for _, d := range ds {
-			t.row(d.Ref(), string(d.Reason), orDash(d.Fields[stream.FieldPoll]), orDash(d.Fields[stream.FieldPrincipal]), d.Time.Format(time.RFC3339))
+			principal, _, poll := d.Original()
+			t.row(d.Ref(), string(d.Reason), orDash(poll), orDash(principal), d.Time.Format(time.RFC3339))
 		}
 		return t.flush()
 	})

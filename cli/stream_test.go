@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"tally/vote"
-
 	"github.com/redis/go-redis/v9"
 
 	"tally/intake"
@@ -97,9 +95,8 @@ func newStreamFixture(t *testing.T, principals ...string) streamFixture {
 		t.Fatal(err)
 	}
 	for _, p := range principals {
-		e := stream.Entry{PrincipalID: p, ClientEventID: "e1", PollID: "lunch", CandidateID: "pizza",
-			Fingerprint: vote.FingerprintHex("lunch", "pizza"), ReceivedAt: time.Now()}
-		if err := f.rdb.XAdd(f.ctx, &redis.XAddArgs{Stream: f.keys.Stream(0), Values: e.Values()}).Err(); err != nil {
+		e := stream.Entry{PrincipalID: p, ClientEventID: "e1", PollID: "lunch", CandidateID: "pizza", ReceivedAt: time.Now()}
+		if err := f.rdb.XAdd(f.ctx, &redis.XAddArgs{Stream: f.keys.Stream(0), Values: stream.Values(e)}).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}

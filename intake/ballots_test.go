@@ -118,8 +118,8 @@ func TestBallotAccepted(t *testing.T) {
 		if e.Answer() != tc.canonical || e.ClientEventID != id || e.PollID != tc.poll {
 			t.Fatalf("%s %s: stream entry %+v, want the canonical ballot %s", tc.poll, tc.ballot, e, tc.canonical)
 		}
-		if want := vote.FingerprintHex(tc.poll, tc.canonical); e.Fingerprint != want {
-			t.Fatalf("%s %s: fingerprint %s, want %s (over the canonical form)", tc.poll, tc.ballot, e.Fingerprint, want)
+		if rec, err := b.rdb.Get(t.Context(), b.keys.Idempotency(b.who.ID, id)).Result(); err != nil || rec != stream.Record(tc.poll, tc.canonical) {
+			t.Fatalf("%s %s: idempotency record %q (%v), want %q (over the canonical form)", tc.poll, tc.ballot, rec, err, stream.Record(tc.poll, tc.canonical))
 		}
 		st := b.status(t, b.token, id)
 		if st.code != http.StatusOK || st.str("status") != "pending" {

@@ -59,9 +59,7 @@ type scriptCall struct {
 	keyArgs  [2]any
 	voteArgs [argsPerVote]any
 	key      string // the idempotency key, &key in keyArgs
-	eventID  string // &eventID in voteArgs
-	// receivedAt is received_at (µs), &receivedAt in voteArgs.
-	receivedAt int64
+	entry    string // the stream entry (stream.Encode), &entry in voteArgs
 	// createdAt is the principal's created_at (µs), &createdAt in voteArgs.
 	createdAt int64
 	deadline  time.Time        // answered by then

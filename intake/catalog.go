@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"tally/ledger"
+	"tally/stream"
 	"tally/vote"
 )
 
@@ -38,14 +39,14 @@ var eligibleKey = maphash.MakeSeed()
 // choice is the enqueue script's arguments of one answer to a poll: a
 // choice of a single-choice poll, or a ballot in canonical form.
 type choice struct {
-	idArg          any // the candidate id, or the canonical ballot
-	fingerprintArg any // vote.FingerprintHex of the poll and idArg
+	answer    string // the candidate id, or the canonical ballot
+	recordArg any    // its idempotency record, stream.Record of the poll and answer
 }
 
 // answer is the enqueue arguments of a ballot of the poll in canonical
 // form, made for this vote.
 func (pi *pollInfo) answer(canonical string) *choice {
-	return &choice{idArg: canonical, fingerprintArg: vote.FingerprintHex(pi.poll.ID, canonical)}
+	return &choice{answer: canonical, recordArg: stream.Record(pi.poll.ID, canonical)}
 }
 
 // newPollInfo is p as intake holds it, read at now.
@@ -54,7 +55,7 @@ func newPollInfo(p ledger.Poll, now time.Time) *pollInfo {
 	p.Eligible = nil
 	pi := &pollInfo{poll: p, rules: p.BallotRules(), idArg: p.ID, choices: make(map[string]*choice, len(p.Choices))}
 	for _, c := range p.Choices {
-		pi.choices[c] = &choice{idArg: c, fingerprintArg: vote.FingerprintHex(p.ID, c)}
+		pi.choices[c] = &choice{answer: c, recordArg: stream.Record(p.ID, c)}
 	}
 	switch {
 	case p.Eligibility != ledger.EligibleList:

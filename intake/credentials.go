@@ -89,9 +89,7 @@ func (s *Server) signedPrincipal(w http.ResponseWriter, r *http.Request, token s
 		return nil, false
 	}
 	s.metrics.credentials[credValid].Inc()
-	v := newVoter(ledger.Principal{ID: id.PrincipalID, CreatedAt: id.CreatedAt, Role: id.Role}, s.keys)
-	v.expiresAt = id.ExpiresAt
-	return v, true
+	return s.voters.get(ledger.Principal{ID: id.PrincipalID, CreatedAt: id.CreatedAt, Role: id.Role}, id.ExpiresAt), true
 }
 
 // authLimited answers 429: the allowance of failed authentications of

@@ -184,8 +184,8 @@
 //     form (a ballot as its raw value) and says what is wrong. admit, in
 //     post_vote.go, reads a ballot against its poll's kind and checks it
 //     against its rules (vote.ParseBallot, Rules.Check), and the canonical
-//     form is what the idempotency record, the fingerprint and the stream
-//     entry carry.
+//     form is what the idempotency record and the stream entry carry, and
+//     what the ledger's fingerprint binds.
 //   - enqueue.go: the enqueue step, through the circuit breaker and the
 //     batcher, and its outcomes.
 //   - ledger_check.go: with Config.LedgerCheck, the ledger lookup of a new

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"tally/ledger"
+	"tally/stream"
 )
 
 // This file owns what intake answers for an event it already knows.
@@ -121,8 +122,8 @@ func (s *Server) answerRefusal(w http.ResponseWriter, r *http.Request, p *voter,
 // otherwise res is a replay (outUnconfirmed when WAIT did not confirm it)
 // or a conflict.
 func (s *Server) knownRecord(ctx context.Context, p *voter, v voteBody, deadline time.Time) (res enqueueResult, known bool, err error) {
-	key := p.idempotencyKey(s.keys, v.eventID)
-	record := string(v.pollID) + " " + string(v.answer)
+	key := p.idempotencyKey(v.eventID)
+	record := stream.Record(string(v.pollID), string(v.answer))
 	timeout := s.cfg.RedisTimeout
 	if s.cfg.WaitReplicas > 0 {
 		timeout += s.cfg.WaitTimeout

@@ -45,7 +45,7 @@ func (s *Server) checkLedger(ctx context.Context, v *voter, clientEventID string
 		s.metrics.ledgerChecks[checkError].Inc()
 	case !rep.found:
 		s.metrics.ledgerChecks[checkNew].Inc()
-	case rep.rec.PollID == poll.poll.ID && recordAnswer(rep.rec) == c.idArg.(string):
+	case rep.rec.PollID == poll.poll.ID && recordAnswer(rep.rec) == c.answer:
 		s.metrics.ledgerChecks[checkReplay].Inc()
 		return enqueueResult{outcome: outReplay, status: statusOf(rep.rec)}, true
 	default:

@@ -13,7 +13,6 @@ import (
 	"tally/internal/testenv"
 	"tally/ledger"
 	"tally/stream"
-	"tally/vote"
 )
 
 // This file tests the read endpoints: a vote's status, a poll's results,
@@ -44,7 +43,7 @@ func TestVoteAcceptedAndStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	if e.PrincipalID != b.who.ID || e.ClientEventID != "e1" || e.PollID != "p1" || e.CandidateID != "a" ||
-		e.Fingerprint != vote.FingerprintHex("p1", "a") || time.Since(e.ReceivedAt) > time.Minute {
+		time.Since(e.ReceivedAt) > time.Minute {
 		t.Fatalf("entry %+v", e)
 	}
 

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -28,10 +27,10 @@ import (
 //	ARGV[1] emission interval in microseconds (1e6 / rate), ARGV[2] burst
 //	tolerance in microseconds, ARGV[3] record lifetime in milliseconds,
 //	ARGV[4] max backlog, then argsPerVote for each vote, from
-//	ARGV[4+8(i-1)+1]: principal, client event id, poll, candidate, payload
-//	fingerprint, received_at (µs since the epoch), the principal's
-//	created_at (µs since the epoch), "1" to check that an absent record is
-//	conclusive, "0" once the ledger said the event id is new
+//	ARGV[4+4(i-1)+1]: its idempotency record's value (stream.Record), its
+//	stream entry (stream.Encode), the principal's created_at (µs since the
+//	epoch), "1" to check that an absent record is conclusive, "0" once the
+//	ledger said the event id is new
 //
 // It answers an array with one reply per vote, in their order: a small
 // integer, which go-redis reads without allocating, or a pair for the
@@ -51,7 +50,7 @@ import (
 //	                             changes (the rate is not spent): ask the
 //	                             ledger, then run again with the check "0"
 //
-// The idempotency record is a string, "poll candidate", written with its
+// The idempotency record is a string, stream.Record's, written with its
 // lifetime by the same SET NX GET that looks it up, so a new vote costs one
 // call for both. A vote that is then refused deletes it again, within the
 // script, so nobody ever sees it. A vote whose absent record would not be
@@ -76,7 +75,9 @@ import (
 // votes are decided as one call per vote within the same microsecond
 // would decide them, and the length counts the call's own XADDs.
 //
-// The XADD's fields are the stream package's encoding (see xaddFields).
+// The XADD writes one field, stream.FieldEntry, whose value the script
+// stores as it is: the stream package encodes the entry, and the script
+// knows nothing of its layout.
 var enqueueSrc = `
 local time, cutoff, backlog
 local function clock()
@@ -99,9 +100,9 @@ local function epochCutoff()
   return cutoff
 end
 local function vote(record, bucket, a)
-  local entry = ARGV[a + 3] .. ' ' .. ARGV[a + 4]
+  local entry = ARGV[a + ` + strconv.Itoa(argRecord) + `]
   local known
-  if ARGV[a + 8] == '1' and tonumber(ARGV[a + 7]) < epochCutoff() then
+  if ARGV[a + ` + strconv.Itoa(argCheck) + `] == '1' and tonumber(ARGV[a + ` + strconv.Itoa(argCreatedAt) + `]) < epochCutoff() then
     known = redis.pcall('GET', record)
     if not known then
       return 5
@@ -133,7 +134,7 @@ local function vote(record, bucket, a)
     redis.call('DEL', record)
     return {4, backlog}
   end
-  redis.call('XADD', KEYS[1], '*', ` + xaddFields() + `)
+  redis.call('XADD', KEYS[1], '*', '` + stream.FieldEntry + `', ARGV[a + ` + strconv.Itoa(argEntry) + `])
   backlog = backlog + 1
   redis.call('SET', bucket, newTat, 'PX', math.ceil((newTat - now) / 1000) + 1)
   return 0
@@ -218,16 +219,12 @@ const (
 // vote (scriptArgs.consts), then argsPerVote for each vote, at these
 // offsets from the vote's first.
 const (
-	argConsts      = 4
-	argPrincipal   = 1
-	argEventID     = 2
-	argPoll        = 3
-	argCandidate   = 4
-	argFingerprint = 5
-	argReceivedAt  = 6
-	argCreatedAt   = 7
-	argCheck       = 8
-	argsPerVote    = argCheck
+	argConsts    = 4
+	argRecord    = 1
+	argEntry     = 2
+	argCreatedAt = 3
+	argCheck     = 4
+	argsPerVote  = argCheck
 )
 
 // The check argument's values, boxed once.
@@ -235,40 +232,6 @@ var (
 	checkRecord any = "1" // an absent record is checked against the epoch
 	skipCheck   any = "0" // the ledger said the event id is new
 )
-
-// xaddFields is the field/value list of the script's XADD: the fields of
-// stream.Entry.Values in its order, each value the script argument that
-// carries it, the version the literal the stream package writes. It panics
-// when the stream package has a field the script does not carry, which
-// every test of intake would show.
-func xaddFields() string {
-	argOf := map[string]int{
-		stream.FieldPrincipal:   argPrincipal,
-		stream.FieldEventID:     argEventID,
-		stream.FieldPoll:        argPoll,
-		stream.FieldCandidate:   argCandidate,
-		stream.FieldFingerprint: argFingerprint,
-		stream.FieldReceivedAt:  argReceivedAt,
-	}
-	pairs := stream.Entry{}.Values()
-	var b strings.Builder
-	for i := 0; i < len(pairs); i += 2 {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		field := pairs[i]
-		if field == stream.FieldVersion {
-			fmt.Fprintf(&b, "%q, %q", field, pairs[i+1])
-			continue
-		}
-		n, ok := argOf[field]
-		if !ok {
-			panic(fmt.Sprintf("intake: the enqueue script does not carry stream field %q", field))
-		}
-		fmt.Fprintf(&b, "%q, ARGV[a + %d]", field, n)
-	}
-	return b.String()
-}
 
 // scriptArgs are the arguments of the enqueue script that do not depend on
 // the vote, boxed once: go-redis takes a command as []any, and a value
@@ -304,22 +267,20 @@ func newScriptArgs(cfg Config, keys stream.Keys) scriptArgs {
 // ledger said the event id is new). The arguments that depend on the
 // voter, poll or choice were boxed once with them; the others are pointers
 // into the call (go-redis writes a *string or *int64 as its value), so a
-// vote allocates only its idempotency key here.
+// vote allocates only its idempotency key and its entry here.
 func (a *scriptArgs) call(v *voter, clientEventID string, poll *pollInfo, c *choice, receivedAt time.Time, check bool) *scriptCall {
 	call := calls.Get().(*scriptCall)
 	call.script = a
 	call.shard = v.shard
-	call.key = v.idempotencyKey(a.keys, clientEventID)
-	call.eventID = clientEventID
-	call.receivedAt = receivedAt.UnixMicro()
+	call.key = v.idempotencyKey(clientEventID)
+	call.entry = stream.EncodeParts(v.ID, clientEventID, poll.poll.ID, receivedAt, c.answer)
 	call.createdAt = v.CreatedAt.UnixMicro()
 	checkArg := skipCheck
 	if check {
 		checkArg = checkRecord
 	}
 	call.keyArgs = [2]any{&call.key, v.rateKeyArg}
-	call.voteArgs = [argsPerVote]any{v.idArg, &call.eventID, poll.idArg, c.idArg, c.fingerprintArg, &call.receivedAt,
-		&call.createdAt, checkArg}
+	call.voteArgs = [argsPerVote]any{c.recordArg, &call.entry, &call.createdAt, checkArg}
 	return call
 }
 

@@ -35,6 +35,7 @@ type Server struct {
 	batcher    *batcher
 	checks     *ledgerChecks // the ledger checks of new event ids the script could not rule out
 	revoked    *revocations  // the revoked principals and retired keys, in memory
+	voters     *voters       // of signed credentials
 	limits     *limits
 	catalog    *catalog
 	follow     *follower     // keeps catalog and revoked current
@@ -81,7 +82,7 @@ func New(cfg Config, store *ledger.Store, rdb redis.UniversalClient, keys stream
 	s := &Server{
 		cfg: cfg, store: store, rdb: rdb, keys: keys,
 		log:     logger.With(slog.String("component", "intake")),
-		metrics: m, script: newScriptArgs(cfg, keys),
+		metrics: m, script: newScriptArgs(cfg, keys), voters: newVoters(keys),
 	}
 	s.gatherer, _ = reg.(prometheus.Gatherer)
 	s.breaker = newBreaker(cfg, func(from, to gobreaker.State) {

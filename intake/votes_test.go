@@ -177,14 +177,8 @@ func TestIdempotencyRecord(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := e.Values()
-	if len(msgs[0].Values) != len(want)/2 {
-		t.Fatalf("entry has fields %v, want %v", msgs[0].Values, want)
-	}
-	for i := 0; i < len(want); i += 2 {
-		if got := msgs[0].Values[want[i]]; got != want[i+1] {
-			t.Fatalf("entry field %q is %v, want %q", want[i], got, want[i+1])
-		}
+	if want := stream.Encode(e); len(msgs[0].Values) != 1 || msgs[0].Values[stream.FieldEntry] != want {
+		t.Fatalf("entry has fields %v, want only %s: %q", msgs[0].Values, stream.FieldEntry, want)
 	}
 	ttl, err := b.rdb.PTTL(ctx, b.keys.Idempotency(b.who.ID, "e1")).Result()
 	if err != nil || ttl <= 59*time.Minute || ttl > time.Hour {

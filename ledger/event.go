@@ -7,28 +7,13 @@ import (
 	"tally/vote"
 )
 
-// Event is one vote to append: the authenticated principal, the client's
-// idempotency key (scoped to the principal), the ballot, and when intake
-// received it. A single choice is CandidateID; a ballot of any other kind
-// is Ballot, in its canonical form (vote.Ballot.Canonical), with
-// CandidateID empty.
-type Event struct {
-	PrincipalID   string
-	ClientEventID string
-	PollID        string
-	CandidateID   string
-	Ballot        string
-	ReceivedAt    time.Time
-}
-
-// Answer is the event's ballot in canonical form, whatever its kind: the
-// candidate id of a single choice. The fingerprint binds it.
-func (e Event) Answer() string {
-	if e.Ballot != "" {
-		return e.Ballot
-	}
-	return e.CandidateID
-}
+// Event is one vote to append (vote.Event): the authenticated principal,
+// the client's idempotency key (scoped to the principal), the ballot, and
+// when intake received it. A single choice is CandidateID; a ballot of any
+// other kind is Ballot, in its canonical form (vote.Ballot.Canonical),
+// with CandidateID empty. It is the stream's entry type too
+// (stream.Entry), so the projector hands on what it decoded as it is.
+type Event = vote.Event
 
 // EventOf is the event of a ballot in canonical form (Answer's inverse).
 func EventOf(principal, key, poll, answer string, received time.Time) Event {

@@ -99,16 +99,23 @@ var insertFreshSQL = insertSQL(freshKeep(`
 // insertFresh is the optimistic step: insertNewSQL under a savepoint, and
 // insertFreshSQL after rolling back to it if a ledger row was in the way
 // (a redelivered entry, or a principal that answered before). The
+// savepoint and the insert go in one round trip (a pgx.Batch). The
 // savepoint stays open to the commit: releasing it would cost a round trip
 // and change nothing.
 func insertFresh(ctx context.Context, tx pgx.Tx, in appendInput, idx []int) (map[int]int64, error) {
 	if len(idx) == 0 {
 		return nil, nil
 	}
-	if _, err := tx.Exec(ctx, "SAVEPOINT append_new"); err != nil {
-		return nil, interpretError("append batch: savepoint", err)
-	}
-	seqs, err := insertEvents(ctx, tx, insertNewSQL, in, idx)
+	args, byKey := insertArgs(in, idx)
+	var seqs map[int]int64
+	var b pgx.Batch
+	b.Queue("SAVEPOINT append_new")
+	b.Queue(insertNewSQL, args...).Query(func(rows pgx.Rows) error {
+		var err error
+		seqs, err = readSeqs(rows, byKey)
+		return err
+	})
+	err := insertError(tx.SendBatch(ctx, &b).Close())
 	if !errors.Is(err, errRaced) {
 		return seqs, err
 	}
@@ -142,6 +149,21 @@ func insertEvents(ctx context.Context, tx pgx.Tx, sql string, in appendInput, id
 	if len(idx) == 0 {
 		return nil, nil
 	}
+	args, byKey := insertArgs(in, idx)
+	rows, err := tx.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, insertError(err)
+	}
+	seqs, err := readSeqs(rows, byKey)
+	if err != nil {
+		return nil, insertError(err)
+	}
+	return seqs, nil
+}
+
+// insertArgs are the arguments of insertSQL's statements for events[idx],
+// and the index of each event by its key.
+func insertArgs(in appendInput, idx []int) ([]any, map[keyOf]int) {
 	n := len(idx)
 	principals, keys, polls, candidates := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	fpb := make([][]byte, n)
@@ -158,27 +180,29 @@ func insertEvents(ctx context.Context, tx pgx.Tx, sql string, in appendInput, id
 		fpb[j] = in.fps[i][:]
 		byKey[keyOf{e.PrincipalID, e.ClientEventID}] = i
 	}
-	rows, err := tx.Query(ctx, sql, principals, keys, polls, candidates, fpb, received, ballots, ok, latest)
-	if err != nil {
-		return nil, insertError(err)
-	}
-	seqs := make(map[int]int64, n)
+	return []any{principals, keys, polls, candidates, fpb, received, ballots, ok, latest}, byKey
+}
+
+// readSeqs reads what insertSQL's statements return: the seq of each row
+// inserted, by the index of its event in byKey.
+func readSeqs(rows pgx.Rows, byKey map[keyOf]int) (map[int]int64, error) {
+	seqs := make(map[int]int64, len(byKey))
 	var p, k string
 	var seq int64
-	_, err = pgx.ForEachRow(rows, []any{&p, &k, &seq}, func() error {
+	_, err := pgx.ForEachRow(rows, []any{&p, &k, &seq}, func() error {
 		seqs[byKey[keyOf{p, k}]] = seq
 		return nil
 	})
-	if err != nil {
-		return nil, insertError(err)
-	}
-	return seqs, nil
+	return seqs, err
 }
 
 // insertError reports a unique violation on the ledger's keys as errRaced:
 // the batch never inserts a key twice itself (appendTx claims each key and
 // each (poll, principal) once), so another transaction got there first.
 func insertError(err error) error {
+	if err == nil {
+		return nil
+	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == codeUniqueViolation && pgErr.TableName == "poll_events" {
 		return errRaced

@@ -9,7 +9,6 @@ import (
 
 	"tally/ledger"
 	"tally/stream"
-	"tally/vote"
 )
 
 // A batch goes through four layers, each adding one thing:
@@ -19,10 +18,9 @@ import (
 //	appendRetrying the breaker and backoff on transient errors
 //	timedAppend    one Append, bounded by ApplyTimeout and measured
 
-// item is a decoded entry and the event it carries.
+// item is an entry to apply: one that decoded.
 type item struct {
-	msg   message
-	event ledger.Event
+	msg message
 }
 
 // batchState follows one batch through its bisection.
@@ -64,25 +62,21 @@ func (p *Projector) triageBatch(msgs []message) ([]item, []deadItem) {
 			continue
 		}
 		seen[[2]string{m.stream, m.id}] = true
-		e, d, bad := p.triage(m)
-		if bad {
+		if d, bad := p.triage(m); bad {
 			dead = append(dead, d)
 			continue
 		}
-		items = append(items, item{msg: m, event: ledger.Event{
-			PrincipalID: e.PrincipalID, ClientEventID: e.ClientEventID,
-			PollID: e.PollID, CandidateID: e.CandidateID, Ballot: e.Ballot, ReceivedAt: e.ReceivedAt,
-		}})
+		items = append(items, item{msg: m})
 	}
 	return items, dead
 }
 
-// triage decodes m, or says why it must be dead-lettered rather than
-// applied.
-func (p *Projector) triage(m message) (stream.Entry, deadItem, bool) {
+// triage says why m must be dead-lettered rather than applied, if it
+// must.
+func (p *Projector) triage(m message) (deadItem, bool) {
 	switch {
 	case m.values == nil:
-		return stream.Entry{}, deadItem{msg: m, reason: ReasonLost, detail: "the entry was deleted from the stream while it was pending"}, true
+		return deadItem{msg: m, reason: ReasonLost, detail: "the entry was deleted from the stream while it was pending"}, true
 	case m.deliveries > int64(p.cfg.MaxDeliveries) && !p.lastFailure(m).transient:
 		// An entry this projector saw fail only for transient reasons
 		// (PostgreSQL down) is tried again, however often it came back.
@@ -90,16 +84,13 @@ func (p *Projector) triage(m message) (stream.Entry, deadItem, bool) {
 		if last == "" {
 			last = "unknown to this consumer (the entry failed elsewhere, or its consumer stopped before it finished)"
 		}
-		return stream.Entry{}, deadItem{msg: m, reason: ReasonMaxDeliveries, detail: fmt.Sprintf("delivered %d times, more than the %d allowed; last error: %s", m.deliveries, p.cfg.MaxDeliveries, last)}, true
+		return deadItem{msg: m, reason: ReasonMaxDeliveries, detail: fmt.Sprintf("delivered %d times, more than the %d allowed; last error: %s", m.deliveries, p.cfg.MaxDeliveries, last)}, true
+	case errors.Is(m.undecoded, stream.ErrFingerprintMismatch):
+		return deadItem{msg: m, reason: ReasonFingerprintMismatch, detail: m.undecoded.Error()}, true
+	case m.undecoded != nil:
+		return deadItem{msg: m, reason: ReasonUndecodable, detail: m.undecoded.Error()}, true
 	}
-	e, err := stream.Decode(m.values)
-	if err != nil {
-		return e, deadItem{msg: m, reason: ReasonUndecodable, detail: err.Error()}, true
-	}
-	if want := vote.FingerprintHex(e.PollID, e.Answer()); e.Fingerprint != want {
-		return e, deadItem{msg: m, reason: ReasonFingerprintMismatch, detail: fmt.Sprintf("fingerprint %s does not match the payload's %s", e.Fingerprint, want)}, true
-	}
-	return e, deadItem{}, false
+	return deadItem{}, false
 }
 
 // judgeSuspects decides the fate of the entries of a batch of size entries
@@ -146,7 +137,7 @@ func (p *Projector) bisect(ctx, applyCtx context.Context, items []item, st *batc
 	}
 	events := make([]ledger.Event, len(items))
 	for i, it := range items {
-		events[i] = it.event
+		events[i] = it.msg.event
 	}
 	outcomes, err := p.appendRetrying(ctx, applyCtx, events)
 	switch {

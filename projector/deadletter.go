@@ -21,7 +21,7 @@ type Reason string
 // The dead-letter reasons.
 const (
 	ReasonUndecodable         Reason = "undecodable"          // stream.Decode refused the entry
-	ReasonFingerprintMismatch Reason = "fingerprint_mismatch" // its fingerprint is not its payload's
+	ReasonFingerprintMismatch Reason = "fingerprint_mismatch" // its fingerprint is not its payload's (version 1 entries only)
 	ReasonFailed              Reason = "failed"               // the ledger refused it alone, for a permanent reason
 	ReasonMaxDeliveries       Reason = "max_deliveries"       // delivered more than Config.MaxDeliveries times
 	ReasonLost                Reason = "lost"                 // deleted from the stream while pending: a tombstone
@@ -40,8 +40,9 @@ const (
 
 var dlFields = []string{FieldDLReason, FieldDLError, FieldDLStream, FieldDLID, FieldDLConsumer, FieldDLTime, FieldDLDeliveries}
 
-// entryFields is the order of an encoded entry's fields (stream.Entry.Values).
-var entryFields = []string{stream.FieldVersion, stream.FieldPrincipal, stream.FieldEventID,
+// entryFields is the order of an entry's fields: the current encoding's
+// one, then version 1's.
+var entryFields = []string{stream.FieldEntry, stream.FieldVersion, stream.FieldPrincipal, stream.FieldEventID,
 	stream.FieldPoll, stream.FieldCandidate, stream.FieldFingerprint, stream.FieldReceivedAt}
 
 // deadItem is an entry on its way to the dead-letter stream.

@@ -30,6 +30,13 @@ type DeadLetter struct {
 	Fields     map[string]string `json:"fields"` // the original entry's fields
 }
 
+// Original is the principal, client event id and poll of the original
+// entry, as well as its fields tell them ("" where they do not):
+// stream.Peek.
+func (d DeadLetter) Original() (principalID, clientEventID, pollID string) {
+	return stream.Peek(d.Fields)
+}
+
 // Ref is how an operator names a dead letter: "SHARD/ID", or the bare ID
 // when only one shard holds it.
 func (d DeadLetter) Ref() string { return strconv.Itoa(d.Shard) + "/" + d.ID }

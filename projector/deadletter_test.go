@@ -51,7 +51,7 @@ func TestDeadLetterReplayAndPurge(t *testing.T) {
 			junk = d
 		}
 	}
-	if failed.Fields[stream.FieldEventID] != "k-broken" || !strings.Contains(failed.Error, "simulated permanent failure") {
+	if key(failed) != "k-broken" || !strings.Contains(failed.Error, "simulated permanent failure") {
 		t.Fatalf("failed dead letter %+v", failed)
 	}
 	got, err := dl.Get(b.ctx, failed.ID) // a bare id names it when one shard holds it
@@ -91,8 +91,8 @@ func TestDeletedWhilePendingCountedAsLost(t *testing.T) {
 	b := setup(t, 1)
 	b.poll("lunch", "pizza", "sushi")
 	b.enqueue(votes("u", 2, "lunch", "pizza")...)
-	gone1 := b.enqueueRaw(0, ballot("v1", "k1", "lunch", "sushi").Values()...)
-	gone2 := b.enqueueRaw(0, ballot("v2", "k1", "lunch", "sushi").Values()...)
+	gone1 := b.enqueueRaw(0, stream.FieldEntry, stream.Encode(ballot("v1", "k1", "lunch", "sushi")))
+	gone2 := b.enqueueRaw(0, stream.FieldEntry, stream.Encode(ballot("v2", "k1", "lunch", "sushi")))
 	msgs := b.readAs("dead-consumer", 3) // the two votes and gone1
 	if len(msgs) != 3 {
 		t.Fatalf("read %d entries, want 3", len(msgs))

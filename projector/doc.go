@@ -32,7 +32,8 @@
 //     and the ledger answers duplicate for whatever had in fact committed
 //     (I2).
 //   - Nothing is dropped silently (I1). An entry that cannot be decoded,
-//     whose fingerprint does not match its payload, that fails in the
+//     whose fingerprint does not match its payload (entries of version 1,
+//     see stream.Decode), that fails in the
 //     ledger for a reason other than a transient error, or that was
 //     delivered more than Config.MaxDeliveries times (unless this projector
 //     saw it fail only for transient reasons), is copied to its shard's
@@ -99,7 +100,8 @@
 //   - projector.go: the Projector, New, and Run, which starts the stages
 //     and stops them in order; the shared waits (sleep, backoff).
 //   - read.go: the blocking stream readers and the message type they hand
-//     on; the retry of failed Redis calls.
+//     on, each entry decoded once there into the event the ledger takes;
+//     the retry of failed Redis calls.
 //   - recover.go: this consumer's own pending entries at start, the
 //     periodic claim of idle entries (XAUTOCLAIM) that passes over those
 //     in flight here, and leaving the group.

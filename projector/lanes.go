@@ -5,7 +5,6 @@ import (
 	"sync"
 	"time"
 
-	"tally/stream"
 	"tally/vote"
 )
 
@@ -37,9 +36,8 @@ func (p *Projector) batchLoop(ctx, applyCtx context.Context, in <-chan []message
 			return
 		case msgs := <-in:
 			for _, m := range msgs {
-				// An entry without a principal is dead-lettered in any lane.
-				principal, _ := m.values[stream.FieldPrincipal].(string)
-				w := lanes.Of(principal)
+				// An entry that did not decode is dead-lettered in any lane.
+				w := lanes.Of(m.event.PrincipalID)
 				parts[w] = append(parts[w], m)
 			}
 			for w, part := range parts {
@@ -128,7 +126,7 @@ func (p *Projector) lane(ctx, applyCtx context.Context, mb *mailbox) {
 			buf = append(buf, mb.take()...)
 			for len(buf) >= size {
 				p.applyBatch(ctx, applyCtx, buf[:size:size])
-				buf = append([]message(nil), buf[size:]...)
+				buf = buf[size:] // the next append moves the tail if it must
 				timer.Stop()
 				armed = false
 			}

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/sony/gobreaker/v2"
 
+	"tally/ledger"
 	"tally/stream"
 )
 
@@ -27,13 +28,16 @@ func (p *Projector) readerStreams() [][]string {
 	return out
 }
 
-// message is one stream entry on its way through the projector.
+// message is one stream entry on its way through the projector, decoded
+// once, when it is read: its event goes to the ledger as it is.
 type message struct {
 	stream     string
 	shard      int
 	id         string
 	values     map[string]any // nil: Redis reports the entry deleted
 	deliveries int64          // times delivered, 0 when unknown
+	event      ledger.Event   // decoded from values (stream.Decode)
+	undecoded  error          // why values did not decode; nil when they did or are nil
 }
 
 func (m message) key() string { return m.stream + "/" + m.id }
@@ -42,6 +46,9 @@ func (p *Projector) messages(s string, xs []redis.XMessage, deliveries int64) []
 	out := make([]message, len(xs))
 	for i, x := range xs {
 		out[i] = message{stream: s, shard: p.shards[s], id: x.ID, values: x.Values, deliveries: deliveries}
+		if x.Values != nil {
+			out[i].event, out[i].undecoded = stream.Decode(x.Values)
+		}
 	}
 	return out
 }

@@ -134,7 +134,7 @@ func TestWorkersDrainBacklogWithFaults(t *testing.T) {
 					t.Fatal(err)
 				}
 				if e.ClientEventID != "boom" {
-					events = append(events, event(e))
+					events = append(events, e)
 				}
 			}
 			if _, err := b.store.Append(b.ctx, events); err != nil {
@@ -171,8 +171,8 @@ func TestWorkersDrainBacklogWithFaults(t *testing.T) {
 			}
 			ds := b.deadLetters()
 			for _, d := range ds {
-				if d.Fields[stream.FieldEventID] != "boom" || (d.Reason != projector.ReasonFailed && d.Reason != projector.ReasonMaxDeliveries) {
-					t.Errorf("unexpected dead letter: %s %s of %s/%s: %s", d.ID, d.Reason, d.Fields[stream.FieldPrincipal], d.Fields[stream.FieldEventID], d.Error)
+				if principal, k, _ := d.Original(); k != "boom" || (d.Reason != projector.ReasonFailed && d.Reason != projector.ReasonMaxDeliveries) {
+					t.Errorf("unexpected dead letter: %s %s of %s/%s: %s", d.ID, d.Reason, principal, k, d.Error)
 				}
 			}
 			if len(ds) != 2 {

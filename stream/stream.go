@@ -21,6 +21,7 @@ import (
 	"hash/fnv"
 	"regexp"
 	"strconv"
+	"strings"
 	"time"
 
 	"tally/vote"
@@ -107,7 +108,14 @@ func (k Keys) DeadLetters() []string {
 // Idempotency is the key of the record of one client event id, scoped to its
 // principal, on the principal's shard.
 func (k Keys) Idempotency(principalID, clientEventID string) string {
-	return k.tag(k.ShardOf(principalID)) + ":idem:" + principalID + ":" + clientEventID
+	return k.IdempotencyPrefix(principalID) + clientEventID
+}
+
+// IdempotencyPrefix is what the keys of a principal's idempotency records
+// start with: Idempotency(p, id) is IdempotencyPrefix(p) + id, so intake
+// works it out once per principal rather than once per vote.
+func (k Keys) IdempotencyPrefix(principalID string) string {
+	return k.tag(k.ShardOf(principalID)) + ":idem:" + principalID + ":"
 }
 
 // RateLimit is the key of a principal's rate-limit bucket.
@@ -123,116 +131,132 @@ func (k Keys) RateLimit(principalID string) string {
 // records are gone.
 func (k Keys) Epoch(shard int) string { return k.tag(shard) + ":epoch" }
 
-// Entry is one accepted vote as it travels through the stream. Its ballot
-// is CandidateID for a single choice, else Ballot (canonical, see
-// vote.Ballot.Canonical); both travel in the candidate field, which holds
-// the ballot's canonical form whatever its kind: an id is a single
-// choice, anything else a ballot of another kind.
-type Entry struct {
-	PrincipalID   string    // authenticated principal (never from the request body)
-	ClientEventID string    // the client's idempotency key, scoped to PrincipalID
-	PollID        string    //
-	CandidateID   string    // a single choice
-	Ballot        string    // a ballot of another kind, canonical; CandidateID is empty then
-	Fingerprint   string    // vote.FingerprintHex of the poll and the ballot's canonical form
-	ReceivedAt    time.Time // intake's clock when the request arrived
+// Entry is one accepted vote as it travels through the stream: the
+// ledger's event type (vote.Event), so that what the projector decodes is
+// what it appends.
+type Entry = vote.Event
+
+// FieldEntry is the one field of an entry: its encoding, written by Encode
+// in Go and stored as it is by intake's script, which knows nothing of its
+// layout (as asynq stores its task messages).
+const FieldEntry = "entry"
+
+// The encoding of an entry is its version, then its principal, client
+// event id, poll, received_at (µs since the epoch) and ballot in canonical
+// form, separated by single spaces:
+//
+//	2 alice e-1 lunch 1790000000123456 pizza
+//
+// No part can hold a space (ids are vote.IDRule, a canonical ballot has
+// none), so it splits without escapes, and a person reading the stream or
+// a dead letter reads it as it is. The ballot is last, the part most
+// likely to grow a new form. The version tells a later format from this
+// one; version 1 was the field-per-part layout (decodeV1), still read so
+// that entries written before an upgrade are applied after it.
+const version = "2"
+
+// Encode is the encoding of e, the value of FieldEntry.
+func Encode(e Entry) string {
+	return EncodeParts(e.PrincipalID, e.ClientEventID, e.PollID, e.ReceivedAt, e.Answer())
 }
 
-// Answer is the entry's ballot in canonical form: what the candidate
-// field carries.
-func (e Entry) Answer() string {
-	if e.Ballot != "" {
-		return e.Ballot
+// EncodeParts is Encode of the entry of these parts, answer being the
+// ballot in canonical form (Entry.Answer), in one allocation.
+func EncodeParts(principalID, clientEventID, pollID string, receivedAt time.Time, answer string) string {
+	var b strings.Builder
+	b.Grow(len(version) + len(principalID) + len(clientEventID) + len(pollID) + len(answer) + 25)
+	var us [20]byte
+	for _, part := range [...]string{version, principalID, clientEventID, pollID} {
+		b.WriteString(part)
+		b.WriteByte(' ')
 	}
-	return e.CandidateID
+	b.Write(strconv.AppendInt(us[:0], receivedAt.UnixMicro(), 10))
+	b.WriteByte(' ')
+	b.WriteString(answer)
+	return b.String()
 }
 
-// Field names of an encoded entry. The version field lets a later format be
-// told apart from this one.
-const (
-	FieldVersion     = "v"
-	FieldPrincipal   = "principal"
-	FieldEventID     = "event_id"
-	FieldPoll        = "poll"
-	FieldCandidate   = "candidate"
-	FieldFingerprint = "fp"
-	FieldReceivedAt  = "received_at"
+// Values is e as XADD field/value pairs.
+func Values(e Entry) []any { return []any{FieldEntry, Encode(e)} }
 
-	version = "1"
-)
-
-// Values encodes e as XADD field/value pairs, in a fixed order.
-func (e Entry) Values() []string {
-	return []string{
-		FieldVersion, version,
-		FieldPrincipal, e.PrincipalID,
-		FieldEventID, e.ClientEventID,
-		FieldPoll, e.PollID,
-		FieldCandidate, e.Answer(),
-		FieldFingerprint, e.Fingerprint,
-		FieldReceivedAt, strconv.FormatInt(e.ReceivedAt.UnixMicro(), 10),
-	}
-}
+// Record is the value of an idempotency record (Keys.Idempotency): the
+// payload its client event id was first accepted with, the poll and the
+// ballot in canonical form. Intake's script compares it byte for byte,
+// so a retry that spells the same ballot another way is the same payload.
+func Record(pollID, answer string) string { return pollID + " " + answer }
 
 // ErrUndecodable is wrapped by every Decode error: the entry can never be
 // applied and belongs in the dead-letter stream.
 var ErrUndecodable = errors.New("undecodable stream entry")
 
-// isLowerHex64 reports whether s is 64 lowercase hex digits.
-func isLowerHex64(s string) bool {
-	if len(s) != 64 {
-		return false
+// ErrFingerprintMismatch is wrapped by the Decode error of an entry of
+// version 1 whose fingerprint is not that of its payload. It wraps
+// ErrUndecodable.
+var ErrFingerprintMismatch = fmt.Errorf("%w: fingerprint mismatch", ErrUndecodable)
+
+// Decode reads an entry from the field/value map go-redis returns, in the
+// current encoding (FieldEntry) or in version 1's fields. It checks every
+// part (ids, ballot, time): this is where the stream's values become
+// trusted, and what it returns the ledger may take as it is. Every error
+// wraps ErrUndecodable and names the faulty part.
+func Decode(values map[string]any) (Entry, error) {
+	raw, ok := values[FieldEntry]
+	if !ok {
+		return decodeV1(values)
 	}
+	s, ok := raw.(string)
+	if !ok {
+		return Entry{}, fmt.Errorf("%w: field %q is %T, want string", ErrUndecodable, FieldEntry, raw)
+	}
+	return DecodeEntry(s)
+}
+
+// DecodeEntry reads the encoding of an entry (Encode). Every error wraps
+// ErrUndecodable and names the faulty part.
+func DecodeEntry(s string) (Entry, error) {
+	v, rest, _ := strings.Cut(s, " ")
+	if v != version {
+		return Entry{}, fmt.Errorf("%w: version %q, this projector reads versions 1 and %s: upgrade it", ErrUndecodable, clip(v), version)
+	}
+	var parts [5]string
+	for i := range parts {
+		var ok bool
+		if i == len(parts)-1 {
+			parts[i], ok = rest, !strings.Contains(rest, " ")
+		} else {
+			parts[i], rest, ok = strings.Cut(rest, " ")
+		}
+		if !ok {
+			return Entry{}, fmt.Errorf("%w: %q does not have the %d space-separated parts of version %s", ErrUndecodable, clip(s), len(parts)+1, version)
+		}
+	}
+	if us := parts[3]; us == "" || us[0] < '1' || us[0] > '9' || !allDigits(us) {
+		// One encoding per entry: no sign, no leading zero.
+		return Entry{}, fmt.Errorf("%w: %s %q is not microseconds since the epoch, in decimal digits", ErrUndecodable, FieldReceivedAt, clip(us))
+	}
+	return checked(parts[0], parts[1], parts[2], parts[4], parts[3])
+}
+
+func allDigits(s string) bool {
 	for i := 0; i < len(s); i++ {
-		if c := s[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+		if s[i] < '0' || s[i] > '9' {
 			return false
 		}
 	}
 	return true
 }
 
-// Decode reads an entry from the field/value map go-redis returns. Every
-// error wraps ErrUndecodable and names the faulty field.
-func Decode(values map[string]any) (Entry, error) {
-	get := func(field string) (string, error) {
-		raw, ok := values[field]
-		if !ok {
-			return "", fmt.Errorf("%w: field %q is missing", ErrUndecodable, field)
-		}
-		s, ok := raw.(string)
-		if !ok {
-			return "", fmt.Errorf("%w: field %q is %T, want string", ErrUndecodable, field, raw)
-		}
-		return s, nil
-	}
-	v, err := get(FieldVersion)
-	if err != nil {
-		return Entry{}, err
-	}
-	if v != version {
-		return Entry{}, fmt.Errorf("%w: version %q, this projector reads version %s", ErrUndecodable, v, version)
-	}
-	var e Entry
-	for _, f := range []struct {
-		name string
-		dst  *string
-	}{
-		{FieldPrincipal, &e.PrincipalID},
-		{FieldEventID, &e.ClientEventID},
-		{FieldPoll, &e.PollID},
+// checked is the entry of its parts once each is valid: the one check of
+// every version's values. Errors name the parts by their version 1 field
+// names.
+func checked(principal, key, poll, answer, receivedAt string) (Entry, error) {
+	e := Entry{PrincipalID: principal, ClientEventID: key, PollID: poll}
+	for _, f := range [...]struct{ name, v string }{
+		{FieldPrincipal, principal}, {FieldEventID, key}, {FieldPoll, poll},
 	} {
-		s, err := get(f.name)
-		if err != nil {
-			return Entry{}, err
+		if !vote.ValidID(f.v) {
+			return Entry{}, fmt.Errorf("%w: %s %q is not "+vote.IDRule, ErrUndecodable, f.name, clip(f.v))
 		}
-		if !vote.ValidID(s) {
-			return Entry{}, fmt.Errorf("%w: field %q is %q, want "+vote.IDRule, ErrUndecodable, f.name, s)
-		}
-		*f.dst = s
-	}
-	answer, err := get(FieldCandidate)
-	if err != nil {
-		return Entry{}, err
 	}
 	switch {
 	case vote.ValidID(answer):
@@ -240,24 +264,36 @@ func Decode(values map[string]any) (Entry, error) {
 	case vote.ValidCanonical(answer):
 		e.Ballot = answer
 	default:
-		return Entry{}, fmt.Errorf("%w: field %q is %q, want a candidate id ("+vote.IDRule+") or a ballot in canonical form", ErrUndecodable, FieldCandidate, answer)
+		return Entry{}, fmt.Errorf("%w: %s %q is neither a candidate id ("+vote.IDRule+") nor a ballot in canonical form", ErrUndecodable, FieldCandidate, clip(answer))
 	}
-	fp, err := get(FieldFingerprint)
-	if err != nil {
-		return Entry{}, err
-	}
-	if !isLowerHex64(fp) {
-		return Entry{}, fmt.Errorf("%w: field %q is not 64 lowercase hex digits", ErrUndecodable, FieldFingerprint)
-	}
-	e.Fingerprint = fp
-	rat, err := get(FieldReceivedAt)
-	if err != nil {
-		return Entry{}, err
-	}
-	us, err := strconv.ParseInt(rat, 10, 64)
+	us, err := strconv.ParseInt(receivedAt, 10, 64)
 	if err != nil || us <= 0 {
-		return Entry{}, fmt.Errorf("%w: field %q is %q, want microseconds since the epoch", ErrUndecodable, FieldReceivedAt, rat)
+		return Entry{}, fmt.Errorf("%w: %s %q is not microseconds since the epoch", ErrUndecodable, FieldReceivedAt, clip(receivedAt))
 	}
 	e.ReceivedAt = time.UnixMicro(us).UTC()
 	return e, nil
+}
+
+// clip shortens s for an error message.
+func clip(s string) string {
+	if len(s) > 80 {
+		return s[:80] + "..."
+	}
+	return s
+}
+
+// Peek reads the principal, client event id and poll of an entry's fields
+// (a dead letter's, say) as well as it can, in either version, without
+// checking them: "" for a part it cannot find. It is for showing an entry
+// to a person, never for applying it (Decode).
+func Peek(fields map[string]string) (principalID, clientEventID, pollID string) {
+	s, ok := fields[FieldEntry]
+	if !ok {
+		return fields[FieldPrincipal], fields[FieldEventID], fields[FieldPoll]
+	}
+	parts := strings.SplitN(s, " ", 5)
+	for len(parts) < 4 {
+		parts = append(parts, "")
+	}
+	return parts[1], parts[2], parts[3]
 }

@@ -2,59 +2,116 @@ package stream_test
 
 import (
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"tally/vote"
-
 	"tally/stream"
+	"tally/vote"
 )
 
 func entry() stream.Entry {
 	return stream.Entry{PrincipalID: "p-1", ClientEventID: "e_1", PollID: "lunch", CandidateID: "pizza",
-		Fingerprint: strings.Repeat("ab", 32), ReceivedAt: time.UnixMicro(1_790_000_000_123_456).UTC()}
+		ReceivedAt: time.UnixMicro(1_790_000_000_123_456).UTC()}
 }
 
-func toMap(values []string) map[string]any {
-	m := map[string]any{}
-	for i := 0; i+1 < len(values); i += 2 {
-		m[values[i]] = values[i+1]
+// v1 is e in the field-per-part layout of version 1, with fingerprint fp.
+func v1(e stream.Entry, fp string) map[string]any {
+	return map[string]any{
+		stream.FieldVersion: "1", stream.FieldPrincipal: e.PrincipalID, stream.FieldEventID: e.ClientEventID,
+		stream.FieldPoll: e.PollID, stream.FieldCandidate: e.Answer(), stream.FieldFingerprint: fp,
+		stream.FieldReceivedAt: strconv.FormatInt(e.ReceivedAt.UnixMicro(), 10),
 	}
-	return m
+}
+
+func fields(e stream.Entry) map[string]any {
+	vs := stream.Values(e)
+	return map[string]any{vs[0].(string): vs[1]}
 }
 
 func TestRoundTrip(t *testing.T) {
-	e := entry()
-	got, err := stream.Decode(toMap(e.Values()))
-	if err != nil {
-		t.Fatal(err)
+	ranked := entry()
+	ranked.CandidateID, ranked.Ballot = "", `["a","b"]`
+	for _, e := range []stream.Entry{entry(), ranked} {
+		got, err := stream.Decode(fields(e))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != e {
+			t.Fatalf("decoded %+v, want %+v", got, e)
+		}
 	}
-	if got != e {
-		t.Fatalf("decoded %+v, want %+v", got, e)
+	if got, want := stream.Encode(entry()), "2 p-1 e_1 lunch 1790000000123456 pizza"; got != want {
+		t.Fatalf("Encode = %q, want %q", got, want)
+	}
+}
+
+// An entry of version 1, as intake wrote them before the single field,
+// still decodes: a stream that holds some at an upgrade is applied after
+// it. Its fingerprint is checked.
+func TestDecodeV1(t *testing.T) {
+	e := entry()
+	got, err := stream.Decode(v1(e, vote.FingerprintHex(e.PollID, e.Answer())))
+	if err != nil || got != e {
+		t.Fatalf("Decode of version 1: %+v, %v; want %+v", got, err, e)
+	}
+	_, err = stream.Decode(v1(e, vote.FingerprintHex(e.PollID, "sushi")))
+	if !errors.Is(err, stream.ErrFingerprintMismatch) || !errors.Is(err, stream.ErrUndecodable) {
+		t.Fatalf("Decode of version 1 with another payload's fingerprint: %v, want ErrFingerprintMismatch", err)
 	}
 }
 
 func TestDecodeRefuses(t *testing.T) {
+	good := stream.Encode(entry())
+	for name, s := range map[string]string{
+		"empty":          "",
+		"version only":   "2",
+		"future version": "3" + good[1:],
+		"no ballot":      "2 p-1 e_1 lunch 1790000000123456",
+		"two spaces":     "2 p-1  e_1 lunch 1790000000123456 pizza",
+		"extra part":     good + " x",
+		"trailing space": good + " ",
+		"bad poll":       "2 p-1 e_1 lu/nch 1790000000123456 pizza",
+		"long id":        "2 " + strings.Repeat("p", vote.MaxIDLen+1) + " e_1 lunch 1790000000123456 pizza",
+		"bad ballot":     `2 p-1 e_1 lunch 1790000000123456 ["b","a"`,
+		"bad time":       "2 p-1 e_1 lunch soon pizza",
+		"zero time":      "2 p-1 e_1 lunch 0 pizza",
+		"negative time":  "2 p-1 e_1 lunch -5 pizza",
+		"signed time":    "2 p-1 e_1 lunch +5 pizza",
+		"leading zero":   "2 p-1 e_1 lunch 05 pizza",
+	} {
+		t.Run(name, func(t *testing.T) {
+			if _, err := stream.Decode(map[string]any{stream.FieldEntry: s}); !errors.Is(err, stream.ErrUndecodable) {
+				t.Fatalf("Decode(%q) = %v, want ErrUndecodable", s, err)
+			}
+		})
+	}
+	if _, err := stream.Decode(map[string]any{stream.FieldEntry: 7}); !errors.Is(err, stream.ErrUndecodable) {
+		t.Fatalf("Decode of a number = %v, want ErrUndecodable", err)
+	}
+	if _, err := stream.Decode(map[string]any{"junk": "x"}); !errors.Is(err, stream.ErrUndecodable) || !strings.Contains(err.Error(), stream.FieldEntry) {
+		t.Fatalf("Decode of no known field = %v, want ErrUndecodable naming %q", err, stream.FieldEntry)
+	}
+}
+
+func TestDecodeV1Refuses(t *testing.T) {
+	e := entry()
+	fp := vote.FingerprintHex(e.PollID, e.Answer())
 	for name, mutate := range map[string]func(map[string]any){
 		"no version":     func(m map[string]any) { delete(m, stream.FieldVersion) },
-		"future version": func(m map[string]any) { m[stream.FieldVersion] = "2" },
+		"future version": func(m map[string]any) { m[stream.FieldVersion] = "3" },
 		"no principal":   func(m map[string]any) { delete(m, stream.FieldPrincipal) },
 		"bad poll":       func(m map[string]any) { m[stream.FieldPoll] = "a b" },
 		"not a string":   func(m map[string]any) { m[stream.FieldCandidate] = 7 },
 		"short fp":       func(m map[string]any) { m[stream.FieldFingerprint] = "abcd" },
-		"long fp":        func(m map[string]any) { m[stream.FieldFingerprint] = strings.Repeat("ab", 32) + "0" },
-		"upper-case fp":  func(m map[string]any) { m[stream.FieldFingerprint] = strings.Repeat("AB", 32) },
-		"fp of g":        func(m map[string]any) { m[stream.FieldFingerprint] = strings.Repeat("0g", 32) },
-		"fp of /":        func(m map[string]any) { m[stream.FieldFingerprint] = strings.Repeat("0/", 32) },
-		"fp of :":        func(m map[string]any) { m[stream.FieldFingerprint] = strings.Repeat("0:", 32) },
-		"fp of `":        func(m map[string]any) { m[stream.FieldFingerprint] = strings.Repeat("0`", 32) },
+		"upper-case fp":  func(m map[string]any) { m[stream.FieldFingerprint] = strings.ToUpper(fp) },
 		"bad time":       func(m map[string]any) { m[stream.FieldReceivedAt] = "soon" },
 		"zero time":      func(m map[string]any) { m[stream.FieldReceivedAt] = "0" },
 	} {
 		t.Run(name, func(t *testing.T) {
-			m := toMap(entry().Values())
+			m := v1(e, fp)
 			mutate(m)
 			if _, err := stream.Decode(m); !errors.Is(err, stream.ErrUndecodable) {
 				t.Fatalf("Decode = %v, want ErrUndecodable", err)
@@ -63,13 +120,28 @@ func TestDecodeRefuses(t *testing.T) {
 	}
 }
 
-// A fingerprint of the boundary digits of each range (0 and 9, a and f)
-// decodes.
-func TestDecodeFingerprintDigits(t *testing.T) {
-	e := entry()
-	e.Fingerprint = strings.Repeat("09af", 16)
-	if got, err := stream.Decode(toMap(e.Values())); err != nil || got != e {
-		t.Fatalf("Decode of fingerprint %s: %+v, %v", e.Fingerprint, got, err)
+// Record is the poll and the ballot, so that two ballots of one poll, or
+// one ballot of two polls, never share a record.
+func TestRecord(t *testing.T) {
+	if got := stream.Record("lunch", `["a","b"]`); got != `lunch ["a","b"]` {
+		t.Fatalf("Record = %q", got)
+	}
+	if stream.Record("lunch", "a") == stream.Record("lunch", "b") || stream.Record("p1", "a") == stream.Record("p2", "a") {
+		t.Fatal("records of different payloads are equal")
+	}
+}
+
+// IdempotencyPrefix is what Idempotency puts before the client event id.
+func TestIdempotencyPrefix(t *testing.T) {
+	k, err := stream.NewKeys("tally", 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		p := fmt.Sprintf("p-%d", i)
+		if got, want := k.IdempotencyPrefix(p)+"e-1", k.Idempotency(p, "e-1"); got != want {
+			t.Fatalf("prefix + id = %q, Idempotency = %q", got, want)
+		}
 	}
 }
 
@@ -125,11 +197,47 @@ func TestKeysShareTheShardTag(t *testing.T) {
 	}
 }
 
-// FuzzDecode checks that Decode never panics and that what it accepts
-// encodes back to the same entry.
+// FuzzDecode checks that Decode never panics on an entry of the current
+// encoding, that what it accepts holds valid parts, and that it encodes
+// back to the same string: one encoding per entry.
 func FuzzDecode(f *testing.F) {
+	ranked := entry()
+	ranked.CandidateID, ranked.Ballot = "", `["a","b"]`
+	approve := entry()
+	approve.CandidateID, approve.Ballot = "", `{"a":"yes","b":"no"}`
+	for _, e := range []stream.Entry{entry(), ranked, approve} {
+		f.Add(stream.Encode(e))
+	}
+	f.Add("2 a b c 1 d")
+	f.Add("2 a b c -1 d")
+	f.Add("2 a b c 1 d e")
+	f.Add("1 a b c 1 d")
+	f.Fuzz(func(t *testing.T, s string) {
+		got, err := stream.Decode(map[string]any{stream.FieldEntry: s})
+		if err != nil {
+			if !errors.Is(err, stream.ErrUndecodable) {
+				t.Fatalf("error %v does not wrap ErrUndecodable", err)
+			}
+			return
+		}
+		for _, id := range []string{got.PrincipalID, got.ClientEventID, got.PollID} {
+			if !vote.ValidID(id) {
+				t.Fatalf("accepted invalid id %q", id)
+			}
+		}
+		if got.Ballot == "" && !vote.ValidID(got.CandidateID) || got.Ballot != "" && (got.CandidateID != "" || !vote.ValidCanonical(got.Ballot)) {
+			t.Fatalf("accepted invalid ballot %+v", got)
+		}
+		if again := stream.Encode(got); again != s {
+			t.Fatalf("%q decoded to %+v, which encodes to %q", s, got, again)
+		}
+	})
+}
+
+// FuzzDecodeV1 is FuzzDecode for entries of version 1.
+func FuzzDecodeV1(f *testing.F) {
 	e := entry()
-	f.Add("1", e.PrincipalID, e.ClientEventID, e.PollID, e.CandidateID, e.Fingerprint, "1790000000123456")
+	f.Add("1", e.PrincipalID, e.ClientEventID, e.PollID, e.CandidateID, vote.FingerprintHex(e.PollID, e.CandidateID), "1790000000123456")
 	f.Add("1", "", "x", "y", "z", "00", "-1")
 	f.Add("2", "a", "b", "c", "d", strings.Repeat("0", 64), "1")
 	f.Fuzz(func(t *testing.T, v, principal, key, poll, cand, fp, rat string) {
@@ -142,14 +250,14 @@ func FuzzDecode(f *testing.F) {
 			}
 			return
 		}
-		for _, id := range []string{got.PrincipalID, got.ClientEventID, got.PollID, got.CandidateID} {
+		for _, id := range []string{got.PrincipalID, got.ClientEventID, got.PollID} {
 			if !vote.ValidID(id) {
 				t.Fatalf("accepted invalid id %q", id)
 			}
 		}
-		again, err := stream.Decode(toMap(got.Values()))
+		again, err := stream.Decode(fields(got))
 		if err != nil || again != got {
-			t.Fatalf("re-decoding %+v gave %+v, %v", got, again, err)
+			t.Fatalf("re-decoding %+v in the current encoding gave %+v, %v", got, again, err)
 		}
 	})
 }
