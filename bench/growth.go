@@ -15,7 +15,6 @@ import (
 	"tally/audit"
 	"tally/ledger"
 	"tally/stream"
-	"tally/vote"
 )
 
 // This file owns row G, the growth of the ledger (issue 35): the
@@ -136,8 +135,8 @@ func (e *env) drainInto(ctx context.Context, url string, first, last, polls int,
 			for i := from; i < min(from+chunk, last); i++ {
 				ev := singleLoad.event(i, polls, now)
 				entry := stream.Entry{PrincipalID: ev.PrincipalID, ClientEventID: ev.ClientEventID, PollID: ev.PollID,
-					CandidateID: ev.CandidateID, Fingerprint: vote.FingerprintHex(ev.PollID, ev.Answer()), ReceivedAt: now}
-				pipe.XAdd(ctx, &redis.XAddArgs{Stream: keys.Stream(0), Values: entry.Values()})
+					CandidateID: ev.CandidateID, Ballot: ev.Ballot, ReceivedAt: now}
+				pipe.XAdd(ctx, &redis.XAddArgs{Stream: keys.Stream(0), Values: stream.Values(entry)})
 			}
 			return nil
 		})
