@@ -262,10 +262,12 @@ p.id, p.title, p.opens_at, p.closes_at, p.eligibility, p.public_results, p.creat
 coalesce((SELECT array_agg(c.candidate_id ORDER BY c.position) FROM poll_choices c WHERE c.poll_id = p.id), '{}'),
 coalesce((SELECT array_agg(e.principal_id ORDER BY e.principal_id) FROM poll_eligible e WHERE e.poll_id = p.id), '{}')`
 
-// The reads of polls: all of them (or one), a page in id order, and
-// those of some ids.
+// The reads of polls: all of them, a page in id order, and those of some
+// ids (one poll's read among them: "$1 IS NULL OR p.id = $1" would let
+// PostgreSQL's generic plan of the prepared statement scan every poll,
+// and JIT-compile the scan, for one id).
 const (
-	pollsSQL      = `SELECT ` + pollColumnsSQL + ` FROM polls p WHERE $1::text IS NULL OR p.id = $1 ORDER BY p.created_at, p.id`
+	pollsSQL      = `SELECT ` + pollColumnsSQL + ` FROM polls p ORDER BY p.created_at, p.id`
 	pollsAfterSQL = `SELECT ` + pollColumnsSQL + ` FROM polls p WHERE p.id > $1 ORDER BY p.id LIMIT $2`
 	pollsOfSQL    = `SELECT ` + pollColumnsSQL + ` FROM polls p WHERE p.id = ANY($1::text[])`
 )
@@ -273,12 +275,12 @@ const (
 // Polls lists every poll with its choices and eligibility list, oldest
 // first.
 func (s *Store) Polls(ctx context.Context) ([]Poll, error) {
-	return s.queryPolls(ctx, "list polls", pollsSQL, nil)
+	return s.queryPolls(ctx, "list polls", pollsSQL)
 }
 
 // Poll returns one poll, or ErrNotFound.
 func (s *Store) Poll(ctx context.Context, id string) (Poll, error) {
-	ps, err := s.queryPolls(ctx, "read poll "+id, pollsSQL, &id)
+	ps, err := s.queryPolls(ctx, "read poll "+id, pollsOfSQL, []string{id})
 	if err != nil {
 		return Poll{}, err
 	}
