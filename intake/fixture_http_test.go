@@ -166,4 +166,3 @@ func observations(t *testing.T, vec *prometheus.HistogramVec, label string) uint
 	}
 	return m.GetHistogram().GetSampleCount()
 }
-
