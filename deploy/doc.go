@@ -8,7 +8,9 @@
 // (systemd/tally-intake.service, systemd/tally-projector.service) with the
 // environment file they share (systemd/tally.env); README.md, "Deploying",
 // says how to install them. The OCI image is built by scripts/image.sh
-// (make image), which this package's tests run.
+// (make image), which this package's tests run. The Helm chart
+// (helm/) is tested in a module of its own, deploy/charttest, so that
+// helm's and Kubernetes' packages stay out of tally's go.mod.
 //
 // The package has no code. Its tests hold the files to what the daemons
 // really do:
