@@ -88,7 +88,7 @@ func TestAdminCreateBallotKinds(t *testing.T) {
 // invalid-definition naming the field and the limit; nothing is stored.
 func TestAdminCreateBallotRefused(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	b := setup(t, func(c *intake.Config) { c.ReadRate, c.ReadBurst = 1000, 1000 }) // 22 admin requests, past the default burst
 	_, admin := b.admin(t, "app")
 	const head = `{"poll_id":"bad","title":"T","choices":["a","b","c"]`
 	many := `"c0"`

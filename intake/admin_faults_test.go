@@ -78,7 +78,7 @@ func TestAdminPostgresDown(t *testing.T) {
 	for i, w := range writes {
 		wg.Go(func() { replies[i] = b.adminDo(t, http.MethodPost, w.path, admin, w.body) })
 	}
-	within(t, 5*time.Second, "the four writes wait for the test's lock", func() bool {
+	testenv.Eventually(t, 5*time.Second, "the four writes wait for the test's lock", func() bool {
 		var waiting int
 		err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`).
 			Scan(&waiting)
@@ -101,7 +101,7 @@ func TestAdminPostgresDown(t *testing.T) {
 	}
 
 	pg.Start()
-	within(t, 20*time.Second, "PostgreSQL answers the test again", func() bool {
+	testenv.Eventually(t, 20*time.Second, "PostgreSQL answers the test again", func() bool {
 		_, err := b.store.Principals(ctx)
 		return err == nil
 	})
@@ -125,7 +125,7 @@ func TestAdminPostgresDown(t *testing.T) {
 	}
 
 	var r reply
-	within(t, 20*time.Second, "intake answers the create once PostgreSQL is back", func() bool {
+	testenv.Eventually(t, 20*time.Second, "intake answers the create once PostgreSQL is back", func() bool {
 		r = b.adminDo(t, http.MethodPost, "/v1/polls", admin, create)
 		return r.code != http.StatusServiceUnavailable
 	})
@@ -163,7 +163,7 @@ func TestAdminRevokeAtAnotherIntake(t *testing.T) {
 	if again := a.adminDo(t, http.MethodPost, path, admin, ""); again.code != http.StatusOK || again.str("revoked_at") != r.str("revoked_at") {
 		t.Fatalf("revoke again: %d %s, want 200 with revoked_at %s", again.code, again.raw, r.str("revoked_at"))
 	}
-	within(t, time.Second, "intake B refuses the voter revoked at intake A", func() bool {
+	testenv.Eventually(t, 10*time.Second, "intake B refuses the voter revoked at intake A", func() bool {
 		return b.vote(t, token, "e3", "p1", "a").code == http.StatusUnauthorized
 	})
 	wantInvalidToken(t, "the revoked voter at intake B", b.vote(t, token, "e4", "p1", "a"))

@@ -9,6 +9,7 @@ import (
 	"tally/credential"
 	"tally/intake"
 	"tally/internal/oidctest"
+	"tally/internal/testenv"
 )
 
 // This file tests OpenID Connect admins at intake: an issuer configured
@@ -110,7 +111,7 @@ func TestOIDCAdminClaim(t *testing.T) {
 			t.Fatalf("GET /v1/principals lists the OpenID Connect admin with role %v, want null", e["role"])
 		}
 	}
-	within(t, time.Second, "the revoked OpenID Connect admin refused", func() bool {
+	testenv.Eventually(t, 10*time.Second, "the revoked OpenID Connect admin refused", func() bool {
 		return b.adminDo(t, http.MethodGet, "/v1/polls", admin, "").code == http.StatusUnauthorized
 	})
 	wantInvalidToken(t, "the revoked admin's token", b.adminDo(t, http.MethodGet, "/v1/polls", admin, ""))

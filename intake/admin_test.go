@@ -184,7 +184,7 @@ func TestAdminPollLife(t *testing.T) {
 	}
 	// The intake that answered 201 takes votes on the poll at once.
 	wantAccepted(t, b.vote(t, voter, "v1", "lunch", "sushi"), "v1", ledger.StatusPending)
-	within(t, 10*time.Second, "the vote on the poll created over HTTP recorded", func() bool {
+	testenv.Eventually(t, 10*time.Second, "the vote on the poll created over HTTP recorded", func() bool {
 		return b.status(t, voter, "v1").str("status") == "recorded"
 	})
 
@@ -199,7 +199,7 @@ func TestAdminPollLife(t *testing.T) {
 		t.Fatalf("close again, later: %d %s, want 200 keeping closes_at %s", again.code, again.raw, closedAt)
 	}
 	_, newcomer := b.signed(t, "newcomer", time.Time{})
-	within(t, time.Second, "a new vote on the closed poll refused", func() bool {
+	testenv.Eventually(t, 10*time.Second, "a new vote on the closed poll refused", func() bool {
 		return b.vote(t, newcomer, "n1", "lunch", "pizza").code == http.StatusUnprocessableEntity
 	})
 	wantProblemType(t, b.vote(t, newcomer, "n2", "lunch", "pizza"), http.StatusUnprocessableEntity, "poll-closed")
@@ -510,7 +510,7 @@ func TestAdminRevokeMinted(t *testing.T) {
 	if n, _ := r.body["minted_revoked"].(float64); r.code != http.StatusOK || n != 2 {
 		t.Fatalf("revoking the admin with what it minted: %d %s, want 200 with minted_revoked 2", r.code, r.raw)
 	}
-	within(t, time.Second, "the voter the revoked admin's admin minted refused", func() bool {
+	testenv.Eventually(t, 10*time.Second, "the voter the revoked admin's admin minted refused", func() bool {
 		return b.vote(t, mintedVoter, "m1", "p1", "a").code == http.StatusUnauthorized
 	})
 	wantAccepted(t, b.vote(t, othersVoter, "o1", "p1", "a"), "o1", ledger.StatusPending)

@@ -225,14 +225,14 @@ func TestRevokedCredentialRefused(t *testing.T) {
 	if err := b.store.RevokePrincipal(ctx, p.ID); err != nil {
 		t.Fatal(err)
 	}
-	within(t, time.Second, "the revoked principal's token refused", func() bool {
+	testenv.Eventually(t, 10*time.Second, "the revoked principal's token refused", func() bool {
 		return b.vote(t, token, "e2", "p1", "a").code == http.StatusUnauthorized
 	})
 	wantAccepted(t, b.vote(t, other, "o1", "p1", "b"), "o1", ledger.StatusPending)
 	if err := b.store.RetireCredentialKey(ctx, b.key.ID); err != nil {
 		t.Fatal(err)
 	}
-	within(t, time.Second, "a token of the retired key refused", func() bool {
+	testenv.Eventually(t, 10*time.Second, "a token of the retired key refused", func() bool {
 		return b.vote(t, other, "o2", "p1", "b").code == http.StatusUnauthorized
 	})
 	if got := count(b.m.Credentials.WithLabelValues("revoked")); got < 2 {
@@ -264,25 +264,13 @@ func TestReissuedCredentialRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	within(t, time.Second, "the token the reissue replaced refused", func() bool {
+	testenv.Eventually(t, 10*time.Second, "the token the reissue replaced refused", func() bool {
 		return b.vote(t, lost, "e2", "p1", "a").code == http.StatusUnauthorized
 	})
 	wantInvalidToken(t, "the replaced token", b.vote(t, lost, "e3", "p1", "a"))
 	wantInvalidToken(t, "a token of the principal issued an hour before", b.vote(t, older, "e4", "p1", "a"))
 	wantAccepted(t, b.vote(t, fresh, "e5", "p1", "a"), "e5", ledger.StatusPending)
 	wantAccepted(t, b.vote(t, other, "o1", "p1", "b"), "o1", ledger.StatusPending)
-}
-
-// within waits up to d for ok, failing with what it waited for.
-func within(t *testing.T, d time.Duration, what string, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // TestPostgresDownCredentials stops a private PostgreSQL under a running
@@ -304,7 +292,7 @@ func TestPostgresDownCredentials(t *testing.T) {
 	if err := b.store.RevokePrincipal(ctx, revokedSigned.ID); err != nil {
 		t.Fatal(err)
 	}
-	within(t, 2*time.Second, "intake holds the revocation of "+revokedSigned.ID, func() bool { return b.srv.Revoked(revokedSigned.ID) })
+	testenv.Eventually(t, 10*time.Second, "intake holds the revocation of "+revokedSigned.ID, func() bool { return b.srv.Revoked(revokedSigned.ID) })
 	pg.Stop()
 
 	wantAccepted(t, b.vote(t, newToken, "n1", "p1", "b"), "n1", ledger.StatusPending)
@@ -313,12 +301,12 @@ func TestPostgresDownCredentials(t *testing.T) {
 	}
 
 	pg.Start()
-	within(t, 20*time.Second, "the newcomer's vote recorded once PostgreSQL is back", func() bool {
+	testenv.Eventually(t, 20*time.Second, "the newcomer's vote recorded once PostgreSQL is back", func() bool {
 		return b.status(t, newToken, "n1").str("status") == "recorded"
 	})
 	// r1, accepted before the outage, may have waited in the stream
 	// through it.
-	within(t, 20*time.Second, "p1 counts r1 and n1", func() bool {
+	testenv.Eventually(t, 20*time.Second, "p1 counts r1 and n1", func() bool {
 		res, err := b.store.Results(ctx, "p1")
 		return err == nil && res.Total == 2
 	})

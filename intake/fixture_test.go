@@ -249,6 +249,19 @@ func (b *bundle) poll(t testing.TB, p ledger.Poll) {
 	b.waitCatalog(t, p.ID)
 }
 
+// waitRevoked waits until the served intake's revocations in memory
+// refuse principal id: a revocation made in the ledger reaches intake with
+// the catalog's change log.
+func (b *bundle) waitRevoked(t testing.TB, id string) {
+	t.Helper()
+	if b.handlerOnly {
+		if err := b.srv.Reload(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testenv.Eventually(t, 10*time.Second, "intake to hold the revocation of "+id, func() bool { return b.srv.Revoked(id) })
+}
+
 // waitCatalog waits until the served intake's catalog holds poll id.
 func (b *bundle) waitCatalog(t testing.TB, id string) {
 	t.Helper()

@@ -309,7 +309,7 @@ func TestPastWindowLedgerSettles(t *testing.T) {
 	wantAccepted(t, b.vote(t, b.token, "e1", "p1", "b"), "e1", ledger.StatusPending)
 	b.wantLedgerChecks(t, 0, 0, 0, 0)
 	ctx := context.Background()
-	within(t, 10*time.Second, "both entries applied", func() bool { return b.xlen(t) == 0 })
+	testenv.Eventually(t, 10*time.Second, "both entries applied", func() bool { return b.xlen(t) == 0 })
 	res, err := b.store.Results(ctx, "p1")
 	if err != nil {
 		t.Fatal(err)

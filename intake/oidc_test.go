@@ -60,7 +60,7 @@ func trusting(issuers ...*credential.OIDCIssuer) option {
 // of without.
 func waitKeys(t *testing.T, b *bundle, without ...string) {
 	t.Helper()
-	within(t, 5*time.Second, "intake fetched the issuers' keys", func() bool {
+	testenv.Eventually(t, 5*time.Second, "intake fetched the issuers' keys", func() bool {
 		return slices.Equal(b.cfg.Credentials.IssuersWithoutKeys(), without)
 	})
 }
@@ -131,7 +131,7 @@ func TestOIDCVoteCountedAndRevoked(t *testing.T) {
 	if err := b.store.RevokePrincipal(context.Background(), id); err != nil {
 		t.Fatal(err)
 	}
-	within(t, time.Second, "the revoked OpenID Connect subject's token refused", func() bool {
+	testenv.Eventually(t, 10*time.Second, "the revoked OpenID Connect subject's token refused", func() bool {
 		return b.vote(t, tok, "e2", "p1", "b").code == http.StatusUnauthorized
 	})
 	wantInvalidToken(t, "the revoked subject's token", b.vote(t, tok, "e3", "p1", "b"))
@@ -230,7 +230,7 @@ func TestOIDCPostgresDown(t *testing.T) {
 	pg.Start()
 	waitRecorded(t, b, credential.PrincipalIDFor(p.URL(), oidctest.ClientID), "u1", 20*time.Second)
 	down.Start()
-	within(t, 5*time.Second, "the token of the issuer down since intake started votes once it answers", func() bool {
+	testenv.Eventually(t, 5*time.Second, "the token of the issuer down since intake started votes once it answers", func() bool {
 		return b.vote(t, neverTok, "n1", "p1", "b").code == http.StatusAccepted
 	})
 }
@@ -252,7 +252,7 @@ func TestOIDCIssuerDown(t *testing.T) {
 	wantAccepted(t, b.vote(t, before, "e1", "p1", "a"), "e1", ledger.StatusPending)
 
 	p.Stop()
-	within(t, 5*time.Second, "two fetches of the keys fail while the provider is stopped", func() bool {
+	testenv.Eventually(t, 5*time.Second, "two fetches of the keys fail while the provider is stopped", func() bool {
 		return strings.Count(logs.String(), "the keys fetched last stay in use") >= 2
 	})
 	wantAccepted(t, b.vote(t, before, "e2", "p1", "a"), "e2", ledger.StatusPending)
@@ -261,7 +261,7 @@ func TestOIDCIssuerDown(t *testing.T) {
 	p.Rotate(oidctest.Keys()[1], false)
 	p.Start()
 	rotated := p.Token()
-	within(t, 5*time.Second, "a token of the rotated key votes once the provider is back", func() bool {
+	testenv.Eventually(t, 5*time.Second, "a token of the rotated key votes once the provider is back", func() bool {
 		return b.vote(t, rotated, "e4", "p1", "a").code == http.StatusAccepted
 	})
 }
@@ -298,6 +298,6 @@ func TestRetirementIsOfTallyKeys(t *testing.T) {
 	if err := b.store.RevokePrincipal(ctx, b.who.ID); err != nil {
 		t.Fatal(err)
 	}
-	within(t, 5*time.Second, "intake holds the revocation made after the retirement", func() bool { return b.srv.Revoked(b.who.ID) })
+	testenv.Eventually(t, 5*time.Second, "intake holds the revocation made after the retirement", func() bool { return b.srv.Revoked(b.who.ID) })
 	wantAccepted(t, b.vote(t, tok, "e2", "p1", "a"), "e2", ledger.StatusPending)
 }

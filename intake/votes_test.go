@@ -35,6 +35,7 @@ func TestRefusals(t *testing.T) {
 	if err := b.store.RevokePrincipal(context.Background(), revoked.ID); err != nil {
 		t.Fatal(err)
 	}
+	b.waitRevoked(t, revoked.ID)
 	ok := voteBody("e1", "p1", "a")
 
 	cases := []struct {
