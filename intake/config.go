@@ -130,14 +130,10 @@ type Config struct {
 	// than the token of the admin that added it.
 	AddAdminsOverHTTP bool
 
-	// LedgerCheck, when true, asks the ledger whether the event id of a
-	// new vote is new when Redis no longer holds the principal's records
-	// (past IdempotencyWindow, or lost with Redis' data), so that such a
-	// retry answers 202 with its status and a reused key 409 at once. It
-	// costs a share of a PostgreSQL query per vote of every principal
-	// older than the window. Off by default: such a vote is enqueued and
-	// the ledger decides it (duplicate, or rejected key_reused), never
-	// counting it twice.
+	// LedgerCheck, when true, asks the ledger whether a vote's event id
+	// is new when Redis may no longer hold the principal's records, so
+	// that a late retry answers 202 with its status and a reused key 409
+	// at once. Off by default. Its rule and cost: ledger_check.go.
 	LedgerCheck bool
 
 	// BreakerFailures is the number of consecutive Redis failures that opens

@@ -65,17 +65,7 @@
 //     it a retry, or a key reused with another payload, is enqueued as a
 //     new vote and the ledger settles it: a duplicate, or rejected
 //     key_reused, never counted twice. With Config.LedgerCheck the ledger
-//     answers first instead: the script treats an absent record as proof that an event id is new
-//     only for a principal created since max(now - window, the shard's
-//     epoch, the time since which its Redis holds records); for any other
-//     it answers unsure (intake asks the ledger before the script for a
-//     principal older than the window, which is certain to need it), and
-//     intake looks the id up in the ledger, in
-//     queries shared by concurrent votes: a known id answers 202 with the
-//     ledger's status or 409, a new one is enqueued. While PostgreSQL does
-//     not answer, such a vote is enqueued all the same and the ledger
-//     decides it (an identical event is a duplicate, another payload is
-//     rejected key_reused): no vote ever has a second effect.
+//     answers first instead (its rule, once: ledger_check.go).
 //   - The identity comes from the bearer token only, never from the body.
 //     A signed credential (package credential: tally's own token, or an
 //     OpenID Connect issuer's) is verified in memory, with no query; the

@@ -62,13 +62,7 @@ type enqueueResult struct {
 // vote costs Redis one share of a round trip and PostgreSQL nothing.
 //
 // With Config.LedgerCheck, when the script cannot tell whether the event
-// id is new (the principal may have events whose records expired or were
-// lost), the ledger is asked: an event it holds answers as a replay (with
-// the ledger's status) or a conflict, and only a new one runs the script
-// again, told to skip that check. A principal older than the idempotency
-// window is certain to need the ledger (its records may have expired,
-// whatever the shard's epoch), so its votes ask the ledger first and run
-// the script once.
+// id is new, the ledger is asked first (ledger_check.go).
 //
 // An error means Redis could not be asked (outBreakerOpen) or did not
 // answer (outRedisError); the vote may or may not have been enqueued, and

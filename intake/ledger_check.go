@@ -10,14 +10,33 @@ import (
 	"tally/ledger"
 )
 
-// This file owns the ledger check of a new event id the enqueue script
-// could not rule out: the principal may have events whose idempotency
-// records expired (past Config.IdempotencyWindow) or were lost with
-// Redis' data, so an absent record does not prove the id new. checkLedger
-// asks the ledger, and ledgerChecks carries the lookups of concurrent votes
-// to PostgreSQL in shared queries (ledger.Store.Events). Principals created
-// since the cutoff the script computes never get here, so an ordinary new
-// vote costs no PostgreSQL round trip.
+// This file owns the ledger check (Config.LedgerCheck), and this comment
+// is where its rule is written; the others point here.
+//
+// Without it, an event id whose idempotency record Redis no longer holds
+// (past Config.IdempotencyWindow, or lost with Redis' data) is enqueued as
+// new, and the ledger decides it: an identical event already there is a
+// duplicate, another payload is rejected key_reused, and neither is
+// counted twice.
+//
+// With it, the ledger answers first. The enqueue script treats an absent
+// record as proof that an event id is new only for a principal created
+// since max(now - window, the shard's epoch, the time since which its
+// Redis holds records); for any other it answers unsure. A principal older
+// than the window is certain to need the ledger, so its votes ask the
+// ledger before the script and run the script once. checkLedger asks the
+// ledger, and ledgerChecks carries the lookups of concurrent votes to
+// PostgreSQL in shared queries (ledger.Store.Events): a known id answers
+// 202 with the ledger's status, or 409 for another payload; a new one runs
+// the script again, told to skip the check. An ordinary new vote of a
+// principal created since the cutoff never gets here and costs PostgreSQL
+// nothing. When the ledger does not answer, the vote is enqueued all the
+// same and the ledger decides it when it gets the entry, so votes keep
+// being accepted while PostgreSQL is away; only a request whose own
+// deadline passed during the lookup is answered 503 not-queued. No vote
+// ever has a second effect. The check costs a share of a PostgreSQL query
+// per vote of every principal older than the window, which is why it is
+// off by default.
 
 // The outcomes of a ledger check; they are the label of its counter.
 const (
