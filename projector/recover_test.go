@@ -78,7 +78,11 @@ func claimSkipsEntriesInFlight(t *testing.T, minIdle time.Duration) {
 			if pe.RetryCount > 1 || pe.Consumer != cfg.Consumer {
 				t.Fatalf("entry %s delivered %d times, now to %s, while %s applies it: its own claim took it back", pe.ID, pe.RetryCount, pe.Consumer, cfg.Consumer)
 			}
-			if longest[pe.ID] >= cfg.MinIdle && pe.Idle < longest[pe.ID] {
+			// Idle time that fell went back to 0 at a claim pass: nothing
+			// else touches an entry in flight, and the pass takes only
+			// entries idle for MinIdle, so it fell from MinIdle or more,
+			// though a slow poll may have last seen it below that.
+			if longest[pe.ID] >= cfg.MinIdle/2 && pe.Idle < longest[pe.ID] {
 				passed[pe.ID] = true
 			}
 			longest[pe.ID] = max(longest[pe.ID], pe.Idle)
