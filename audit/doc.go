@@ -24,8 +24,8 @@
 //     version 4: a ballot of another kind, in its canonical form) and its
 //     hash.
 //   - definition.go: a poll's definition as a leaf (version 2; version 3
-//     when its ballot rules are not vote.Single's), and what it takes of
-//     a vote and of the definition after it.
+//     when its ballot rules are not vote.Single's); definition_judge.go,
+//     what it takes of a vote and of the definition after it.
 //   - ballot.go: the audit's own reading of a canonical ballot against
 //     the definition in force, apart from package vote's on purpose.
 //   - lines.go: the line rules every JSON-lines file the audit reads

@@ -129,7 +129,8 @@
 //     (Config.MaxConns) and those of one client address
 //     (Config.MaxConnsPerAddr); holds.go: the tables of what each client
 //     address or principal holds open.
-//   - config.go: Config, its defaults and its validation.
+//   - config.go: Config and its defaults; config_validate.go, its
+//     validation (ConfigError names the field).
 //   - conn_errors.go: net/http's error log: connection errors counted by
 //     kind, logged without client addresses, the first of a kind at once
 //     and then a summary a minute.
