@@ -13,8 +13,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/redis/go-redis/v9"
+
+	"tally/ledger"
 )
 
 // This file owns what the commands say when a connection cannot be made
@@ -75,22 +76,18 @@ func isFinal(err error) bool {
 	return errors.As(err, &wrong) || errors.As(err, &final)
 }
 
-// loginRefused makes a finalError of PostgreSQL's refusal of the login:
-// a database that does not exist (3D000), a role that may not log in or
-// does not exist (28000), a wrong password (28P01). Any other error is
-// returned as it is.
+// loginRefused makes a finalError of PostgreSQL's refusal of the login
+// (ledger's predicates tell them): a database that does not exist, a role
+// that may not log in or does not exist, a wrong password. Any other error
+// is returned as it is.
 func loginRefused(err error) error {
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) {
-		return err
-	}
-	switch pgErr.Code {
-	case "3D000": // invalid_catalog_name
+	switch {
+	case ledger.IsMissingDatabase(err):
 		return finalError{err, "tally migrate up creates a missing database, or fix the database's name in --database-url (or TALLY_DATABASE_URL)"}
-	case "28000": // invalid_authorization_specification
+	case ledger.IsLoginRefused(err):
 		return finalError{err, "fix the user name in --database-url (or TALLY_DATABASE_URL), or create that role and let pg_hba.conf admit it " +
 			"(docs/operations.md, \"Running the daemons with least privilege\")"}
-	case "28P01": // invalid_password
+	case ledger.IsPasswordRefused(err):
 		return finalError{err, "fix the password in --database-url (or TALLY_DATABASE_URL, PGPASSWORD, ~/.pgpass)"}
 	}
 	return err

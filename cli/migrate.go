@@ -1,12 +1,10 @@
 package cli
 
 import (
-	"errors"
 	"fmt"
 	"strconv"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 	ucli "github.com/urfave/cli/v2"
@@ -190,8 +188,7 @@ func createDatabaseIfMissing(c *ucli.Context, cfg *pgx.ConnConfig) error {
 	if err == nil {
 		return conn.Close(c.Context)
 	}
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || pgErr.Code != "3D000" {
+	if !ledger.IsMissingDatabase(err) {
 		return nil // the ping that follows reports it
 	}
 	admin := cfg.Copy()

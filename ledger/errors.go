@@ -30,8 +30,16 @@ var (
 	// daemon granted tally_daemon, not tally_admin, managing polls).
 	ErrNotPermitted = errors.New("the database login may not make this change")
 	// errRetryable marks errors after which the same work may succeed when
-	// tried again: deadlocks, serialization failures, lost connections.
+	// tried again: lost connections, a server shutting down or full.
 	errRetryable = errors.New("retryable")
+	// errConflict marks a transaction that certainly rolled back because
+	// of another's (a deadlock, a serialization failure, a race lost):
+	// retryable, and runTx runs it again itself.
+	errConflict = errors.New("conflict")
+	// The server's refusals of a connection, which every try repeats.
+	errNoDatabase      = errors.New("the database does not exist")
+	errLoginRefused    = errors.New("the login was refused")
+	errPasswordRefused = errors.New("the password was refused")
 )
 
 // IsRetryable reports whether err is transient: trying the same work again
@@ -40,75 +48,146 @@ var (
 // outcome is uncertain, but a retry of Append is still safe: the ledger
 // answers duplicate for what already committed.
 func IsRetryable(err error) bool {
-	return errors.Is(err, errRetryable)
+	k := kindOf(err)
+	return k == errRetryable || k == errConflict
 }
 
-type retryableError struct{ err error }
+// isConflict reports a transaction that certainly rolled back because of
+// another's: running it again is safe.
+func isConflict(err error) bool { return kindOf(err) == errConflict }
 
-func (e *retryableError) Error() string        { return e.err.Error() }
-func (e *retryableError) Unwrap() []error      { return []error{e.err, errRetryable} }
-func (e *retryableError) Is(target error) bool { return target == errRetryable }
+// IsMissingDatabase reports PostgreSQL's answer that the database a
+// connection names does not exist (3D000).
+func IsMissingDatabase(err error) bool { return kindOf(err) == errNoDatabase }
 
-// SQLSTATE codes interpretError knows.
+// IsLoginRefused reports PostgreSQL's refusal of a login's role: it does
+// not exist, may not log in, or pg_hba.conf admits it nowhere (28000).
+func IsLoginRefused(err error) bool { return kindOf(err) == errLoginRefused }
+
+// IsPasswordRefused reports PostgreSQL's refusal of a login's password
+// (28P01).
+func IsPasswordRefused(err error) bool { return kindOf(err) == errPasswordRefused }
+
+// kindError is a translated error of a kind (errRetryable, errConflict, a
+// refusal) that keeps its cause for errors.Is and errors.As.
+type kindError struct{ err, kind error }
+
+func (e *kindError) Error() string   { return e.err.Error() }
+func (e *kindError) Unwrap() []error { return []error{e.err, e.kind} }
+
+// SQLSTATE codes kindOf knows.
 const (
 	codeUniqueViolation      = "23505"
+	codeInvalidAuthorization = "28000"
+	codeInvalidPassword      = "28P01"
+	codeInvalidCatalogName   = "3D000"
 	codeSerializationFailure = "40001"
 	codeDeadlockDetected     = "40P01"
 	codeInsufficientPriv     = "42501"
+	codeOutOfMemory          = "53200"
+	codeTooManyConnections   = "53300"
 	codeLockNotAvailable     = "55P03"
 	codeAdminShutdown        = "57P01"
 	codeCrashShutdown        = "57P02"
 	codeCannotConnectNow     = "57P03"
-	codeTooManyConnections   = "53300"
 )
 
-// interpretError translates an error from pgx into this package's errors.
-// what says what was being done ("append batch").
+// kindOf is the one table of what an error from pgx means to tally: one of
+// this package's sentinels, or nil for an error that is only itself. It
+// reads an error translated already (by the kind it carries) as well as
+// pgx's own.
+//
+// Out of memory (53200) is not retryable. PostgreSQL says it when its
+// shared lock table is full, which a batch that locks many (poll,
+// principal) pairs of latest polls can make happen (docs/operations.md).
+// The same batch asks for the same locks on every try, so one that alone
+// overflows the table would fail forever: retried, the projector would
+// give it up and read it again, the same size, without end. Permanent, it
+// is split in halves that each take half the locks.
+func kindOf(err error) error {
+	var kind *kindError
+	switch {
+	case err == nil, errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		// An ended context is the caller's, and DeadlineExceeded would
+		// pass for a net.Error below.
+		return nil
+	case errors.As(err, &kind):
+		return kind.kind
+	case errors.Is(err, errRaced), errors.Is(err, errRedefined):
+		return errConflict
+	case errors.Is(err, pgx.ErrNoRows):
+		return ErrNotFound
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return sqlstateKind(pgErr)
+	}
+	if isConnLost(err) {
+		return errRetryable
+	}
+	return nil
+}
+
+// sqlstateKind is kindOf for an error the server sent.
+func sqlstateKind(pgErr *pgconn.PgError) error {
+	switch pgErr.Code {
+	case codeUniqueViolation:
+		return ErrExists
+	case codeInsufficientPriv:
+		if pgErr.TableName == "poll_events" || pgErr.Where != "" {
+			return ErrAppendOnly // the append-only trigger's refusal
+		}
+		return ErrNotPermitted
+	case codeSerializationFailure, codeDeadlockDetected:
+		return errConflict
+	case codeLockNotAvailable, codeAdminShutdown, codeCrashShutdown, codeCannotConnectNow, codeTooManyConnections:
+		return errRetryable
+	case codeInvalidCatalogName:
+		return errNoDatabase
+	case codeInvalidAuthorization:
+		return errLoginRefused
+	case codeInvalidPassword:
+		return errPasswordRefused
+	}
+	return nil // codeOutOfMemory among them: see kindOf
+}
+
+// isConnLost reports the errors below the protocol (refused, reset,
+// closed, timed out), and those pgx returns once a connection died under a
+// statement: transient from the ledger's point of view.
+func isConnLost(err error) bool {
+	var netErr net.Error
+	var connErr *pgconn.ConnectError
+	return errors.As(err, &netErr) || errors.As(err, &connErr) || pgconn.SafeToRetry(err) ||
+		errors.Is(err, net.ErrClosed) || errors.Is(err, pgconn.ErrConnClosed) || errors.Is(err, io.EOF) ||
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EPIPE) || pgconn.Timeout(err)
+}
+
+// interpretError translates an error from pgx into this package's errors,
+// by kindOf. what says what was being done ("append batch").
 func interpretError(what string, err error) error {
 	if err == nil {
 		return nil
 	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("%s: %w", what, err)
-	}
-	if errors.Is(err, errRaced) || errors.Is(err, errRedefined) {
-		return &retryableError{fmt.Errorf("%s: %w", what, err)}
-	}
-	if errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("%s: %w", what, ErrNotFound)
-	}
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		switch pgErr.Code {
-		case codeUniqueViolation:
-			return fmt.Errorf("%s: %w (%s)", what, ErrExists, pgErr.ConstraintName)
-		case codeInsufficientPriv:
-			if pgErr.TableName == "poll_events" || pgErr.Where != "" {
-				return fmt.Errorf("%s: %w: %s", what, ErrAppendOnly, pgErr.Message)
-			}
-			return fmt.Errorf("%s: %w: %s (grant the login tally_admin, docs/operations.md)", what, ErrNotPermitted, pgErr.Message)
-		case codeSerializationFailure, codeDeadlockDetected, codeLockNotAvailable,
-			codeAdminShutdown, codeCrashShutdown, codeCannotConnectNow, codeTooManyConnections:
-			return &retryableError{fmt.Errorf("%s: %w", what, err)}
+	errors.As(err, &pgErr)
+	switch kind := kindOf(err); kind {
+	case nil:
+		if pgErr != nil && pgErr.Code == codeOutOfMemory {
+			return fmt.Errorf("%s: %w (PostgreSQL ran out of memory or of room in its lock table: a smaller batch takes fewer locks; "+
+				"raise max_locks_per_transaction, docs/operations.md)", what, err)
 		}
 		return fmt.Errorf("%s: %w", what, err)
+	case ErrNotFound:
+		return fmt.Errorf("%s: %w", what, ErrNotFound)
+	case ErrExists:
+		return fmt.Errorf("%s: %w (%s)", what, ErrExists, pgErr.ConstraintName)
+	case ErrAppendOnly:
+		return fmt.Errorf("%s: %w: %s", what, ErrAppendOnly, pgErr.Message)
+	case ErrNotPermitted:
+		return fmt.Errorf("%s: %w: %s (grant the login tally_admin, docs/operations.md)", what, ErrNotPermitted, pgErr.Message)
+	default:
+		return &kindError{fmt.Errorf("%s: %w", what, err), kind}
 	}
-	// Anything below the protocol (refused, reset, closed, timed out) is
-	// transient from the ledger's point of view.
-	var netErr net.Error
-	var connErr *pgconn.ConnectError
-	if errors.As(err, &netErr) || errors.As(err, &connErr) || pgconn.SafeToRetry(err) ||
-		errors.Is(err, net.ErrClosed) || isConnClosed(err) {
-		return &retryableError{fmt.Errorf("%s: %w", what, err)}
-	}
-	return fmt.Errorf("%s: %w", what, err)
-}
-
-// isConnClosed reports the errors pgx returns once a connection died under
-// a statement.
-func isConnClosed(err error) bool {
-	return errors.Is(err, pgconn.ErrConnClosed) || errors.Is(err, io.EOF) ||
-		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) ||
-		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EPIPE) ||
-		pgconn.Timeout(err)
 }

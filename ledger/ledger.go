@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/sethvargo/go-retry"
 )
@@ -135,15 +134,4 @@ func (s *Store) runTx(ctx context.Context, what string, opts pgx.TxOptions, fn f
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	return err
-}
-
-// isConflict reports a deadlock or serialization failure: the transaction
-// certainly rolled back, and running it again is safe.
-func isConflict(err error) bool {
-	if errors.Is(err, errRaced) || errors.Is(err, errRedefined) {
-		return true
-	}
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) &&
-		(pgErr.Code == codeDeadlockDetected || pgErr.Code == codeSerializationFailure)
 }
