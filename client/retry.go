@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"slices"
 	"time"
+
+	"tally/internal/pause"
 )
 
 // retried reports whether an answer of status sends the request again:
@@ -66,7 +68,7 @@ func (c *Client) do(ctx context.Context, what string, build func() (*http.Reques
 			return nil, fmt.Errorf("%s: gave up after %d attempts: the next, in %s, would pass %s: %w",
 				what, attempt, wait.Round(time.Millisecond), over, err)
 		}
-		if !sleep(ctx, wait) {
+		if !pause.For(ctx, wait) {
 			return nil, fmt.Errorf("%s: %w (while waiting to send it again after: %w)", what, ctx.Err(), err)
 		}
 	}
@@ -95,16 +97,4 @@ func (c *Client) pastBudget(ctx context.Context, start time.Time, wait time.Dura
 		return "the context's deadline"
 	}
 	return ""
-}
-
-// sleep waits d or until ctx is done, and reports whether it waited d.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }

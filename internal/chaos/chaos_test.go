@@ -20,6 +20,7 @@ import (
 
 	"tally/internal/chaos"
 	"tally/internal/loadtest"
+	"tally/internal/pause"
 	"tally/internal/testenv"
 	"tally/projector"
 	"tally/stream"
@@ -140,18 +141,6 @@ func printTable(w io.Writer) {
 	}
 	fmt.Fprintf(tw, "total\t%d\t%d\t%d\t%d\t\t\t\t\n", faults, accepted, lost, twice)
 	tw.Flush()
-}
-
-// sleep waits d or until ctx is done, and reports whether d passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 // between returns a random duration in [lo, hi).
@@ -293,7 +282,7 @@ func injectWhileSending(ctx context.Context, c *cluster, s *loadtest.Session, in
 	var out faultOutcome
 	// Faults start once votes flow.
 	for i := 0; i < 200 && s.Progress().Accepted < 200; i++ {
-		if !sleep(ctx, 50*time.Millisecond) {
+		if !pause.For(ctx, 50*time.Millisecond) {
 			break
 		}
 	}
@@ -310,7 +299,7 @@ func injectWhileSending(ctx context.Context, c *cluster, s *loadtest.Session, in
 		qctx, qcancel := context.WithTimeout(ctx, time.Second)
 		mark, out.derr = chaos.MarkBacklog(qctx, c.rdb, c.keys)
 		qcancel()
-		if out.derr == nil || !sleep(ctx, 100*time.Millisecond) {
+		if out.derr == nil || !pause.For(ctx, 100*time.Millisecond) {
 			break
 		}
 	}
@@ -397,14 +386,14 @@ func TestProjectorKill(t *testing.T) {
 		deadline := time.Now().Add(window + 30*time.Second)
 		n := 0
 		for n < kills && time.Now().Before(deadline) {
-			if !sleep(ctx, between(300*time.Millisecond, 1200*time.Millisecond)) {
+			if !pause.For(ctx, between(300*time.Millisecond, 1200*time.Millisecond)) {
 				break
 			}
 			i := rand.IntN(len(c.projectors))
 			p := c.projectors[i]
 			p.Kill()
 			n++
-			sleep(ctx, between(0, 400*time.Millisecond))
+			pause.For(ctx, between(0, 400*time.Millisecond))
 			// Every other restart comes back under a new name, as with the
 			// default host-pid name: the old name's entries are then only
 			// recovered by a claim.
@@ -430,13 +419,13 @@ func TestIntakeKill(t *testing.T) {
 		deadline := time.Now().Add(window + 30*time.Second)
 		n := 0
 		for n < kills && time.Now().Before(deadline) {
-			if !sleep(ctx, between(500*time.Millisecond, 1300*time.Millisecond)) {
+			if !pause.For(ctx, between(500*time.Millisecond, 1300*time.Millisecond)) {
 				break
 			}
 			p := c.intakes[rand.IntN(len(c.intakes))]
 			p.Kill()
 			n++
-			sleep(ctx, between(100*time.Millisecond, 500*time.Millisecond))
+			pause.For(ctx, between(100*time.Millisecond, 500*time.Millisecond))
 			ending()
 			if err := p.Start(ctx); err != nil {
 				return n, "kill -9", err
@@ -455,12 +444,12 @@ func TestRedisRestart(t *testing.T) {
 	run(t, c, "redis-restart", window+4*time.Second, func(ctx context.Context, ending func()) (int, string, error) {
 		n := 0
 		for n < restarts {
-			if !sleep(ctx, between(1500*time.Millisecond, 2500*time.Millisecond)) {
+			if !pause.For(ctx, between(1500*time.Millisecond, 2500*time.Millisecond)) {
 				break
 			}
 			c.redis.Kill()
 			n++
-			sleep(ctx, between(200*time.Millisecond, 1000*time.Millisecond))
+			pause.For(ctx, between(200*time.Millisecond, 1000*time.Millisecond))
 			ending()
 			c.redis.Start()
 		}
@@ -476,12 +465,12 @@ func TestPostgresRestart(t *testing.T) {
 	run(t, c, "postgres-restart", window+4*time.Second, func(ctx context.Context, ending func()) (int, string, error) {
 		n := 0
 		for n < restarts {
-			if !sleep(ctx, between(1500*time.Millisecond, 2500*time.Millisecond)) {
+			if !pause.For(ctx, between(1500*time.Millisecond, 2500*time.Millisecond)) {
 				break
 			}
 			c.pg.Crash()
 			n++
-			sleep(ctx, between(200*time.Millisecond, 1000*time.Millisecond))
+			pause.For(ctx, between(200*time.Millisecond, 1000*time.Millisecond))
 			ending()
 			c.pg.Start()
 		}
@@ -525,7 +514,7 @@ func TestNetworkFaults(t *testing.T) {
 			if err := step(func() error { return redisProxy.AddLatency(20, 10) }); err != nil {
 				return n, "", err
 			}
-			sleep(ctx, 2*time.Second)
+			pause.For(ctx, 2*time.Second)
 			ending()
 			if err := pgProxy.RemoveLatency(); err != nil {
 				return n, "", err
@@ -536,21 +525,21 @@ func TestNetworkFaults(t *testing.T) {
 			// Cut projector to PostgreSQL: connections closed, new ones refused.
 			pgProxy.Cut()
 			n++
-			sleep(ctx, between(2*time.Second, 3*time.Second))
+			pause.For(ctx, between(2*time.Second, 3*time.Second))
 			ending()
 			if err := pgProxy.Restore(); err != nil {
 				return n, "", err
 			}
-			sleep(ctx, time.Second)
+			pause.For(ctx, time.Second)
 			// Cut intake to Redis.
 			redisProxy.Cut()
 			n++
-			sleep(ctx, between(2*time.Second, 3*time.Second))
+			pause.For(ctx, between(2*time.Second, 3*time.Second))
 			ending()
 			if err := redisProxy.Restore(); err != nil {
 				return n, "", err
 			}
-			sleep(ctx, time.Second)
+			pause.For(ctx, time.Second)
 			// Reset every connection that sends data, for a while.
 			if err := step(pgProxy.ResetPeers); err != nil {
 				return n, "", err
@@ -558,7 +547,7 @@ func TestNetworkFaults(t *testing.T) {
 			if err := step(redisProxy.ResetPeers); err != nil {
 				return n, "", err
 			}
-			sleep(ctx, between(1*time.Second, 2*time.Second))
+			pause.For(ctx, between(1*time.Second, 2*time.Second))
 			ending()
 			if err := pgProxy.StopResetPeers(); err != nil {
 				return n, "", err
@@ -581,7 +570,7 @@ func TestBacklogFull(t *testing.T) {
 	run(t, c, "backlog-full", window+4*time.Second, func(ctx context.Context, ending func()) (int, string, error) {
 		n := 0
 		for n < outages {
-			if !sleep(ctx, between(1*time.Second, 2*time.Second)) {
+			if !pause.For(ctx, between(1*time.Second, 2*time.Second)) {
 				break
 			}
 			for _, p := range c.projectors {
@@ -594,9 +583,9 @@ func TestBacklogFull(t *testing.T) {
 				if err == nil && !slices.ContainsFunc(st.Shards, func(s projector.ShardStatus) bool { return s.Backlog < 400 }) {
 					break
 				}
-				sleep(ctx, 50*time.Millisecond)
+				pause.For(ctx, 50*time.Millisecond)
 			}
-			sleep(ctx, 2*time.Second)
+			pause.For(ctx, 2*time.Second)
 			for _, p := range c.projectors {
 				ending()
 				if err := p.Start(ctx); err != nil {
@@ -620,7 +609,7 @@ func TestPoisonEntries(t *testing.T) {
 	runWith(t, c, "poison", window+4*time.Second, func(ctx context.Context, ending func()) (int, string, error) {
 		n := 0
 		for n < count {
-			if !sleep(ctx, between(100*time.Millisecond, 500*time.Millisecond)) {
+			if !pause.For(ctx, between(100*time.Millisecond, 500*time.Millisecond)) {
 				break
 			}
 			key := c.keys.Streams()[rand.IntN(shards)]
@@ -672,12 +661,12 @@ func TestPostgresOutage(t *testing.T) {
 	run(t, c, "postgres-outage", window+4*time.Second, func(ctx context.Context, ending func()) (int, string, error) {
 		n := 0
 		for n < outages {
-			if !sleep(ctx, between(1*time.Second, 2*time.Second)) {
+			if !pause.For(ctx, between(1*time.Second, 2*time.Second)) {
 				break
 			}
 			pgProxy.Cut()
 			n++
-			sleep(ctx, outage)
+			pause.For(ctx, outage)
 			ending()
 			if err := pgProxy.Restore(); err != nil {
 				return n, "", err
@@ -715,18 +704,18 @@ func TestSlowPostgresOverlap(t *testing.T) {
 		}
 		n := 0
 		deadline := time.Now().Add(window)
-		sleep(ctx, 3*time.Second)
+		pause.For(ctx, 3*time.Second)
 		for n < kills && time.Now().Before(deadline) {
 			p := c.projectors[rand.IntN(len(c.projectors))]
 			p.Kill()
 			n++
-			sleep(ctx, between(100*time.Millisecond, 400*time.Millisecond))
+			pause.For(ctx, between(100*time.Millisecond, 400*time.Millisecond))
 			if err := p.Start(ctx); err != nil {
 				return n, "", err
 			}
-			sleep(ctx, between(1*time.Second, 2*time.Second))
+			pause.For(ctx, between(1*time.Second, 2*time.Second))
 		}
-		sleep(ctx, 3*time.Second)
+		pause.For(ctx, 3*time.Second)
 		ending()
 		if err := pgProxy.RemoveLatency(); err != nil {
 			return n, "", err

@@ -13,6 +13,7 @@ import (
 
 	"tally/intake"
 	"tally/internal/apitest"
+	"tally/internal/pause"
 	"tally/internal/testenv"
 	"tally/ledger"
 )
@@ -155,7 +156,7 @@ func (p *probe) beforeOutage(ctx context.Context) (answer, error) {
 		if err == nil && a.body["total"] == float64(probeVoters) {
 			return a, nil
 		}
-		sleep(ctx, 200*time.Millisecond)
+		pause.For(ctx, 200*time.Millisecond)
 	}
 	return a, expect("results before the outage, every probe vote counted", a, err, http.StatusOK, func(answer) bool { return false })
 }
@@ -265,9 +266,9 @@ func TestPostgresDownDegraded(t *testing.T) {
 		accepted202 := p.intakeCounter(ctx, accepted)
 		c.pg.Stop()
 		start := time.Now()
-		sleep(ctx, 1500*time.Millisecond) // past --read-cache-ttl, and intake saw PostgreSQL fail
+		pause.For(ctx, 1500*time.Millisecond) // past --read-cache-ttl, and intake saw PostgreSQL fail
 		probeAccepted, err = p.duringOutage(ctx, before)
-		sleep(ctx, time.Until(start.Add(outage)))
+		pause.For(ctx, time.Until(start.Add(outage)))
 		acceptedDuring = p.intakeCounter(ctx, accepted) - accepted202
 		ending()
 		c.pg.Start()

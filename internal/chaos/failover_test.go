@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"tally/internal/pause"
 )
 
 // postgres-failover: a primary with a synchronous streaming standby; mid
@@ -27,7 +29,7 @@ func TestPostgresFailover(t *testing.T) {
 	c := newCluster(t, clusterOptions{intakes: 1, projectors: 2, privatePostgres: true, standby: true})
 	const promoteAfter = time.Second // the failover manager's detection and decision
 	run(t, c, "postgres-failover", 12*time.Second, func(ctx context.Context, ending func()) (int, string, error) {
-		if !sleep(ctx, between(2*time.Second, 3*time.Second)) {
+		if !pause.For(ctx, between(2*time.Second, 3*time.Second)) {
 			return 0, "", ctx.Err()
 		}
 		rec, err := c.watchRecovery(ctx)
@@ -42,7 +44,7 @@ func TestPostgresFailover(t *testing.T) {
 			a, r := rec.wait(ctx, killed, 60*time.Second)
 			watched <- times{a, r}
 		}()
-		sleep(ctx, promoteAfter)
+		pause.For(ctx, promoteAfter)
 		ending()
 		c.standby.Promote()
 		promoted := time.Since(killed)
@@ -93,7 +95,7 @@ func (r *recovery) wait(ctx context.Context, from time.Time, limit time.Duration
 			}
 			cancel()
 		}
-		if !sleep(ctx, 20*time.Millisecond) {
+		if !pause.For(ctx, 20*time.Millisecond) {
 			break
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"tally/internal/loadtest"
+	"tally/internal/pause"
 	"tally/internal/testenv"
 	"tally/stream"
 )
@@ -271,7 +272,7 @@ func runRedisFailover(t *testing.T, name string, f *redisFailover, wait bool) {
 	c := newCluster(t, opt)
 	send, killAfter := redisFailoverTimes()
 	run(t, c, scenario, send, func(ctx context.Context, ending func()) (int, string, error) {
-		if !sleep(ctx, between(killAfter, killAfter+time.Second)) {
+		if !pause.For(ctx, between(killAfter, killAfter+time.Second)) {
 			return 0, "", ctx.Err()
 		}
 		const limit = 60 * time.Second
@@ -316,7 +317,7 @@ func waitUntil(ctx context.Context, limit time.Duration, ok func(context.Context
 		if v, done := ok(ctx); done {
 			return v, time.Since(start)
 		}
-		if !sleep(ctx, 20*time.Millisecond) {
+		if !pause.For(ctx, 20*time.Millisecond) {
 			break
 		}
 	}
@@ -364,7 +365,7 @@ func (w *failoverWatch) poll(ctx context.Context) {
 		if w.recorded.IsZero() {
 			w.recorded = w.firstRecorded(ctx)
 		}
-		if !sleep(ctx, 20*time.Millisecond) {
+		if !pause.For(ctx, 20*time.Millisecond) {
 			return
 		}
 	}

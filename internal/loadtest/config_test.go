@@ -55,19 +55,3 @@ func TestKeyIDRoundTrip(t *testing.T) {
 		}
 	}
 }
-
-func TestParseRetryAfter(t *testing.T) {
-	t.Parallel()
-	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	for in, want := range map[string]time.Duration{
-		"":                              0,
-		"3":                             3 * time.Second,
-		"-1":                            0,
-		"soon":                          0,
-		"Fri, 02 Jan 2026 03:04:15 GMT": 10 * time.Second,
-	} {
-		if got := parseRetryAfter(in, now); got != want {
-			t.Errorf("parseRetryAfter(%q) = %s, want %s", in, got, want)
-		}
-	}
-}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 	"time"
 
 	"tally/client"
@@ -56,20 +55,6 @@ func (s *Session) post(ctx context.Context, target int, token string, v client.V
 		a.err = err
 	}
 	return a
-}
-
-// parseRetryAfter reads a Retry-After header: seconds or an HTTP date.
-func parseRetryAfter(v string, now time.Time) time.Duration {
-	if v == "" {
-		return 0
-	}
-	if n, err := strconv.Atoi(v); err == nil && n >= 0 {
-		return time.Duration(n) * time.Second
-	}
-	if t, err := http.ParseTime(v); err == nil {
-		return max(t.Sub(now), 0)
-	}
-	return 0
 }
 
 // retryable reports whether a vote is sent again after a: no answer, 429,

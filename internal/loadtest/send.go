@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"time"
 
+	"tally/internal/pause"
+
 	"github.com/sethvargo/go-retry"
 	"golang.org/x/sync/errgroup"
 )
@@ -74,7 +76,7 @@ func (s *Session) work(ctx context.Context, deadline time.Time) error {
 func (s *Session) waitTurn(ctx context.Context, i int64, deadline time.Time) bool {
 	if s.cfg.Rate > 0 {
 		at := s.sendStart.Add(time.Duration(float64(i) / s.cfg.Rate * float64(time.Second)))
-		if !sleep(ctx, time.Until(at)) {
+		if !pause.For(ctx, time.Until(at)) {
 			return false
 		}
 	}
@@ -150,19 +152,4 @@ func (s *Session) voteBackoff(last *answer) retry.Backoff {
 		}
 		return d, false
 	})
-}
-
-// sleep waits d or until ctx is done, and reports whether it waited d.
-func sleep(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
