@@ -185,13 +185,12 @@ func runBackground(ctx context.Context, args ...string) (<-chan int, *testenv.Lo
 func runUntilLogged(t *testing.T, ctx context.Context, args []string, phrase, failure string) (<-chan int, *testenv.LogBuffer) {
 	t.Helper()
 	done, errOut := runBackground(ctx, args...)
-	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(errOut.String(), phrase) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s:\n%s", failure, errOut.String())
+	testenv.Eventually(t, 30*time.Second, "the log to say "+phrase, func() error {
+		if !strings.Contains(errOut.String(), phrase) {
+			return fmt.Errorf("%s:\n%s", failure, errOut.String())
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	return done, errOut
 }
 
@@ -374,16 +373,14 @@ func startTLSRedis(t *testing.T) string {
 	})
 	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, TLSConfig: &tls.Config{InsecureSkipVerify: true}})
 	defer rdb.Close()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	testenv.Eventually(t, 10*time.Second, "redis-server with TLS on "+addr+" to answer", func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		err := rdb.Ping(ctx).Err()
-		cancel()
-		if err == nil {
-			return addr
-		}
-		if time.Now().After(deadline) {
+		defer cancel()
+		if err := rdb.Ping(ctx).Err(); err != nil {
 			log, _ := os.ReadFile(filepath.Join(dir, "redis.log"))
-			t.Fatalf("redis-server with TLS on %s did not answer within 10s: %v\n%s", addr, err, log)
+			return fmt.Errorf("%w\n%s", err, log)
 		}
-	}
+		return nil
+	})
+	return addr
 }

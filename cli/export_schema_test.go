@@ -184,13 +184,11 @@ func fetchResults(t *testing.T, f streamFixture, daemonURL string, polls ...stri
 	for _, poll := range polls {
 		req, _ := http.NewRequest("GET", "http://"+addr+"/v1/polls/"+poll+"/results", nil)
 		req.Header.Set("Authorization", "Bearer "+token)
-		resp, err := client.Do(req)
-		for deadline := time.Now().Add(15 * time.Second); err != nil && time.Now().Before(deadline); resp, err = client.Do(req) {
-			time.Sleep(50 * time.Millisecond) // intake is starting
-		}
-		if err != nil {
-			t.Fatalf("GET the results of %s: %v", poll, err)
-		}
+		var resp *http.Response
+		testenv.Eventually(t, 15*time.Second, "intake to answer GET the results of "+poll, func() (err error) {
+			resp, err = client.Do(req) // fails while intake is starting
+			return err
+		})
 		body, err := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		if err != nil || resp.StatusCode != http.StatusOK {

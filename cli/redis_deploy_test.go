@@ -79,23 +79,29 @@ func runDeployment(t *testing.T, redisArgs, intakeArgs []string) {
 	// intake: every vote 202, and each retry of one (same event_id) too.
 	stopIntake := startDaemon(t, append(append([]string{"intake", "--listen", addr, "--credential-key", keyFile}, common...), intakeArgs...))
 	client := apiClient(t)
+	testenv.Eventually(t, 15*time.Second, "intake to be ready", func() error {
+		resp, err := client.Get("http://" + addr + "/readyz")
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("/readyz: %s", resp.Status)
+		}
+		return nil
+	})
 	vote := func(token, choice string) (int, string) {
 		body := `{"event_id":"e1","poll_id":"lunch","candidate_id":"` + choice + `"}`
-		for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-			req, _ := http.NewRequest("POST", "http://"+addr+"/v1/votes", strings.NewReader(body))
-			req.Header.Set("Authorization", "Bearer "+token)
-			req.Header.Set("Content-Type", "application/json")
-			resp, err := client.Do(req)
-			if err != nil && time.Now().Before(deadline) {
-				continue // intake is starting
-			}
-			if err != nil {
-				return 0, err.Error()
-			}
-			text, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			return resp.StatusCode, string(text)
+		req, _ := http.NewRequest("POST", "http://"+addr+"/v1/votes", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := client.Do(req)
+		if err != nil {
+			return 0, err.Error()
 		}
+		text, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, string(text)
 	}
 	// Eight voters at a time: intake looks up only so many tokens it has
 	// not verified yet from one address at once (--auth-failure-burst);
@@ -143,15 +149,13 @@ func runDeployment(t *testing.T, redisArgs, intakeArgs []string) {
 
 	// tally projector applies it.
 	stopProjector := startDaemon(t, append([]string{"projector", "--batch-wait", "10ms", "--consumer", "deploy-test"}, common...))
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if res, err := store.Results(ctx, "lunch"); err == nil && res.Total == principals {
-			break
+	testenv.Eventually(t, 30*time.Second, fmt.Sprintf("the ledger to hold the %d votes", principals), func() error {
+		res, err := store.Results(ctx, "lunch")
+		if err == nil && res.Total != principals {
+			err = fmt.Errorf("%d votes", res.Total)
 		}
-		if time.Now().After(deadline) {
-			stopProjector()
-			t.Fatalf("after 30s the ledger does not hold the %d votes", principals)
-		}
-	}
+		return err
+	})
 	// tally status waits for the projector (runMu): read as it does.
 	rdb, err := newRedisClient(redisArgs[1], redisArgs[3])
 	if err != nil {
@@ -162,16 +166,13 @@ func runDeployment(t *testing.T, redisArgs, intakeArgs []string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	testenv.Eventually(t, 10*time.Second, "the queue to be empty once the votes were recorded", func() error {
 		q, err := projector.Inspect(ctx, rdb, keys)
-		if err == nil && q.Total.Backlog == 0 && q.Total.Pending == 0 {
-			break
+		if err == nil && (q.Total.Backlog != 0 || q.Total.Pending != 0) {
+			err = fmt.Errorf("%+v", q.Total)
 		}
-		if time.Now().After(deadline) {
-			stopProjector()
-			t.Fatalf("the queue is not empty 10s after the votes were recorded: %+v, %v", q, err)
-		}
-	}
+		return err
+	})
 	stopProjector()
 	st = status(t, common)
 	var rows, distinct int

@@ -46,18 +46,13 @@ func createPoll(t *testing.T, in *clienttest.Intake, id string) {
 		t.Fatalf("created poll %+v, want %s with choices a, b", p, id)
 	}
 	reader := newClient(t, in, in.Other, client.Config{})
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	testenv.Eventually(t, 15*time.Second, "intake's catalog to hold poll "+id, func() error {
 		_, err := reader.Results(ctx, id)
-		if err == nil {
-			return
-		}
-		var p *client.Problem
-		if !errors.As(err, &p) || p.Status != http.StatusNotFound || time.Now().After(deadline) {
+		if p := (*client.Problem)(nil); err != nil && (!errors.As(err, &p) || p.Status != http.StatusNotFound) {
 			t.Fatalf("waiting for intake's catalog to hold poll %s: %v", id, err)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err
+	})
 }
 
 // problemOf is err's *Problem, failing t when it has none.
@@ -103,14 +98,12 @@ func TestClientAgainstIntake(t *testing.T) {
 	// Results are read at most once a second per poll (ReadCacheTTL): an
 	// answer from before the vote was recorded may come first.
 	var res *client.Results
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	testenv.Eventually(t, 10*time.Second, "the results to count the vote", func() bool {
 		if res, err = voter.Results(ctx, "lunch"); err != nil {
 			t.Fatal(err)
 		}
-		if res.Total > 0 || time.Now().After(deadline) {
-			break
-		}
-	}
+		return res.Total > 0
+	})
 	if res.Total != 1 || len(res.Results) != 2 || res.Results[0].CandidateId != "a" || res.Results[0].Votes != 1 {
 		t.Fatalf("results %+v: want one vote, for a", res)
 	}
@@ -134,20 +127,15 @@ func TestClientAgainstIntake(t *testing.T) {
 // waitOutcome reads the status of event id until it is no longer pending.
 func waitOutcome(t *testing.T, c *client.Client, id string) *client.EventStatus {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		st, err := c.VoteStatus(t.Context(), id)
-		if err != nil {
+	var st *client.EventStatus
+	testenv.Eventually(t, 20*time.Second, "event "+id+" to be no longer pending (is the projector running?)", func() bool {
+		var err error
+		if st, err = c.VoteStatus(t.Context(), id); err != nil {
 			t.Fatal(err)
 		}
-		if st.Status != client.Pending {
-			return st
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("event %s still pending after 20s: is the projector running?", id)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return st.Status != client.Pending
+	})
+	return st
 }
 
 // counting counts the requests it sends.

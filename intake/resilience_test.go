@@ -1,6 +1,7 @@
 package intake_test
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"net"
@@ -152,10 +153,11 @@ func TestShutdownDrains(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	ln := &watchedListener{Listener: inner, bodyWanted: make(chan struct{}), closed: make(chan struct{})}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx, ln) }()
@@ -179,10 +181,13 @@ func TestShutdownDrains(t *testing.T) {
 		got <- resp.StatusCode
 	}()
 	pw.Write([]byte(`{"event_id":"e1",`))
-	time.Sleep(200 * time.Millisecond)
+	// The stop begins once intake's handler waits for the rest of the body
+	// (a stop before the server read the headers drops the connection
+	// unanswered: net/http's rule), and the rest comes once it began.
+	testenv.Receive(t, ln.bodyWanted, 15*time.Second, "intake to read the request's headers and wait for its body")
 	start := time.Now()
 	cancel()
-	time.Sleep(100 * time.Millisecond)
+	testenv.Receive(t, ln.closed, 15*time.Second, "the stop to close the listener")
 	pw.Write([]byte(`"poll_id":"nope","candidate_id":"a"}`))
 	pw.Close()
 	if code := testenv.Receive(t, got, 15*time.Second, "the answer to the request in flight at shutdown"); code != http.StatusNotFound {
@@ -202,4 +207,50 @@ func TestShutdownDrains(t *testing.T) {
 	if err := srv.Serve(context.Background(), ln); err == nil {
 		t.Fatal("a second Serve succeeded")
 	}
+}
+
+// watchedListener tells when the server, having read the headers of the
+// request on its one connection, reads again (the handler wants more of
+// the body), and when it is closed: the events TestShutdownDrains waits
+// for.
+type watchedListener struct {
+	net.Listener
+	bodyWanted chan struct{}
+	closed     chan struct{}
+	closeOnce  sync.Once
+}
+
+func (l *watchedListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &watchedConn{Conn: c, bodyWanted: l.bodyWanted}, nil
+}
+
+// watchedConn closes bodyWanted at the first Read after the one that
+// brought the end of the request's headers.
+type watchedConn struct {
+	net.Conn
+	bodyWanted chan struct{}
+	read       []byte // what came, up to the end of the headers
+	headers    bool   // the end of the headers came
+	once       sync.Once
+}
+
+func (c *watchedConn) Read(p []byte) (int, error) {
+	if c.headers {
+		c.once.Do(func() { close(c.bodyWanted) })
+	}
+	n, err := c.Conn.Read(p)
+	if !c.headers {
+		c.read = append(c.read, p[:n]...)
+		c.headers = bytes.Contains(c.read, []byte("\r\n\r\n"))
+	}
+	return n, err
+}
+
+func (l *watchedListener) Close() error {
+	l.closeOnce.Do(func() { close(l.closed) })
+	return l.Listener.Close()
 }

@@ -34,12 +34,11 @@ func TestAdminActionsFollowed(t *testing.T) {
 	// Until the second change committed, or waits for the first.
 	var done bool
 	var doneErr error
-	within := time.Now().Add(5 * time.Second)
-	for !done {
+	testenv.Eventually(t, 5*time.Second, "the second change to commit or wait for the first", func() bool {
 		select {
 		case doneErr = <-second:
 			done = true
-			continue
+			return true
 		default:
 		}
 		var waiting int
@@ -47,14 +46,8 @@ func TestAdminActionsFollowed(t *testing.T) {
 WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting); err != nil {
 			t.Fatal(err)
 		}
-		if waiting > 0 {
-			break
-		}
-		if time.Now().After(within) {
-			t.Fatal("the second change neither committed nor waited for the first within 5 s")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return waiting > 0
+	})
 
 	var seen []int64
 	follow := func() {

@@ -24,16 +24,9 @@ func TestPGServerCrashRestart(t *testing.T) {
 	}
 	pg.Restart()
 	var n int
-	for attempt := 0; ; attempt++ {
-		err := db.Pool.QueryRow(ctx, `SELECT n FROM crash_probe`).Scan(&n)
-		if err == nil {
-			break
-		}
-		if attempt > 50 {
-			t.Fatalf("read after restart: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testenv.Eventually(t, 5*time.Second, "a read after the restart", func() error {
+		return db.Pool.QueryRow(ctx, `SELECT n FROM crash_probe`).Scan(&n)
+	})
 	if n != 42 {
 		t.Fatalf("after the crash the row holds %d, want 42", n)
 	}
