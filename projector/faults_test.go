@@ -539,7 +539,7 @@ func TestPoisonAloneInItsLane(t *testing.T) {
 	r := b.start(app, cfg)
 	current.Store(r)
 	b.enqueue(ballot("alice", "k-broken", "lunch", "pizza"))
-	time.Sleep(5 * cfg.BatchWait) // alice's batch is alice alone
+	testenv.Receive(t, poisonStarted, 10*time.Second, "alice's batch, alice alone, to reach the ledger")
 	b.enqueue(votes("u", 200, "lunch", "pizza", "sushi")...)
 	b.waitDrained(10 * time.Second)
 	ds := b.deadLetters()
