@@ -48,7 +48,10 @@ func TestBatcherCluster(t *testing.T) {
 	// replica of one master paused, the vote on that master is not
 	// confirmed and the votes on the others are, in the same batch.
 	t.Run("waits on each vote's master", func(t *testing.T) {
-		f := newShardedBatcherFixture(t, rdb, Config{EnqueuePipelines: 1, WaitReplicas: 1, WaitTimeout: 300 * time.Millisecond}, 6)
+		// A live replica must confirm within WaitTimeout, which 300 ms
+		// did not always allow a loaded machine: 3 s, what the paused
+		// master's WAIT then costs.
+		f := newShardedBatcherFixture(t, rdb, Config{EnqueuePipelines: 1, WaitReplicas: 1, WaitTimeout: 3 * time.Second}, 6)
 		votes := f.votesPerShard(t, "a")
 		master := cluster.MasterOf(f.keys.Stream(0))
 		replica := cluster.Replicas[master][0]

@@ -120,8 +120,11 @@ func TestConnsPerAddr(t *testing.T) {
 	if r := b.do(t, http.MethodGet, "/readyz", "", "", nil); r.code != http.StatusOK {
 		t.Fatalf("/readyz from another address: %d %s", r.code, r.raw)
 	}
-	if d := time.Since(start); d > time.Second {
-		t.Errorf("a vote and /readyz from another address took %s while one address held its most connections, want under 1s", d)
+	// Without the bound they would wait for a held connection to end, a
+	// minute (ReadHeaderTimeout); a loaded machine takes seconds (4 and 8
+	// seen), so the bound is well under the minute, not the 1 s of a quiet one.
+	if d := time.Since(start); d > 20*time.Second {
+		t.Errorf("a vote and /readyz from another address took %s while one address held its most connections, want well under the minute a held connection lasts", d)
 	}
 
 	for _, c := range held {
