@@ -48,8 +48,10 @@
 //
 // The package knows nothing of Redis or HTTP. Its methods take a context and
 // run on a pgx pool; errors from PostgreSQL are translated in one place
-// (interpretError) into this package's errors, which callers test with
-// errors.Is and IsRetryable.
+// (errors.go: kindOf, which interpretError applies) into this package's
+// errors, which callers test with errors.Is and IsRetryable; cli asks the
+// same table about a refused connection (IsMissingDatabase,
+// IsLoginRefused, IsPasswordRefused).
 //
 // # Files
 //
@@ -96,5 +98,6 @@
 //   - definitions.go: a poll's definition appended to its log by
 //     CreatePoll and ClosePoll, and the append's check of its votes
 //     against a close that committed while it waited.
-//   - errors.go: the package's errors and interpretError.
+//   - errors.go: the package's errors, kindOf (what each PostgreSQL error
+//     means here) and interpretError.
 package ledger
