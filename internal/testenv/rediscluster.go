@@ -283,11 +283,7 @@ func (c *RedisCluster) signal(addr string, sig syscall.Signal) {
 	c.t.Helper()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	p, ok := c.nodes[addr]
-	if !ok || p.cmd == nil {
-		c.t.Fatalf("no running cluster node at %s", addr)
-	}
-	if err := p.cmd.Process.Signal(sig); err != nil {
+	if err := c.running(addr).cmd.Process.Signal(sig); err != nil {
 		c.t.Fatalf("signal %s: %v", addr, err)
 	}
 }
@@ -321,11 +317,18 @@ func (c *RedisCluster) Kill(addr string) {
 	c.t.Helper()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.running(addr).kill()
+}
+
+// running is the running node at addr; it fails the test when there is
+// none. The caller holds c.mu.
+func (c *RedisCluster) running(addr string) *redisProcess {
+	c.t.Helper()
 	p, ok := c.nodes[addr]
 	if !ok || p.cmd == nil {
 		c.t.Fatalf("no running cluster node at %s", addr)
 	}
-	p.kill()
+	return p
 }
 
 // Restart starts a node Kill stopped again on its files. A master whose
