@@ -34,10 +34,7 @@ func startDaemons(t *testing.T) daemons {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	bin, err := chaos.Build(ctx, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := tallyBinary(t)
 	db := testenv.Postgres(t)
 	_, prefix := testenv.Redis(t)
 	common := []string{

@@ -12,8 +12,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"tally/internal/chaos"
 )
 
 // maxExposure is the highest exposure `systemd-analyze security` may give
@@ -89,10 +87,7 @@ func TestSystemdUnitsVerifyAndExposure(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	bin, err := chaos.Build(ctx, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := tallyBinary(t)
 	overall := regexp.MustCompile(`Overall exposure level for \S+: ([0-9]+\.[0-9]+)`)
 	// The README states the exposure systemd-analyze gave with one systemd
 	// version; with that version, the figure must still be the one stated.
@@ -160,10 +155,7 @@ func TestSystemdUnitsSettings(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
-	bin, err := chaos.Build(ctx, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := tallyBinary(t)
 	envFile := unitSettings(t, filepath.Join("systemd", "tally.env"))
 	for _, u := range systemdUnits {
 		s := unitSettings(t, filepath.Join("systemd", u.file))
