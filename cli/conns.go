@@ -183,7 +183,8 @@ func redisFlags(own ...ucli.Flag) []ucli.Flag {
 // describe, without connecting. It refuses a URL that does not fit the
 // mode, saying what to change. A command is bounded by its context's
 // deadline (ContextTimeoutEnabled), so a hung Redis costs a caller at most
-// its deadline.
+// its deadline. It speaks RESP2 unless the URL asks for protocol=3 (see
+// resp2).
 func newRedisClient(mode, rawURL string) (redis.UniversalClient, error) {
 	if err := checkRedisScheme(rawURL); err != nil {
 		return nil, err
@@ -207,6 +208,7 @@ func newRedisClient(mode, rawURL string) (redis.UniversalClient, error) {
 			return nil, fmt.Errorf("--redis-url: %w (--redis-mode single takes redis://[user:password@]host:6379/db, rediss:// or unix://)", err)
 		}
 		opt.ContextTimeoutEnabled = true
+		opt.Protocol = resp2(opt.Protocol)
 		return redis.NewClient(opt), nil
 	case redisSentinel:
 		if q.Get("master_name") == "" {
@@ -218,6 +220,7 @@ func newRedisClient(mode, rawURL string) (redis.UniversalClient, error) {
 			return nil, fmt.Errorf("--redis-url: %w (--redis-mode sentinel takes redis://[user:password@]SENTINEL:26379/db?master_name=NAME&addr=SENTINEL2:26379)", err)
 		}
 		opt.ContextTimeoutEnabled = true
+		opt.Protocol = resp2(opt.Protocol)
 		return redis.NewFailoverClient(opt), nil
 	case redisCluster:
 		if q.Has("master_name") {
@@ -233,10 +236,22 @@ func newRedisClient(mode, rawURL string) (redis.UniversalClient, error) {
 			return nil, fmt.Errorf("--redis-url selects database %s, and a Redis Cluster has only database 0: drop /%s from the URL", db, db)
 		}
 		opt.ContextTimeoutEnabled = true
+		opt.Protocol = resp2(opt.Protocol)
 		return redis.NewClusterClient(opt), nil
 	default:
 		return nil, fmt.Errorf("--redis-mode %q: use single, sentinel or cluster", mode)
 	}
+}
+
+// resp2 is the RESP version of tally's clients: 2 unless the URL's
+// protocol= chose one. go-redis on RESP3 looks for push notifications
+// around every reply (BENCHMARKS.md, issue 37), and tally
+// subscribes to nothing, tracks no keys and reads no RESP3-only reply.
+func resp2(fromURL int) int {
+	if fromURL == 0 {
+		return 2
+	}
+	return fromURL
 }
 
 // openRedis connects to Redis and checks it answers.

@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -48,6 +50,54 @@ func TestNewRedisClient(t *testing.T) {
 			t.Errorf("--redis-mode %s --redis-url %s: %s, want %q", tc.mode, tc.url, got, tc.want)
 		}
 	}
+}
+
+// TestRedisClientsSpeakRESP2: every mode's client speaks RESP2, whose
+// replies go-redis reads without looking for push notifications, unless
+// the URL asks for protocol=3; the shared server sees the version chosen.
+func TestRedisClientsSpeakRESP2(t *testing.T) {
+	t.Parallel()
+	sep := "?"
+	if strings.Contains(testenv.RedisURL(), "?") {
+		sep = "&"
+	}
+	for _, tc := range []struct {
+		mode, url string
+		want      int
+	}{
+		{"single", testenv.RedisURL(), 2},
+		{"single", testenv.RedisURL() + sep + "protocol=3", 3},
+		{"sentinel", "redis://s1:26379/0?master_name=m&addr=s2:26379", 2},
+		{"sentinel", "redis://s1:26379/0?master_name=m&protocol=3", 3},
+		{"cluster", "redis://n1:6379?addr=n2:6379", 2},
+		{"cluster", "redis://n1:6379?protocol=3", 3},
+	} {
+		rdb, err := newRedisClient(tc.mode, tc.url)
+		if err != nil {
+			t.Fatalf("--redis-mode %s --redis-url %s: %v", tc.mode, tc.url, err)
+		}
+		if got := protocolOf(rdb); got != tc.want {
+			t.Errorf("--redis-mode %s --redis-url %s: protocol %d, want %d", tc.mode, tc.url, got, tc.want)
+		}
+		if tc.mode == "single" {
+			info, err := rdb.Do(t.Context(), "CLIENT", "INFO").Text()
+			if err != nil || !slices.Contains(strings.Fields(info), fmt.Sprintf("resp=%d", tc.want)) {
+				t.Errorf("--redis-url %s: CLIENT INFO %q (%v), want resp=%d", tc.url, info, err, tc.want)
+			}
+		}
+		rdb.Close()
+	}
+}
+
+// protocolOf is the RESP version rdb's options name.
+func protocolOf(rdb redis.UniversalClient) int {
+	switch c := rdb.(type) {
+	case *redis.Client:
+		return c.Options().Protocol
+	case *redis.ClusterClient:
+		return c.Options().Protocol
+	}
+	return 0
 }
 
 func typeName(rdb redis.UniversalClient) string {

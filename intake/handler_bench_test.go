@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -91,5 +92,63 @@ func establishedEpoch(tb testing.TB, rdb redis.UniversalClient, keys stream.Keys
 	tb.Helper()
 	if err := rdb.Set(context.Background(), keys.Epoch(0), time.Now().Add(-time.Hour).UnixMicro(), 0).Err(); err != nil {
 		tb.Fatal(err)
+	}
+}
+
+// BenchmarkHandlerRESP is BenchmarkHandlerToken's one principal, 64 votes
+// at a time as in the burst (so that the batcher pipelines them), with the
+// Redis client speaking each RESP version: on RESP3 go-redis looks for
+// push notifications around every reply, which tally never receives.
+// Besides the time per vote it reports this process's CPU time per vote.
+func BenchmarkHandlerRESP(b *testing.B) {
+	for _, protocol := range []int{2, 3} {
+		b.Run(fmt.Sprintf("resp%d", protocol), func(b *testing.B) {
+			db := testenv.Postgres(b)
+			_, prefix := testenv.Redis(b) // deletes the prefix's keys at the end
+			opt, err := redis.ParseURL(testenv.RedisURL())
+			if err != nil {
+				b.Fatal(err)
+			}
+			opt.Protocol = protocol
+			rdb := redis.NewClient(opt)
+			b.Cleanup(func() { rdb.Close() })
+			store, _ := ledger.New(db.Pool, ledger.Config{})
+			keys, _ := stream.NewKeys(prefix, 1)
+			key, verifier := credentialKey(b)
+			srv, err := intake.New(intake.Config{Rate: 1e6, Burst: 1_000_000, Credentials: verifier}, store, rdb, keys, testLogger(), prometheus.NewRegistry())
+			if err != nil {
+				b.Fatal(err)
+			}
+			establishedEpoch(b, rdb, keys)
+			if err := store.CreatePoll(b.Context(), ledger.Poll{ID: "p1", Title: "t", Choices: []string{"a"}}); err != nil {
+				b.Fatal(err)
+			}
+			if err := srv.Reload(b.Context()); err != nil {
+				b.Fatal(err)
+			}
+			token := signPrincipals(b, store, key, 1)[0]
+			h := srv.Handler()
+			var next atomic.Int64
+			b.ReportAllocs()
+			b.SetParallelism(32) // 64 at a time on two cores
+			cpu0 := cpuTime(b)
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					body := voteBody(fmt.Sprintf("h%d", next.Add(1)), "p1", "a")
+					req := httptest.NewRequest(http.MethodPost, "/v1/votes", bytes.NewReader(body))
+					req.Header.Set("Authorization", "Bearer "+token)
+					req.Header.Set("Content-Type", "application/json")
+					w := httptest.NewRecorder()
+					h.ServeHTTP(w, req)
+					if w.Code != http.StatusAccepted {
+						b.Errorf("status %d: %s", w.Code, w.Body)
+						return
+					}
+				}
+			})
+			b.StopTimer()
+			b.ReportMetric(float64((cpuTime(b)-cpu0).Microseconds())/float64(b.N), "cpu-µs/op")
+		})
 	}
 }
