@@ -27,6 +27,14 @@ import (
 // after another) stalls or is seen to be malformed; it is left out of
 // the pass's result, and verifyLogs checks it the per-poll way, which
 // names its first wrong leaf.
+//
+// The reader makes the recount as it goes: it numbers each poll's
+// distinct answers and counts the rows by number, and the hasher keeps
+// what it learns of an answer (its fingerprint, the definition's
+// judgment of its ballot) by the same number. What the hasher gets of a
+// row is its seq, its time, that number and its principal, key and
+// fingerprint in a string shared by a batch of rows: reading and handing
+// on a row allocates nothing of its own.
 
 // passPending bounds the rows a poll may hold waiting for their leaf. A
 // poll past it is left to the per-poll check.
