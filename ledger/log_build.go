@@ -138,10 +138,11 @@ type leafHasher struct {
 	h    hashed // rows is left to the caller
 	// facts are what was learnt of each distinct answer (hashRows's; the
 	// pass keeps its own, by the answer's number).
-	facts map[string]*answerFacts
-	def   *audit.Definition // in force: the last one hashed
-	gen   int               // counts the definitions hashed: def's generation
-	chunk []tlog.Hash       // hashed, not yet in the tree
+	facts  map[string]*answerFacts
+	leaves audit.LeafHasher  // each distinct ballot checked once
+	def    *audit.Definition // in force: the last one hashed
+	gen    int               // counts the definitions hashed: def's generation
+	chunk  []tlog.Hash       // hashed, not yet in the tree
 }
 
 // answerFacts is what a leafHasher learns once of a distinct answer of its
@@ -179,7 +180,7 @@ func (lh *leafHasher) add(e Event, fp string) error {
 
 // addWith is add with what is known of the row's answer, answer, in f.
 func (lh *leafHasher) addWith(e Event, answer, fp string, f *answerFacts) error {
-	h, err := leafHash(e)
+	h, err := lh.leaves.Hash(leafOf(e))
 	if err != nil {
 		return fmt.Errorf("leaf %d: %w", lh.h.n, err)
 	}
