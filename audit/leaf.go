@@ -92,6 +92,12 @@ func encodeBallotLeaf(dst []byte, l Leaf) ([]byte, error) {
 	if err := checkLeafBallot(l.Ballot); err != nil {
 		return nil, err
 	}
+	return appendBallotLeaf(dst, l)
+}
+
+// appendBallotLeaf is encodeBallotLeaf of a leaf whose ballot and
+// candidate are already checked.
+func appendBallotLeaf(dst []byte, l Leaf) ([]byte, error) {
 	dst, err := appendID(append(dst, BallotLeafVersion), "poll_id", l.PollID)
 	if err != nil {
 		return nil, err

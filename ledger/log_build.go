@@ -136,44 +136,63 @@ func hashRows(ctx context.Context, tx pgx.Tx, poll string) (hashed, error) {
 type leafHasher struct {
 	poll string
 	h    hashed // rows is left to the caller
-	fps  map[string][32]byte
-	def  *audit.Definition // in force: the last one hashed
-	// refused is def's RefusesBallot of each answer judged since def
-	// came in force ("": taken).
-	refused map[string]string
-	chunk   []tlog.Hash // hashed, not yet in the tree
+	// facts are what was learnt of each distinct answer (hashRows's; the
+	// pass keeps its own, by the answer's number).
+	facts  map[string]*answerFacts
+	leaves audit.LeafHasher  // each distinct ballot checked once
+	def    *audit.Definition // in force: the last one hashed
+	gen    int               // counts the definitions hashed: def's generation
+	chunk  []tlog.Hash       // hashed, not yet in the tree
 }
 
-// maxFingerprintsHeld bounds the fingerprints a leafHasher keeps, one per
-// distinct ballot, and likewise the ballots' judgments: a poll of few
-// choices has few, but ballots of other kinds than single can be as many
-// as the votes.
+// answerFacts is what a leafHasher learns once of a distinct answer of its
+// poll, rather than for every row that gives it: a poll's ballots repeat
+// (a ranked poll of 4 choices has 64 possible), and judging a ballot is
+// most of what the definitions' check costs.
+type answerFacts struct {
+	fp    *[32]byte // vote.Fingerprint of the poll and the answer, once computed
+	judge int       // the generation of the definition why is of; 0: none
+	why   string    // the definition's RefusesBallot of the answer
+}
+
+// maxFingerprintsHeld bounds the distinct answers whose facts a leafHasher
+// (or the pass, a poll's) keeps: a poll of few choices has few, but
+// ballots of other kinds than single can be as many as the votes.
 const maxFingerprintsHeld = 4096
 
 func newLeafHasher(poll string) *leafHasher {
-	return &leafHasher{poll: poll, h: hashed{state: emptyLog(), badFP: -1, badDef: -1}, fps: map[string][32]byte{},
-		refused: map[string]string{}, chunk: make([]tlog.Hash, 0, buildChunk)}
+	return &leafHasher{poll: poll, h: hashed{state: emptyLog(), badFP: -1, badDef: -1}, facts: map[string]*answerFacts{},
+		chunk: make([]tlog.Hash, 0, buildChunk)}
 }
 
 // add hashes the row of the next leaf, e (of lh's poll).
 func (lh *leafHasher) add(e Event, fp string) error {
-	h, err := leafHash(e)
+	answer := e.Answer()
+	f, ok := lh.facts[answer]
+	if !ok {
+		f = &answerFacts{}
+		if len(lh.facts) < maxFingerprintsHeld {
+			lh.facts[answer] = f
+		}
+	}
+	return lh.addWith(e, answer, fp, f)
+}
+
+// addWith is add with what is known of the row's answer, answer, in f.
+func (lh *leafHasher) addWith(e Event, answer, fp string, f *answerFacts) error {
+	h, err := lh.leaves.Hash(leafOf(e))
 	if err != nil {
 		return fmt.Errorf("leaf %d: %w", lh.h.n, err)
 	}
-	answer := e.Answer()
-	want, ok := lh.fps[answer]
-	if !ok {
-		want = vote.Fingerprint(lh.poll, answer)
-		if len(lh.fps) < maxFingerprintsHeld {
-			lh.fps[answer] = want
-		}
+	if f.fp == nil {
+		want := vote.Fingerprint(lh.poll, answer)
+		f.fp = &want
 	}
-	if lh.h.badFP < 0 && fp != string(want[:]) {
+	if lh.h.badFP < 0 && fp != string(f.fp[:]) {
 		lh.h.badFP = lh.h.n
 	}
 	if lh.def != nil && lh.h.badDef < 0 {
-		if why := lh.refusesVote(e, answer); why != "" {
+		if why := lh.refusesVote(e, f); why != "" {
 			lh.h.badDef, lh.h.defProblem = lh.h.n, why
 		}
 	}
@@ -181,21 +200,16 @@ func (lh *leafHasher) add(e Event, fp string) error {
 }
 
 // refusesVote is the definition in force's RefusesVote of e, whose
-// answer is answer. Its ballot is judged once per distinct answer under
-// one definition: reading a ballot is most of what the check costs, and a
-// poll's ballots repeat (a ranked poll of 4 choices has 64 possible).
-func (lh *leafHasher) refusesVote(e Event, answer string) string {
-	why, ok := lh.refused[answer]
-	if !ok {
-		_, why = lh.def.RefusesBallot(leafOf(e))
-		if len(lh.refused) < maxFingerprintsHeld {
-			lh.refused[answer] = why
-		}
+// answer's facts are f: its ballot is judged once per definition.
+func (lh *leafHasher) refusesVote(e Event, f *answerFacts) string {
+	if f.judge != lh.gen {
+		_, f.why = lh.def.RefusesBallot(leafOf(e))
+		f.judge = lh.gen
 	}
-	if why != "" {
-		return why
+	if f.why != "" {
+		return f.why
 	}
-	_, why = lh.def.RefusesReceivedAt(e.ReceivedAt)
+	_, why := lh.def.RefusesReceivedAt(e.ReceivedAt)
 	return why
 }
 
@@ -211,7 +225,7 @@ func (lh *leafHasher) addDefinition(d audit.Definition) error {
 		}
 	}
 	lh.def = &d
-	clear(lh.refused)
+	lh.gen++
 	lh.h.defs++
 	return lh.push(h)
 }

@@ -27,6 +27,14 @@ import (
 // after another) stalls or is seen to be malformed; it is left out of
 // the pass's result, and verifyLogs checks it the per-poll way, which
 // names its first wrong leaf.
+//
+// The reader makes the recount as it goes: it numbers each poll's
+// distinct answers and counts the rows by number, and the hasher keeps
+// what it learns of an answer (its fingerprint, the definition's
+// judgment of its ballot) by the same number. What the hasher gets of a
+// row is its seq, its time, that number and its principal, key and
+// fingerprint in a string shared by a batch of rows: reading and handing
+// on a row allocates nothing of its own.
 
 // passPending bounds the rows a poll may hold waiting for their leaf. A
 // poll past it is left to the per-poll check.
@@ -35,16 +43,33 @@ const passPending = 1 << 18
 // passBatch is how many rows go to a poll's hasher at once.
 const passBatch = 1 << 12
 
-// passRow is a ledger row as the pass reads it. Its strings are slices
-// of one, a row's one allocation (passRows).
+// passRow is a ledger row as the pass hands it to its poll's hasher: its
+// answer by number (the poll's answers, passPoll.answers), or, past
+// maxFingerprintsHeld of them, in its batch's text; its principal, key
+// and fingerprint in its batch's text, one after the other from start.
+// The rows of a batch share that one string, rather than a string each:
+// most of what the pass costs the client is reading its rows.
 type passRow struct {
 	seq      int64
-	cand     string // the ballot, canonical (Event.Answer)
-	pr       string
-	key      string
-	received time.Time
-	fp       string
+	received int64 // microseconds since the Unix epoch
+	answer   int32 // -1: text[start:a]
+	start    int32
+	a, p, k  int32             // the ends of the answer, the principal and the key; the fingerprint ends at end
+	end      int32             // in text
 	def      *audit.Definition // a definition's leaf (seq < 0), not a row
+}
+
+// heldRow is a row held until its leaf is next, with its own text.
+type heldRow struct {
+	row  passRow
+	text string
+}
+
+// passWork is a batch of a poll's rows, in leaf order, for its hasher.
+type passWork struct {
+	rows    []passRow
+	text    string
+	answers []string // the poll's answers so far, by number
 }
 
 // hashed is a poll's rows hashed in leaf order, as hashRows gives them,
@@ -67,14 +92,21 @@ type passPoll struct {
 	id      string
 	seqs    []int64 // its leaves' rows, in leaf order
 	next    int     // the leaf whose row comes next
-	pending map[int64]passRow
+	pending map[int64]heldRow
 	defs    map[int64]*audit.Definition // every poll's, by id
-	counts  map[string]int64            // its rows, by candidate
 	rows    int64
 	failed  bool // left to the per-poll check
 
+	// The poll's distinct answers, numbered in the order they come, and
+	// its rows counted by answer: the recount.
+	number  map[string]int32
+	answers []string
+	counts  []int64
+	others  map[string]int64 // the answers past maxFingerprintsHeld
+
 	batch []passRow
-	work  chan []passRow
+	text  []byte // the batch's
+	work  chan passWork
 	done  chan struct{}
 	out   hashed
 	err   error // the hasher's
@@ -103,23 +135,26 @@ func hashInOnePass(ctx context.Context, tx pgx.Tx, heads []logHeadRow, pollID st
 		}
 	}()
 	counts := map[tallyKey]int64{}
-	err = passRows(ctx, tx, p, func(poll []byte, r passRow) {
+	err = passRows(ctx, tx, p, func(poll []byte, r *rawRow) {
 		pp := polls[string(poll)]
 		if pp == nil {
-			counts[tallyKey{string(poll), r.cand}]++ // a poll without a head
+			counts[tallyKey{string(poll), string(r.answer)}]++ // a poll without a head
 			return
 		}
-		pp.counts[r.cand]++
+		answer := pp.count(r.answer)
 		if !pp.failed { // else left to the per-poll check
-			pp.take(r)
+			pp.take(r, answer)
 		}
 	})
 	if err != nil {
 		return nil, nil, interpretError("read the ledger for its logs", err)
 	}
 	for id, pp := range polls {
-		for cand, n := range pp.counts {
-			counts[tallyKey{id, cand}] += n
+		for i, answer := range pp.answers {
+			counts[tallyKey{id, answer}] += pp.counts[i]
+		}
+		for answer, n := range pp.others {
+			counts[tallyKey{id, answer}] += n
 		}
 	}
 	out := map[string]*hashed{}
@@ -148,7 +183,8 @@ func passLeaves(ctx context.Context, tx pgx.Tx, heads []logHeadRow, pollID *stri
 		if h.root == nil {
 			continue // still to build: the per-poll check says so
 		}
-		polls[h.poll] = &passPoll{id: h.poll, pending: map[int64]passRow{}, counts: map[string]int64{}, out: hashed{state: emptyLog(), badFP: -1}}
+		polls[h.poll] = &passPoll{id: h.poll, pending: map[int64]heldRow{}, number: map[string]int32{}, others: map[string]int64{},
+			out: hashed{state: emptyLog(), badFP: -1}}
 	}
 	rows, err := tx.Query(ctx, `
 SELECT poll_id, first_leaf, seqs FROM poll_log_leaves
@@ -208,20 +244,56 @@ WHERE $1::text IS NULL OR d.poll_id = $1`, pollID)
 	return out, interpretError("read the polls' definitions", err)
 }
 
-// take is the poll's next row in seq order: hashed when its leaf is next,
-// else held until it is.
-func (pp *passPoll) take(r passRow) {
+// count counts a row of the poll whose answer is answer, and returns the
+// answer's number (-1: past maxFingerprintsHeld, not numbered).
+func (pp *passPoll) count(answer []byte) int32 {
+	if i, ok := pp.number[string(answer)]; ok {
+		pp.counts[i]++
+		return i
+	}
+	if len(pp.answers) >= maxFingerprintsHeld {
+		pp.others[string(answer)]++
+		return -1
+	}
+	i, a := int32(len(pp.answers)), string(answer)
+	pp.number[a] = i
+	pp.answers, pp.counts = append(pp.answers, a), append(pp.counts, 1)
+	return i
+}
+
+// take is the poll's next row in seq order, whose answer's number is
+// answer: hashed when its leaf is next, else held until it is.
+func (pp *passPoll) take(r *rawRow, answer int32) {
 	pp.rows++
 	if pp.next >= len(pp.seqs) || pp.seqs[pp.next] != r.seq {
 		if len(pp.pending) >= passPending {
 			pp.fail()
 			return
 		}
-		pp.pending[r.seq] = r
+		row, text := layRow(nil, r, answer)
+		pp.pending[r.seq] = heldRow{row: row, text: string(text)}
 		return
 	}
-	pp.emit(r)
+	var row passRow
+	row, pp.text = layRow(pp.text, r, answer)
+	pp.emit(row)
 	pp.catchUp()
+}
+
+// layRow appends r's text to text and returns r as a passRow of it.
+func layRow(text []byte, r *rawRow, answer int32) (passRow, []byte) {
+	row := passRow{seq: r.seq, received: r.received, answer: answer, start: int32(len(text))}
+	if answer < 0 {
+		text = append(text, r.answer...)
+	}
+	row.a = int32(len(text))
+	text = append(text, r.principal...)
+	row.p = int32(len(text))
+	text = append(text, r.key...)
+	row.k = int32(len(text))
+	text = append(text, r.fp...)
+	row.end = int32(len(text))
+	return row, text
 }
 
 // catchUp emits the leaves that are next and at hand: definitions, and
@@ -243,11 +315,15 @@ func (pp *passPoll) catchUp() {
 			return
 		}
 		delete(pp.pending, seq)
-		pp.emit(held)
+		row, base := held.row, int32(len(pp.text))
+		row.start, row.a, row.p, row.k, row.end = row.start+base, row.a+base, row.p+base, row.k+base, row.end+base
+		pp.text = append(pp.text, held.text...)
+		pp.emit(row)
 	}
 }
 
-// emit hands the row of the next leaf to the poll's hasher.
+// emit hands the row of the next leaf, its text already in pp.text, to
+// the poll's hasher.
 func (pp *passPoll) emit(r passRow) {
 	pp.next++
 	pp.batch = append(pp.batch, r)
@@ -263,16 +339,16 @@ func (pp *passPoll) flush() {
 		return
 	}
 	if pp.work == nil {
-		pp.work, pp.done = make(chan []passRow, 2), make(chan struct{})
+		pp.work, pp.done = make(chan passWork, 2), make(chan struct{})
 		go pp.hash()
 	}
-	pp.work <- pp.batch
-	pp.batch = make([]passRow, 0, passBatch)
+	pp.work <- passWork{rows: pp.batch, text: string(pp.text), answers: pp.answers}
+	pp.batch, pp.text = make([]passRow, 0, passBatch), pp.text[:0]
 }
 
 // fail leaves the poll to the per-poll check.
 func (pp *passPoll) fail() {
-	pp.failed, pp.pending, pp.batch = true, nil, nil
+	pp.failed, pp.pending, pp.batch, pp.text = true, nil, nil, nil
 	pp.stop()
 }
 
@@ -286,26 +362,45 @@ func (pp *passPoll) stop() {
 }
 
 // hash hashes the batches of rows, in leaf order, with a leafHasher, as
-// hashRows does, until the work channel is closed.
+// hashRows does, until the work channel is closed. What it learns of an
+// answer it keeps by the answer's number.
 func (pp *passPoll) hash() {
 	defer close(pp.done)
 	lh := newLeafHasher(pp.id)
-	for batch := range pp.work {
-		for _, r := range batch {
+	var facts []answerFacts
+	for w := range pp.work {
+		for len(facts) < len(w.answers) {
+			facts = append(facts, answerFacts{})
+		}
+		for i := range w.rows {
 			if pp.err != nil {
 				break // drain
 			}
-			if r.def != nil {
-				pp.err = lh.addDefinition(*r.def)
-			} else {
-				pp.err = lh.add(EventOf(r.pr, r.key, pp.id, r.cand, r.received), r.fp)
-			}
+			pp.err = pp.hashRow(lh, &w, &w.rows[i], facts)
 		}
 	}
 	if pp.err == nil {
 		pp.err = lh.flush()
 	}
 	pp.out = lh.h
+}
+
+// hashRow hashes r, a row of w, the next leaf.
+func (pp *passPoll) hashRow(lh *leafHasher, w *passWork, r *passRow, facts []answerFacts) error {
+	if r.def != nil {
+		return lh.addDefinition(*r.def)
+	}
+	var (
+		answer string
+		f      = &answerFacts{}
+	)
+	if r.answer >= 0 {
+		answer, f = w.answers[r.answer], &facts[r.answer]
+	} else {
+		answer = w.text[r.start:r.a]
+	}
+	e := EventOf(w.text[r.a:r.p], w.text[r.p:r.k], pp.id, answer, time.UnixMicro(r.received).UTC())
+	return lh.addWith(e, answer, w.text[r.k:r.end], f)
 }
 
 // passRowsSQL reads the ledger's rows (one poll's when $1 is set) in seq
@@ -318,12 +413,17 @@ WHERE $1::text IS NULL OR poll_id = $1 ORDER BY seq`
 // microseconds: a timestamptz in binary is microseconds from it.
 const pgEpoch = 946_684_800_000_000
 
-// passRows calls fn for each row of passRowsSQL with its poll id (valid
-// only during the call). It reads the binary values as they come, one
-// string allocated per row for its candidate, principal, key and
-// fingerprint, rather than scanning each into values of its own: most of
-// what the pass costs the client is reading its rows.
-func passRows(ctx context.Context, tx pgx.Tx, pollID *string, fn func(poll []byte, r passRow)) error {
+// rawRow is a row of passRowsSQL as passRows reads it: its slices are
+// valid only during the call it is given to.
+type rawRow struct {
+	seq, received              int64 // received: microseconds since the Unix epoch
+	answer, principal, key, fp []byte
+}
+
+// passRows calls fn for each row of passRowsSQL with its poll id (valid,
+// as the row, only during the call). It reads the binary values as they
+// come, without a scan into values of their own.
+func passRows(ctx context.Context, tx pgx.Tx, pollID *string, fn func(poll []byte, r *rawRow)) error {
 	rows, err := tx.Query(ctx, passRowsSQL, pollID)
 	if err != nil {
 		return err
@@ -336,20 +436,15 @@ func passRows(ctx context.Context, tx pgx.Tx, pollID *string, fn func(poll []byt
 			return fmt.Errorf("read the ledger for its logs: column %s came in text, the pass reads it in binary", f.Name)
 		}
 	}
-	var buf []byte
+	var r rawRow
 	for rows.Next() {
 		v := rows.RawValues()
 		if len(v) != 7 || len(v[0]) != 8 || len(v[5]) != 8 {
 			return errors.New("read the ledger for its logs: a row not of the form asked for")
 		}
-		buf = append(append(append(append(buf[:0], v[2]...), v[3]...), v[4]...), v[6]...)
-		all := string(buf)
-		a, b, c := len(v[2]), len(v[2])+len(v[3]), len(v[2])+len(v[3])+len(v[4])
-		fn(v[1], passRow{
-			seq:  int64(binary.BigEndian.Uint64(v[0])),
-			cand: all[:a], pr: all[a:b], key: all[b:c], fp: all[c:],
-			received: time.UnixMicro(pgEpoch + int64(binary.BigEndian.Uint64(v[5]))).UTC(),
-		})
+		r.seq, r.received = int64(binary.BigEndian.Uint64(v[0])), pgEpoch+int64(binary.BigEndian.Uint64(v[5]))
+		r.answer, r.principal, r.key, r.fp = v[2], v[3], v[4], v[6]
+		fn(v[1], &r)
 	}
 	return rows.Err()
 }

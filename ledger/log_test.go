@@ -196,6 +196,10 @@ func TestRebuildFindsATamperedLedger(t *testing.T) {
 			if polls, err := ledger.OnePassPolls(b.ctx, b.store); err != nil || !slices.Equal(polls, []string{"p", "q"}) {
 				t.Fatalf("the one pass hashed %v (%v), want p and q", polls, err)
 			}
+			// Its tiles (of two levels) are compared by their digest.
+			if ok, err := ledger.TilesDigestAgrees(b.ctx, b.store, "p"); !ok || err != nil {
+				t.Fatalf("the digest of p's stored tiles is not the one of its rows' (%v)", err)
+			}
 			tamper(t, b, tc.sql)
 			// The untouched poll still is; p is too, unless its leaves no
 			// longer line up with its rows (a row deleted), when the
@@ -456,4 +460,46 @@ func migratedTo(t *testing.T, version int64) (testenv.DB, *sql.DB, *goose.Provid
 		t.Fatal(err)
 	}
 	return db, sqlDB, p
+}
+
+// A poll of more distinct ballots than the pass numbers (4096: past them
+// a row carries its ballot itself) is recounted and hashed in the one
+// pass all the same, and a row past them that was changed is named.
+func TestRebuildPastTheNumberedAnswers(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.ballotPoll(t, "r", vote.Spec{Kind: "ranked"}, 7)
+	var perms [][]string
+	var permute func(done, rest []string)
+	permute = func(done, rest []string) {
+		if len(rest) == 0 {
+			perms = append(perms, slices.Clone(done))
+			return
+		}
+		for i := range rest {
+			permute(append(done, rest[i]), append(slices.Clone(rest[:i]), rest[i+1:]...))
+		}
+	}
+	permute(nil, []string{"c0", "c1", "c2", "c3", "c4", "c5", "c6"})
+	for start := 0; start < len(perms); start += 1000 {
+		var batch []ledger.Event
+		for i := start; i < min(start+1000, len(perms)); i++ {
+			batch = append(batch, ballotEv(fmt.Sprintf("u%d", i), "k", "r", vote.Ballot{Kind: vote.KindRanked, Choices: perms[i]}.Canonical()))
+		}
+		if _, err := b.store.Append(b.ctx, batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if polls, err := ledger.OnePassPolls(b.ctx, b.store); err != nil || !slices.Equal(polls, []string{"r"}) {
+		t.Fatalf("the one pass hashed %v (%v), want r", polls, err)
+	}
+	rep, err := b.store.Rebuild(b.ctx, "")
+	if err != nil || rep.Differing != 0 || rep.LogProblems != 0 || rep.LedgerEvents != int64(len(perms)) {
+		t.Fatalf("rebuild: %v, %d differing, %d log problems, %d events, want none, none and %d", err, rep.Differing, rep.LogProblems, rep.LedgerEvents, len(perms))
+	}
+	tamper(t, b, `UPDATE poll_events SET received_at = received_at + interval '1 microsecond' WHERE seq = `+leafSeq("r", 5000))
+	rep, err = b.store.Rebuild(b.ctx, "")
+	if err != nil || rep.LogProblems != 1 || rep.Logs[0].Leaf != 5000 || !strings.Contains(rep.Logs[0].Problem, "does not hash") {
+		t.Fatalf("rebuild after a row past the numbered answers changed: %v, %+v", err, rep.Logs)
+	}
 }

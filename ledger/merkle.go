@@ -122,6 +122,9 @@ func (s logState) extend(leaves []tlog.Hash) (logState, []fullTile, error) {
 		for len(tiles) <= level {
 			tiles = append(tiles, nil)
 		}
+		if tiles[level] == nil {
+			tiles[level] = make([]byte, 0, tileWidth*hashSize) // one allocation a tile, not a slice grown five times
+		}
 		tiles[level] = append(tiles[level], h[:]...)
 		if len(tiles[level]) == tileWidth*hashSize {
 			full = append(full, fullTile{level: level, idx: count/tileWidth - 1, data: tiles[level]})
