@@ -55,7 +55,10 @@ type catalogResult struct {
 	bulkHTTP, bulkCLI  float64 // polls/s
 	votes, votesCreate []time.Duration
 	created            int // polls created during votesCreate
-	writes, busy       int64
+	// cpuVotes and cpuCreate are intake B's CPU seconds over the runs of
+	// votes and of votes while polls are created.
+	cpuVotes, cpuCreate float64
+	writes, busy        int64
 	// loadsA and loadsB are the intakes' whole loads of the catalog by
 	// the end (one each at start).
 	loadsA, loadsB int64
@@ -120,10 +123,12 @@ func addCatalogRows(t *table, id string, r catalogResult, load string, sz sizes)
 	note := fmt.Sprintf("%d votes/s at B from %d senders for %s, %d round(s) alternating", voteRate, voteSenders, sz.catalogVoteFor, sz.catalogRounds)
 	t.add(fig{id: "CV0-" + id, what: "catalog: vote p99 at intake B, no catalog change (" + note + ")",
 		value: msOf(quantile(r.votes, 0.99)), unit: "ms", load: load, command: cmd,
-		extra: fmt.Sprintf("p50 %s of %d votes", ms(quantile(r.votes, 0.5)), len(r.votes))})
+		extra: fmt.Sprintf("p50 %s of %d votes; B's CPU %.0f us a vote", ms(quantile(r.votes, 0.5)), len(r.votes), 1e6*r.cpuVotes/float64(len(r.votes)))})
 	t.add(fig{id: "CV-" + id, what: "catalog: vote p99 at intake B while polls are created at A at 10/s (" + note + ")",
 		value: msOf(quantile(r.votesCreate, 0.99)), unit: "ms", load: load, command: cmd,
-		extra: fmt.Sprintf("p50 %s of %d votes; %d polls created meanwhile", ms(quantile(r.votesCreate, 0.5)), len(r.votesCreate), r.created)})
+		extra: fmt.Sprintf("p50 %s of %d votes; %d polls created meanwhile; B's CPU %.0f us a vote, and %.0f us more a poll created than without",
+			ms(quantile(r.votesCreate, 0.5)), len(r.votesCreate), r.created, 1e6*r.cpuCreate/float64(len(r.votesCreate)),
+			1e6*(r.cpuCreate-r.cpuVotes)/float64(max(1, r.created)))})
 	t.add(fig{id: "CB-" + id, what: fmt.Sprintf("catalog: %s polls created with POST /v1/polls of arrays of %d, one request at a time", count(s.polls-s.fromCLI), ledger.MaxPollsPerCreate),
 		value: r.bulkHTTP, unit: "polls/s", load: load, command: "POST /v1/polls [ {poll}, ... ] at intake A"})
 	t.add(fig{id: "CBC-" + id, what: fmt.Sprintf("catalog: %s polls created with tally poll create --from FILE (the process's start included)", count(s.fromCLI)),
@@ -202,16 +207,20 @@ func (e *env) catalogSize(ctx context.Context, sz sizes, s catalogShape, id stri
 		return res, err
 	}
 	for round := range sz.catalogRounds {
+		cpu0 := cpuSeconds(c.b.cmd.Process.Pid)
 		lats, _, err := c.voteLatencies(ctx, sz.catalogVoteFor, false, round)
 		if err != nil {
 			return res, err
 		}
+		cpu1 := cpuSeconds(c.b.cmd.Process.Pid)
 		res.votes = append(res.votes, lats...)
 		lats, n, err := c.voteLatencies(ctx, sz.catalogVoteFor, true, round)
 		if err != nil {
 			return res, err
 		}
+		cpu2 := cpuSeconds(c.b.cmd.Process.Pid)
 		res.votesCreate, res.created = append(res.votesCreate, lats...), res.created+n
+		res.cpuVotes, res.cpuCreate = res.cpuVotes+cpu1-cpu0, res.cpuCreate+cpu2-cpu1
 	}
 	res.steadyChanges = sz.catalogSteady
 	err = c.steadyChanges(ctx, sz.catalogSteady, func() {

@@ -88,6 +88,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -210,6 +211,7 @@ type options struct {
 	out                string
 	only               map[string]bool // empty: every measurement
 	short              bool
+	catalogPolls       []int // row C's sizes, when given
 	timeout            time.Duration
 	logPath            string
 }
@@ -226,9 +228,19 @@ func parseFlags() options {
 	flag.StringVar(&o.out, "out", "", "markdown `FILE` to write the table into (between its bench markers)")
 	only := flag.String("only", "", "comma-separated measurements to run (default all): projector, kinds, naive, batch1, copy, floor, tuned, intake, burst, e2e, cluster, scaling, import, rebuild, rebuildranked, log, live, catalog, growth (a full run runs growth only when named)")
 	flag.BoolVar(&o.short, "short", false, "small sizes: a check that every measurement runs")
+	catalogPolls := flag.String("catalog-polls", "", "comma-separated `SIZES` of row C, in polls, smallest first (default 100,10000,100000; -short 20,200)")
 	flag.DurationVar(&o.timeout, "timeout", 30*time.Minute, "bound on the whole run")
 	flag.StringVar(&o.logPath, "log", "", "`FILE` for the output of the child processes (default stderr)")
 	flag.Parse()
+	for _, n := range strings.Split(*catalogPolls, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			v, err := strconv.Atoi(n)
+			if err != nil || v < 1 {
+				fail(fmt.Errorf("-catalog-polls: %q is not a number of polls", n))
+			}
+			o.catalogPolls = append(o.catalogPolls, v)
+		}
+	}
 	o.only = map[string]bool{}
 	for _, s := range strings.Split(*only, ",") {
 		if s = strings.TrimSpace(s); s != "" {
@@ -251,6 +263,9 @@ func main() {
 	sz := full
 	if o.short {
 		sz = short
+	}
+	if len(o.catalogPolls) > 0 {
+		sz.catalogPolls = o.catalogPolls
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()

@@ -3,6 +3,7 @@ package intake
 import (
 	"hash/maphash"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -14,23 +15,36 @@ import (
 // pollInfo is one poll as intake checks votes against it, with the enqueue
 // script's arguments that depend on the poll and choice only, made once.
 // A ballot of another kind than single is one of too many to make
-// beforehand: its arguments are made per vote (answer).
+// beforehand: its arguments are made per vote (answer). It holds only
+// what the vote path and the reads of results and receipts read: every
+// intake holds every poll, so a poll's bytes count a hundred thousand
+// times (docs/operations.md, "The catalog in memory").
 type pollInfo struct {
-	poll    ledger.Poll // without its Eligible list, which eligible holds
-	rules   vote.Rules  // poll.BallotRules()
-	idArg   any         // the poll id
-	choices map[string]*choice
-	// eligible is the eligibility list of a poll of ledger.EligibleList
-	// that was open when it was read: its principal ids.
-	eligible map[string]struct{}
-	// closedEligible is that of a poll closed when it was read: the keyed
-	// hashes of its principal ids, sorted. No vote is taken on it any
-	// longer, only reads of its results and receipts are: 8 bytes a
-	// principal instead of its id and a map entry. A hash of another id
-	// equal to one of them (about one chance in 2^64 / its length, and
-	// the key is this process's own, so that none can be chosen) would
-	// show that principal the poll's results.
-	closedEligible []uint64
+	// poll is the poll with its Rules made whole (Poll.BallotRules),
+	// without its Eligible list, which list holds.
+	poll  ledger.Poll
+	idArg any // the poll id
+	// choices are a single-choice poll's choices with their enqueue
+	// arguments, sorted by answer (choice searches them); nil for the
+	// other kinds, whose ballots are made per vote.
+	choices []choice
+	list    *eligibleList // nil unless the poll has an eligibility list
+}
+
+// eligibleList is the eligibility list of a poll, as it was when read.
+type eligibleList struct {
+	// open is the list of a poll open or scheduled when read: its
+	// principal ids.
+	open idSet
+	// closed is whether the poll was closed when read; hashes is then its
+	// list: the keyed hashes of its principal ids, sorted. No vote is
+	// taken on it any longer, only reads of its results and receipts are:
+	// 8 bytes a principal instead of its id. A hash of another id equal to
+	// one of them (about one chance in 2^64 / its length, and the key is
+	// this process's own, so that none can be chosen) would show that
+	// principal the poll's results.
+	closed bool
+	hashes []uint64
 }
 
 // eligibleKey keys the hashes of closed polls' eligibility lists.
@@ -52,42 +66,66 @@ func (pi *pollInfo) answer(canonical string) *choice {
 // newPollInfo is p as intake holds it, read at now.
 func newPollInfo(p ledger.Poll, now time.Time) *pollInfo {
 	eligible := p.Eligible
-	p.Eligible = nil
-	pi := &pollInfo{poll: p, rules: p.BallotRules(), idArg: p.ID, choices: make(map[string]*choice, len(p.Choices))}
-	for _, c := range p.Choices {
-		pi.choices[c] = &choice{answer: c, recordArg: stream.Record(p.ID, c)}
+	p.Eligible, p.Rules = nil, p.BallotRules()
+	switch p.Eligibility { // the constants' bytes, not a copy read per poll
+	case ledger.EligibleAny:
+		p.Eligibility = ledger.EligibleAny
+	case ledger.EligibleList:
+		p.Eligibility = ledger.EligibleList
+	}
+	pi := &pollInfo{poll: p, idArg: p.ID}
+	if p.Rules.Kind == vote.KindSingle {
+		pi.choices = make([]choice, len(p.Choices))
+		for i, c := range p.Choices {
+			pi.choices[i] = choice{answer: c, recordArg: stream.Record(p.ID, c)}
+		}
+		slices.SortFunc(pi.choices, func(a, b choice) int { return strings.Compare(a.answer, b.answer) })
 	}
 	switch {
 	case p.Eligibility != ledger.EligibleList:
 	case p.State(now) == ledger.StateClosed:
-		pi.closedEligible = make([]uint64, len(eligible))
+		hashes := make([]uint64, len(eligible))
 		for i, e := range eligible {
-			pi.closedEligible[i] = maphash.String(eligibleKey, e)
+			hashes[i] = maphash.String(eligibleKey, e)
 		}
-		slices.Sort(pi.closedEligible)
+		slices.Sort(hashes)
+		pi.list = &eligibleList{closed: true, hashes: hashes}
 	default:
-		pi.eligible = make(map[string]struct{}, len(eligible))
-		for _, e := range eligible {
-			pi.eligible[e] = struct{}{}
-		}
+		pi.list = &eligibleList{open: newIDSet(eligible)}
 	}
 	return pi
 }
 
-// choice returns the poll's choice c, or nil.
-func (pi *pollInfo) choice(c []byte) *choice { return pi.choices[string(c)] }
+// choice returns the single-choice poll's choice c, or nil.
+func (pi *pollInfo) choice(c []byte) *choice {
+	lo, hi := 0, len(pi.choices)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if pi.choices[m].answer < string(c) { // no string is made for a comparison
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	if lo < len(pi.choices) && pi.choices[lo].answer == string(c) {
+		return &pi.choices[lo]
+	}
+	return nil
+}
 
 // mayVote reports whether principalID may vote on the poll, and so see
 // it, its results and its receipts.
 func (pi *pollInfo) mayVote(principalID string) bool {
+	l := pi.list
 	switch {
 	case pi.poll.Eligibility != ledger.EligibleList:
 		return true
-	case pi.eligible != nil:
-		_, ok := pi.eligible[principalID]
-		return ok
+	case l == nil: // never made so: a list nobody is on
+		return false
+	case !l.closed:
+		return l.open.has(principalID)
 	}
-	_, ok := slices.BinarySearch(pi.closedEligible, maphash.String(eligibleKey, principalID))
+	_, ok := slices.BinarySearch(l.hashes, maphash.String(eligibleKey, principalID))
 	return ok
 }
 

@@ -3,10 +3,14 @@ package intake
 import (
 	"fmt"
 	"runtime"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"tally/ledger"
+	"tally/stream"
+	"tally/vote"
 )
 
 // TestPollInfoEligible: an open poll's eligibility list is held as its
@@ -34,7 +38,7 @@ func TestPollInfoEligible(t *testing.T) {
 		if pi.poll.Eligible != nil {
 			t.Errorf("%s: the list read is kept beside the set", c.name)
 		}
-		if hashed := pi.eligible == nil && c.p.Eligibility == ledger.EligibleList; hashed != c.hashed {
+		if hashed := pi.list != nil && pi.list.closed; hashed != c.hashed {
 			t.Errorf("%s: held as hashes %v, want %v", c.name, hashed, c.hashed)
 		}
 		for _, id := range c.may {
@@ -50,8 +54,75 @@ func TestPollInfoEligible(t *testing.T) {
 	}
 }
 
+// TestIDSet: the set holds each id given, once, and nothing else: not
+// an id that is a prefix of one held or has one as its prefix, not the
+// empty id, not what lies between two ids packed end to end.
+func TestIDSet(t *testing.T) {
+	ids := []string{"p-b", "p-a", "p-ab", "p-b", "q", "p-abc"}
+	s := newIDSet(ids)
+	if ids[0] != "p-b" || ids[1] != "p-a" {
+		t.Fatalf("newIDSet changed its argument: %q", ids)
+	}
+	if s.len() != 5 {
+		t.Fatalf("%d ids held, want 5 (one of the two p-b)", s.len())
+	}
+	for i := 1; i < s.len(); i++ {
+		if s.at(i-1) >= s.at(i) {
+			t.Fatalf("ids held out of order: %q before %q", s.at(i-1), s.at(i))
+		}
+	}
+	for _, id := range ids {
+		if !s.has(id) {
+			t.Errorf("%q is not in the set, want it is", id)
+		}
+	}
+	for _, id := range []string{"", "p", "p-", "p-abcd", "p-aa", "p-c", "p-bq", "a", "r", "bp-a", "p-ap-ab"} {
+		if s.has(id) {
+			t.Errorf("%q is in the set, want it is not", id)
+		}
+	}
+	var empty idSet
+	if newIDSet(nil).has("") || empty.has("p-a") {
+		t.Error("an empty set has an id")
+	}
+	one := newIDSet([]string{"p-a"})
+	if !one.has("p-a") || one.has("p-b") || one.has("p-") {
+		t.Error("a set of one id answers wrong")
+	}
+}
+
+// TestPollInfoChoices: a single-choice poll finds each of its choices
+// with its enqueue arguments, whatever their order, and nothing else; a
+// poll of another kind makes its ballots' arguments per vote.
+func TestPollInfoChoices(t *testing.T) {
+	choices := []string{"tacos", "pizza", "sushi", "pi", "pizzas"}
+	pi := newPollInfo(ledger.Poll{ID: "lunch", Title: "What shall we have?", Choices: choices}, time.Now())
+	if !slices.Equal(pi.poll.Choices, choices) {
+		t.Errorf("choices %q, want %q in display order", pi.poll.Choices, choices)
+	}
+	for _, c := range choices {
+		got := pi.choice([]byte(c))
+		if got == nil || got.answer != c || got.recordArg != stream.Record("lunch", c) {
+			t.Errorf("choice %q: %+v, want its answer and record", c, got)
+		}
+	}
+	for _, c := range []string{"", "p", "pizz", "pizzass", "z", "a"} {
+		if got := pi.choice([]byte(c)); got != nil {
+			t.Errorf("choice %q found: %+v, want nil", c, got)
+		}
+	}
+	r, err := vote.NewRules(vote.Spec{Kind: string(vote.KindRanked)}, len(choices))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ranked := newPollInfo(ledger.Poll{ID: "lunch", Choices: choices, Rules: r}, time.Now())
+	if ranked.choices != nil || ranked.choice([]byte("pizza")) != nil {
+		t.Error("a ranked poll holds single choices' arguments")
+	}
+}
+
 // BenchmarkCatalogMemory reports the heap intake holds per poll (of 3
-// choices, no list), per principal of an open and of a closed poll's
+// choices, a title of 40 bytes, no list), per principal of an open and of a closed poll's
 // eligibility list, and per revoked principal, as the catalog holds them
 // (ids of 26 bytes, as tally's are).
 func BenchmarkCatalogMemory(b *testing.B) {
@@ -76,8 +147,10 @@ func BenchmarkCatalogMemory(b *testing.B) {
 		perPoll := measure(polls, func() any {
 			m := make(map[string]*pollInfo, polls)
 			for i := range polls {
-				p := ledger.Poll{ID: id("q", i), Title: "What shall we have for lunch?", Choices: []string{"pizza", "sushi", "tacos"},
-					Eligibility: ledger.EligibleAny, OpensAt: past}
+				// Each string its own, as a read from PostgreSQL makes them.
+				p := ledger.Poll{ID: id("q", i), Title: fmt.Sprintf("What shall we have for lunch on day %d?", i),
+					Choices:     []string{strings.Clone("pizza"), strings.Clone("sushi"), strings.Clone("tacos")},
+					Eligibility: strings.Clone(ledger.EligibleAny), OpensAt: past}
 				m[p.ID] = newPollInfo(p, now)
 			}
 			return m

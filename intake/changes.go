@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -216,6 +217,38 @@ func (f *follower) loadWhole(ctx context.Context) error {
 		f.load = &fullLoad{horizon: horizon, page: catalogPage, polls: map[string]*pollInfo{}, started: time.Now()}
 	}
 	l := f.load
+	if err := f.readPages(ctx, l); err != nil {
+		return err
+	}
+	var rev ledger.Revocations
+	err := f.query(ctx, func(ctx context.Context) (err error) {
+		rev, err = f.store.Revocations(ctx)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("load the revocations (the %d polls are read): %w", len(l.polls), err)
+	}
+	f.cat.replace(l.polls)
+	f.rev.replace(rev)
+	f.applied.Store(l.horizon)
+	f.load = nil
+	f.loads.Inc()
+	if f.onPrincipals != nil {
+		f.onPrincipals()
+	}
+	// The pages read (every id of every list, decoded once) are garbage
+	// now, as large as the catalog; under the daemons' GOGC of 400 they
+	// would stay resident until the heap grew to five times it.
+	debug.FreeOSMemory()
+	f.log.LogAttrs(ctx, slog.LevelInfo, "catalog loaded", slog.Int("polls", len(l.polls)),
+		slog.Int("revoked_principals", len(rev.Principals)), slog.Int("retired_keys", len(rev.Keys)),
+		slog.Int64("seq", l.horizon), slog.Duration("took", time.Since(l.started)))
+	return nil
+}
+
+// readPages reads the polls of load l, page after page, from where it
+// stopped to the last.
+func (f *follower) readPages(ctx context.Context, l *fullLoad) error {
 	for {
 		var page []ledger.Poll
 		err := f.query(ctx, func(ctx context.Context) (err error) {
@@ -236,30 +269,10 @@ func (f *follower) loadWhole(ctx context.Context) error {
 			l.polls[p.ID] = newPollInfo(p, now)
 		}
 		if len(page) < l.page {
-			break
+			return nil
 		}
 		l.after = page[len(page)-1].ID
 	}
-	var rev ledger.Revocations
-	err := f.query(ctx, func(ctx context.Context) (err error) {
-		rev, err = f.store.Revocations(ctx)
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("load the revocations (the %d polls are read): %w", len(l.polls), err)
-	}
-	f.cat.replace(l.polls)
-	f.rev.replace(rev)
-	f.applied.Store(l.horizon)
-	f.load = nil
-	f.loads.Inc()
-	if f.onPrincipals != nil {
-		f.onPrincipals()
-	}
-	f.log.LogAttrs(ctx, slog.LevelInfo, "catalog loaded", slog.Int("polls", len(l.polls)),
-		slog.Int("revoked_principals", len(rev.Principals)), slog.Int("retired_keys", len(rev.Keys)),
-		slog.Int64("seq", l.horizon), slog.Duration("took", time.Since(l.started)))
-	return nil
 }
 
 // applyChanges applies the changes after the last one applied, a page at

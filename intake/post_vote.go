@@ -96,7 +96,7 @@ func (s *Server) admit(r *http.Request, p *voter, v *voteBody, receivedAt, deadl
 	var b vote.Ballot
 	var shapeErr error
 	if v.ballot != nil {
-		if b, shapeErr = vote.ParseBallot(poll.rules.Kind, v.ballot); shapeErr == nil {
+		if b, shapeErr = vote.ParseBallot(poll.poll.Rules.Kind, v.ballot); shapeErr == nil {
 			v.answer = []byte(b.Canonical())
 		}
 	}
@@ -105,7 +105,7 @@ func (s *Server) admit(r *http.Request, p *voter, v *voteBody, receivedAt, deadl
 	}
 	if shapeErr != nil {
 		return nil, nil, refusal{http.StatusBadRequest, probBadRequest,
-			fmt.Sprintf("the ballot does not fit poll %q, %s poll: %s", poll.poll.ID, poll.rules.Kind.A(), shapeErr), 0}
+			fmt.Sprintf("the ballot does not fit poll %q, %s poll: %s", poll.poll.ID, poll.poll.Rules.Kind.A(), shapeErr), 0}
 	}
 	if !poll.poll.OpenAt(receivedAt) {
 		detail := fmt.Sprintf("poll %q opens at %s: vote after that", poll.poll.ID, poll.poll.OpensAt.UTC().Format(time.RFC3339))
@@ -114,7 +114,7 @@ func (s *Server) admit(r *http.Request, p *voter, v *voteBody, receivedAt, deadl
 		}
 		return nil, nil, refusal{http.StatusUnprocessableEntity, probPollClosed, detail, 0}
 	}
-	if poll.rules.Kind == vote.KindSingle {
+	if poll.poll.Rules.Kind == vote.KindSingle {
 		c := poll.choice(v.answer)
 		if c == nil {
 			return nil, nil, refusal{http.StatusUnprocessableEntity, probInvalidChoice,
@@ -125,9 +125,9 @@ func (s *Server) admit(r *http.Request, p *voter, v *voteBody, receivedAt, deadl
 	if v.ballot == nil {
 		return nil, nil, refusal{http.StatusUnprocessableEntity, probInvalidBallot,
 			fmt.Sprintf("poll %q is %s poll and takes a ballot of its kind instead of candidate_id: send \"ballot\": %s",
-				poll.poll.ID, poll.rules.Kind.A(), vote.Shape(poll.rules.Kind)), 0}
+				poll.poll.ID, poll.poll.Rules.Kind.A(), vote.Shape(poll.poll.Rules.Kind)), 0}
 	}
-	if err := poll.rules.Check(poll.poll.Choices, b); err != nil {
+	if err := poll.poll.Rules.Check(poll.poll.Choices, b); err != nil {
 		pt := probInvalidBallot
 		var re *vote.RuleError
 		if errors.As(err, &re) && re.Rule == vote.RuleUnknownChoice {
