@@ -412,3 +412,58 @@ INSERT INTO poll_voters (poll_id, principal_id, seq, ballot)
 		t.Fatalf("poll_voters after going down: %s %s (%v), want u1's last row, k2 with b", key, ballot, err)
 	}
 }
+
+// TestLatestBallotNumbers: migration 19 numbers the rows of polls of
+// answers latest per (poll, principal) in seq order, leaves other rows
+// unnumbered, refuses a second row of one number and a latest row without
+// one, and its down step drops the numbers and brings back the index by
+// seq.
+func TestLatestBallotNumbers(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, p := emptyProvider(t)
+	if _, err := p.UpTo(ctx, 18); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, `
+INSERT INTO polls (id, title, answers, opens_at) VALUES ('lunch', 'x', 'latest', '2000-01-01'), ('talk', 'x', 'final', '2000-01-01');
+INSERT INTO poll_choices VALUES ('lunch', 'a', 0), ('lunch', 'b', 1), ('talk', 'a', 0);
+INSERT INTO poll_events (poll_id, candidate_id, principal_id, client_event_id, fingerprint, received_at, latest)
+    VALUES ('lunch', 'a', 'u1', 'k1', '\x00'::bytea, now(), true), ('lunch', 'a', 'u2', 'k1', '\x00'::bytea, now(), true),
+           ('lunch', 'b', 'u1', 'k2', '\x00'::bytea, now(), true), ('talk', 'a', 'u1', 'k3', '\x00'::bytea, now(), false);`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.UpTo(ctx, 19); err != nil {
+		t.Fatalf("up to 19: %v", err)
+	}
+	rows, err := db.Pool.Query(ctx, `SELECT principal_id || '/' || client_event_id || '=' || coalesce(ballot_no::text, '-') FROM poll_events ORDER BY seq`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if want := []string{"u1/k1=1", "u2/k1=1", "u1/k2=2", "u1/k3=-"}; err != nil || !slices.Equal(got, want) {
+		t.Fatalf("ballot numbers after migration 19: %v (%v), want %v", got, err, want)
+	}
+	for _, insert := range []string{
+		`INSERT INTO poll_events (poll_id, candidate_id, principal_id, client_event_id, fingerprint, received_at, latest, ballot_no) VALUES ('lunch', 'a', 'u1', 'k4', '\x00'::bytea, now(), true, 2)`,
+		`INSERT INTO poll_events (poll_id, candidate_id, principal_id, client_event_id, fingerprint, received_at, latest) VALUES ('lunch', 'a', 'u1', 'k4', '\x00'::bytea, now(), true)`,
+		`INSERT INTO poll_events (poll_id, candidate_id, principal_id, client_event_id, fingerprint, received_at, latest, ballot_no) VALUES ('talk', 'a', 'u2', 'k4', '\x00'::bytea, now(), false, 1)`,
+	} {
+		if _, err := db.Pool.Exec(ctx, insert); err == nil {
+			t.Fatalf("%s: accepted, want refused", insert)
+		}
+	}
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO poll_events (poll_id, candidate_id, principal_id, client_event_id, fingerprint, received_at, latest, ballot_no) VALUES ('lunch', 'a', 'u1', 'k4', '\x00'::bytea, now(), true, 3)`); err != nil {
+		t.Fatalf("u1's third ballot numbered 3: %v", err)
+	}
+	if _, err := db.Pool.Exec(ctx, `UPDATE poll_events SET ballot_no = 9`); err == nil {
+		t.Fatal("UPDATE of poll_events after migration 19: accepted, want the ledger's trigger to refuse it")
+	}
+	if _, err := p.DownTo(ctx, 18); err != nil {
+		t.Fatalf("down to 18: %v", err)
+	}
+	var index string
+	if err := db.Pool.QueryRow(ctx, `SELECT indexdef FROM pg_indexes WHERE indexname = 'poll_events_latest'`).Scan(&index); err != nil || !strings.Contains(index, "seq") {
+		t.Fatalf("index poll_events_latest after going down: %q (%v), want it back on seq", index, err)
+	}
+}
