@@ -50,12 +50,13 @@ type keyOf struct{ principal, key string }
 type pollPrincipal struct{ poll, principal string }
 
 // errRaced: a concurrent transaction committed a row this batch meant to
-// insert, or the next ballot of a principal of a poll of answers latest
-// (insert.go), between this batch's read and its insert. The transaction
-// is rolled back and run again, and then sees that row.
+// insert, between this batch's read of the facts and its insert. The
+// transaction is rolled back and run again, and then sees that row.
 var errRaced = errors.New("a concurrent append inserted the same key first")
 
-// appendTx classifies and applies events inside tx, in two steps.
+// appendTx classifies and applies events inside tx, in two steps, after
+// locking the principals of its events of polls of answers latest
+// (lockPrincipals, ballots.go).
 //
 // First, when fast is set, the optimistic step: the events that are the
 // first of their key and, in a poll whose first answer is final, of their
@@ -87,8 +88,10 @@ var errRaced = errors.New("a concurrent append inserted the same key first")
 // first step leaves out.)
 func appendTx(ctx context.Context, tx pgx.Tx, events []Event, rules map[string]*pollRules, fast bool) ([]Outcome, error) {
 	outcomes := make([]Outcome, len(events))
-	in := appendInput{events: events, fps: fingerprints(events), ballotOK: ballotsValid(events, rules), latest: latestOf(events, rules),
-		replaced: map[pollPrincipal]*string{}}
+	in := appendInput{events: events, fps: fingerprints(events), ballotOK: ballotsValid(events, rules), latest: latestOf(events, rules)}
+	if err := lockPrincipals(ctx, tx, events, in.latest); err != nil {
+		return nil, err
+	}
 	rest := make([]int, 0, len(events))
 	if fast {
 		seqs, err := insertFresh(ctx, tx, in, freshEvents(events, in.latest))

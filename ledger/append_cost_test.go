@@ -162,7 +162,7 @@ func (c *costConn) cpu() float64 {
 // and with withLog their polls' logs too, and commits.
 func (c *costConn) inTx(ctx context.Context, events []Event, withLog bool) error {
 	return pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
-		in := appendInput{events: events, fps: fingerprints(events), ballotOK: make([]bool, len(events)), latest: make([]bool, len(events)), replaced: map[pollPrincipal]*string{}}
+		in := appendInput{events: events, fps: fingerprints(events), ballotOK: make([]bool, len(events)), latest: make([]bool, len(events))}
 		seqs, err := insertFresh(ctx, tx, in, freshEvents(events, in.latest))
 		if err != nil || !withLog {
 			return err

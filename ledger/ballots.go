@@ -2,6 +2,8 @@ package ledger
 
 import (
 	"context"
+	"hash/fnv"
+	"slices"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
@@ -19,11 +21,17 @@ import (
 // old ballot's figures are taken out as the new one's go in.
 //
 // The ballot that counts of a principal in a poll of answers latest is
-// its last row of the poll, the one with the highest ballot number
-// (migration 00019), which the insert that records its next ballot reads
-// and returns (insert.go); a unique index on the numbers makes two appends
-// that raced on one principal take turns. A single choice of a final poll
-// is counted by the insert's own statement (insert.go), as before kinds.
+// its last row of the poll by seq (migration 00016), which an index of
+// poll_events finds. So that the last by seq is the last in the poll's
+// log, and a change never misses a ballot another append is recording,
+// an append first takes a transaction lock per (poll, principal) of its
+// events of such polls, in key order (lockPrincipals), before it draws
+// any seq: two appends of one principal's ballots take turns, the second
+// drawing its seqs, numbering its leaves and reading the ballot it
+// replaces after the first committed. In one batch a principal's rows
+// are inserted in batch order (insert.go), which is leaf order. A single
+// choice of a final poll is counted by the insert's own statement
+// (insert.go), as before kinds.
 
 // pollRules are what a poll's ballots are checked and counted against.
 type pollRules struct {
@@ -133,10 +141,9 @@ func latestOf(events []Event, rules map[string]*pollRules) []bool {
 // addFigures adds to the projection the figures of the ballots this
 // append recorded that the insert's statement did not count: ballots of
 // other kinds than single, and every ballot of a poll of answers latest,
-// whose principal's ballot before the append, which the insert returned
-// (insertSQL), is taken out. It adds poll_results' figures per choice,
-// poll_pairwise's cells and poll_ballots' count, each in a fixed order, in
-// one statement.
+// whose principal's last ballot before it is taken out (lastBallots). It
+// adds poll_results' figures per choice, poll_pairwise's cells and
+// poll_ballots' count, each in a fixed order, in one statement.
 func addFigures(ctx context.Context, tx pgx.Tx, in appendInput, outcomes []Outcome, rules map[string]*pollRules) error {
 	counts := map[string]*vote.Count{}
 	var polls []string
@@ -154,7 +161,8 @@ func addFigures(ctx context.Context, tx pgx.Tx, in appendInput, outcomes []Outco
 		}
 		c.Add(b, sign)
 	}
-	var latest []int // the last recorded event of each (poll, principal)
+	var latest []int     // the last recorded event of each (poll, principal)
+	var firstSeq []int64 // the seq of its first, by latest's index
 	last := map[pollPrincipal]int{}
 	for i, e := range in.events {
 		switch {
@@ -163,19 +171,27 @@ func addFigures(ctx context.Context, tx pgx.Tx, in appendInput, outcomes []Outco
 			pp := pollPrincipal{e.PollID, e.PrincipalID}
 			if j, ok := last[pp]; ok {
 				latest[j] = i
+				firstSeq[j] = min(firstSeq[j], outcomes[i].Seq)
 			} else {
 				last[pp] = len(latest)
 				latest = append(latest, i)
+				firstSeq = append(firstSeq, outcomes[i].Seq)
 			}
 		case e.Ballot != "":
 			count(e.PollID, e.Ballot, 1)
 		}
 	}
-	for _, i := range latest {
-		e := in.events[i]
-		count(e.PollID, e.Answer(), 1)
-		if old := in.replaced[pollPrincipal{e.PollID, e.PrincipalID}]; old != nil {
-			count(e.PollID, *old, -1)
+	if len(latest) > 0 {
+		replaced, err := lastBallots(ctx, tx, in.events, latest, firstSeq)
+		if err != nil {
+			return err
+		}
+		for _, i := range latest {
+			e := in.events[i]
+			count(e.PollID, e.Answer(), 1)
+			if old, ok := replaced[pollPrincipal{e.PollID, e.PrincipalID}]; ok {
+				count(e.PollID, old, -1)
+			}
 		}
 	}
 	if len(counts) == 0 {
@@ -187,6 +203,81 @@ func addFigures(ctx context.Context, tx pgx.Tx, in appendInput, outcomes []Outco
 	}
 	_, err := tx.Exec(ctx, addFiguresSQL, f.args()...)
 	return interpretError("append batch: count the ballots", err)
+}
+
+// lockPrincipalsSQL takes the transaction locks of lockPrincipals, in the
+// order of its arrays.
+const lockPrincipalsSQL = `
+SELECT count(pg_advisory_xact_lock(k.a, k.b)) FROM unnest($1::int[], $2::int[]) AS k(a, b)`
+
+// lockPrincipals takes, before the append inserts anything, a transaction
+// lock per (poll, principal) of the events of polls of answers latest, in
+// the order of their keys, so that two appends that share some wait for
+// each other whole rather than deadlock. A lock's key is a 64-bit hash of
+// the pair, in the two-key space of PostgreSQL's advisory locks: two pairs
+// that share a key only make their appends take turns. Each lock is an
+// entry of PostgreSQL's shared lock table until the commit, so a batch
+// holds as many as its principals of such polls (docs/operations.md).
+func lockPrincipals(ctx context.Context, tx pgx.Tx, events []Event, latest []bool) error {
+	var keys []uint64
+	for i, e := range events {
+		if latest[i] {
+			h := fnv.New64a()
+			h.Write([]byte(e.PollID))
+			h.Write([]byte{0})
+			h.Write([]byte(e.PrincipalID))
+			keys = append(keys, h.Sum64())
+		}
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	slices.Sort(keys)
+	keys = slices.Compact(keys)
+	a, b := make([]int32, len(keys)), make([]int32, len(keys))
+	for i, k := range keys {
+		a[i], b[i] = int32(k>>32), int32(k)
+	}
+	_, err := tx.Exec(ctx, lockPrincipalsSQL, a, b)
+	return interpretError("append batch: lock the principals of polls of answers latest", err)
+}
+
+// lastBallotsSQL reads, for each (poll, principal, seq), the principal's
+// last ballot in the poll before that seq, if any (poll_events_latest).
+const lastBallotsSQL = `
+SELECT n.poll_id, n.principal_id, l.answer
+FROM unnest($1::text[], $2::text[], $3::bigint[]) AS n(poll_id, principal_id, seq)
+CROSS JOIN LATERAL (
+    SELECT coalesce(e.ballot, e.candidate_id) AS answer FROM poll_events e
+    WHERE e.latest AND e.poll_id = n.poll_id AND e.principal_id = n.principal_id AND e.seq < n.seq
+    ORDER BY e.seq DESC LIMIT 1) l`
+
+// lastBallots returns the ballots that events[idx] (one per (poll,
+// principal), each recorded, their principals locked by lockPrincipals)
+// replace: each principal's last ballot before firstSeq, the seq of its
+// first row this append recorded. Under the lock every other row of the
+// principal in the poll has committed, so it is the last before this
+// append's in the log.
+func lastBallots(ctx context.Context, tx pgx.Tx, events []Event, idx []int, firstSeq []int64) (map[pollPrincipal]string, error) {
+	const what = "append batch: read the ballots replaced"
+	n := len(idx)
+	polls, principals := make([]string, n), make([]string, n)
+	for j, i := range idx {
+		polls[j], principals[j] = events[i].PollID, events[i].PrincipalID
+	}
+	rows, err := tx.Query(ctx, lastBallotsSQL, polls, principals, firstSeq)
+	if err != nil {
+		return nil, interpretError(what, err)
+	}
+	old := map[pollPrincipal]string{}
+	var (
+		pp     pollPrincipal
+		ballot string
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&pp.poll, &pp.principal, &ballot}, func() error { old[pp] = ballot; return nil }); err != nil {
+		return nil, interpretError(what, err)
+	}
+	return old, nil
 }
 
 // addFiguresSQL adds figure deltas to the projection, in sorted order so

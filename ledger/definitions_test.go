@@ -190,11 +190,11 @@ func TestMigrationKeepsLogsFromBeforeDefinitions(t *testing.T) {
 INSERT INTO polls (id, title, opens_at) VALUES ('old', 'An old poll', '2020-01-01T00:00:00Z');
 INSERT INTO poll_choices (poll_id, candidate_id, position) VALUES ('old', 'a', 1), ('old', 'b', 2);
 INSERT INTO poll_results (poll_id, candidate_id, vote_count) VALUES ('old', 'a', 0), ('old', 'b', 0);
--- The columns of migrations 00013 and 00019 that today's append reads,
--- for the appends made here, at migration 10; dropped before migrating up.
+-- The columns of migration 00013 that today's append reads, for the
+-- appends made here, at migration 10; dropped before migrating up.
 ALTER TABLE polls ADD COLUMN ballot_kind text NOT NULL DEFAULT 'single', ADD COLUMN min_choices int,
     ADD COLUMN max_choices int, ADD COLUMN max_score int, ADD COLUMN budget int, ADD COLUMN answers text NOT NULL DEFAULT 'final';
-ALTER TABLE poll_events ADD COLUMN ballot text, ADD COLUMN latest bool NOT NULL DEFAULT false, ADD COLUMN ballot_no int;
+ALTER TABLE poll_events ADD COLUMN ballot text, ADD COLUMN latest bool NOT NULL DEFAULT false;
 -- And the rule of migration 00018 that today's append asks.
 CREATE FUNCTION poll_open_at(opens_at timestamptz, closes_at timestamptz, t timestamptz) RETURNS boolean
     LANGUAGE sql IMMUTABLE RETURN opens_at <= t AND (closes_at IS NULL OR t < closes_at);`); err != nil {
@@ -220,7 +220,7 @@ CREATE FUNCTION poll_open_at(opens_at timestamptz, closes_at timestamptz, t time
 
 	if _, err := db.Pool.Exec(ctx, `ALTER TABLE polls DROP COLUMN ballot_kind, DROP COLUMN min_choices, DROP COLUMN max_choices,
     DROP COLUMN max_score, DROP COLUMN budget, DROP COLUMN answers;
-ALTER TABLE poll_events DROP COLUMN ballot, DROP COLUMN latest, DROP COLUMN ballot_no;
+ALTER TABLE poll_events DROP COLUMN ballot, DROP COLUMN latest;
 DROP FUNCTION poll_open_at`); err != nil {
 		t.Fatal(err)
 	}

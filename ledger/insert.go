@@ -30,23 +30,9 @@ import (
 // poll_choices here, and only in a poll of kind single. $9 says that its
 // poll's answers are latest: the row is marked so, it may follow another
 // of its principal in the poll, and its figures are added with the old
-// ballot's taken out (ballots.go), not here.
-//
-// Such a row gets its ballot's number among its principal's in the poll
-// (migration 00019): the number of the last such row the statement sees,
-// plus its place among the batch's rows of that (poll, principal) in batch
-// order; with each, the statement returns that last row's ballot, the one
-// the batch's rows replace. The statement does not see its own rows, nor
-// those of appends still in flight. Two appends that number after the same
-// last ballot want the same next number, and the unique index refuses the
-// second to commit (it waits for the first, then fails: errRaced), so the
-// ballot it read as replaced was the last at its commit, and the numbers
-// are the log's order: an append numbers after ballots that committed, so
-// after their leaves. A principal's rows of one poll are inserted in batch
-// order, so their seqs are in that order too: the last by seq, the last in
-// the log and the highest number are one row, the one that counts. The
-// rows of one principal in several polls go in poll order, so that two
-// appends take their index entries in the same order.
+// ballot's taken out (ballots.go), not here. Such rows of one principal
+// are inserted in batch order, so that their seqs are in the order of
+// their leaves: the last by seq is the one that counts.
 
 // insertSQL is the insert of the rows keep chooses from the batch's input.
 func insertSQL(keep string) string {
@@ -55,19 +41,11 @@ WITH input AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::timestamptz[], $7::text[], $8::bool[], $9::bool[]) WITH ORDINALITY
         AS i(principal_id, client_event_id, poll_id, candidate_id, fingerprint, received_at, ballot, ballot_ok, latest, ord)
 ), keep AS (` + keep + `
-), numbered AS (
-    SELECT k.*, l.answer AS replaced,
-           CASE WHEN k.latest THEN coalesce(l.ballot_no, 0) + row_number() OVER (PARTITION BY k.poll_id, k.principal_id, k.latest ORDER BY k.ord) END AS ballot_no
-    FROM keep k
-    LEFT JOIN LATERAL (
-        SELECT e.ballot_no, coalesce(e.ballot, e.candidate_id) AS answer FROM poll_events e
-        WHERE k.latest AND e.latest AND e.poll_id = k.poll_id AND e.principal_id = k.principal_id
-        ORDER BY e.ballot_no DESC LIMIT 1) l ON true
 ), ins AS (
-    INSERT INTO poll_events (poll_id, candidate_id, ballot, principal_id, client_event_id, fingerprint, received_at, latest, ballot_no)
-    SELECT poll_id, candidate_id, ballot, principal_id, client_event_id, fingerprint, received_at, latest, ballot_no
-    FROM numbered
-    ORDER BY principal_id, CASE WHEN latest THEN poll_id END, CASE WHEN latest THEN ord END, client_event_id
+    INSERT INTO poll_events (poll_id, candidate_id, ballot, principal_id, client_event_id, fingerprint, received_at, latest)
+    SELECT poll_id, candidate_id, ballot, principal_id, client_event_id, fingerprint, received_at, latest
+    FROM keep
+    ORDER BY principal_id, CASE WHEN latest THEN ord END, client_event_id
     RETURNING seq, principal_id, client_event_id, poll_id, candidate_id, ballot, latest
 ), proj AS (
     INSERT INTO poll_results AS r (poll_id, candidate_id, vote_count)
@@ -75,9 +53,7 @@ WITH input AS (
     GROUP BY poll_id, candidate_id ORDER BY poll_id, candidate_id
     ON CONFLICT (poll_id, candidate_id) DO UPDATE SET vote_count = r.vote_count + EXCLUDED.vote_count
 )
-SELECT principal_id, client_event_id, seq, NULL FROM ins
-UNION ALL
-SELECT principal_id, client_event_id, NULL, replaced FROM numbered WHERE replaced IS NOT NULL`
+SELECT principal_id, client_event_id, seq FROM ins`
 }
 
 // freshKeep is the optimistic step's choice: the events that are valid
@@ -132,19 +108,15 @@ func insertFresh(ctx context.Context, tx pgx.Tx, in appendInput, idx []int) (map
 	}
 	args, byKey := insertArgs(in, idx)
 	var seqs map[int]int64
-	replaced := map[pollPrincipal]*string{}
 	var b pgx.Batch
 	b.Queue("SAVEPOINT append_new")
 	b.Queue(insertNewSQL, args...).Query(func(rows pgx.Rows) error {
 		var err error
-		seqs, err = readSeqs(rows, in, byKey, replaced)
+		seqs, err = readSeqs(rows, byKey)
 		return err
 	})
 	err := insertError(tx.SendBatch(ctx, &b).Close())
 	if !errors.Is(err, errRaced) {
-		if err == nil {
-			in.noteReplaced(replaced)
-		}
 		return seqs, err
 	}
 	if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT append_new"); err != nil {
@@ -169,22 +141,6 @@ type appendInput struct {
 	fps      [][32]byte
 	ballotOK []bool
 	latest   []bool // its poll's answers are latest
-	// replaced is, for each (poll, principal) of answers latest whose
-	// rows the append recorded, the ballot they replace (nil for none):
-	// what the insert that recorded them returned (insertSQL).
-	replaced map[pollPrincipal]*string
-}
-
-// noteReplaced keeps the ballots replaced that one insert returned, for
-// the (poll, principal)s no earlier insert of the append recorded rows of
-// (appendTx records all of one's rows in one statement; a later statement
-// would see the earlier one's rows as the last).
-func (in appendInput) noteReplaced(replaced map[pollPrincipal]*string) {
-	for pp, old := range replaced {
-		if _, ok := in.replaced[pp]; !ok {
-			in.replaced[pp] = old
-		}
-	}
 }
 
 // insertEvents inserts events[idx] and returns the seq of each one
@@ -198,12 +154,10 @@ func insertEvents(ctx context.Context, tx pgx.Tx, sql string, in appendInput, id
 	if err != nil {
 		return nil, insertError(err)
 	}
-	replaced := map[pollPrincipal]*string{}
-	seqs, err := readSeqs(rows, in, byKey, replaced)
+	seqs, err := readSeqs(rows, byKey)
 	if err != nil {
 		return nil, insertError(err)
 	}
-	in.noteReplaced(replaced)
 	return seqs, nil
 }
 
@@ -230,29 +184,13 @@ func insertArgs(in appendInput, idx []int) ([]any, map[keyOf]int) {
 }
 
 // readSeqs reads what insertSQL's statements return: the seq of each row
-// inserted, by the index of its event in byKey, and into replaced, for
-// each (poll, principal) of answers latest among them, the ballot that its
-// rows replace (nil for none). A row with a seq is a row inserted; one
-// without names the ballot that its event's rows replace.
-func readSeqs(rows pgx.Rows, in appendInput, byKey map[keyOf]int, replaced map[pollPrincipal]*string) (map[int]int64, error) {
+// inserted, by the index of its event in byKey.
+func readSeqs(rows pgx.Rows, byKey map[keyOf]int) (map[int]int64, error) {
 	seqs := make(map[int]int64, len(byKey))
 	var p, k string
-	var seq *int64
-	var old *string
-	_, err := pgx.ForEachRow(rows, []any{&p, &k, &seq, &old}, func() error {
-		i := byKey[keyOf{p, k}]
-		pp := pollPrincipal{in.events[i].PollID, p}
-		switch {
-		case seq == nil:
-			replaced[pp] = old
-		case in.latest[i]:
-			seqs[i] = *seq
-			if _, ok := replaced[pp]; !ok {
-				replaced[pp] = nil
-			}
-		default:
-			seqs[i] = *seq
-		}
+	var seq int64
+	_, err := pgx.ForEachRow(rows, []any{&p, &k, &seq}, func() error {
+		seqs[byKey[keyOf{p, k}]] = seq
 		return nil
 	})
 	return seqs, err

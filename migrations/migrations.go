@@ -66,12 +66,6 @@
 //   - 00018_poll_open_at.sql: poll_open_at(opens_at, closes_at, t), the
 //     rule "a poll takes a vote received at t", written once for the
 //     ledger's statements (its Go twin is ledger.Poll.OpenAt).
-//   - 00019_latest_ballot_no.sql: each row of a poll of answers latest
-//     carries its ballot's number among its principal's in the poll
-//     (poll_events.ballot_no, rows before it numbered in seq order), unique
-//     per (poll, principal): two appends that raced on one principal's
-//     next ballot cannot both commit, and the highest number is the ballot
-//     that counts. Its index replaces 00016's. Down drops the column.
 //   - migrations.go: the embedded files and goose's provider over them.
 package migrations
 
