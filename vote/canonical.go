@@ -81,60 +81,98 @@ func scanBallot(k Kind, raw []byte) (Ballot, bool) {
 
 // scanIDs reads an array of quoted ids.
 func scanIDs(s string) ([]string, bool) {
-	if len(s) < 2 || s[0] != '[' || s[len(s)-1] != ']' {
-		return nil, false
+	var ids []string
+	return ids, walkIDs(s, &ids)
+}
+
+// walkIDs reports whether s is an array of quoted ids, and puts them in
+// *dst unless dst is nil: without it, it allocates nothing.
+func walkIDs(s string, dst *[]string) bool {
+	body, n, ok := delimited(s, '[', ']')
+	if !ok {
+		return false
 	}
-	body := s[1 : len(s)-1]
+	if dst != nil {
+		*dst = make([]string, 0, n)
+	}
 	if body == "" {
-		return []string{}, true
+		return true
 	}
-	n := strings.Count(body, ",") + 1
-	if n > MaxBallotChoices+1 {
-		return nil, false
-	}
-	ids := make([]string, 0, n)
-	for part := range strings.SplitSeq(body, ",") {
+	for {
+		part, rest, more := strings.Cut(body, ",")
 		id, ok := quotedID(part)
 		if !ok {
-			return nil, false
+			return false
 		}
-		ids = append(ids, id)
+		if dst != nil {
+			*dst = append(*dst, id)
+		}
+		if !more {
+			return true
+		}
+		body = rest
 	}
-	return ids, true
 }
 
 // scanMarks reads an object of quoted ids to marks (approve) or scores
 // (score); with sorted, only one whose ids are in strictly ascending byte
 // order.
 func scanMarks(s string, k Kind, sorted bool) ([]Mark, bool) {
-	if len(s) < 2 || s[0] != '{' || s[len(s)-1] != '}' {
-		return nil, false
+	var marks []Mark
+	return marks, walkMarks(s, k, sorted, &marks)
+}
+
+// walkMarks reports whether s is what scanMarks reads, and puts the marks
+// in *dst unless dst is nil: without it, it allocates nothing.
+func walkMarks(s string, k Kind, sorted bool, dst *[]Mark) bool {
+	body, n, ok := delimited(s, '{', '}')
+	if !ok {
+		return false
 	}
-	body := s[1 : len(s)-1]
+	if dst != nil {
+		*dst = make([]Mark, 0, n)
+	}
 	if body == "" {
-		return []Mark{}, true
+		return true
 	}
-	n := strings.Count(body, ",") + 1
-	if n > MaxBallotChoices+1 {
-		return nil, false
-	}
-	marks := make([]Mark, 0, n)
-	for part := range strings.SplitSeq(body, ",") {
+	prev := ""
+	for first := true; ; first = false {
+		part, rest, more := strings.Cut(body, ",")
 		key, val, ok := strings.Cut(part, ":")
 		if !ok {
-			return nil, false
+			return false
 		}
 		id, ok := quotedID(key)
-		if !ok || sorted && len(marks) > 0 && marks[len(marks)-1].Choice >= id {
-			return nil, false
+		if !ok || sorted && !first && prev >= id {
+			return false
 		}
 		v, ok := markOf(val, k)
 		if !ok {
-			return nil, false
+			return false
 		}
-		marks = append(marks, Mark{Choice: id, Value: v})
+		if dst != nil {
+			*dst = append(*dst, Mark{Choice: id, Value: v})
+		}
+		if !more {
+			return true
+		}
+		body, prev = rest, id
 	}
-	return marks, true
+}
+
+// delimited is what s holds between open and close, and how many
+// comma-separated parts that makes (0 for none); ok is false when s is
+// not so delimited or holds more parts than any ballot.
+func delimited(s string, open, close byte) (body string, n int, ok bool) {
+	if len(s) < 2 || s[0] != open || s[len(s)-1] != close {
+		return "", 0, false
+	}
+	body = s[1 : len(s)-1]
+	if body == "" {
+		return body, 0, true
+	}
+	n = strings.Count(body, ",") + 1
+	return body, n, n <= MaxBallotChoices+1
 }
 
 // quotedID is the id in s, a quoted id and nothing else.

@@ -91,8 +91,15 @@ func (c *Count) Add(b Ballot, sign int64) {
 			}
 		}
 	case KindRanked:
-		ranked := make([]bool, n)
-		pos := make([]int, 0, len(b.Choices))
+		// On the stack for a poll of the kind's size: Add runs per ballot.
+		var rankedBuf [MaxRankedChoices]bool
+		var posBuf [MaxRankedChoices]int
+		ranked, pos := rankedBuf[:0], posBuf[:0]
+		if n <= MaxRankedChoices {
+			ranked = rankedBuf[:n]
+		} else {
+			ranked = make([]bool, n)
+		}
 		for _, id := range b.Choices {
 			if i := c.Index(id); i >= 0 && !ranked[i] {
 				ranked[i] = true

@@ -128,3 +128,29 @@ func TestCountAddThenRemove(t *testing.T) {
 		}
 	})
 }
+
+// The ledger checks and counts every ballot it appends: neither step
+// allocates for a ballot that breaks no rule.
+func TestCheckAndAddAllocate(t *testing.T) {
+	choices := []string{"a", "b", "c", "d"}
+	rules := map[Kind]Rules{
+		KindScore:   {Kind: KindScore, MaxScore: 5, Answers: AnswersFinal},
+		KindRanked:  {Kind: KindRanked, Answers: AnswersFinal},
+		KindApprove: {Kind: KindApprove, Answers: AnswersFinal},
+	}
+	for _, bb := range benchBallots {
+		b, err := ParseCanonical(bb.kind, bb.s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := NewCount(bb.kind, choices)
+		if n := testing.AllocsPerRun(100, func() {
+			if err := rules[bb.kind].Check(choices, b); err != nil {
+				t.Fatal(err)
+			}
+			c.Add(b, 1)
+		}); n != 0 {
+			t.Errorf("%s %s: Check and Add allocate %v times", bb.kind, bb.s, n)
+		}
+	}
+}

@@ -48,7 +48,8 @@ func IDChars[S ~string | ~[]byte](s S) bool {
 // (Ballot.Canonical; for a single choice, the candidate id), so a retry
 // that spells the same ballot in another key order is the same payload.
 func Fingerprint(pollID, ballot string) [32]byte {
-	return sha256.Sum256([]byte(pollID + "\x00" + ballot))
+	var buf [160]byte // the payload of most ballots, on the stack
+	return sha256.Sum256(append(append(append(buf[:0], pollID...), 0), ballot...))
 }
 
 // FingerprintHex is Fingerprint in lowercase hex, as the stream carries it.
