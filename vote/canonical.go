@@ -86,31 +86,34 @@ func scanIDs(s string) ([]string, bool) {
 }
 
 // walkIDs reports whether s is an array of quoted ids, and puts them in
-// *dst unless dst is nil: without it, it allocates nothing.
+// *dst unless dst is nil: without it, it allocates nothing. It reads s
+// once, byte by byte: the ledger and the log read every ballot so.
 func walkIDs(s string, dst *[]string) bool {
-	body, n, ok := delimited(s, '[', ']')
+	body, ok := delimited(s, '[', ']')
 	if !ok {
 		return false
 	}
 	if dst != nil {
-		*dst = make([]string, 0, n)
+		*dst = make([]string, 0, parts(body))
 	}
 	if body == "" {
 		return true
 	}
-	for {
-		part, rest, more := strings.Cut(body, ",")
-		id, ok := quotedID(part)
-		if !ok {
+	for n := 1; ; n++ {
+		id, rest, ok := leadingID(body)
+		if !ok || n > MaxBallotChoices+1 {
 			return false
 		}
 		if dst != nil {
 			*dst = append(*dst, id)
 		}
-		if !more {
+		if rest == "" {
 			return true
 		}
-		body = rest
+		if rest[0] != ',' {
+			return false
+		}
+		body = rest[1:]
 	}
 }
 
@@ -123,56 +126,75 @@ func scanMarks(s string, k Kind, sorted bool) ([]Mark, bool) {
 }
 
 // walkMarks reports whether s is what scanMarks reads, and puts the marks
-// in *dst unless dst is nil: without it, it allocates nothing.
+// in *dst unless dst is nil: without it, it allocates nothing. It reads s
+// once, as walkIDs does.
 func walkMarks(s string, k Kind, sorted bool, dst *[]Mark) bool {
-	body, n, ok := delimited(s, '{', '}')
+	body, ok := delimited(s, '{', '}')
 	if !ok {
 		return false
 	}
 	if dst != nil {
-		*dst = make([]Mark, 0, n)
+		*dst = make([]Mark, 0, parts(body))
 	}
 	if body == "" {
 		return true
 	}
 	prev := ""
-	for first := true; ; first = false {
-		part, rest, more := strings.Cut(body, ",")
-		key, val, ok := strings.Cut(part, ":")
-		if !ok {
+	for n := 1; ; n++ {
+		id, rest, ok := leadingID(body)
+		if !ok || n > MaxBallotChoices+1 || rest == "" || rest[0] != ':' || sorted && n > 1 && prev >= id {
 			return false
 		}
-		id, ok := quotedID(key)
-		if !ok || sorted && !first && prev >= id {
-			return false
+		val := rest[1:]
+		end := strings.IndexByte(val, ',')
+		if end < 0 {
+			end = len(val)
 		}
-		v, ok := markOf(val, k)
+		v, ok := markOf(val[:end], k)
 		if !ok {
 			return false
 		}
 		if dst != nil {
 			*dst = append(*dst, Mark{Choice: id, Value: v})
 		}
-		if !more {
+		if end == len(val) {
 			return true
 		}
-		body, prev = rest, id
+		body, prev = val[end+1:], id
 	}
 }
 
-// delimited is what s holds between open and close, and how many
-// comma-separated parts that makes (0 for none); ok is false when s is
-// not so delimited or holds more parts than any ballot.
-func delimited(s string, open, close byte) (body string, n int, ok bool) {
+// delimited is what s holds between open and close; ok is false when s
+// is not so delimited.
+func delimited(s string, open, close byte) (string, bool) {
 	if len(s) < 2 || s[0] != open || s[len(s)-1] != close {
-		return "", 0, false
+		return "", false
 	}
-	body = s[1 : len(s)-1]
+	return s[1 : len(s)-1], true
+}
+
+// parts is how many comma-separated parts body holds (0 for none), at
+// most one more than any ballot's choices: what a slice of them needs.
+func parts(body string) int {
 	if body == "" {
-		return body, 0, true
+		return 0
 	}
-	n = strings.Count(body, ",") + 1
-	return body, n, n <= MaxBallotChoices+1
+	return min(strings.Count(body, ",")+1, MaxBallotChoices+1)
+}
+
+// leadingID is the quoted id s starts with, and the rest of s.
+func leadingID(s string) (id, rest string, ok bool) {
+	if s == "" || s[0] != '"' {
+		return "", "", false
+	}
+	j := 1
+	for j < len(s) && idChar(s[j]) {
+		j++
+	}
+	if j == 1 || j > MaxIDLen+1 || j == len(s) || s[j] != '"' {
+		return "", "", false
+	}
+	return s[1:j], s[j+1:], true
 }
 
 // quotedID is the id in s, a quoted id and nothing else.

@@ -1,6 +1,7 @@
 package vote
 
 import (
+	"strconv"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -151,6 +152,26 @@ func TestCheckAndAddAllocate(t *testing.T) {
 			c.Add(b, 1)
 		}); n != 0 {
 			t.Errorf("%s %s: Check and Add allocate %v times", bb.kind, bb.s, n)
+		}
+	}
+}
+
+// Index finds every choice and no other, whether it searches the
+// choices (a small poll) or its map (a large one).
+func TestCountIndex(t *testing.T) {
+	for _, n := range []int{1, 8, 9, 64} {
+		choices := make([]string, n)
+		for i := range choices {
+			choices[i] = "c" + strconv.Itoa(i)
+		}
+		c := NewCount(KindScore, choices)
+		for i, id := range choices {
+			if got := c.Index(id); got != i {
+				t.Errorf("%d choices: Index(%q) = %d, want %d", n, id, got, i)
+			}
+		}
+		if got := c.Index("x"); got != -1 {
+			t.Errorf("%d choices: Index(%q) = %d, want -1", n, "x", got)
 		}
 	}
 }

@@ -35,12 +35,16 @@ func ValidID[S ~string | ~[]byte](s S) bool {
 // length.
 func IDChars[S ~string | ~[]byte](s S) bool {
 	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+		if !idChar(s[i]) {
 			return false
 		}
 	}
 	return true
+}
+
+// idChar reports whether c is one of [A-Za-z0-9_-].
+func idChar(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-'
 }
 
 // Fingerprint is the SHA-256 of a vote's payload, the part a client event id
