@@ -88,7 +88,8 @@ var errRaced = errors.New("a concurrent append inserted the same key first")
 // first step leaves out.)
 func appendTx(ctx context.Context, tx pgx.Tx, events []Event, rules map[string]*pollRules, fast bool) ([]Outcome, error) {
 	outcomes := make([]Outcome, len(events))
-	in := appendInput{events: events, fps: fingerprints(events), ballotOK: ballotsValid(events, rules), latest: latestOf(events, rules)}
+	in := appendInput{events: events, fps: fingerprints(events), latest: latestOf(events, rules)}
+	in.ballotOK, in.ballots = readBallots(events, rules)
 	if err := lockPrincipals(ctx, tx, events, in.latest); err != nil {
 		return nil, err
 	}

@@ -110,20 +110,23 @@ FROM polls p WHERE `+where, args...)
 	return out, interpretError(what, err)
 }
 
-// ballotsValid reports, for each event, whether it carries a ballot that
-// its poll's rules take. An event of a single choice is false: the
-// statements check its choice themselves.
-func ballotsValid(events []Event, rules map[string]*pollRules) []bool {
-	ok := make([]bool, len(events))
+// readBallots reads, for each event, the ballot it carries if its poll's
+// rules take it: ok[i] says so, ballots[i] is the ballot, read once for
+// the check and the count (addFigures). An event of a single choice is
+// not ok: the statements check its choice themselves.
+func readBallots(events []Event, rules map[string]*pollRules) (ok []bool, ballots []vote.Ballot) {
+	ok, ballots = make([]bool, len(events)), make([]vote.Ballot, len(events))
 	for i, e := range events {
 		pr := rules[e.PollID]
 		if e.Ballot == "" || pr == nil || pr.rules.Kind == vote.KindSingle {
 			continue
 		}
 		b, err := vote.ParseCanonical(pr.rules.Kind, e.Ballot)
-		ok[i] = err == nil && pr.rules.Check(pr.choices, b) == nil
+		if err == nil && pr.rules.Check(pr.choices, b) == nil {
+			ok[i], ballots[i] = true, b
+		}
 	}
-	return ok
+	return ok, ballots
 }
 
 // latestOf reports, for each event, whether its poll's answers are
@@ -147,19 +150,20 @@ func latestOf(events []Event, rules map[string]*pollRules) []bool {
 func addFigures(ctx context.Context, tx pgx.Tx, in appendInput, outcomes []Outcome, rules map[string]*pollRules) error {
 	counts := map[string]*vote.Count{}
 	var polls []string
-	count := func(poll string, answer string, sign int64) {
-		pr := rules[poll]
-		b, err := vote.ParseCanonical(pr.rules.Kind, answer)
-		if err != nil {
-			return // not a ballot of the poll: never recorded
-		}
+	add := func(poll string, b vote.Ballot, sign int64) {
 		c := counts[poll]
 		if c == nil {
+			pr := rules[poll]
 			c = vote.NewCount(pr.rules.Kind, pr.choices)
 			counts[poll] = c
 			polls = append(polls, poll)
 		}
 		c.Add(b, sign)
+	}
+	count := func(poll string, answer string, sign int64) {
+		if b, err := vote.ParseCanonical(rules[poll].rules.Kind, answer); err == nil {
+			add(poll, b, sign)
+		} // else not a ballot of the poll: never recorded
 	}
 	var latest []int     // the last recorded event of each (poll, principal)
 	var firstSeq []int64 // the seq of its first, by latest's index
@@ -177,8 +181,8 @@ func addFigures(ctx context.Context, tx pgx.Tx, in appendInput, outcomes []Outco
 				latest = append(latest, i)
 				firstSeq = append(firstSeq, outcomes[i].Seq)
 			}
-		case e.Ballot != "":
-			count(e.PollID, e.Ballot, 1)
+		case in.ballotOK[i]:
+			add(e.PollID, in.ballots[i], 1)
 		}
 	}
 	if len(latest) > 0 {
@@ -188,7 +192,11 @@ func addFigures(ctx context.Context, tx pgx.Tx, in appendInput, outcomes []Outco
 		}
 		for _, i := range latest {
 			e := in.events[i]
-			count(e.PollID, e.Answer(), 1)
+			if in.ballotOK[i] {
+				add(e.PollID, in.ballots[i], 1)
+			} else {
+				count(e.PollID, e.Answer(), 1)
+			}
 			if old, ok := replaced[pollPrincipal{e.PollID, e.PrincipalID}]; ok {
 				count(e.PollID, old, -1)
 			}

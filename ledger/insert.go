@@ -7,6 +7,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"tally/vote"
 )
 
 // The two inserts of Append's steps are one statement (insertSQL) that
@@ -26,7 +28,7 @@ import (
 // is not leaf order: the append numbers its rows in batch order.
 //
 // $8 says, per event, that its ballot (of another kind than single) is one
-// its poll's rules take (ballotsValid): a single choice is checked against
+// its poll's rules take (readBallots): a single choice is checked against
 // poll_choices here, and only in a poll of kind single. $9 says that its
 // poll's answers are latest: the row is marked so, it may follow another
 // of its principal in the poll, and its figures are added with the old
@@ -135,12 +137,13 @@ var insertEventsSQL = insertSQL(`
 
 // appendInput is a batch as the statements take it: the events, their
 // fingerprints and, for each, whether it carries a ballot its poll's rules
-// take (ballotsValid).
+// take, and that ballot read (readBallots).
 type appendInput struct {
 	events   []Event
 	fps      [][32]byte
 	ballotOK []bool
-	latest   []bool // its poll's answers are latest
+	ballots  []vote.Ballot // where ballotOK
+	latest   []bool        // its poll's answers are latest
 }
 
 // insertEvents inserts events[idx] and returns the seq of each one

@@ -37,6 +37,33 @@ type Ballot struct {
 	Marks   []Mark
 }
 
+// numNamed is how many choices b names: its Marks' for approve and score,
+// its Choices' for the other kinds.
+func (b Ballot) numNamed() int {
+	if len(b.Marks) > 0 {
+		return len(b.Marks)
+	}
+	return len(b.Choices)
+}
+
+// namedAt is the jth choice b names (numNamed).
+func (b Ballot) namedAt(j int) string {
+	if len(b.Marks) > 0 {
+		return b.Marks[j].Choice
+	}
+	return b.Choices[j]
+}
+
+// namesBefore reports whether b names c before its jth choice.
+func (b Ballot) namesBefore(c string, j int) bool {
+	for i := range j {
+		if b.namedAt(i) == c {
+			return true
+		}
+	}
+	return false
+}
+
 // Mark is one choice of an approve or score ballot: Value is the score, or
 // for approve one of ApproveYes, ApproveNo, ApproveAbstain.
 type Mark struct {
@@ -331,23 +358,26 @@ func ParseCanonical(k Kind, s string) (Ballot, error) {
 }
 
 // ValidCanonical reports whether s is the canonical form of a ballot of
-// some kind: what the stream can check of an entry without its poll.
+// some kind: what the stream can check of an entry without its poll. It
+// reads s without making the ballot, and allocates nothing: the stream,
+// the ledger and the log each ask it of every ballot. (What the scanner
+// takes is what ParseCanonical takes of some kind: FuzzScanCanonical.)
 func ValidCanonical(s string) bool {
 	if ValidID(s) {
 		return true
 	}
-	if len(s) > MaxCanonicalLen {
+	if len(s) > MaxCanonicalLen || s == "" {
 		return false
 	}
-	for _, k := range []Kind{KindRanked, KindApprove, KindScore} { // ranked takes every array multiple does
-		if _, ok := scanCanonical(k, s); ok {
-			return true
+	switch s[0] {
+	case '[': // ranked takes every array multiple does
+		return walkIDs(s, nil)
+	case '{': // an approve ballot's first value is quoted, a score's is not
+		k := KindScore
+		if i := strings.IndexByte(s, ':'); i > 0 && i+1 < len(s) && s[i+1] == '"' {
+			k = KindApprove
 		}
-	}
-	for _, k := range Kinds[1:] {
-		if _, err := ParseCanonical(k, s); err == nil {
-			return true
-		}
+		return walkMarks(s, k, true, nil)
 	}
 	return false
 }

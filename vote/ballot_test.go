@@ -3,6 +3,7 @@ package vote
 import (
 	"errors"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -168,6 +169,21 @@ func TestCheck(t *testing.T) {
 	if err := multi.Check(choices, Ballot{Kind: KindRanked, Choices: []string{"a"}}); err == nil {
 		t.Error("a ranked ballot was taken by a multiple poll")
 	}
+	if err := score.Check(choices, Ballot{Kind: KindScore, Marks: []Mark{{"a", 1}, {"a", 2}}}); err == nil {
+		t.Error("a score ballot marking a choice twice was taken")
+	}
+	// Past the 64th choice Check finds a choice given twice another way.
+	many := make([]string, 70)
+	for i := range many {
+		many[i] = "c" + strconv.Itoa(i)
+	}
+	wide := Rules{Kind: KindMultiple, MinChoices: 1, MaxChoices: 70, Answers: AnswersFinal}
+	if err := wide.Check(many, Ballot{Kind: KindMultiple, Choices: []string{"c1", "c65", "c69"}}); err != nil {
+		t.Errorf("choices past the 64th: %v, want them taken", err)
+	}
+	if err := wide.Check(many, Ballot{Kind: KindMultiple, Choices: []string{"c65", "c1", "c65"}}); err == nil {
+		t.Error("a choice past the 64th given twice was taken")
+	}
 }
 
 // FuzzParseBallot: whatever ParseBallot takes has a canonical form that
@@ -268,4 +284,34 @@ func FuzzScanCanonical(f *testing.F) {
 func ValidCanonicalKind(k Kind, s string) bool {
 	_, err := ParseCanonical(k, s)
 	return err == nil
+}
+
+// FuzzValidCanonical: ValidCanonical, which reads without making a
+// ballot, takes exactly what its definition takes: an id, or a canonical
+// form that ParseCanonical, by encoding/json's reader, takes for some
+// kind.
+func FuzzValidCanonical(f *testing.F) {
+	for _, s := range []string{"a", `["a","c"]`, `["c","a"]`, `["a","a"]`, `{"a":"yes","b":"no"}`, `{"b":1,"a":2}`, `{"a":0,"b":"no"}`,
+		`{"a":"yes","b":3}`, `{"a":01}`, `{"a":2147483648}`, `[]`, `{}`, `[ "a"]`, `{"a":"yes","a":"no"}`, `["a",]`, `{"a":1,}`, `{"a":-1}`, `[`, `{`, ``} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		want := ValidID(s)
+		for _, k := range Kinds[1:] {
+			if _, ok := parseCanonicalJSON(k, s); ok && len(s) <= MaxCanonicalLen {
+				want = true
+			}
+		}
+		if got := ValidCanonical(s); got != want {
+			t.Fatalf("ValidCanonical(%q) = %v, its definition says %v", s, got, want)
+		}
+	})
+}
+
+func TestValidCanonicalAllocates(t *testing.T) {
+	for _, bb := range benchBallots {
+		if n := testing.AllocsPerRun(100, func() { ValidCanonical(bb.s) }); n != 0 {
+			t.Errorf("ValidCanonical(%q) allocates %v times; it reads without making the ballot", bb.s, n)
+		}
+	}
 }

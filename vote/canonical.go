@@ -81,60 +81,120 @@ func scanBallot(k Kind, raw []byte) (Ballot, bool) {
 
 // scanIDs reads an array of quoted ids.
 func scanIDs(s string) ([]string, bool) {
-	if len(s) < 2 || s[0] != '[' || s[len(s)-1] != ']' {
-		return nil, false
+	var ids []string
+	return ids, walkIDs(s, &ids)
+}
+
+// walkIDs reports whether s is an array of quoted ids, and puts them in
+// *dst unless dst is nil: without it, it allocates nothing. It reads s
+// once, byte by byte: the ledger and the log read every ballot so.
+func walkIDs(s string, dst *[]string) bool {
+	body, ok := delimited(s, '[', ']')
+	if !ok {
+		return false
 	}
-	body := s[1 : len(s)-1]
+	if dst != nil {
+		*dst = make([]string, 0, parts(body))
+	}
 	if body == "" {
-		return []string{}, true
+		return true
 	}
-	n := strings.Count(body, ",") + 1
-	if n > MaxBallotChoices+1 {
-		return nil, false
-	}
-	ids := make([]string, 0, n)
-	for part := range strings.SplitSeq(body, ",") {
-		id, ok := quotedID(part)
-		if !ok {
-			return nil, false
+	for n := 1; ; n++ {
+		id, rest, ok := leadingID(body)
+		if !ok || n > MaxBallotChoices+1 {
+			return false
 		}
-		ids = append(ids, id)
+		if dst != nil {
+			*dst = append(*dst, id)
+		}
+		if rest == "" {
+			return true
+		}
+		if rest[0] != ',' {
+			return false
+		}
+		body = rest[1:]
 	}
-	return ids, true
 }
 
 // scanMarks reads an object of quoted ids to marks (approve) or scores
 // (score); with sorted, only one whose ids are in strictly ascending byte
 // order.
 func scanMarks(s string, k Kind, sorted bool) ([]Mark, bool) {
-	if len(s) < 2 || s[0] != '{' || s[len(s)-1] != '}' {
-		return nil, false
+	var marks []Mark
+	return marks, walkMarks(s, k, sorted, &marks)
+}
+
+// walkMarks reports whether s is what scanMarks reads, and puts the marks
+// in *dst unless dst is nil: without it, it allocates nothing. It reads s
+// once, as walkIDs does.
+func walkMarks(s string, k Kind, sorted bool, dst *[]Mark) bool {
+	body, ok := delimited(s, '{', '}')
+	if !ok {
+		return false
 	}
-	body := s[1 : len(s)-1]
+	if dst != nil {
+		*dst = make([]Mark, 0, parts(body))
+	}
 	if body == "" {
-		return []Mark{}, true
+		return true
 	}
-	n := strings.Count(body, ",") + 1
-	if n > MaxBallotChoices+1 {
-		return nil, false
-	}
-	marks := make([]Mark, 0, n)
-	for part := range strings.SplitSeq(body, ",") {
-		key, val, ok := strings.Cut(part, ":")
+	prev := ""
+	for n := 1; ; n++ {
+		id, rest, ok := leadingID(body)
+		if !ok || n > MaxBallotChoices+1 || rest == "" || rest[0] != ':' || sorted && n > 1 && prev >= id {
+			return false
+		}
+		val := rest[1:]
+		end := strings.IndexByte(val, ',')
+		if end < 0 {
+			end = len(val)
+		}
+		v, ok := markOf(val[:end], k)
 		if !ok {
-			return nil, false
+			return false
 		}
-		id, ok := quotedID(key)
-		if !ok || sorted && len(marks) > 0 && marks[len(marks)-1].Choice >= id {
-			return nil, false
+		if dst != nil {
+			*dst = append(*dst, Mark{Choice: id, Value: v})
 		}
-		v, ok := markOf(val, k)
-		if !ok {
-			return nil, false
+		if end == len(val) {
+			return true
 		}
-		marks = append(marks, Mark{Choice: id, Value: v})
+		body, prev = val[end+1:], id
 	}
-	return marks, true
+}
+
+// delimited is what s holds between open and close; ok is false when s
+// is not so delimited.
+func delimited(s string, open, close byte) (string, bool) {
+	if len(s) < 2 || s[0] != open || s[len(s)-1] != close {
+		return "", false
+	}
+	return s[1 : len(s)-1], true
+}
+
+// parts is how many comma-separated parts body holds (0 for none), at
+// most one more than any ballot's choices: what a slice of them needs.
+func parts(body string) int {
+	if body == "" {
+		return 0
+	}
+	return min(strings.Count(body, ",")+1, MaxBallotChoices+1)
+}
+
+// leadingID is the quoted id s starts with, and the rest of s.
+func leadingID(s string) (id, rest string, ok bool) {
+	if s == "" || s[0] != '"' {
+		return "", "", false
+	}
+	j := 1
+	for j < len(s) && idChar(s[j]) {
+		j++
+	}
+	if j == 1 || j > MaxIDLen+1 || j == len(s) || s[j] != '"' {
+		return "", "", false
+	}
+	return s[1:j], s[j+1:], true
 }
 
 // quotedID is the id in s, a quoted id and nothing else.

@@ -1,5 +1,7 @@
 package vote
 
+import "slices"
+
 // This file owns how ballots are counted: what one ballot adds to its
 // poll's figures. Every figure is a sum over the ballots that count, so
 // the projection adds a ballot's contributions as it records it (and takes
@@ -47,6 +49,9 @@ func NewCount(k Kind, choices []string) *Count {
 
 // Index is the position of choice id, or -1 when the poll has none of it.
 func (c *Count) Index(id string) int {
+	if len(c.Choices) <= 8 { // faster than the map's hash, and Add asks per choice of every ballot
+		return slices.Index(c.Choices, id)
+	}
 	if i, ok := c.index[id]; ok {
 		return i
 	}
@@ -91,8 +96,15 @@ func (c *Count) Add(b Ballot, sign int64) {
 			}
 		}
 	case KindRanked:
-		ranked := make([]bool, n)
-		pos := make([]int, 0, len(b.Choices))
+		// On the stack for a poll of the kind's size: Add runs per ballot.
+		var rankedBuf [MaxRankedChoices]bool
+		var posBuf [MaxRankedChoices]int
+		ranked, pos := rankedBuf[:0], posBuf[:0]
+		if n <= MaxRankedChoices {
+			ranked = rankedBuf[:n]
+		} else {
+			ranked = make([]bool, n)
+		}
 		for _, id := range b.Choices {
 			if i := c.Index(id); i >= 0 && !ranked[i] {
 				ranked[i] = true

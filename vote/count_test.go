@@ -1,6 +1,7 @@
 package vote
 
 import (
+	"strconv"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -127,4 +128,50 @@ func TestCountAddThenRemove(t *testing.T) {
 			}
 		}
 	})
+}
+
+// The ledger checks and counts every ballot it appends: neither step
+// allocates for a ballot that breaks no rule.
+func TestCheckAndAddAllocate(t *testing.T) {
+	choices := []string{"a", "b", "c", "d"}
+	rules := map[Kind]Rules{
+		KindScore:   {Kind: KindScore, MaxScore: 5, Answers: AnswersFinal},
+		KindRanked:  {Kind: KindRanked, Answers: AnswersFinal},
+		KindApprove: {Kind: KindApprove, Answers: AnswersFinal},
+	}
+	for _, bb := range benchBallots {
+		b, err := ParseCanonical(bb.kind, bb.s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := NewCount(bb.kind, choices)
+		if n := testing.AllocsPerRun(100, func() {
+			if err := rules[bb.kind].Check(choices, b); err != nil {
+				t.Fatal(err)
+			}
+			c.Add(b, 1)
+		}); n != 0 {
+			t.Errorf("%s %s: Check and Add allocate %v times", bb.kind, bb.s, n)
+		}
+	}
+}
+
+// Index finds every choice and no other, whether it searches the
+// choices (a small poll) or its map (a large one).
+func TestCountIndex(t *testing.T) {
+	for _, n := range []int{1, 8, 9, 64} {
+		choices := make([]string, n)
+		for i := range choices {
+			choices[i] = "c" + strconv.Itoa(i)
+		}
+		c := NewCount(KindScore, choices)
+		for i, id := range choices {
+			if got := c.Index(id); got != i {
+				t.Errorf("%d choices: Index(%q) = %d, want %d", n, id, got, i)
+			}
+		}
+		if got := c.Index("x"); got != -1 {
+			t.Errorf("%d choices: Index(%q) = %d, want -1", n, "x", got)
+		}
+	}
 }

@@ -256,38 +256,38 @@ func kindList() string {
 
 // Check reports the first rule of r that b, a ballot for a poll with these
 // choices, breaks, as a *RuleError whose reason names the rule and the
-// limit; nil if it breaks none. b's kind must be r's.
+// limit; nil if it breaks none. b's kind must be r's. It allocates
+// nothing unless b breaks a rule: the ledger checks every ballot it
+// appends.
 func (r Rules) Check(choices []string, b Ballot) error {
 	if b.Kind != r.Kind {
 		return ruleErr("ballot", RuleKind, "a %s ballot for a %s poll", b.Kind, r.Kind)
 	}
-	ids := b.Choices
-	if len(b.Marks) > 0 {
-		ids = make([]string, len(b.Marks))
-		for i, m := range b.Marks {
-			ids[i] = m.Choice
-		}
-	}
-	seen := make(map[string]bool, len(ids))
-	for _, c := range ids {
-		if !slices.Contains(choices, c) {
+	n := b.numNamed()
+	var seen uint64 // the positions below 64 named so far
+	for j := range n {
+		c := b.namedAt(j)
+		i := slices.Index(choices, c)
+		if i < 0 {
 			return ruleErr("ballot", RuleUnknownChoice, "choice %q is not one of the poll's choices", c)
 		}
-		if seen[c] {
+		if i < 64 && seen&(1<<i) != 0 || i >= 64 && b.namesBefore(c, j) {
 			return ruleErr("ballot", RuleTwice, "choice %q is given twice: a ballot names each choice at most once", c)
 		}
-		seen[c] = true
+		if i < 64 {
+			seen |= 1 << i
+		}
 	}
 	switch r.Kind {
 	case KindMultiple:
-		if len(ids) < r.MinChoices {
-			return ruleErr("ballot", RuleTooFew, "the ballot holds %d choices; this poll takes at least %d", len(ids), r.MinChoices)
+		if n < r.MinChoices {
+			return ruleErr("ballot", RuleTooFew, "the ballot holds %d choices; this poll takes at least %d", n, r.MinChoices)
 		}
-		if len(ids) > r.MaxChoices {
-			return ruleErr("ballot", RuleTooMany, "the ballot holds %d choices; this poll takes at most %d", len(ids), r.MaxChoices)
+		if n > r.MaxChoices {
+			return ruleErr("ballot", RuleTooMany, "the ballot holds %d choices; this poll takes at most %d", n, r.MaxChoices)
 		}
 	case KindRanked:
-		if len(ids) == 0 {
+		if n == 0 {
 			return ruleErr("ballot", RuleTooFew, "the ballot ranks no choice; rank at least one, most preferred first")
 		}
 	case KindScore:

@@ -35,12 +35,16 @@ func ValidID[S ~string | ~[]byte](s S) bool {
 // length.
 func IDChars[S ~string | ~[]byte](s S) bool {
 	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+		if !idChar(s[i]) {
 			return false
 		}
 	}
 	return true
+}
+
+// idChar reports whether c is one of [A-Za-z0-9_-].
+func idChar(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-'
 }
 
 // Fingerprint is the SHA-256 of a vote's payload, the part a client event id
@@ -48,7 +52,8 @@ func IDChars[S ~string | ~[]byte](s S) bool {
 // (Ballot.Canonical; for a single choice, the candidate id), so a retry
 // that spells the same ballot in another key order is the same payload.
 func Fingerprint(pollID, ballot string) [32]byte {
-	return sha256.Sum256([]byte(pollID + "\x00" + ballot))
+	var buf [160]byte // the payload of most ballots, on the stack
+	return sha256.Sum256(append(append(append(buf[:0], pollID...), 0), ballot...))
 }
 
 // FingerprintHex is Fingerprint in lowercase hex, as the stream carries it.

@@ -45,6 +45,11 @@ func TestFingerprint(t *testing.T) {
 	if FingerprintHex("lunch", "pizza") != hex.EncodeToString(want[:]) {
 		t.Fatal("FingerprintHex is not the lowercase hex of Fingerprint")
 	}
+	// A payload longer than Fingerprint's buffer on the stack.
+	long := `{"` + strings.Repeat("a", MaxIDLen) + `":"abstain","` + strings.Repeat("b", MaxIDLen) + `":"abstain"}`
+	if Fingerprint("lunch", long) != sha256.Sum256([]byte("lunch\x00"+long)) {
+		t.Fatal("Fingerprint of a long ballot is not SHA-256 of poll NUL ballot")
+	}
 	// The separator keeps ("ab", "c") and ("a", "bc") apart.
 	if Fingerprint("ab", "c") == Fingerprint("a", "bc") {
 		t.Fatal("two payloads share a fingerprint")
