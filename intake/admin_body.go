@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"tally/intake/internal/problem"
 	"tally/ledger"
 )
 
@@ -68,7 +69,7 @@ func readAdminBody(w http.ResponseWriter, r *http.Request, v any, shape string, 
 // readAdminBytes reads the body of an admin request, or answers 413, 415
 // or 400 and returns false.
 func readAdminBytes(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
-	if !plainJSON(w, r) {
+	if !problem.PlainJSON(w, r) {
 		return nil, false
 	}
 	if r.ContentLength > maxAdminBodyBytes {

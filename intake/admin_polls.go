@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"time"
 
+	"tally/intake/internal/problem"
 	"tally/ledger"
 	"tally/vote"
 )
@@ -135,7 +136,7 @@ func (s *Server) handleClosePoll(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	id, ok := pathID(w, r, "poll_id", "poll id")
+	id, ok := problem.PathID(w, r, "poll_id", "poll id")
 	if !ok {
 		return
 	}
@@ -155,7 +156,7 @@ func (s *Server) handleClosePoll(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case errors.Is(err, ledger.ErrNotFound):
-		writeUnknownPoll(w, id)
+		problem.WriteUnknownPoll(w, id)
 	case err != nil:
 		s.adminWriteFailed(w, r, err)
 	default:
@@ -207,7 +208,7 @@ func (s *Server) handleGetPoll(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	id, ok := pathID(w, r, "poll_id", "poll id")
+	id, ok := problem.PathID(w, r, "poll_id", "poll id")
 	if !ok {
 		return
 	}
@@ -218,7 +219,7 @@ func (s *Server) handleGetPoll(w http.ResponseWriter, r *http.Request) {
 	pi, err := s.catalog.lookup([]byte(id))
 	switch {
 	case errors.Is(err, ledger.ErrNotFound) || err == nil && !pi.mayVote(p.ID):
-		writeUnknownPoll(w, id) // a hidden poll is not to be told apart from an unknown one
+		problem.WriteUnknownPoll(w, id) // a hidden poll is not to be told apart from an unknown one
 	case err != nil:
 		s.ledgerFailed(w, r, "poll lookup failed", err)
 	default:
@@ -242,7 +243,7 @@ func (s *Server) writePoll(w http.ResponseWriter, r *http.Request, id string, st
 	})
 	switch {
 	case errors.Is(err, ledger.ErrNotFound):
-		writeUnknownPoll(w, id)
+		problem.WriteUnknownPoll(w, id)
 	case err != nil:
 		s.ledgerFailed(w, r, "poll lookup failed", err)
 	default:

@@ -44,13 +44,13 @@ func (s *Server) createPolls(w http.ResponseWriter, r *http.Request, a *voter, b
 		var q pollRequest
 		err := decodeStrict(raw, &q)
 		if err != nil {
-			out[i] = pollCreated{PollID: q.PollID, Status: http.StatusBadRequest, Type: probBadRequest.uri(),
+			out[i] = pollCreated{PollID: q.PollID, Status: http.StatusBadRequest, Type: probBadRequest.URI(),
 				Detail: fmt.Sprintf("poll %d of the array: %s: send %s", i+1, err, pollShape)}
 			continue
 		}
 		p, err := q.poll()
 		if status, prob, detail, ok := pollRefused(err); ok {
-			out[i] = pollCreated{PollID: q.PollID, Status: status, Type: prob.uri(), Detail: detail}
+			out[i] = pollCreated{PollID: q.PollID, Status: status, Type: prob.URI(), Detail: detail}
 			continue
 		} else if err != nil {
 			s.adminWriteFailed(w, r, err)
@@ -73,7 +73,7 @@ func (s *Server) createPolls(w http.ResponseWriter, r *http.Request, a *voter, b
 		for k, o := range outcomes {
 			c := pollCreated{PollID: polls[k].ID, Status: http.StatusOK}
 			if status, prob, detail, ok := pollRefused(o.Err); ok {
-				c.Status, c.Type, c.Detail = status, prob.uri(), detail
+				c.Status, c.Type, c.Detail = status, prob.URI(), detail
 			} else if o.Created {
 				c.Status = http.StatusCreated
 				created++

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"tally/credential"
+	"tally/intake/internal/problem"
 	"tally/ledger"
 	"tally/vote"
 )
@@ -291,7 +292,7 @@ func (s *Server) handleRevokePrincipal(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	id, ok := pathID(w, r, "principal_id", "principal id")
+	id, ok := problem.PathID(w, r, "principal_id", "principal id")
 	if !ok {
 		return
 	}
