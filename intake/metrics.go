@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sony/gobreaker/v2"
 
+	"tally/intake/internal/admin"
 	"tally/intake/internal/live"
 )
 
@@ -190,7 +191,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 func (m *metrics) makeChildren() {
 	m.routes = map[string]*routeStats{}
 	for _, route := range []string{routeVotes, routeVote, routeResults, routeCheckpoint, routeConsistency, routeHealth, routeReady, routeMetrics, routeOpenAPI, live.RoutePage, live.RouteStream,
-		routePolls, routePoll, routePollClose, routePrincipals, routePrincipalRevoke, routeOther} {
+		admin.RoutePolls, admin.RoutePoll, admin.RoutePollClose, admin.RoutePrincipals, admin.RoutePrincipalRevoke, routeOther} {
 		m.routes[route] = &routeStats{route: route, requests: m.requests, duration: &lazyObserver{vec: m.duration, label: route}}
 	}
 	m.credentials = map[string]prometheus.Counter{}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"tally/intake/internal/admin"
 	"tally/intake/internal/live"
 	"tally/intake/internal/problem"
 )
@@ -43,11 +44,12 @@ func (s *Server) routes() http.Handler {
 	mux.Handle(routeCheckpoint, allow(http.MethodGet, s.handleCheckpoint))
 	mux.Handle(routeConsistency, allow(http.MethodGet, s.handleConsistency))
 	mux.Handle(routeOpenAPI, allow(http.MethodGet, handleOpenAPI))
-	mux.Handle(routePolls, getOrPost(s.handleListPolls, s.handleCreatePoll))
-	mux.Handle(routePoll, allow(http.MethodGet, s.handleGetPoll))
-	mux.Handle(routePollClose, allow(http.MethodPost, s.handleClosePoll))
-	mux.Handle(routePrincipals, getOrPost(s.handleListPrincipals, s.handleAddPrincipals))
-	mux.Handle(routePrincipalRevoke, allow(http.MethodPost, s.handleRevokePrincipal))
+	ad := newAdmin(s)
+	mux.Handle(admin.RoutePolls, getOrPost(ad.ListPolls, ad.CreatePoll))
+	mux.Handle(admin.RoutePoll, allow(http.MethodGet, ad.GetPoll))
+	mux.Handle(admin.RoutePollClose, allow(http.MethodPost, ad.ClosePoll))
+	mux.Handle(admin.RoutePrincipals, getOrPost(ad.ListPrincipals, ad.AddPrincipals))
+	mux.Handle(admin.RoutePrincipalRevoke, allow(http.MethodPost, ad.RevokePrincipal))
 	lv := newLive(s)
 	mux.Handle(live.RoutePage, allow(http.MethodGet, lv.Page))
 	mux.Handle(live.RouteStream, allow(http.MethodGet, lv.Stream))

@@ -31,21 +31,6 @@ var (
 	probBacklog       = problemType{Slug: "backlog-full", Title: "The queue is full"}
 	probUnavailable   = problem.Unavailable
 
-	// The admin routes' own: a voter's token on an admin route, a poll id
-	// taken by another definition, and an intake not set up to do what
-	// was asked (no key to sign tokens, or a database login that may not
-	// manage the catalog).
-	probForbidden  = problemType{Slug: "forbidden", Title: "The principal may not do this"}
-	probPollExists = problemType{Slug: "poll-exists", Title: "A poll with this id exists with another definition"}
-	// idempotency-key-reused: POST /v1/principals under an Idempotency-Key
-	// the admin used for another request.
-	probIdempotencyKeyReused = problemType{Slug: "idempotency-key-reused", Title: "The Idempotency-Key was used with another request"}
-	// invalid-definition: a poll's ballot or answers mode that breaks a
-	// rule of its kind (a parameter out of range or of another kind):
-	// well-formed JSON, so not invalid-request, but not a definition.
-	probInvalidDefinition = problemType{Slug: "invalid-definition", Title: "The poll's definition breaks a rule"}
-	probNotConfigured     = problemType{Slug: "not-configured", Title: "This intake is not set up for this request"}
-
 	// auth-rate-limited: the client's address made too many failed
 	// authentications, so its requests are refused before their token is
 	// checked. rate-limited above
