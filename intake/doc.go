@@ -1,7 +1,14 @@
 // Package intake is tally's HTTP daemon: it authenticates a vote, checks it
 // against the catalog, rate-limits it and durably enqueues it on the
-// principal's Redis stream shard. It never writes the ledger; the projector
-// applies what intake enqueued.
+// principal's Redis stream shard, and answers the reads (an event's
+// status, results, the poll's log). It never writes the ledger: the
+// projector applies what intake enqueued, and the admin routes intake
+// mounts (package intake/internal/admin) write polls and principals
+// through the ledger's API. Intake builds the mux, and mounts on it the
+// live results stream and page (package intake/internal/live) and the
+// admin routes; they take from it only the narrow interfaces they name
+// (who a request is, the catalog, reads and writes through what intake
+// knows of PostgreSQL), which mount.go answers.
 //
 // # HTTP surface
 //
@@ -17,6 +24,9 @@
 //	                                  to a voter, of a poll it may vote on
 //	GET  /v1/polls/{poll_id}/live     the results as Server-Sent Events
 //	GET  /polls/{poll_id}             the live results page (HTML)
+//	GET, POST /v1/polls; POST /v1/polls/{poll_id}/close;
+//	GET, POST /v1/principals; POST /v1/principals/{principal_id}/revoke
+//	                                  the admin routes (package admin)
 //	GET  /healthz                     the process is up
 //	GET  /readyz                      a status per check: postgres, redis, backlog (oidc)
 //	GET  /metrics                     Prometheus metrics
@@ -127,8 +137,8 @@
 //     one) and keep the catalog fresh, drain stops.
 //   - limit_listener.go: the listener that caps open connections
 //     (Config.MaxConns) and those of one client address
-//     (Config.MaxConnsPerAddr); holds.go: the tables of what each client
-//     address or principal holds open.
+//     (Config.MaxConnsPerAddr, with package intake/internal/holds: the
+//     tables of what each client address or principal holds open).
 //   - config.go: Config and its defaults; config_validate.go, its
 //     validation (ConfigError names the field).
 //   - conn_errors.go: net/http's error log: connection errors counted by
@@ -141,9 +151,11 @@
 //     the log line of a failed request; request_auth.go: authentication
 //     (the bearer token, its 401 challenges, the principal it names) and
 //     the spending of a principal's reads.
-//   - admin_body.go, admin_polls.go, admin_poll_request.go,
-//     admin_polls_bulk.go, admin_principals.go: the admin routes (an admin's authentication and
-//     the strict body reader, whose refusals name the byte, key or field at
+//   - mount.go: what intake lends the packages it mounts (host: their
+//     interfaces answered from the Server's stages), and ParsePoll for
+//     tally poll create --from. The admin routes are package
+//     intake/internal/admin (an admin's authentication through intake, the
+//     strict body reader, whose refusals name the byte, key or field at
 //     fault as the vote's do; polls created, one or many in a request,
 //     closed, listed and read; principals added, idempotently under an
 //     Idempotency-Key, listed and revoked), each write through the ledger
@@ -193,14 +205,16 @@
 //     .../consistency, and the receipt of a recorded vote (its inclusion
 //     proof against the latest signed checkpoint), shown to whoever may see
 //     the poll's results.
-//   - live.go: GET /v1/polls/{poll_id}/live, the results as Server-Sent
-//     Events, with the bounds per address and per principal; live_hub.go:
-//     the hub that feeds them from one LISTEN connection, reading a
-//     notified poll once for all its viewers; page.go: GET /polls/{poll_id}, the
-//     server-rendered page that reads that stream.
+//   - package intake/internal/live: GET /v1/polls/{poll_id}/live, the
+//     results as Server-Sent Events, with the bounds per address and per
+//     principal; the hub that feeds them from one LISTEN connection,
+//     reading a notified poll once for all its viewers; GET
+//     /polls/{poll_id}, the server-rendered page that reads that stream.
 //   - degraded.go: whether PostgreSQL answers intake's lookups, and so
 //     when intake answers from what it read before.
-//   - problem.go: the RFC 9457 answers; problem_edges.go: the problem
+//   - problem.go: the problem types only intake's own routes answer (the
+//     document, the shared types and the refusals every route shares are
+//     package intake/internal/problem's); problem_edges.go: the problem
 //     types of a request's framing, headers and path; metrics.go: the
 //     Prometheus metrics.
 //   - openapi.go: GET /openapi.json, the embedded openapi.json: every

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"tally/intake/internal/holds"
 )
 
 // This file owns the bounds on connections: at most Config.MaxConns open
@@ -17,11 +19,11 @@ import (
 // instead of costing intake a goroutine and buffers each (the idea of
 // golang.org/x/net/netutil.LimitListener, which the module does not depend
 // on); and at most Config.MaxConnsPerAddr from one client address, so that
-// one client cannot take them all (holds.go).
+// one client cannot take them all (package holds).
 
 // probTooManyConns: the client's address holds Config.MaxConnsPerAddr
 // connections already.
-var probTooManyConns = problemType{"too-many-connections", "Too many connections from your address"}
+var probTooManyConns = problemType{Slug: "too-many-connections", Title: "Too many connections from your address"}
 
 // refusingAtOnce bounds the refused connections being answered at once;
 // beyond it a refused connection is closed unanswered, so that a flood of
@@ -36,7 +38,7 @@ const (
 type limitListener struct {
 	net.Listener
 	slots   chan struct{}
-	perAddr *holds // nil: no bound per address
+	perAddr *holds.Holds // nil: no bound per address
 	// answer is written to a connection refused for its address before it
 	// is closed: a plain HTTP 503 too-many-connections, or nil when the
 	// listener serves TLS (answering would take a handshake, which a
@@ -54,7 +56,7 @@ type limitListener struct {
 // carry TLS, which a refusal does not answer.
 func limitListen(ln net.Listener, n, perAddr int, tls bool, refused prometheus.Counter) *limitListener {
 	l := &limitListener{
-		Listener: ln, slots: make(chan struct{}, n), perAddr: newHolds(perAddr),
+		Listener: ln, slots: make(chan struct{}, n), perAddr: holds.New(perAddr),
 		answering: make(chan struct{}, refusingAtOnce), refused: refused, closed: make(chan struct{}),
 	}
 	if !tls {
@@ -109,8 +111,8 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		}
 		var key uint64
 		if l.perAddr != nil {
-			key = l.perAddr.addrKey(c.RemoteAddr().String())
-			if !l.perAddr.acquire(key) {
+			key = l.perAddr.AddrKey(c.RemoteAddr().String())
+			if !l.perAddr.Acquire(key) {
 				<-l.slots
 				l.refuse(c)
 				continue
@@ -157,7 +159,7 @@ func (l *limitListener) refuse(c net.Conn) {
 
 // release gives back a closed connection's slot and its address's hold.
 func (l *limitListener) release(key uint64) {
-	l.perAddr.release(key)
+	l.perAddr.Release(key)
 	<-l.slots
 }
 

@@ -29,8 +29,8 @@ func TestLimitListenerClose(t *testing.T) {
 	}
 	c.Close()
 	c.Close()
-	if len(ln.slots) != 0 || ln.perAddr.len() != 0 {
-		t.Fatalf("%d slots and %d addresses held after the only connection closed twice", len(ln.slots), ln.perAddr.len())
+	if len(ln.slots) != 0 || ln.perAddr.Len() != 0 {
+		t.Fatalf("%d slots and %d addresses held after the only connection closed twice", len(ln.slots), ln.perAddr.Len())
 	}
 	ln.slots <- struct{}{} // hold the only slot
 	accepted := make(chan error, 1)

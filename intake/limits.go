@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"tally/intake/internal/holds"
 )
 
 // This file owns intake's limits kept in memory: failed authentications
@@ -130,8 +132,8 @@ func newKeyedLimiter(rate float64, burst, max int, evicted prometheus.Counter) *
 func (l *keyedLimiter) stringKey(s string) uint64 { return maphash.String(l.seed, s) }
 
 // addrKey is the table key of the client address of remoteAddr (see
-// addrHash).
-func (l *keyedLimiter) addrKey(remoteAddr string) uint64 { return addrHash(l.seed, remoteAddr) }
+// holds.AddrHash).
+func (l *keyedLimiter) addrKey(remoteAddr string) uint64 { return holds.AddrHash(l.seed, remoteAddr) }
 
 // take spends one event of key at now, or returns how long until one is
 // allowed.

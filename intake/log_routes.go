@@ -13,6 +13,7 @@ import (
 	"golang.org/x/mod/sumdb/tlog"
 
 	"tally/audit"
+	"tally/intake/internal/problem"
 	"tally/ledger"
 )
 
@@ -29,10 +30,10 @@ import (
 var (
 	// no-checkpoint: the poll exists but its log has no signed checkpoint
 	// yet (the projector signs them when it runs with --log-key).
-	probNoCheckpoint = problemType{"no-checkpoint", "The poll's log has no signed checkpoint"}
+	probNoCheckpoint = problemType{Slug: "no-checkpoint", Title: "The poll's log has no signed checkpoint"}
 	// invalid-tree-size: the tree sizes of a consistency proof are not
 	// whole numbers, out of order, or beyond the poll's log.
-	probTreeSize = problemType{"invalid-tree-size", "The tree sizes asked for are invalid"}
+	probTreeSize = problemType{Slug: "invalid-tree-size", Title: "The tree sizes asked for are invalid"}
 )
 
 // handleCheckpoint answers the poll's latest signed checkpoint, the note's
@@ -42,7 +43,7 @@ func (s *Server) handleCheckpoint(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	id, ok := pathID(w, r, "poll_id", "poll id")
+	id, ok := problem.PathID(w, r, "poll_id", "poll id")
 	if !ok || !s.visiblePoll(w, r, p, id) {
 		return
 	}
@@ -74,7 +75,7 @@ func (s *Server) handleConsistency(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	id, ok := pathID(w, r, "poll_id", "poll id")
+	id, ok := problem.PathID(w, r, "poll_id", "poll id")
 	if !ok || !s.visiblePoll(w, r, p, id) {
 		return
 	}
@@ -96,7 +97,7 @@ func (s *Server) handleConsistency(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusBadRequest, probTreeSize, what+" beyond the poll's log: ask for sizes it holds "+
 			"(GET /v1/polls/{poll_id}/checkpoint names the latest signed size; leave out to for the current size)", 0)
 	case errors.Is(err, ledger.ErrNotFound):
-		writeUnknownPoll(w, id)
+		problem.WriteUnknownPoll(w, id)
 	case err != nil:
 		s.ledgerFailed(w, r, "consistency proof failed", err)
 	default:
@@ -205,7 +206,7 @@ func (s *Server) visiblePoll(w http.ResponseWriter, r *http.Request, p *voter, i
 	pi, err := s.catalog.lookup([]byte(id))
 	switch {
 	case errors.Is(err, ledger.ErrNotFound) || err == nil && !pi.mayVote(p.ID):
-		writeUnknownPoll(w, id)
+		problem.WriteUnknownPoll(w, id)
 	case err != nil:
 		s.ledgerFailed(w, r, "poll lookup failed", err)
 	default:

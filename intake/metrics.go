@@ -10,6 +10,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sony/gobreaker/v2"
+
+	"tally/intake/internal/admin"
+	"tally/intake/internal/live"
 )
 
 // metrics are intake's Prometheus metrics. Labels are bounded: route
@@ -34,7 +37,7 @@ type metrics struct {
 	readLimited       prometheus.Counter
 	limitEvictions    *prometheus.CounterVec // limit
 	// bounds counts what the bounds on what a client holds open refused
-	// (holds.go), by bound; connsRefused is its child of
+	// (package holds), by bound; connsRefused is its child of
 	// boundConnsPerAddr.
 	bounds       *prometheus.CounterVec
 	connsRefused prometheus.Counter
@@ -187,8 +190,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 // children the hot path uses without a label lookup.
 func (m *metrics) makeChildren() {
 	m.routes = map[string]*routeStats{}
-	for _, route := range []string{routeVotes, routeVote, routeResults, routeCheckpoint, routeConsistency, routeHealth, routeReady, routeMetrics, routeOpenAPI, routePage, routeLive,
-		routePolls, routePoll, routePollClose, routePrincipals, routePrincipalRevoke, routeOther} {
+	for _, route := range []string{routeVotes, routeVote, routeResults, routeCheckpoint, routeConsistency, routeHealth, routeReady, routeMetrics, routeOpenAPI, live.RoutePage, live.RouteStream,
+		admin.RoutePolls, admin.RoutePoll, admin.RoutePollClose, admin.RoutePrincipals, admin.RoutePrincipalRevoke, routeOther} {
 		m.routes[route] = &routeStats{route: route, requests: m.requests, duration: &lazyObserver{vec: m.duration, label: route}}
 	}
 	m.credentials = map[string]prometheus.Counter{}

@@ -2,7 +2,6 @@ package intake
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -12,6 +11,10 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"tally/intake/internal/admin"
+	"tally/intake/internal/live"
+	"tally/intake/internal/problem"
 )
 
 // This file owns what every request goes through before and after its
@@ -41,14 +44,15 @@ func (s *Server) routes() http.Handler {
 	mux.Handle(routeCheckpoint, allow(http.MethodGet, s.handleCheckpoint))
 	mux.Handle(routeConsistency, allow(http.MethodGet, s.handleConsistency))
 	mux.Handle(routeOpenAPI, allow(http.MethodGet, handleOpenAPI))
-	mux.Handle(routePolls, getOrPost(s.handleListPolls, s.handleCreatePoll))
-	mux.Handle(routePoll, allow(http.MethodGet, s.handleGetPoll))
-	mux.Handle(routePollClose, allow(http.MethodPost, s.handleClosePoll))
-	mux.Handle(routePrincipals, getOrPost(s.handleListPrincipals, s.handleAddPrincipals))
-	mux.Handle(routePrincipalRevoke, allow(http.MethodPost, s.handleRevokePrincipal))
+	ad := newAdmin(s)
+	mux.Handle(admin.RoutePolls, getOrPost(ad.ListPolls, ad.CreatePoll))
+	mux.Handle(admin.RoutePoll, allow(http.MethodGet, ad.GetPoll))
+	mux.Handle(admin.RoutePollClose, allow(http.MethodPost, ad.ClosePoll))
+	mux.Handle(admin.RoutePrincipals, getOrPost(ad.ListPrincipals, ad.AddPrincipals))
+	mux.Handle(admin.RoutePrincipalRevoke, allow(http.MethodPost, ad.RevokePrincipal))
 	lv := newLive(s)
-	mux.Handle(routePage, allow(http.MethodGet, lv.handlePage))
-	mux.Handle(routeLive, allow(http.MethodGet, lv.handleStream))
+	mux.Handle(live.RoutePage, allow(http.MethodGet, lv.Page))
+	mux.Handle(live.RouteStream, allow(http.MethodGet, lv.Stream))
 	s.probeRoutes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusNotFound, probNotFound,
@@ -186,11 +190,11 @@ func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // instrument bounds each request by Config.RequestTimeout and counts it by
 // route template and status code. A vote is bounded without a context of
-// its own: see handleVote; a live stream is not bounded: see live.go.
+// its own: see handleVote; a live stream is not bounded: see package live.
 func (s *Server) instrument(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		if r.URL.Path != routeVotes && !isLiveStream(r.URL.Path) {
+		if r.URL.Path != routeVotes && !live.IsStream(r.URL.Path) {
 			ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
 			defer cancel()
 			r = r.WithContext(ctx)
@@ -231,17 +235,10 @@ func (s *Server) observe(r *http.Request, sw *statusWriter, start time.Time) {
 	}
 	rm := s.metrics.route(route)
 	rm.request(code)
-	if route != routeLive { // a stream's lifetime is no answer time
+	if route != live.RouteStream { // a stream's lifetime is no answer time
 		rm.duration.Observe(time.Since(start).Seconds())
 	}
 }
 
-// failed logs an error that made a request fail: a warning, unless the
-// client had gone away, which is no news.
-func (s *Server) failed(r *http.Request, msg string, err error) {
-	level := slog.LevelWarn
-	if errors.Is(err, context.Canceled) || r.Context().Err() == context.Canceled {
-		level = slog.LevelDebug
-	}
-	s.log.LogAttrs(r.Context(), level, msg, slog.String("route", r.Pattern), slog.String("error", err.Error()))
-}
+// failed logs an error that made a request fail (problem.Failed).
+func (s *Server) failed(r *http.Request, msg string, err error) { problem.Failed(s.log, r, msg, err) }

@@ -114,17 +114,22 @@ func TestOpenAPIProblemTypes(t *testing.T) {
 	}
 }
 
-// problemTypesInCode reads every problemType{slug, title} literal in the
-// package's source: slug to title.
+// problemTypesInCode reads every problem type literal (problemType or
+// problem.Type, {Slug: ..., Title: ...}) in the source of intake and of
+// the packages it mounts: slug to title.
 func problemTypesInCode(t *testing.T) map[string]string {
 	t.Helper()
 	files, err := filepath.Glob("*.go")
 	if err != nil {
 		t.Fatal(err)
 	}
+	inner, err := filepath.Glob("internal/*/*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
 	types := map[string]string{}
 	fset := token.NewFileSet()
-	for _, name := range files {
+	for _, name := range append(files, inner...) {
 		if strings.HasSuffix(name, "_test.go") {
 			continue
 		}
@@ -134,16 +139,12 @@ func problemTypesInCode(t *testing.T) map[string]string {
 		}
 		ast.Inspect(f, func(n ast.Node) bool {
 			lit, ok := n.(*ast.CompositeLit)
+			if !ok || !isProblemType(lit.Type) || len(lit.Elts) != 2 {
+				return true
+			}
+			slug, title, ok := slugAndTitle(lit)
 			if !ok {
-				return true
-			}
-			if id, ok := lit.Type.(*ast.Ident); !ok || id.Name != "problemType" || len(lit.Elts) != 2 {
-				return true
-			}
-			slug, err1 := strconv.Unquote(lit.Elts[0].(*ast.BasicLit).Value)
-			title, err2 := strconv.Unquote(lit.Elts[1].(*ast.BasicLit).Value)
-			if err1 != nil || err2 != nil {
-				t.Fatalf("%s: a problemType literal that is not two strings", fset.Position(lit.Pos()))
+				t.Fatalf("%s: a problem type literal that is not {Slug: a string, Title: a string}", fset.Position(lit.Pos()))
 			}
 			types[slug] = title
 			return true
@@ -153,6 +154,43 @@ func problemTypesInCode(t *testing.T) map[string]string {
 		t.Fatalf("found %d problem types in the code; the scan is broken", len(types))
 	}
 	return types
+}
+
+// isProblemType reports whether a literal's type is spelled problemType,
+// problem.Type, or Type (in package problem).
+func isProblemType(e ast.Expr) bool {
+	switch e := e.(type) {
+	case *ast.Ident:
+		return e.Name == "problemType" || e.Name == "Type"
+	case *ast.SelectorExpr:
+		x, ok := e.X.(*ast.Ident)
+		return ok && x.Name == "problem" && e.Sel.Name == "Type"
+	}
+	return false
+}
+
+// slugAndTitle reads the strings of {Slug: ..., Title: ...}.
+func slugAndTitle(lit *ast.CompositeLit) (slug, title string, ok bool) {
+	fields := map[string]string{}
+	for _, e := range lit.Elts {
+		kv, isKV := e.(*ast.KeyValueExpr)
+		if !isKV {
+			return "", "", false
+		}
+		key, isIdent := kv.Key.(*ast.Ident)
+		val, isLit := kv.Value.(*ast.BasicLit)
+		if !isIdent || !isLit {
+			return "", "", false
+		}
+		v, err := strconv.Unquote(val.Value)
+		if err != nil {
+			return "", "", false
+		}
+		fields[key.Name] = v
+	}
+	slug, okSlug := fields["Slug"]
+	title, okTitle := fields["Title"]
+	return slug, title, okSlug && okTitle
 }
 
 // TestOpenAPIRejectsDrift: answers and requests that drifted from the

@@ -2,7 +2,6 @@ package intake
 
 import (
 	"fmt"
-	"strconv"
 
 	"tally/vote"
 )
@@ -158,21 +157,4 @@ func plainString(b []byte, i int) (start, end int, ok bool) {
 		}
 	}
 	return 0, 0, false
-}
-
-// describeID names an invalid id for a detail, as a noun phrase that says
-// what is wrong with it, without echoing a long one back.
-func describeID(s string) string {
-	switch {
-	case s == "":
-		return "an empty string"
-	case len(s) > vote.MaxIDLen:
-		return fmt.Sprintf("a string of %d bytes", len(s))
-	}
-	for i := range len(s) {
-		if !vote.IDChars(s[i : i+1]) {
-			return fmt.Sprintf("%q, which has a forbidden character at position %d", s, i+1)
-		}
-	}
-	return strconv.Quote(s)
 }

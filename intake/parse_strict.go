@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
-	"strconv"
 
 	"tally/vote"
 )
@@ -139,35 +137,3 @@ const (
 // byteOrderMark is the UTF-8 encoding of U+FEFF, which some editors and
 // Windows tools put before a text; JSON forbids it (RFC 8259 8.1).
 var byteOrderMark = []byte("\xef\xbb\xbf")
-
-// kindOf names the JSON kind of a token for a detail.
-func kindOf(tok json.Token) string {
-	switch t := tok.(type) {
-	case json.Delim:
-		switch t {
-		case '{':
-			return "an object"
-		case '[':
-			return "an array"
-		}
-		return "a stray " + strconv.QuoteRune(rune(t))
-	case string:
-		return "a string"
-	case json.Number, float64:
-		return "a number"
-	case bool:
-		return "a boolean"
-	case nil:
-		return "null"
-	}
-	return fmt.Sprintf("%T", tok)
-}
-
-// quoteClip quotes what a client sent (a key, a header) for a detail,
-// shortened so a detail stays small whatever the client sent.
-func quoteClip(k string) string {
-	if len(k) > 40 {
-		return strconv.Quote(k[:40]) + "..."
-	}
-	return strconv.Quote(k)
-}

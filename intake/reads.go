@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"tally/audit"
+	"tally/intake/internal/problem"
 	"tally/ledger"
 	"tally/vote"
 )
@@ -52,7 +53,7 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	id, ok := pathID(w, r, "event_id", "event id")
+	id, ok := problem.PathID(w, r, "event_id", "event id")
 	if !ok {
 		return
 	}
@@ -239,7 +240,7 @@ func (s *Server) handleResults(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	id, ok := pathID(w, r, "poll_id", "poll id")
+	id, ok := problem.PathID(w, r, "poll_id", "poll id")
 	if !ok {
 		return
 	}
@@ -253,7 +254,7 @@ func (s *Server) handleResults(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case errors.Is(err, ledger.ErrNotFound):
-		writeUnknownPoll(w, id)
+		problem.WriteUnknownPoll(w, id)
 	case err != nil:
 		if !errors.Is(err, errPostgresDown) {
 			s.failed(r, "results lookup failed", err)
@@ -278,7 +279,7 @@ func (s *Server) publicResults(w http.ResponseWriter, r *http.Request) bool {
 	res, err := s.pollResults(r.Context(), id)
 	switch {
 	case errors.Is(err, ledger.ErrNotFound):
-		writeUnknownPoll(w, id)
+		problem.WriteUnknownPoll(w, id)
 	case err != nil:
 		if !errors.Is(err, errPostgresDown) {
 			s.failed(r, "results lookup failed", err)
@@ -358,22 +359,4 @@ func (s *Server) pollResults(ctx context.Context, id string) (resultsAnswer, err
 	}
 	s.metrics.staleResults.Inc()
 	return resultsAnswer{Results: last.res, Stale: true}, nil
-}
-
-// writeUnknownPoll answers 404 for a poll the caller may not know of: one
-// that does not exist, or a restricted one it is not eligible for.
-func writeUnknownPoll(w http.ResponseWriter, id string) {
-	writeProblem(w, http.StatusNotFound, probUnknownPoll, fmt.Sprintf("there is no poll %q: check the poll id", id), 0)
-}
-
-// pathID reads the id in the path wildcard name, or answers 400 naming what
-// it is (what: "event id", "poll id") and returns false.
-func pathID(w http.ResponseWriter, r *http.Request, name, what string) (string, bool) {
-	id := r.PathValue(name)
-	if !vote.ValidID(id) {
-		writeProblem(w, http.StatusBadRequest, probBadID,
-			fmt.Sprintf("%s %s is invalid: %ss are "+vote.IDRule, what, describeID(id), what), 0)
-		return "", false
-	}
-	return id, true
 }

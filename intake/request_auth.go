@@ -11,7 +11,7 @@ import (
 // the RFC 6750 challenges (bearerToken, unauthorized), the principal it
 // names (principalBy: a signed credential, credentials.go), the limits of failed
 // authentications and of reads (principal, spendRead; see limits.go).
-// The admin routes add the role check (admin_body.go admin).
+// The admin routes add the role check (package admin's admin).
 
 // principal authenticates a read and spends one of its principal's reads
 // (Config.ReadRate), or answers 401, 429 or 503 and returns false.

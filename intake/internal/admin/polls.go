@@ -1,4 +1,4 @@
-package intake
+package admin
 
 import (
 	"bytes"
@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"time"
 
+	"tally/intake/internal/problem"
 	"tally/ledger"
 	"tally/vote"
 )
@@ -23,10 +24,12 @@ import (
 // from the catalog, as its votes are checked: a client cannot draw a
 // ballot without the poll's kind and choices.
 
+// Route templates of the poll routes, also the route labels of the
+// metrics.
 const (
-	routePolls     = "/v1/polls"
-	routePoll      = "/v1/polls/{poll_id}"
-	routePollClose = "/v1/polls/{poll_id}/close"
+	RoutePolls     = "/v1/polls"
+	RoutePoll      = "/v1/polls/{poll_id}"
+	RoutePollClose = "/v1/polls/{poll_id}/close"
 )
 
 // pollAnswer is a poll as the admin routes answer it.
@@ -54,11 +57,11 @@ func newPollAnswer(p ledger.Poll, now time.Time) pollAnswer {
 		Answers: spec.Answers, CreatedAt: p.CreatedAt}
 }
 
-// handleCreatePoll takes POST /v1/polls: 201 with Location for a new poll,
+// CreatePoll takes POST /v1/polls: 201 with Location for a new poll,
 // 200 when the poll exists as asked, 409 poll-exists when it exists
 // otherwise. A body that is an array is many polls (createPolls).
-func (s *Server) handleCreatePoll(w http.ResponseWriter, r *http.Request) {
-	a, ok := s.admin(w, r)
+func (a *Admin) CreatePoll(w http.ResponseWriter, r *http.Request) {
+	admin, ok := a.admin(w, r)
 	if !ok {
 		return
 	}
@@ -67,7 +70,7 @@ func (s *Server) handleCreatePoll(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if bytes.HasPrefix(bytes.TrimSpace(body), []byte("[")) {
-		s.createPolls(w, r, a, body)
+		a.createPolls(w, r, admin, body)
 		return
 	}
 	var q pollRequest
@@ -77,36 +80,36 @@ func (s *Server) handleCreatePoll(w http.ResponseWriter, r *http.Request) {
 	p, err := q.poll()
 	created := false
 	if err == nil {
-		err = s.askLedger(r, func() error {
+		err = a.ask(r, func() error {
 			var err error
-			created, err = s.store.EnsurePoll(ledger.ActingAs(r.Context(), a.ID), p)
+			created, err = a.store.EnsurePoll(ledger.ActingAs(r.Context(), admin.ID), p)
 			return err
 		})
 	}
 	if status, prob, detail, ok := pollRefused(err); ok && status != http.StatusBadRequest {
-		writeProblem(w, status, prob, detail, 0)
+		problem.Write(w, status, prob, detail, 0)
 		return
 	}
 	if err != nil {
-		s.adminWriteFailed(w, r, err)
+		a.writeFailed(w, r, err)
 		return
 	}
 	if created {
-		s.logAdmin(r, a, "poll.create", p.ID)
+		a.logWrite(r, admin, "poll.create", p.ID)
 	}
-	s.catchUpAfter(r)
+	a.catchUpAfter(r)
 	status := http.StatusOK
 	if created {
 		status = http.StatusCreated
 	}
-	s.writePoll(w, r, p.ID, status)
+	a.writePoll(w, r, p.ID, status)
 }
 
 // pollRefused is the answer to a poll's own refusal: 422 for a rule of
 // definitions broken or a stated limit passed, 409 for another definition
 // under its id, 400 for another invalid field. ok is false for any other
 // error (none, or the request's as a whole).
-func pollRefused(err error) (status int, prob problemType, detail string, ok bool) {
+func pollRefused(err error) (status int, prob problem.Type, detail string, ok bool) {
 	var conflict *ledger.DefinitionConflict
 	var rule *vote.RuleError
 	var field *ledger.FieldError
@@ -122,20 +125,20 @@ func pollRefused(err error) (status int, prob problemType, detail string, ok boo
 		return http.StatusUnprocessableEntity, probInvalidDefinition,
 			fmt.Sprintf("the field %q is over its limit of %d: %s", field.Field, field.Limit, field.Reason), true
 	case errors.As(err, &field):
-		return http.StatusBadRequest, probBadRequest, fmt.Sprintf("the field %q is invalid: %s", field.Field, field.Reason), true
+		return http.StatusBadRequest, problem.BadRequest, fmt.Sprintf("the field %q is invalid: %s", field.Field, field.Reason), true
 	}
-	return 0, problemType{}, "", false
+	return 0, problem.Type{}, "", false
 }
 
-// handleClosePoll takes POST /v1/polls/{poll_id}/close, optionally
+// ClosePoll takes POST /v1/polls/{poll_id}/close, optionally
 // {"at"}: the poll closes then (default now), or at its earlier closing
 // time. Closing again changes nothing.
-func (s *Server) handleClosePoll(w http.ResponseWriter, r *http.Request) {
-	a, ok := s.admin(w, r)
+func (a *Admin) ClosePoll(w http.ResponseWriter, r *http.Request) {
+	admin, ok := a.admin(w, r)
 	if !ok {
 		return
 	}
-	id, ok := pathID(w, r, "poll_id", "poll id")
+	id, ok := problem.PathID(w, r, "poll_id", "poll id")
 	if !ok {
 		return
 	}
@@ -151,37 +154,37 @@ func (s *Server) handleClosePoll(w http.ResponseWriter, r *http.Request) {
 			now := time.Now()
 			at = &now
 		}
-		err = s.askLedger(r, func() error { return s.store.ClosePoll(ledger.ActingAs(r.Context(), a.ID), id, *at) })
+		err = a.ask(r, func() error { return a.store.ClosePoll(ledger.ActingAs(r.Context(), admin.ID), id, *at) })
 	}
 	switch {
 	case errors.Is(err, ledger.ErrNotFound):
-		writeUnknownPoll(w, id)
+		problem.WriteUnknownPoll(w, id)
 	case err != nil:
-		s.adminWriteFailed(w, r, err)
+		a.writeFailed(w, r, err)
 	default:
-		s.logAdmin(r, a, "poll.close", id)
-		s.catchUpAfter(r)
-		s.writePoll(w, r, id, http.StatusOK)
+		a.logWrite(r, admin, "poll.close", id)
+		a.catchUpAfter(r)
+		a.writePoll(w, r, id, http.StatusOK)
 	}
 }
 
-// handleListPolls takes GET /v1/polls: every poll with its state and
+// ListPolls takes GET /v1/polls: every poll with its state and
 // total, oldest first.
-func (s *Server) handleListPolls(w http.ResponseWriter, r *http.Request) {
-	if _, ok := s.admin(w, r); !ok {
+func (a *Admin) ListPolls(w http.ResponseWriter, r *http.Request) {
+	if _, ok := a.admin(w, r); !ok {
 		return
 	}
 	var polls []ledger.Poll
 	var totals map[string]int64
-	err := s.askLedger(r, func() error {
+	err := a.ask(r, func() error {
 		var err error
-		if polls, err = s.store.Polls(r.Context()); err == nil {
-			totals, err = s.store.PollTotals(r.Context())
+		if polls, err = a.store.Polls(r.Context()); err == nil {
+			totals, err = a.store.PollTotals(r.Context())
 		}
 		return err
 	})
 	if err != nil {
-		s.ledgerFailed(w, r, "poll list failed", err)
+		a.ledger.LedgerFailed(w, r, "poll list failed", err)
 		return
 	}
 	now := time.Now()
@@ -189,77 +192,77 @@ func (s *Server) handleListPolls(w http.ResponseWriter, r *http.Request) {
 		Polls []pollAnswer `json:"polls"`
 	}{Polls: make([]pollAnswer, len(polls))}
 	for i, p := range polls {
-		a := newPollAnswer(p, now)
-		a.Eligible = nil // the list says "list"; GET /v1/polls/{poll_id} names them
+		pa := newPollAnswer(p, now)
+		pa.Eligible = nil // the list says "list"; GET /v1/polls/{poll_id} names them
 		total := totals[p.ID]
-		a.Total = &total
-		out.Polls[i] = a
+		pa.Total = &total
+		out.Polls[i] = pa
 	}
-	writeJSON(w, http.StatusOK, out)
+	problem.JSON(w, http.StatusOK, out)
 }
 
-// handleGetPoll takes GET /v1/polls/{poll_id}: to an admin its definition
+// GetPoll takes GET /v1/polls/{poll_id}: to an admin its definition
 // and total, read from PostgreSQL; to a voter, its definition as the
 // catalog holds it without its eligibility list, if it may vote on it, and
 // else the 404 of an unknown poll.
-func (s *Server) handleGetPoll(w http.ResponseWriter, r *http.Request) {
-	p, ok := s.principal(w, r)
+func (a *Admin) GetPoll(w http.ResponseWriter, r *http.Request) {
+	p, ok := a.principal(w, r)
 	if !ok {
 		return
 	}
-	id, ok := pathID(w, r, "poll_id", "poll id")
+	id, ok := problem.PathID(w, r, "poll_id", "poll id")
 	if !ok {
 		return
 	}
 	if p.Role == ledger.RoleAdmin {
-		s.writePoll(w, r, id, http.StatusOK)
+		a.writePoll(w, r, id, http.StatusOK)
 		return
 	}
-	pi, err := s.catalog.lookup([]byte(id))
+	poll, mayVote, err := a.catalog.Poll(id, p.ID)
 	switch {
-	case errors.Is(err, ledger.ErrNotFound) || err == nil && !pi.mayVote(p.ID):
-		writeUnknownPoll(w, id) // a hidden poll is not to be told apart from an unknown one
+	case errors.Is(err, ledger.ErrNotFound) || err == nil && !mayVote:
+		problem.WriteUnknownPoll(w, id) // a hidden poll is not to be told apart from an unknown one
 	case err != nil:
-		s.ledgerFailed(w, r, "poll lookup failed", err)
+		a.ledger.LedgerFailed(w, r, "poll lookup failed", err)
 	default:
-		a := newPollAnswer(pi.poll, time.Now())
-		a.Eligible = nil
-		writeJSON(w, http.StatusOK, a)
+		pa := newPollAnswer(poll, time.Now())
+		pa.Eligible = nil
+		problem.JSON(w, http.StatusOK, pa)
 	}
 }
 
 // writePoll answers poll id as it now stands, with status; a 201 with
 // the poll's Location.
-func (s *Server) writePoll(w http.ResponseWriter, r *http.Request, id string, status int) {
+func (a *Admin) writePoll(w http.ResponseWriter, r *http.Request, id string, status int) {
 	var p ledger.Poll
 	var res ledger.Results
-	err := s.askLedger(r, func() error {
+	err := a.ask(r, func() error {
 		var err error
-		if p, err = s.store.Poll(r.Context(), id); err == nil {
-			res, err = s.store.Results(r.Context(), id)
+		if p, err = a.store.Poll(r.Context(), id); err == nil {
+			res, err = a.store.Results(r.Context(), id)
 		}
 		return err
 	})
 	switch {
 	case errors.Is(err, ledger.ErrNotFound):
-		writeUnknownPoll(w, id)
+		problem.WriteUnknownPoll(w, id)
 	case err != nil:
-		s.ledgerFailed(w, r, "poll lookup failed", err)
+		a.ledger.LedgerFailed(w, r, "poll lookup failed", err)
 	default:
-		a := newPollAnswer(p, time.Now())
-		a.Total = &res.Total
+		pa := newPollAnswer(p, time.Now())
+		pa.Total = &res.Total
 		if status == http.StatusCreated {
 			w.Header().Set("Location", "/v1/polls/"+id)
 		}
-		writeJSON(w, status, a)
+		problem.JSON(w, status, pa)
 	}
 }
 
-// logAdmin logs an admin write that succeeded: who asked, what, on what
+// logWrite logs an admin write that succeeded: who asked, what, on what
 // (admin_actions holds what it changed).
-func (s *Server) logAdmin(r *http.Request, a *voter, action, target string) {
-	s.log.LogAttrs(r.Context(), slog.LevelInfo, "admin write", slog.String("action", action),
-		slog.String("target", target), slog.String("principal", a.ID))
+func (a *Admin) logWrite(r *http.Request, admin Principal, action, target string) {
+	a.log.LogAttrs(r.Context(), slog.LevelInfo, "admin write", slog.String("action", action),
+		slog.String("target", target), slog.String("principal", admin.ID))
 }
 
 // catchUpAfter brings what this intake holds in memory up to date after
@@ -271,28 +274,14 @@ func (s *Server) logAdmin(r *http.Request, a *voter, action, target string) {
 // come, and it tells pgState nothing (a slow read is not an outage). It
 // takes at most Config.PostgresTimeout of the request's time, so that the
 // answer, which reads the poll back, has the rest.
-func (s *Server) catchUpAfter(r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.PostgresTimeout)
+func (a *Admin) catchUpAfter(r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), a.cfg.PostgresTimeout)
 	defer cancel()
-	if err := s.follow.catchUp(ctx); err != nil {
-		s.failed(r, "could not apply the catalog's changes after an admin write; they follow within the catalog refresh period", err)
+	if err := a.ledger.CatchUp(ctx); err != nil {
+		problem.Failed(a.log, r, "could not apply the catalog's changes after an admin write; they follow within the catalog refresh period", err)
 	}
 }
 
-// askLedger runs a read or write of the admin routes unless PostgreSQL is
-// known not to answer (then errPostgresDown), and tells pgState what it
-// learned: a refusal is PostgreSQL's answer, an invalid request none.
-func (s *Server) askLedger(r *http.Request, ask func() error) error {
-	if s.pg.skip(time.Now()) {
-		return errPostgresDown
-	}
-	err := ask()
-	switch {
-	case errors.Is(err, ledger.ErrInvalid):
-	case errors.Is(err, ledger.ErrExists) || errors.Is(err, ledger.ErrNotPermitted):
-		s.pg.observe(r.Context(), nil)
-	default:
-		s.pg.observe(r.Context(), err)
-	}
-	return err
-}
+// ask runs a read or write of the admin routes through Ledger.Ask, with
+// the request's context.
+func (a *Admin) ask(r *http.Request, fn func() error) error { return a.ledger.Ask(r.Context(), fn) }

@@ -1,10 +1,11 @@
-package intake
+package admin
 
 import (
 	"encoding/json"
 	"fmt"
 	"net/http"
 
+	"tally/intake/internal/problem"
 	"tally/ledger"
 )
 
@@ -26,14 +27,14 @@ type pollCreated struct {
 // with {"polls": [...]}, one answer per poll (201 made, 200 there as
 // asked, 409 there otherwise, 400 or 422 refused); 400 when the body is
 // not an array of 1 to ledger.MaxPollsPerCreate objects.
-func (s *Server) createPolls(w http.ResponseWriter, r *http.Request, a *voter, body []byte) {
+func (a *Admin) createPolls(w http.ResponseWriter, r *http.Request, admin Principal, body []byte) {
 	var raws []json.RawMessage
 	if err := json.Unmarshal(body, &raws); err != nil {
-		writeProblem(w, http.StatusBadRequest, probBadRequest, fmt.Sprintf("the body is not a JSON array of polls: %v: send [%s, ...]", err, pollShape), 0)
+		problem.Write(w, http.StatusBadRequest, problem.BadRequest, fmt.Sprintf("the body is not a JSON array of polls: %v: send [%s, ...]", err, pollShape), 0)
 		return
 	}
 	if len(raws) == 0 || len(raws) > ledger.MaxPollsPerCreate {
-		writeProblem(w, http.StatusBadRequest, probBadRequest,
+		problem.Write(w, http.StatusBadRequest, problem.BadRequest,
 			fmt.Sprintf("the array holds %d polls; a request takes 1 to %d: split it", len(raws), ledger.MaxPollsPerCreate), 0)
 		return
 	}
@@ -44,36 +45,36 @@ func (s *Server) createPolls(w http.ResponseWriter, r *http.Request, a *voter, b
 		var q pollRequest
 		err := decodeStrict(raw, &q)
 		if err != nil {
-			out[i] = pollCreated{PollID: q.PollID, Status: http.StatusBadRequest, Type: probBadRequest.uri(),
+			out[i] = pollCreated{PollID: q.PollID, Status: http.StatusBadRequest, Type: problem.BadRequest.URI(),
 				Detail: fmt.Sprintf("poll %d of the array: %s: send %s", i+1, err, pollShape)}
 			continue
 		}
 		p, err := q.poll()
 		if status, prob, detail, ok := pollRefused(err); ok {
-			out[i] = pollCreated{PollID: q.PollID, Status: status, Type: prob.uri(), Detail: detail}
+			out[i] = pollCreated{PollID: q.PollID, Status: status, Type: prob.URI(), Detail: detail}
 			continue
 		} else if err != nil {
-			s.adminWriteFailed(w, r, err)
+			a.writeFailed(w, r, err)
 			return
 		}
 		polls, at = append(polls, p), append(at, i)
 	}
 	if len(polls) > 0 {
 		var outcomes []ledger.PollOutcome
-		err := s.askLedger(r, func() error {
+		err := a.ask(r, func() error {
 			var err error
-			outcomes, err = s.store.EnsurePolls(ledger.ActingAs(r.Context(), a.ID), polls)
+			outcomes, err = a.store.EnsurePolls(ledger.ActingAs(r.Context(), admin.ID), polls)
 			return err
 		})
 		if err != nil {
-			s.adminWriteFailed(w, r, err)
+			a.writeFailed(w, r, err)
 			return
 		}
 		created := 0
 		for k, o := range outcomes {
 			c := pollCreated{PollID: polls[k].ID, Status: http.StatusOK}
 			if status, prob, detail, ok := pollRefused(o.Err); ok {
-				c.Status, c.Type, c.Detail = status, prob.uri(), detail
+				c.Status, c.Type, c.Detail = status, prob.URI(), detail
 			} else if o.Created {
 				c.Status = http.StatusCreated
 				created++
@@ -81,11 +82,11 @@ func (s *Server) createPolls(w http.ResponseWriter, r *http.Request, a *voter, b
 			out[at[k]] = c
 		}
 		if created > 0 { // admin_actions names each
-			s.logAdmin(r, a, "poll.create", fmt.Sprintf("%d polls", created))
+			a.logWrite(r, admin, "poll.create", fmt.Sprintf("%d polls", created))
 		}
-		s.catchUpAfter(r)
+		a.catchUpAfter(r)
 	}
-	writeJSON(w, http.StatusOK, struct {
+	problem.JSON(w, http.StatusOK, struct {
 		Polls []pollCreated `json:"polls"`
 	}{out})
 }

@@ -1,4 +1,4 @@
-package intake
+package live
 
 import (
 	"bytes"
@@ -19,6 +19,7 @@ import (
 
 	"golang.org/x/sync/singleflight"
 
+	"tally/intake/internal/problem"
 	"tally/ledger"
 	"tally/vote"
 )
@@ -94,37 +95,36 @@ type pageChoice struct {
 	Borda                           int64  // ranked
 }
 
-// handlePage answers the poll's live results page, or 404 as for an
-// unknown poll to whoever may not see its results.
-func (lv *live) handlePage(w http.ResponseWriter, r *http.Request) {
-	s := lv.s
-	id, ok := pathID(w, r, "poll_id", "poll id")
+// Page answers the poll's live results page, or 404 as for an unknown
+// poll to whoever may not see its results.
+func (lv *Live) Page(w http.ResponseWriter, r *http.Request) {
+	id, ok := problem.PathID(w, r, "poll_id", "poll id")
 	if !ok {
 		return
 	}
-	pi, _, ok := s.viewablePoll(w, r, id)
+	poll, _, ok := lv.viewablePoll(w, r, id)
 	if !ok {
 		return
 	}
-	res, err := s.pollResults(r.Context(), id)
+	res, stale, err := lv.reads.Results(r.Context(), id)
 	switch {
 	case errors.Is(err, ledger.ErrNotFound):
-		writeUnknownPoll(w, id)
+		problem.WriteUnknownPoll(w, id)
 		return
 	case err != nil:
-		s.ledgerFailed(w, r, "results lookup for the live page failed", err)
+		lv.reads.LedgerFailed(w, r, "results lookup for the live page failed", err)
 		return
 	}
 	cp, err := lv.checkpoints.size(r.Context(), id)
-	if err != nil && !errors.Is(err, errPostgresDown) {
+	if err != nil && !lv.reads.Skipped(err) {
 		// The page still serves the figures; only the checkpoint is left out.
-		s.log.LogAttrs(r.Context(), slog.LevelWarn, "checkpoint lookup for the live page failed",
+		lv.log.LogAttrs(r.Context(), slog.LevelWarn, "checkpoint lookup for the live page failed",
 			slog.String("route", r.Pattern), slog.String("error", err.Error()))
 	}
 	var buf bytes.Buffer
-	if err := pageTemplate.Execute(&buf, newPageData(pi.poll, res, cp, time.Now())); err != nil {
-		s.failed(r, "live page rendering failed", err)
-		writeProblem(w, http.StatusInternalServerError, probInternal,
+	if err := pageTemplate.Execute(&buf, newPageData(poll, res, stale, cp, time.Now())); err != nil {
+		problem.Failed(lv.log, r, "live page rendering failed", err)
+		problem.Write(w, http.StatusInternalServerError, problem.Internal,
 			"intake failed on this request; it has been logged: retry later, and report it if it persists", 0)
 		return
 	}
@@ -138,13 +138,14 @@ func (lv *live) handlePage(w http.ResponseWriter, r *http.Request) {
 	w.Write(buf.Bytes())
 }
 
-// newPageData is the page of poll p with the figures res and the latest
-// checkpoint's size cp (0: none), at now.
-func newPageData(p ledger.Poll, res resultsAnswer, cp int64, now time.Time) pageData {
+// newPageData is the page of poll p with the figures res (stale: read
+// before PostgreSQL stopped answering) and the latest checkpoint's size cp
+// (0: none), at now.
+func newPageData(p ledger.Poll, res ledger.Results, stale bool, cp int64, now time.Time) pageData {
 	d := pageData{
 		PollID: p.ID, Title: p.Title, LivePath: "/v1/polls/" + p.ID + "/live",
 		Total: res.Total, AsOf: peopleTime(res.AsOf), AsOfISO: res.AsOf.UTC().Format(time.RFC3339Nano),
-		Stale: res.Stale, TreeSize: res.TreeSize, Checkpoint: cp,
+		Stale: stale, TreeSize: res.TreeSize, Checkpoint: cp,
 		CSS: template.CSS(pageCSS), JS: template.JS(pageJS),
 	}
 	switch {
@@ -163,7 +164,7 @@ func newPageData(p ledger.Poll, res resultsAnswer, cp int64, now time.Time) page
 	if res.Kind != "" {
 		d.Kind = string(res.Kind)
 	}
-	d.Choices = pageChoices(d.Kind, d.MaxScore, res.Results)
+	d.Choices = pageChoices(d.Kind, d.MaxScore, res)
 	if d.Kind == string(vote.KindRanked) {
 		d.Condorcet = condorcetLine(res.CondorcetWinner.ID)
 	}
@@ -256,28 +257,28 @@ func peopleTime(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05
 // a token gets, for a poll that is not public, the very 404 of an unknown
 // poll, and so learns nothing of it; one with a token is authenticated
 // first (401, 429 past its reads, 503), whatever the poll. It returns the
-// poll and the request's principal (nil without a token); otherwise it
+// poll and the request's principal ("" without a token); otherwise it
 // answers and returns false.
-func (s *Server) viewablePoll(w http.ResponseWriter, r *http.Request, id string) (*pollInfo, *voter, bool) {
-	var p *voter
+func (lv *Live) viewablePoll(w http.ResponseWriter, r *http.Request, id string) (ledger.Poll, string, bool) {
+	var principal string
 	if len(r.Header["Authorization"]) > 0 {
 		var ok bool
-		if p, ok = s.principal(w, r); !ok {
-			return nil, nil, false
+		if principal, ok = lv.auth.Principal(w, r); !ok {
+			return ledger.Poll{}, "", false
 		}
 	}
-	pi, err := s.catalog.lookup([]byte(id))
+	p, mayVote, err := lv.catalog.Poll(id, principal)
 	switch {
 	case errors.Is(err, ledger.ErrNotFound):
-		writeUnknownPoll(w, id)
+		problem.WriteUnknownPoll(w, id)
 	case err != nil:
-		s.ledgerFailed(w, r, "poll lookup failed", err)
-	case pi.poll.PublicResults || p != nil && pi.mayVote(p.ID):
-		return pi, p, true
+		lv.reads.LedgerFailed(w, r, "poll lookup failed", err)
+	case p.PublicResults || principal != "" && mayVote:
+		return p, principal, true
 	default:
-		writeUnknownPoll(w, id) // not to be told apart from an unknown poll
+		problem.WriteUnknownPoll(w, id) // not to be told apart from an unknown poll
 	}
-	return nil, nil, false
+	return ledger.Poll{}, "", false
 }
 
 // checkpointCache holds the size of each poll's latest signed checkpoint,
@@ -286,7 +287,7 @@ func (s *Server) viewablePoll(w http.ResponseWriter, r *http.Request, id string)
 // PostgreSQL no more than the results do. It holds no more polls than the
 // catalog: it is only read for a poll the catalog holds.
 type checkpointCache struct {
-	s     *Server
+	lv    *Live
 	group singleflight.Group
 
 	mu   sync.Mutex
@@ -300,8 +301,8 @@ type checkpointRead struct {
 	read time.Time
 }
 
-func newCheckpointCache(s *Server) *checkpointCache {
-	return &checkpointCache{s: s, last: map[string]checkpointRead{}}
+func newCheckpointCache(lv *Live) *checkpointCache {
+	return &checkpointCache{lv: lv, last: map[string]checkpointRead{}}
 }
 
 // size is the size of poll id's latest signed checkpoint, 0 when it has
@@ -310,7 +311,7 @@ func (c *checkpointCache) size(ctx context.Context, id string) (int64, error) {
 	c.mu.Lock()
 	last, held := c.last[id]
 	c.mu.Unlock()
-	if held && time.Since(last.read) < c.s.cfg.ReadCacheTTL {
+	if held && time.Since(last.read) < c.lv.cfg.ReadCacheTTL {
 		return last.size, nil
 	}
 	v, err, _ := c.group.Do(id, func() (any, error) {
@@ -328,8 +329,8 @@ func (c *checkpointCache) size(ctx context.Context, id string) (int64, error) {
 // it.
 func (c *checkpointCache) read(ctx context.Context, id string) (int64, error) {
 	var size int64
-	err := c.s.readLedger(ctx, func(ctx context.Context) error {
-		cp, err := c.s.store.LatestCheckpoint(ctx, id)
+	err := c.lv.reads.ReadLedger(ctx, func(ctx context.Context) error {
+		cp, err := c.lv.store.LatestCheckpoint(ctx, id)
 		if errors.Is(err, ledger.ErrNotFound) {
 			return nil
 		}

@@ -1,4 +1,4 @@
-package intake
+package live
 
 import (
 	"context"
@@ -31,6 +31,9 @@ type liveHubConfig struct {
 	// interval is the least time between two reads of a poll; changes
 	// notified within it share the read that follows them.
 	interval time.Duration
+	// quiet reports whether a failed read is not worth a log line (a read
+	// not sent while PostgreSQL does not answer); nil: none is.
+	quiet func(error) bool
 	// idle is how long the listener outlives the last viewer.
 	idle time.Duration
 	max  int // viewers at most
@@ -237,7 +240,7 @@ func (h *liveHub) read(lp *livePoll) {
 	}
 	switch {
 	case err != nil:
-		if ctx.Err() == nil && !errors.Is(err, errPostgresDown) {
+		if ctx.Err() == nil && (h.cfg.quiet == nil || !h.cfg.quiet(err)) {
 			h.cfg.log.LogAttrs(ctx, slog.LevelWarn, "live results read failed; trying again",
 				slog.String("poll", lp.id), slog.String("error", err.Error()))
 		}

@@ -1,4 +1,4 @@
-package intake
+package live
 
 import (
 	"bytes"
@@ -36,10 +36,10 @@ func pageOf(t *testing.T, spec vote.Spec, ballots ...string) string {
 	}
 	now := time.Now()
 	p := ledger.Poll{ID: "k", Title: "Kinds", OpensAt: now.Add(-time.Hour), Choices: choices, Rules: rules}
-	res := resultsAnswer{Results: ledger.ResultsOf("k", c)}
+	res := ledger.ResultsOf("k", c)
 	res.AsOf = now
 	var buf bytes.Buffer
-	if err := pageTemplate.Execute(&buf, newPageData(p, res, 0, now)); err != nil {
+	if err := pageTemplate.Execute(&buf, newPageData(p, res, false, 0, now)); err != nil {
 		t.Fatal(err)
 	}
 	return buf.String()
@@ -114,7 +114,7 @@ func TestPageSaysClosedOnlyWhenClosed(t *testing.T) {
 	} {
 		p := ledger.Poll{ID: "c", Title: "Closing", OpensAt: now.Add(-time.Hour), ClosesAt: tc.closesAt, Choices: []string{"a"}}
 		var buf bytes.Buffer
-		if err := pageTemplate.Execute(&buf, newPageData(p, resultsAnswer{}, 0, now)); err != nil {
+		if err := pageTemplate.Execute(&buf, newPageData(p, ledger.Results{}, false, 0, now)); err != nil {
 			t.Fatal(err)
 		}
 		page := buf.String()

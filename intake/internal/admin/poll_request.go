@@ -1,9 +1,10 @@
-package intake
+package admin
 
 import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+
 	"tally/audit"
 	"tally/ledger"
 	"tally/vote"

@@ -1,4 +1,4 @@
-package intake
+package admin
 
 import (
 	"bytes"
@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"tally/intake/internal/problem"
 	"tally/ledger"
 )
 
@@ -18,6 +19,10 @@ import (
 // (a principal of role admin, within its reads' rate), the strict reading
 // of a request body into its struct, and the one table from the ledger's
 // errors to the answers of an admin write.
+
+// byteOrderMark is the UTF-8 encoding of U+FEFF, which some editors and
+// Windows tools put before a text; JSON forbids it (RFC 8259 8.1).
+var byteOrderMark = []byte("\xef\xbb\xbf")
 
 // maxAdminBodyBytes bounds the body of an admin request: 10,000 names of
 // 200 bytes, with their quotes, fit.
@@ -27,22 +32,32 @@ const maxAdminBodyBytes = 4 << 20
 const MaxPrincipalsPerRequest = 10_000
 
 // admin authenticates the request as a principal of role admin and spends
-// one of its reads (Config.ReadRate), or answers 400, 401, 403, 429 or
-// 503 and returns false.
-func (s *Server) admin(w http.ResponseWriter, r *http.Request) (*voter, bool) {
-	p, ok := s.principalBy(w, r, time.Time{})
+// one of its reads (intake's Config.ReadRate), or answers 400, 401, 403,
+// 429 or 503 and returns false.
+func (a *Admin) admin(w http.ResponseWriter, r *http.Request) (Principal, bool) {
+	p, ok := a.auth.Authenticate(w, r)
 	if !ok {
-		return nil, false
+		return Principal{}, false
 	}
 	if p.Role != ledger.RoleAdmin {
-		writeProblem(w, http.StatusForbidden, probForbidden,
+		problem.Write(w, http.StatusForbidden, probForbidden,
 			"this route manages polls and principals and takes an admin's token; your principal is a voter: "+
 				"an operator issues admin tokens with tally principal add, as admins (or grants the role by an "+
 				"OpenID Connect issuer's admin claim)", 0)
-		return nil, false
+		return Principal{}, false
 	}
-	if !s.spendRead(w, p) {
-		return nil, false
+	if !a.auth.SpendRead(w, p.ID) {
+		return Principal{}, false
+	}
+	return p, true
+}
+
+// principal authenticates the request as any principal and spends one of
+// its reads, or answers 400, 401, 429 or 503 and returns false.
+func (a *Admin) principal(w http.ResponseWriter, r *http.Request) (Principal, bool) {
+	p, ok := a.auth.Authenticate(w, r)
+	if !ok || !a.auth.SpendRead(w, p.ID) {
+		return Principal{}, false
 	}
 	return p, true
 }
@@ -68,17 +83,17 @@ func readAdminBody(w http.ResponseWriter, r *http.Request, v any, shape string, 
 // readAdminBytes reads the body of an admin request, or answers 413, 415
 // or 400 and returns false.
 func readAdminBytes(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
-	if !plainJSON(w, r) {
+	if !problem.PlainJSON(w, r) {
 		return nil, false
 	}
 	if r.ContentLength > maxAdminBodyBytes {
-		writeProblem(w, http.StatusRequestEntityTooLarge, probTooLarge,
+		problem.Write(w, http.StatusRequestEntityTooLarge, problem.TooLarge,
 			fmt.Sprintf("the body is %d bytes, but an admin request takes at most %d: split it", r.ContentLength, maxAdminBodyBytes), 0)
 		return nil, false
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxAdminBodyBytes))
 	if err != nil {
-		answerReadError(w, err)
+		problem.ReadFailed(w, err, fmt.Sprintf("the body is over %d bytes, the most an admin request takes: split it", maxAdminBodyBytes))
 		return nil, false
 	}
 	return body, true
@@ -88,7 +103,7 @@ func readAdminBytes(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 // answers 400 naming what is wrong and returns false.
 func decodeAdminBody(w http.ResponseWriter, body []byte, v any, shape string) bool {
 	if err := decodeStrict(body, v); err != nil {
-		writeProblem(w, http.StatusBadRequest, probBadRequest, err.Error()+": send "+shape, 0)
+		problem.Write(w, http.StatusBadRequest, problem.BadRequest, err.Error()+": send "+shape, 0)
 		return false
 	}
 	return true
@@ -103,7 +118,7 @@ func decodeStrict(body []byte, v any) error {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return errors.New("the body is empty")
 	}
-	if bytes.HasPrefix(body[skipSpace(body, 0):], byteOrderMark) {
+	if bytes.HasPrefix(bytes.TrimLeft(body, " \t\n\r"), byteOrderMark) {
 		return errors.New("the body starts with a byte order mark (BOM): send UTF-8 JSON without it")
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
@@ -116,7 +131,7 @@ func decodeStrict(body []byte, v any) error {
 		return fmt.Errorf("the body goes on after the JSON object, at byte %d: send one object and nothing else", dec.InputOffset()+1)
 	}
 	if first, _ := json.NewDecoder(bytes.NewReader(raw)).Token(); first != json.Delim('{') {
-		return fmt.Errorf("the body must be a JSON object, not %s", kindOf(first))
+		return fmt.Errorf("the body must be a JSON object, not %s", problem.KindOf(first))
 	}
 	if err := exactKeys(raw, v); err != nil {
 		_ = json.Unmarshal(raw, v) // what can be read, so that an answer names the poll it refuses
@@ -217,9 +232,9 @@ func exactKeysOf(obj []byte, t reflect.Type, path string) error {
 		ft, ok := known[key]
 		switch {
 		case !ok && path == "":
-			return fmt.Errorf("the body has the key %s, which is not one of the route's (keys are lowercase, as documented)", quoteClip(key))
+			return fmt.Errorf("the body has the key %s, which is not one of the route's (keys are lowercase, as documented)", problem.Quote(key))
 		case !ok:
-			return fmt.Errorf("the body has the key %s in %q, which is not one of its (keys are lowercase, as documented)", quoteClip(key), strings.TrimSuffix(path, "."))
+			return fmt.Errorf("the body has the key %s in %q, which is not one of its (keys are lowercase, as documented)", problem.Quote(key), strings.TrimSuffix(path, "."))
 		case seen[key]:
 			return fmt.Errorf("the body has the key %q twice: give each once", path+key)
 		}
@@ -258,37 +273,37 @@ func parseTimeField(field string, v *string) (*time.Time, error) {
 	return &t, nil
 }
 
-// adminWriteFailed answers the error of an admin write: 400 naming the
+// writeFailed answers the error of an admin write: 400 naming the
 // field at fault, 422 naming the field and the stated limit it is over, 404, 501 when this intake's database login may not make
 // the change, 503 when PostgreSQL did not answer (nothing was stored, or
 // the write may have committed: sending it again is safe, as each write
 // is idempotent but principals', which names it), 500 otherwise.
-func (s *Server) adminWriteFailed(w http.ResponseWriter, r *http.Request, err error) {
+func (a *Admin) writeFailed(w http.ResponseWriter, r *http.Request, err error) {
 	var field *ledger.FieldError
 	switch {
 	case errors.As(err, &field):
 		status, prob, detail, _ := pollRefused(err)
-		writeProblem(w, status, prob, detail, 0)
+		problem.Write(w, status, prob, detail, 0)
 	case errors.Is(err, ledger.ErrNotPermitted):
-		s.failed(r, "admin write refused by the database", err)
-		writeProblem(w, http.StatusNotImplemented, probNotConfigured,
+		problem.Failed(a.log, r, "admin write refused by the database", err)
+		problem.Write(w, http.StatusNotImplemented, probNotConfigured,
 			"this intake may not manage polls and principals: its database login is not granted tally_admin "+
 				"(an operator grants it, docs/operations.md); nothing was changed", 0)
-	case errors.Is(err, errPostgresDown) || ledger.IsRetryable(err) || r.Context().Err() != nil:
+	case a.ledger.Skipped(err) || ledger.IsRetryable(err) || r.Context().Err() != nil:
 		detail := "the database (PostgreSQL) did not answer, so the change may not be stored: " +
 			"send the same request again after the Retry-After delay"
-		if !errors.Is(err, errPostgresDown) {
-			s.failed(r, "admin write failed", err)
-			if r.Pattern == routePrincipals && r.Header.Get(idempotencyKeyHeader) == "" {
+		if !a.ledger.Skipped(err) {
+			problem.Failed(a.log, r, "admin write failed", err)
+			if r.Pattern == RoutePrincipals && r.Header.Get(idempotencyKeyHeader) == "" {
 				detail += "; adding principals without an Idempotency-Key header is not idempotent: if this request was stored after all, " +
 					"the principals it added hold credentials nobody was shown (tally principal list shows them, " +
 					"tally principal revoke removes them); send an Idempotency-Key to make a retry safe"
 			}
 		}
-		writeProblem(w, http.StatusServiceUnavailable, probUnavailable, detail, time.Second)
+		problem.Write(w, http.StatusServiceUnavailable, problem.Unavailable, detail, time.Second)
 	default:
-		s.failed(r, "admin write failed", err)
-		writeProblem(w, http.StatusInternalServerError, probInternal,
+		problem.Failed(a.log, r, "admin write failed", err)
+		problem.Write(w, http.StatusInternalServerError, problem.Internal,
 			"intake failed on this request; it has been logged: retry later, and report it if it persists", 0)
 	}
 }

@@ -1,4 +1,4 @@
-package intake
+package admin
 
 import (
 	"errors"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"tally/credential"
+	"tally/intake/internal/problem"
 	"tally/ledger"
 	"tally/vote"
 )
@@ -20,9 +21,11 @@ import (
 // the revocation's NOTIFY reaches it, and, asked to, what that admin
 // minted (RevokeMinted, as tally principal revoke --minted does).
 
+// Route templates of the principal routes, also the route labels of the
+// metrics.
 const (
-	routePrincipals      = "/v1/principals"
-	routePrincipalRevoke = "/v1/principals/{principal_id}/revoke"
+	RoutePrincipals      = "/v1/principals"
+	RoutePrincipalRevoke = "/v1/principals/{principal_id}/revoke"
 )
 
 // principalsRequest is the body of POST /v1/principals.
@@ -50,7 +53,7 @@ type principalsAnswer struct {
 	ExpiresAt  *time.Time        `json:"expires_at"`
 }
 
-// handleAddPrincipals takes POST /v1/principals: 201 with each principal
+// AddPrincipals takes POST /v1/principals: 201 with each principal
 // added and its credential, which no later answer shows again. Nothing is
 // stored when this intake has no key to sign the credentials with. Admins
 // are added only with Config.AddAdminsOverHTTP (403 otherwise), and their
@@ -58,8 +61,8 @@ type principalsAnswer struct {
 // an Idempotency-Key header it is idempotent (ledger.AddPrincipalsOnce):
 // the same request again answers 201 with the same principals, their
 // credentials signed anew; another request under the same key 409.
-func (s *Server) handleAddPrincipals(w http.ResponseWriter, r *http.Request) {
-	a, ok := s.admin(w, r)
+func (a *Admin) AddPrincipals(w http.ResponseWriter, r *http.Request) {
+	admin, ok := a.admin(w, r)
 	if !ok {
 		return
 	}
@@ -67,28 +70,28 @@ func (s *Server) handleAddPrincipals(w http.ResponseWriter, r *http.Request) {
 	if !readAdminBody(w, r, &q, principalsShape, false) {
 		return
 	}
-	if s.cfg.TokenKey == nil {
-		writeProblem(w, http.StatusNotImplemented, probNotConfigured,
+	if a.cfg.TokenKey == nil {
+		problem.Write(w, http.StatusNotImplemented, probNotConfigured,
 			"this intake has no credential key to sign tokens with (tally intake takes one as its credential key): "+
 				"nothing was added; ask an operator, or add principals with tally principal add", 0)
 		return
 	}
 	expires, err := credential.ParseExpiry(q.Expires, time.Now())
 	if err != nil {
-		s.adminWriteFailed(w, r, &ledger.FieldError{Field: "expires", Reason: err.Error()})
+		a.writeFailed(w, r, &ledger.FieldError{Field: "expires", Reason: err.Error()})
 		return
 	}
 	if q.Role == ledger.RoleAdmin {
-		if !s.cfg.AddAdminsOverHTTP {
-			writeProblem(w, http.StatusForbidden, probForbidden,
+		if !a.cfg.AddAdminsOverHTTP {
+			problem.Write(w, http.StatusForbidden, probForbidden,
 				"this intake adds voters only: an operator adds admins with tally principal add, as admins "+
 					"(or lets intake add admins over HTTP); nothing was added", 0)
 			return
 		}
-		expires = notAfter(expires, a.expiresAt)
+		expires = notAfter(expires, admin.ExpiresAt)
 	}
 	if n := len(q.Names); n == 0 || n > MaxPrincipalsPerRequest {
-		s.adminWriteFailed(w, r, &ledger.FieldError{Field: "names",
+		a.writeFailed(w, r, &ledger.FieldError{Field: "names",
 			Reason: fmt.Sprintf("%d names; one request adds 1 to %d (split more)", n, MaxPrincipalsPerRequest)})
 		return
 	}
@@ -96,26 +99,26 @@ func (s *Server) handleAddPrincipals(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	ps, replayed, err := s.addPrincipals(r, a, idemKey, q)
+	ps, replayed, err := a.addPrincipals(r, admin, idemKey, q)
 	if errors.Is(err, ledger.ErrKeyReused) {
-		writeProblem(w, http.StatusConflict, probIdempotencyKeyReused,
+		problem.Write(w, http.StatusConflict, probIdempotencyKeyReused,
 			"you used this Idempotency-Key for a request with other names or another role; nothing was added: "+
 				"send that request's names and role again to get its principals, or choose a new key for a new request", 0)
 		return
 	}
 	if err != nil {
-		s.adminWriteFailed(w, r, err)
+		a.writeFailed(w, r, err)
 		return
 	}
 	if !replayed {
-		s.logAdmin(r, a, "principal.add", fmt.Sprintf("%d principals of role %s", len(ps), ps[0].Role))
+		a.logWrite(r, admin, "principal.add", fmt.Sprintf("%d principals of role %s", len(ps), ps[0].Role))
 	}
-	out, err := s.issuePrincipals(ps, expires)
+	out, err := a.issuePrincipals(ps, expires)
 	if err != nil {
-		s.adminWriteFailed(w, r, err)
+		a.writeFailed(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, out)
+	problem.JSON(w, http.StatusCreated, out)
 }
 
 // idempotencyKey gives the request's Idempotency-Key, "" when it has
@@ -126,24 +129,24 @@ func idempotencyKey(w http.ResponseWriter, r *http.Request) (string, bool) {
 		return "", true
 	}
 	if len(key) != 1 || !validIdempotencyKey(key[0]) {
-		writeProblem(w, http.StatusBadRequest, probBadRequest,
+		problem.Write(w, http.StatusBadRequest, problem.BadRequest,
 			"the Idempotency-Key header must be given once, 1 to 255 visible ASCII characters (no spaces): a key of your choosing for this request", 0)
 		return "", false
 	}
 	return key[0], true
 }
 
-// addPrincipals stores the request's principals as admin a, once per
+// addPrincipals stores the request's principals as admin, once per
 // Idempotency-Key when key is not empty (replayed then says the key's
 // first request made them).
-func (s *Server) addPrincipals(r *http.Request, a *voter, key string, q principalsRequest) (ps []ledger.Principal, replayed bool, err error) {
-	err = s.askLedger(r, func() error {
+func (a *Admin) addPrincipals(r *http.Request, admin Principal, key string, q principalsRequest) (ps []ledger.Principal, replayed bool, err error) {
+	err = a.ask(r, func() error {
 		var err error
-		ctx := ledger.ActingAs(r.Context(), a.ID)
+		ctx := ledger.ActingAs(r.Context(), admin.ID)
 		if key != "" {
-			ps, replayed, err = s.store.AddPrincipalsOnce(ctx, key, q.Names, q.Role)
+			ps, replayed, err = a.store.AddPrincipalsOnce(ctx, key, q.Names, q.Role)
 		} else {
-			ps, err = s.store.AddPrincipals(ctx, q.Names, q.Role)
+			ps, err = a.store.AddPrincipals(ctx, q.Names, q.Role)
 		}
 		return err
 	})
@@ -152,13 +155,13 @@ func (s *Server) addPrincipals(r *http.Request, a *voter, key string, q principa
 
 // issuePrincipals signs a token for each principal, expiring at expires
 // (never when zero).
-func (s *Server) issuePrincipals(ps []ledger.Principal, expires time.Time) (principalsAnswer, error) {
+func (a *Admin) issuePrincipals(ps []ledger.Principal, expires time.Time) (principalsAnswer, error) {
 	out := principalsAnswer{Principals: make([]issuedPrincipal, len(ps))}
 	if !expires.IsZero() {
 		out.ExpiresAt = &expires
 	}
 	for i, p := range ps {
-		token, err := s.cfg.TokenKey.IssueRole(p.ID, p.Role, p.CreatedAt, expires)
+		token, err := a.cfg.TokenKey.IssueRole(p.ID, p.Role, p.CreatedAt, expires)
 		if err != nil {
 			return out, err
 		}
@@ -223,11 +226,11 @@ func roleOf(p ledger.Principal) *string {
 	return &p.Role
 }
 
-// handleListPrincipals takes GET /v1/principals?after=ID&limit=N: a page
+// ListPrincipals takes GET /v1/principals?after=ID&limit=N: a page
 // of the principals in id order, and the after of the next page while
 // there may be one.
-func (s *Server) handleListPrincipals(w http.ResponseWriter, r *http.Request) {
-	if _, ok := s.admin(w, r); !ok {
+func (a *Admin) ListPrincipals(w http.ResponseWriter, r *http.Request) {
+	if _, ok := a.admin(w, r); !ok {
 		return
 	}
 	after, limit, ok := pageQuery(w, r)
@@ -235,13 +238,13 @@ func (s *Server) handleListPrincipals(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var ps []ledger.Principal
-	err := s.askLedger(r, func() error {
+	err := a.ask(r, func() error {
 		var err error
-		ps, err = s.store.PrincipalsAfter(r.Context(), after, limit)
+		ps, err = a.store.PrincipalsAfter(r.Context(), after, limit)
 		return err
 	})
 	if err != nil {
-		s.ledgerFailed(w, r, "principal list failed", err)
+		a.ledger.LedgerFailed(w, r, "principal list failed", err)
 		return
 	}
 	out := struct {
@@ -257,7 +260,7 @@ func (s *Server) handleListPrincipals(w http.ResponseWriter, r *http.Request) {
 	if len(ps) == limit {
 		out.NextAfter = ps[len(ps)-1].ID
 	}
-	writeJSON(w, http.StatusOK, out)
+	problem.JSON(w, http.StatusOK, out)
 }
 
 // pageQuery reads ?after=ID&limit=N, or answers 400 naming the one that
@@ -266,15 +269,15 @@ func pageQuery(w http.ResponseWriter, r *http.Request) (after string, limit int,
 	q := r.URL.Query()
 	after, limit = q.Get("after"), principalsPage
 	if after != "" && !vote.ValidID(after) {
-		writeProblem(w, http.StatusBadRequest, probBadRequest,
-			fmt.Sprintf("the query parameter \"after\" is %s: give the principal id next_after named, or none for the first page", describeID(after)), 0)
+		problem.Write(w, http.StatusBadRequest, problem.BadRequest,
+			fmt.Sprintf("the query parameter \"after\" is %s: give the principal id next_after named, or none for the first page", problem.DescribeID(after)), 0)
 		return "", 0, false
 	}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > principalsPageMax {
-			writeProblem(w, http.StatusBadRequest, probBadRequest,
-				fmt.Sprintf("the query parameter \"limit\" is %s: give a whole number from 1 to %d", quoteClip(v), principalsPageMax), 0)
+			problem.Write(w, http.StatusBadRequest, problem.BadRequest,
+				fmt.Sprintf("the query parameter \"limit\" is %s: give a whole number from 1 to %d", problem.Quote(v), principalsPageMax), 0)
 			return "", 0, false
 		}
 		limit = n
@@ -282,16 +285,16 @@ func pageQuery(w http.ResponseWriter, r *http.Request) (after string, limit int,
 	return after, limit, true
 }
 
-// handleRevokePrincipal takes POST /v1/principals/{principal_id}/revoke:
+// RevokePrincipal takes POST /v1/principals/{principal_id}/revoke:
 // 200 with the time it was revoked, the first time or any later one. With
 // ?minted=true it revokes too every principal the admin minted over HTTP,
 // those they minted, and so on, and answers how many it revoked now.
-func (s *Server) handleRevokePrincipal(w http.ResponseWriter, r *http.Request) {
-	a, ok := s.admin(w, r)
+func (a *Admin) RevokePrincipal(w http.ResponseWriter, r *http.Request) {
+	admin, ok := a.admin(w, r)
 	if !ok {
 		return
 	}
-	id, ok := pathID(w, r, "principal_id", "principal id")
+	id, ok := problem.PathID(w, r, "principal_id", "principal id")
 	if !ok {
 		return
 	}
@@ -301,38 +304,38 @@ func (s *Server) handleRevokePrincipal(w http.ResponseWriter, r *http.Request) {
 	case "true":
 		withMinted = true
 	default:
-		writeProblem(w, http.StatusBadRequest, probBadRequest, fmt.Sprintf(
-			"the query parameter \"minted\" is %s: give true to revoke what the principal minted too, or leave it out", quoteClip(v)), 0)
+		problem.Write(w, http.StatusBadRequest, problem.BadRequest, fmt.Sprintf(
+			"the query parameter \"minted\" is %s: give true to revoke what the principal minted too, or leave it out", problem.Quote(v)), 0)
 		return
 	}
 	var p ledger.Principal
 	var minted *int
-	err := s.askLedger(r, func() error {
-		ctx := ledger.ActingAs(r.Context(), a.ID)
-		if err := s.store.RevokePrincipal(ctx, id); err != nil {
+	err := a.ask(r, func() error {
+		ctx := ledger.ActingAs(r.Context(), admin.ID)
+		if err := a.store.RevokePrincipal(ctx, id); err != nil {
 			return err
 		}
 		if withMinted {
-			n, err := s.store.RevokeMinted(ctx, id)
+			n, err := a.store.RevokeMinted(ctx, id)
 			if err != nil {
 				return err
 			}
 			minted = &n
 		}
 		var err error
-		p, err = s.store.Principal(r.Context(), id)
+		p, err = a.store.Principal(r.Context(), id)
 		return err
 	})
 	switch {
 	case errors.Is(err, ledger.ErrNotFound):
-		writeProblem(w, http.StatusNotFound, probNotFound,
+		problem.Write(w, http.StatusNotFound, problem.NotFound,
 			fmt.Sprintf("there is no principal %q: check the id (tally principal list shows them)", id), 0)
 	case err != nil:
-		s.adminWriteFailed(w, r, err)
+		a.writeFailed(w, r, err)
 	default:
-		s.logAdmin(r, a, "principal.revoke", id)
-		s.catchUpAfter(r)
-		writeJSON(w, http.StatusOK, struct {
+		a.logWrite(r, admin, "principal.revoke", id)
+		a.catchUpAfter(r)
+		problem.JSON(w, http.StatusOK, struct {
 			PrincipalID string     `json:"principal_id"`
 			Role        *string    `json:"role"`
 			RevokedAt   *time.Time `json:"revoked_at"`
