@@ -9,7 +9,7 @@ SERVICES := eval "$$(scripts/services.sh env)"
 # "context deadline exceeded" and no failing input, a race in Go 1.26's fuzz
 # coordinator (go.dev/issue/75804). FUZZTIME=5m runs every target that long.
 FUZZTIME ?=
-FUZZ_TARGETS := ./intake:FuzzParseVote:60000x ./intake/internal/admin:FuzzDecodePollRequest:10000x ./cli:FuzzParseImportLine:50000x ./stream:FuzzDecode:400000x ./vote:FuzzValidID:400000x ./vote:FuzzParseBallot:40000x ./vote:FuzzScanCanonical:40000x ./vote:FuzzScanBallot:40000x ./audit:FuzzDecodeLeaf:200000x ./audit:FuzzDecodeDefinition:200000x ./audit:FuzzOpenCheckpoint:60000x ./audit:FuzzParseExportLine:40000x ./credential:FuzzVerify:60000x
+FUZZ_TARGETS := ./intake:FuzzParseVote:60000x ./intake/internal/admin:FuzzDecodePollRequest:10000x ./cli:FuzzParseImportLine:50000x ./stream:FuzzDecode:400000x ./vote:FuzzValidID:400000x ./vote:FuzzParseBallot:40000x ./vote:FuzzScanCanonical:40000x ./vote:FuzzScanBallot:40000x ./vote:FuzzValidCanonical:40000x ./audit:FuzzDecodeLeaf:200000x ./audit:FuzzDecodeDefinition:200000x ./audit:FuzzOpenCheckpoint:60000x ./audit:FuzzParseExportLine:40000x ./credential:FuzzVerify:60000x ./credential:FuzzClaimsDecode:60000x
 # staticcheck at a pinned version, fetched through the module proxy by go run:
 # lint never depends on what happens to be installed.
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
