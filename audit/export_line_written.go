@@ -50,22 +50,8 @@ func parseWritten(line []byte) (ExportRow, bool) {
 		}
 		*f.dst, b = string(b[:end]), b[end+1:]
 	}
-	for _, f := range [2]struct {
-		key string
-		dst *time.Time
-	}{{`,"received_at":"`, &r.ReceivedAt}, {`,"recorded_at":"`, &r.RecordedAt}} {
-		rest, ok := bytes.CutPrefix(b, []byte(f.key))
-		if !ok {
-			continue
-		}
-		if len(rest) < len(exampleTime)+1 || rest[len(exampleTime)] != '"' {
-			return r, false
-		}
-		t, err := time.Parse(TimeFormat, string(rest[:len(exampleTime)]))
-		if err != nil || t.Before(unixEpoch) || t.Location() != time.UTC {
-			return r, false
-		}
-		*f.dst, b = t, rest[len(exampleTime)+1:]
+	if b, ok = cutTimes(b, &r); !ok {
+		return r, false
 	}
 	if rest, ok := bytes.CutPrefix(b, []byte(`,"leaf_index":`)); ok {
 		n, rest, ok := cutWhole(rest)
@@ -78,6 +64,30 @@ func parseWritten(line []byte) (ExportRow, bool) {
 		return r, false
 	}
 	return r, true
+}
+
+// cutTimes cuts the optional received_at and recorded_at, in that order,
+// off the front of b into r; false if one is there but not a time of the
+// written form.
+func cutTimes(b []byte, r *ExportRow) ([]byte, bool) {
+	for _, f := range [2]struct {
+		key string
+		dst *time.Time
+	}{{`,"received_at":"`, &r.ReceivedAt}, {`,"recorded_at":"`, &r.RecordedAt}} {
+		rest, ok := bytes.CutPrefix(b, []byte(f.key))
+		if !ok {
+			continue
+		}
+		if len(rest) < len(exampleTime)+1 || rest[len(exampleTime)] != '"' {
+			return b, false
+		}
+		t, err := time.Parse(TimeFormat, string(rest[:len(exampleTime)]))
+		if err != nil || t.Before(unixEpoch) || t.Location() != time.UTC {
+			return b, false
+		}
+		*f.dst, b = t, rest[len(exampleTime)+1:]
+	}
+	return b, true
 }
 
 // cutWhole cuts a whole number from 0 to 2^63-1 off the front of b, as

@@ -148,69 +148,94 @@ func latestOf(events []Event, rules map[string]*pollRules) []bool {
 // adds poll_results' figures per choice, poll_pairwise's cells and
 // poll_ballots' count, each in a fixed order, in one statement.
 func addFigures(ctx context.Context, tx pgx.Tx, in appendInput, outcomes []Outcome, rules map[string]*pollRules) error {
-	counts := map[string]*vote.Count{}
-	var polls []string
-	add := func(poll string, b vote.Ballot, sign int64) {
-		c := counts[poll]
-		if c == nil {
-			pr := rules[poll]
-			c = vote.NewCount(pr.rules.Kind, pr.choices)
-			counts[poll] = c
-			polls = append(polls, poll)
-		}
-		c.Add(b, sign)
-	}
-	count := func(poll string, answer string, sign int64) {
-		if b, err := vote.ParseCanonical(rules[poll].rules.Kind, answer); err == nil {
-			add(poll, b, sign)
-		} // else not a ballot of the poll: never recorded
-	}
-	var latest []int     // the last recorded event of each (poll, principal)
-	var firstSeq []int64 // the seq of its first, by latest's index
-	last := map[pollPrincipal]int{}
+	bc := batchCounts{rules: rules, counts: map[string]*vote.Count{}}
+	var lb lastOfBatch
 	for i, e := range in.events {
 		switch {
 		case outcomes[i].Status != StatusRecorded || rules[e.PollID] == nil:
 		case in.latest[i]:
-			pp := pollPrincipal{e.PollID, e.PrincipalID}
-			if j, ok := last[pp]; ok {
-				latest[j] = i
-				firstSeq[j] = min(firstSeq[j], outcomes[i].Seq)
-			} else {
-				last[pp] = len(latest)
-				latest = append(latest, i)
-				firstSeq = append(firstSeq, outcomes[i].Seq)
-			}
+			lb.note(i, e, outcomes[i].Seq)
 		case in.ballotOK[i]:
-			add(e.PollID, in.ballots[i], 1)
+			bc.add(e.PollID, in.ballots[i], 1)
 		}
 	}
-	if len(latest) > 0 {
-		replaced, err := lastBallots(ctx, tx, in.events, latest, firstSeq)
+	if len(lb.latest) > 0 {
+		replaced, err := lastBallots(ctx, tx, in.events, lb.latest, lb.firstSeq)
 		if err != nil {
 			return err
 		}
-		for _, i := range latest {
+		for _, i := range lb.latest {
 			e := in.events[i]
 			if in.ballotOK[i] {
-				add(e.PollID, in.ballots[i], 1)
+				bc.add(e.PollID, in.ballots[i], 1)
 			} else {
-				count(e.PollID, e.Answer(), 1)
+				bc.addAnswer(e.PollID, e.Answer(), 1)
 			}
 			if old, ok := replaced[pollPrincipal{e.PollID, e.PrincipalID}]; ok {
-				count(e.PollID, old, -1)
+				bc.addAnswer(e.PollID, old, -1)
 			}
 		}
 	}
-	if len(counts) == 0 {
+	if len(bc.counts) == 0 {
 		return nil
 	}
 	var f figureRows
-	for _, p := range polls {
-		f.add(p, counts[p])
+	for _, p := range bc.polls {
+		f.add(p, bc.counts[p])
 	}
 	_, err := tx.Exec(ctx, addFiguresSQL, f.args()...)
 	return interpretError("append batch: count the ballots", err)
+}
+
+// batchCounts sums a batch's ballots, one vote.Count per poll, its polls
+// in the order they first appear.
+type batchCounts struct {
+	rules  map[string]*pollRules
+	counts map[string]*vote.Count
+	polls  []string
+}
+
+func (bc *batchCounts) add(poll string, b vote.Ballot, sign int64) {
+	c := bc.counts[poll]
+	if c == nil {
+		pr := bc.rules[poll]
+		c = vote.NewCount(pr.rules.Kind, pr.choices)
+		bc.counts[poll] = c
+		bc.polls = append(bc.polls, poll)
+	}
+	c.Add(b, sign)
+}
+
+// addAnswer adds an answer in its canonical form; one that is not a ballot
+// of the poll was never recorded, and counts nothing.
+func (bc *batchCounts) addAnswer(poll, answer string, sign int64) {
+	if b, err := vote.ParseCanonical(bc.rules[poll].rules.Kind, answer); err == nil {
+		bc.add(poll, b, sign)
+	}
+}
+
+// lastOfBatch collects the recorded events of polls of answers latest:
+// the last of each (poll, principal) in the batch, and the seq of its
+// first there, by latest's index.
+type lastOfBatch struct {
+	latest   []int
+	firstSeq []int64
+	at       map[pollPrincipal]int
+}
+
+func (lb *lastOfBatch) note(i int, e Event, seq int64) {
+	pp := pollPrincipal{e.PollID, e.PrincipalID}
+	if j, ok := lb.at[pp]; ok {
+		lb.latest[j] = i
+		lb.firstSeq[j] = min(lb.firstSeq[j], seq)
+		return
+	}
+	if lb.at == nil {
+		lb.at = map[pollPrincipal]int{}
+	}
+	lb.at[pp] = len(lb.latest)
+	lb.latest = append(lb.latest, i)
+	lb.firstSeq = append(lb.firstSeq, seq)
 }
 
 // lockPrincipalsSQL takes the transaction locks of lockPrincipals, in the

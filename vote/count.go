@@ -63,7 +63,6 @@ func (c *Count) Index(id string) int {
 // a choice the poll does not have is passed over.
 func (c *Count) Add(b Ballot, sign int64) {
 	c.Ballots += sign
-	n := len(c.Choices)
 	switch b.Kind {
 	case KindSingle, KindMultiple:
 		for _, id := range b.Choices {
@@ -72,22 +71,7 @@ func (c *Count) Add(b Ballot, sign int64) {
 			}
 		}
 	case KindApprove:
-		for _, m := range b.Marks {
-			i := c.Index(m.Choice)
-			if i < 0 {
-				continue
-			}
-			f := &c.Figures[i]
-			switch m.Value {
-			case ApproveYes:
-				f.Yes += sign
-				f.Votes += sign
-			case ApproveNo:
-				f.No += sign
-			case ApproveAbstain:
-				f.Abstain += sign
-			}
-		}
+		c.addMarks(b.Marks, sign)
 	case KindScore:
 		for _, m := range b.Marks {
 			if i := c.Index(m.Choice); i >= 0 {
@@ -96,33 +80,61 @@ func (c *Count) Add(b Ballot, sign int64) {
 			}
 		}
 	case KindRanked:
-		// On the stack for a poll of the kind's size: Add runs per ballot.
-		var rankedBuf [MaxRankedChoices]bool
-		var posBuf [MaxRankedChoices]int
-		ranked, pos := rankedBuf[:0], posBuf[:0]
-		if n <= MaxRankedChoices {
-			ranked = rankedBuf[:n]
-		} else {
-			ranked = make([]bool, n)
+		c.addRanking(b.Choices, sign)
+	}
+}
+
+// addMarks adds an approve ballot's marks; a choice left out is unmarked.
+func (c *Count) addMarks(marks []Mark, sign int64) {
+	for _, m := range marks {
+		i := c.Index(m.Choice)
+		if i < 0 {
+			continue
 		}
-		for _, id := range b.Choices {
-			if i := c.Index(id); i >= 0 && !ranked[i] {
-				ranked[i] = true
-				pos = append(pos, i)
-			}
+		f := &c.Figures[i]
+		switch m.Value {
+		case ApproveYes:
+			f.Yes += sign
+			f.Votes += sign
+		case ApproveNo:
+			f.No += sign
+		case ApproveAbstain:
+			f.Abstain += sign
 		}
-		for p, i := range pos {
-			if p == 0 {
-				c.Figures[i].Votes += sign
-			}
-			c.Figures[i].Borda += sign * int64(n-1-p)
-			for _, j := range pos[p+1:] {
+	}
+}
+
+// addRanking adds a ranking: its first preference, every ranked choice's
+// Borda points, and a pairwise cell for each ranked choice over every
+// choice below it, unranked ones included.
+func (c *Count) addRanking(order []string, sign int64) {
+	n := len(c.Choices)
+	// On the stack for a poll of the kind's size: Add runs per ballot.
+	var rankedBuf [MaxRankedChoices]bool
+	var posBuf [MaxRankedChoices]int
+	ranked, pos := rankedBuf[:0], posBuf[:0]
+	if n <= MaxRankedChoices {
+		ranked = rankedBuf[:n]
+	} else {
+		ranked = make([]bool, n)
+	}
+	for _, id := range order {
+		if i := c.Index(id); i >= 0 && !ranked[i] {
+			ranked[i] = true
+			pos = append(pos, i)
+		}
+	}
+	for p, i := range pos {
+		if p == 0 {
+			c.Figures[i].Votes += sign
+		}
+		c.Figures[i].Borda += sign * int64(n-1-p)
+		for _, j := range pos[p+1:] {
+			c.Pairwise[i*n+j] += sign
+		}
+		for j := range n {
+			if !ranked[j] {
 				c.Pairwise[i*n+j] += sign
-			}
-			for j := range n {
-				if !ranked[j] {
-					c.Pairwise[i*n+j] += sign
-				}
 			}
 		}
 	}
