@@ -2,15 +2,11 @@ package ledger
 
 import (
 	"bytes"
-	"cmp"
 	"context"
-	"crypto/sha256"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"regexp"
 	"runtime"
-	"slices"
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
@@ -205,10 +201,15 @@ func checkHashed(ctx context.Context, tx pgx.Tx, c LogCheck, h hashed, root, par
 		c.Problem = "the log is still to build from rows older than it: run tally migrate up"
 		return c, nil
 	}
-	leaf, what, err := compareFullTiles(ctx, tx, c.PollID, full)
-	if err != nil || what != "" {
-		c.Leaf, c.Problem = leaf, what
+	stored, err := storedTiles(ctx, tx, c.PollID)
+	if err != nil {
 		return c, err
+	}
+	for _, t := range full {
+		if leaf, what := firstDifference(t.level, t.idx, t.data, stored[[2]int64{int64(t.level), t.idx}]); what != "" {
+			c.Leaf, c.Problem = leaf, what
+			return c, nil
+		}
 	}
 	storedPartial, err := splitPartial(size, partial)
 	if n != size || err != nil {
@@ -277,54 +278,6 @@ const unnumberedSQL = `
 SELECT min(e.seq) FROM poll_events e
 LEFT JOIN (SELECT unnest(seqs) AS seq FROM poll_log_leaves WHERE poll_id = $1) l ON l.seq = e.seq
 WHERE e.poll_id = $1 AND l.seq IS NULL`
-
-// tilesDigestSQL is the digest of a poll's stored full tiles, each with
-// its level, index and length, in (level, index) order: tilesDigest of
-// the tiles the rows make when the stored ones are those, and only then.
-const tilesDigestSQL = `
-SELECT sha256(coalesce(string_agg(int2send(level) || int8send(idx) || int4send(length(hashes)) || hashes, ''::bytea ORDER BY level, idx), ''::bytea))
-FROM poll_log_tiles WHERE poll_id = $1`
-
-// tilesDigest is tilesDigestSQL of full, the tiles the rows make.
-func tilesDigest(full []fullTile) []byte {
-	sorted := slices.Clone(full)
-	slices.SortFunc(sorted, func(a, b fullTile) int { return cmp.Or(cmp.Compare(a.level, b.level), cmp.Compare(a.idx, b.idx)) })
-	h := sha256.New()
-	var head [2 + 8 + 4]byte
-	for _, t := range sorted {
-		binary.BigEndian.PutUint16(head[0:], uint16(t.level))
-		binary.BigEndian.PutUint64(head[2:], uint64(t.idx))
-		binary.BigEndian.PutUint32(head[10:], uint32(len(t.data)))
-		h.Write(head[:])
-		h.Write(t.data)
-	}
-	return h.Sum(nil)
-}
-
-// compareFullTiles compares the full tiles the rows make with the poll's
-// stored ones and names the first leaf under the first hash that differs
-// ("": none). The stored tiles are read only when their digest, made by
-// PostgreSQL, is not the rows' tiles' one: most of a large poll's bytes
-// are its tiles.
-func compareFullTiles(ctx context.Context, tx pgx.Tx, poll string, full []fullTile) (int64, string, error) {
-	var digest []byte
-	if err := tx.QueryRow(ctx, tilesDigestSQL, poll).Scan(&digest); err != nil {
-		return 0, "", interpretError("read the digest of the log's tiles", err)
-	}
-	if bytes.Equal(digest, tilesDigest(full)) {
-		return 0, "", nil
-	}
-	stored, err := storedTiles(ctx, tx, poll)
-	if err != nil {
-		return 0, "", err
-	}
-	for _, t := range full {
-		if leaf, what := firstDifference(t.level, t.idx, t.data, stored[[2]int64{int64(t.level), t.idx}]); what != "" {
-			return leaf, what, nil
-		}
-	}
-	return 0, "", nil
-}
 
 // storedTiles reads a poll's full tiles, by (level, index).
 func storedTiles(ctx context.Context, tx pgx.Tx, poll string) (map[[2]int64][]byte, error) {
