@@ -36,13 +36,12 @@ SELECT poll_id, size, root, partial FROM poll_log_heads
 WHERE $1::text IS NULL OR poll_id = $1 ORDER BY poll_id`
 
 // verifyLogs checks the log of every poll (one when pollID is set) in tx's
-// snapshot, and returns the recount its pass made beside the checks: the leaves are dense and each is a row of the poll, every row
-// of the poll is a leaf, the rows hash to the stored root,
-// and the stored tiles are the rows' (compared by a digest PostgreSQL
-// makes of them; when it differs, the first differing hash names the
-// leaf), and each row's fingerprint is its poll's and candidate's. A head
-// still to build (rows from before the log) is reported as
-// such.
+// snapshot, and returns the recount its pass made beside the checks: the
+// leaves are dense and each is a row of the poll, every row of the poll
+// is a leaf, the rows hash to the stored root, the stored tiles are the
+// rows' (the first differing hash names the leaf), and each row's
+// fingerprint is its poll's and candidate's. A head still to build (rows
+// from before the log) is reported as such.
 //
 // Every poll's rows are first hashed in one pass over the ledger
 // (log_pass.go). A poll the pass cannot hash (its leaves do not line up
