@@ -12,7 +12,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"tally/intake"
 	"tally/internal/testenv"
 	"tally/ledger"
 )
@@ -31,8 +30,8 @@ func serveTLSWith(t *testing.T, cert testCert, log *slog.Logger, opts ...option)
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts = append(opts, func(c *intake.Config) { c.TLSCertFile, c.TLSKeyFile = cert.certFile, cert.keyFile })
-	b := setupStore(t, store, rdb, prefix, log, opts...)
+	opts = append(opts, func(c *config) { c.TLSCertFile, c.TLSKeyFile = cert.certFile, cert.keyFile })
+	b := setup(t, append([]option{withStore(store), withRedis(rdb, prefix), withLogger(log)}, opts...)...)
 	tr := &http.Transport{TLSClientConfig: clientTLS(cert), ForceAttemptHTTP2: true}
 	t.Cleanup(tr.CloseIdleConnections)
 	b.client = &http.Client{Transport: tr, Timeout: 10 * time.Second}
@@ -50,7 +49,7 @@ func serveTLSWith(t *testing.T, cert testCert, log *slog.Logger, opts ...option)
 func TestLiveStreamOverHTTP2StaysOpen(t *testing.T) {
 	t.Parallel()
 	cert := writeTestCert(t, t.TempDir(), "intake-1", 1)
-	b := serveTLSWith(t, cert, testLogger(), func(c *intake.Config) {
+	b := serveTLSWith(t, cert, testLogger(), func(c *config) {
 		c.LiveHeartbeat, c.WriteTimeout, c.RequestTimeout = time.Second, 600*time.Millisecond, 500*time.Millisecond
 	})
 	publicPoll(t, b)
