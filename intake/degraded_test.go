@@ -74,7 +74,8 @@ func TestPostgresDownDegraded(t *testing.T) {
 	db := pg.Migrated("tally")
 	rdb, prefix := testenv.Redis(t)
 	const readTTL = 100 * time.Millisecond
-	b := setup(t, withDB(db), withRedis(rdb, prefix), func(c *config) {
+	var clk clock
+	b := setup(t, withDB(db), withRedis(rdb, prefix), withClock(&clk), func(c *config) {
 		c.ReadCacheTTL = readTTL
 		c.PostgresTimeout = time.Second
 		// The revocation at the end reaches intake by its listener, which
@@ -113,7 +114,7 @@ func TestPostgresDownDegraded(t *testing.T) {
 	wantProblemType(t, b.vote(t, outsider, "bad", "p2", "zzz"), http.StatusUnprocessableEntity, "invalid-choice")
 
 	pg.Stop()
-	time.Sleep(readTTL) // every figure is past its TTL
+	clk.advance(readTTL) // every figure is past its TTL
 
 	t.Run("readyz", func(t *testing.T) {
 		r := b.readyz(t)

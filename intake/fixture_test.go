@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -78,6 +79,8 @@ type config struct {
 	// writes, and no database is made: the bundle's db stays zero.
 	store *ledger.Store
 	log   *slog.Logger
+	// now, when set, is the clock of intake's results cache.
+	now func() time.Time
 }
 
 // option changes the config setup serves an intake from.
@@ -99,6 +102,17 @@ func withStore(store *ledger.Store) option { return func(c *config) { c.store = 
 
 // withLogger gives intake log rather than testLogger.
 func withLogger(log *slog.Logger) option { return func(c *config) { c.log = log } }
+
+// withClock has intake's results cache tell the figures' age by clk, so
+// the test moves them past Config.ReadCacheTTL with clk.advance.
+func withClock(clk *clock) option { return func(c *config) { c.now = clk.now } }
+
+// clock is time.Now moved on by advance.
+type clock struct{ ahead atomic.Int64 }
+
+func (c *clock) now() time.Time { return time.Now().Add(time.Duration(c.ahead.Load())) }
+
+func (c *clock) advance(d time.Duration) { c.ahead.Add(int64(d)) }
 
 // setup serves an intake as opts say: on a fresh database and Redis
 // prefix unless they say otherwise. Its principal's token and poll p1 are
@@ -128,6 +142,9 @@ func setup(t testing.TB, opts ...option) *bundle {
 	srv, err := intake.New(c.Config, intakeStore, c.rdb, keys, c.log, prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
+	}
+	if c.now != nil {
+		intake.SetResultsClock(srv, c.now)
 	}
 	b := &bundle{db: c.db, store: store, rdb: c.rdb, keys: keys, cfg: c.Config, m: srv.Metrics(), srv: srv, key: key}
 	b.serve(t)
