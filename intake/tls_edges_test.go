@@ -13,7 +13,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"tally/internal/testenv"
-	"tally/ledger"
 )
 
 // This file tests what a TLS client can do to intake beyond a request:
@@ -24,14 +23,8 @@ import (
 // options.
 func serveTLSWith(t *testing.T, cert testCert, log *slog.Logger, opts ...option) *bundle {
 	t.Helper()
-	db := testenv.Postgres(t)
-	rdb, prefix := testenv.Redis(t)
-	store, err := ledger.New(db.Pool, ledger.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts = append(opts, func(c *config) { c.TLSCertFile, c.TLSKeyFile = cert.certFile, cert.keyFile })
-	b := setup(t, append([]option{withStore(store), withRedis(rdb, prefix), withLogger(log)}, opts...)...)
+	opts = append(opts, withLogger(log), func(c *config) { c.TLSCertFile, c.TLSKeyFile = cert.certFile, cert.keyFile })
+	b := setup(t, opts...)
 	tr := &http.Transport{TLSClientConfig: clientTLS(cert), ForceAttemptHTTP2: true}
 	t.Cleanup(tr.CloseIdleConnections)
 	b.client = &http.Client{Transport: tr, Timeout: 10 * time.Second}
