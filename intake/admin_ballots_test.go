@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"tally/intake"
 	"tally/ledger"
 )
 
@@ -22,7 +21,7 @@ import (
 // mode 409 naming the field; and it takes ballots of its kind at once.
 func TestAdminCreateBallotKinds(t *testing.T) {
 	t.Parallel()
-	b := setup(t, func(c *intake.Config) { c.ReadRate, c.ReadBurst = 1000, 1000 }) // many admin requests
+	b := setup(t, func(c *config) { c.ReadRate, c.ReadBurst = 1000, 1000 }) // many admin requests
 	_, admin := b.admin(t, "app")
 	const choices = `"choices":["a","b","c"]`
 	cases := []struct {
@@ -88,7 +87,7 @@ func TestAdminCreateBallotKinds(t *testing.T) {
 // invalid-definition naming the field and the limit; nothing is stored.
 func TestAdminCreateBallotRefused(t *testing.T) {
 	t.Parallel()
-	b := setup(t, func(c *intake.Config) { c.ReadRate, c.ReadBurst = 1000, 1000 }) // 22 admin requests, past the default burst
+	b := setup(t, func(c *config) { c.ReadRate, c.ReadBurst = 1000, 1000 }) // 22 admin requests, past the default burst
 	_, admin := b.admin(t, "app")
 	const head = `{"poll_id":"bad","title":"T","choices":["a","b","c"]`
 	many := `"c0"`

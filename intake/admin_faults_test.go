@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"tally/intake"
 	"tally/internal/testenv"
 	"tally/ledger"
 )
@@ -40,7 +39,7 @@ func TestAdminPostgresDown(t *testing.T) {
 	// wait for the lock until PostgreSQL stops, not for the default 3s.
 	// The admin's reads are not what is tested: the wait for PostgreSQL
 	// to come back sends the create every 10ms.
-	b := setupAs(t, db, rdb, prefix, pg.URL("tally")+"&pool_max_conns=16", func(c *intake.Config) {
+	b := setup(t, withDB(db), withRedis(rdb, prefix), withIntakeURL(pg.URL("tally")+"&pool_max_conns=16"), func(c *config) {
 		c.RequestTimeout = 8 * time.Second
 		c.ReadRate, c.ReadBurst = 1000, 1000
 	})
@@ -145,8 +144,8 @@ func TestAdminRevokeAtAnotherIntake(t *testing.T) {
 	t.Parallel()
 	db := testenv.Postgres(t)
 	rdb, prefix := testenv.Redis(t)
-	a := setupOn(t, db, rdb, prefix)
-	b := setupOn(t, db, rdb, prefix, withKeyOf(a))
+	a := setup(t, withDB(db), withRedis(rdb, prefix))
+	b := setup(t, withDB(db), withRedis(rdb, prefix), withKeyOf(a))
 	voter, token := a.signed(t, "voter", time.Time{})
 	_, other := a.signed(t, "other", time.Time{})
 	_, admin := a.admin(t, "app")
@@ -178,7 +177,7 @@ func TestAdminNotConfigured(t *testing.T) {
 	t.Parallel()
 	t.Run("no credential key", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, func(c *intake.Config) { c.TokenKey = nil })
+		b := setup(t, func(c *config) { c.TokenKey = nil })
 		_, admin := b.admin(t, "app")
 		before := principalCount(t, b)
 		r := b.adminDo(t, http.MethodPost, "/v1/principals", admin, `{"names":["ann"]}`)
@@ -191,7 +190,7 @@ func TestAdminNotConfigured(t *testing.T) {
 		t.Parallel()
 		db := testenv.Postgres(t)
 		rdb, prefix := testenv.Redis(t)
-		b := setupAs(t, db, rdb, prefix, testenv.DaemonLogin(t, db))
+		b := setup(t, withDB(db), withRedis(rdb, prefix), withIntakeURL(testenv.DaemonLogin(t, db)))
 		ctx := context.Background()
 		_, admin := b.admin(t, "app")
 		target, _ := b.signed(t, "target", time.Time{})
@@ -225,7 +224,7 @@ func TestAdminNotConfigured(t *testing.T) {
 		db := testenv.Postgres(t)
 		rdb, prefix := testenv.Redis(t)
 		loginURL := testenv.AdminLogin(t, db)
-		b := setupAs(t, db, rdb, prefix, loginURL)
+		b := setup(t, withDB(db), withRedis(rdb, prefix), withIntakeURL(loginURL))
 		who, admin := b.admin(t, "app")
 		target, _ := b.signed(t, "target", time.Time{})
 		var want []string
@@ -284,7 +283,7 @@ func TestAdminNotConfigured(t *testing.T) {
 // gets 429 rate-limited with Retry-After, while another admin still reads.
 func TestAdminSharesReadBudget(t *testing.T) {
 	t.Parallel()
-	b := setup(t, func(c *intake.Config) { c.ReadRate, c.ReadBurst = 0.01, 2 })
+	b := setup(t, func(c *config) { c.ReadRate, c.ReadBurst = 0.01, 2 })
 	_, admin := b.admin(t, "app")
 	_, other := b.admin(t, "other")
 	if r := b.status(t, admin, "none"); r.code != http.StatusNotFound {

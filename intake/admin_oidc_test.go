@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"tally/credential"
-	"tally/intake"
 	"tally/internal/oidctest"
 	"tally/internal/testenv"
 )
@@ -29,7 +28,7 @@ func TestOIDCAdminClaim(t *testing.T) {
 	iss := oidcIssuer(t, p.URL(), credential.OIDCConfig{AdminClaim: "groups", AdminValue: "tally-admins"})
 	// tally's own tokens too: an admin of tally's own revokes the
 	// issuer's admin.
-	b := setup(t, func(c *intake.Config) {
+	b := setup(t, func(c *config) {
 		own, err := credential.NewKeySet(*c.TokenKey)
 		if err != nil {
 			t.Fatal(err)

@@ -76,7 +76,7 @@ func TestAdminRoutesWhoMay(t *testing.T) {
 // the field, changing nothing.
 func TestAdminCreatePollRepeats(t *testing.T) {
 	t.Parallel()
-	b := setup(t, func(c *intake.Config) { c.ReadRate, c.ReadBurst = 1000, 1000 }) // many admin requests
+	b := setup(t, func(c *config) { c.ReadRate, c.ReadBurst = 1000, 1000 }) // many admin requests
 	_, admin := b.admin(t, "app")
 	const def = `"poll_id":"topic","title":"Next topic?","choices":["api","cli"],"closes_at":"2030-01-01T00:00:00Z"`
 	r := b.adminDo(t, http.MethodPost, "/v1/polls", admin, `{`+def+`}`)
@@ -285,7 +285,7 @@ func TestAdminPrincipalsRefused(t *testing.T) {
 // (none, or later); one asked to expire sooner does; the token works.
 func TestAdminAddsAdmins(t *testing.T) {
 	t.Parallel()
-	b := setup(t, func(c *intake.Config) { c.AddAdminsOverHTTP = true })
+	b := setup(t, func(c *config) { c.AddAdminsOverHTTP = true })
 	ps, err := b.store.AddPrincipals(context.Background(), []string{"ops-lead"}, ledger.RoleAdmin)
 	if err != nil {
 		t.Fatal(err)
@@ -468,7 +468,7 @@ func TestAdminMalformedBodies(t *testing.T) {
 // true or false is 400 and revokes nothing.
 func TestAdminRevokeMinted(t *testing.T) {
 	t.Parallel()
-	b := setup(t, func(c *intake.Config) { c.AddAdminsOverHTTP = true })
+	b := setup(t, func(c *config) { c.AddAdminsOverHTTP = true })
 	_, root := b.admin(t, "root")
 	rootID := func() string {
 		id, err := b.cfg.Credentials.Verify(context.Background(), root)

@@ -86,7 +86,7 @@ func BenchmarkPostVoteTokenPaced(b *testing.B) {
 		new  bool
 	}{{"one", false}, {"new", true}} {
 		b.Run(tc.name, func(b *testing.B) {
-			bd := setup(b, func(c *intake.Config) { c.Rate = 1e6; c.Burst = 1_000_000 })
+			bd := setup(b, func(c *config) { c.Rate = 1e6; c.Burst = 1_000_000 })
 			establishedEpoch(b, bd.rdb, bd.keys)
 			tokens := []string{bd.token}
 			if tc.new {

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"tally/intake"
 	"tally/internal/testenv"
 )
 
@@ -22,7 +21,7 @@ import (
 // the idempotency window (no ledger lookup); the rate limit is set out of
 // the way. It reports votes/s and the p50 and p99 latency.
 func BenchmarkPostVote(b *testing.B) {
-	bd := setup(b, func(c *intake.Config) { c.Rate = 1e6; c.Burst = 1_000_000 })
+	bd := setup(b, func(c *config) { c.Rate = 1e6; c.Burst = 1_000_000 })
 	establishedEpoch(b, bd.rdb, bd.keys) // the principal is young: no ledger lookups
 	benchPost(b, bd.url+"/v1/votes", bd.token)
 }
@@ -33,7 +32,7 @@ func BenchmarkPostVote(b *testing.B) {
 func BenchmarkPostVoteLedgerCheck(b *testing.B) {
 	db := testenv.Postgres(b)
 	rdb, prefix := testenv.Redis(b)
-	bd := setupOn(b, db, rdb, prefix, func(c *intake.Config) { c.Rate = 1e6; c.Burst = 1_000_000 })
+	bd := setup(b, withDB(db), withRedis(rdb, prefix), func(c *config) { c.Rate = 1e6; c.Burst = 1_000_000 })
 	if _, err := db.Pool.Exec(b.Context(), `UPDATE principals SET created_at = now() - interval '48 hours' WHERE id = $1`, bd.who.ID); err != nil {
 		b.Fatal(err)
 	}

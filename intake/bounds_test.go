@@ -16,7 +16,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"tally/intake"
 	"tally/internal/testenv"
 )
 
@@ -87,7 +86,7 @@ func holdConns(t *testing.T, url, ip string, n int) (held []net.Conn, refused []
 // would take every slot and the vote would wait in the accept queue.
 func TestConnsPerAddr(t *testing.T) {
 	t.Parallel()
-	b := setup(t, func(c *intake.Config) {
+	b := setup(t, func(c *config) {
 		c.MaxConns, c.MaxLiveViewers, c.MaxConnsPerAddr = 20, 10, 8
 		c.ReadHeaderTimeout, c.IdleTimeout = time.Minute, time.Minute // connections that hold on
 	})
@@ -145,7 +144,7 @@ func TestConnsPerAddr(t *testing.T) {
 // the data listener serves no /metrics.
 func TestAdminListener(t *testing.T) {
 	t.Parallel()
-	b := setup(t, func(c *intake.Config) {
+	b := setup(t, func(c *config) {
 		c.AdminListen = "127.0.0.1:0" // the fixture listens on a port of its own
 		c.MaxConns, c.MaxLiveViewers, c.MaxConnsPerAddr = 10, 5, -1
 		c.ReadHeaderTimeout, c.IdleTimeout = time.Minute, time.Minute
@@ -193,7 +192,7 @@ func TestAdminListener(t *testing.T) {
 // with 429 live-principal-limit; a stream closed gives its place back.
 func TestLivePerAddrAndPrincipal(t *testing.T) {
 	t.Parallel()
-	b := setup(t, func(c *intake.Config) { c.MaxLivePerAddr, c.MaxLivePerPrincipal = 2, 1 })
+	b := setup(t, func(c *config) { c.MaxLivePerAddr, c.MaxLivePerPrincipal = 2, 1 })
 	publicPoll(t, b)
 	first := openLiveFrom(t, b, "pub", "", otherAddr)
 	openLiveFrom(t, b, "pub", "", otherAddr)
@@ -278,7 +277,7 @@ func keepAlive(t *testing.T, url, ip string, n int) (kept []net.Conn, refused in
 // probe waited that long.
 func TestAdminListenerBounded(t *testing.T) {
 	t.Parallel()
-	b := setup(t, func(c *intake.Config) {
+	b := setup(t, func(c *config) {
 		c.AdminListen = "127.0.0.1:0" // the fixture listens on a port of its own
 		c.ReadHeaderTimeout, c.IdleTimeout = time.Minute, time.Minute
 	})

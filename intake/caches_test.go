@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"tally/intake"
 	"tally/internal/testenv"
 	"tally/ledger"
 )
@@ -49,7 +48,7 @@ func TestRevocation(t *testing.T) {
 // reload far away, only the NOTIFY can tell intake.
 func TestClosedPollByNotify(t *testing.T) {
 	t.Parallel()
-	b := setup(t, func(c *intake.Config) { c.CatalogRefresh = time.Hour })
+	b := setup(t, func(c *config) { c.CatalogRefresh = time.Hour })
 	if r := b.vote(t, b.token, "e0", "p1", "a"); r.code != http.StatusAccepted {
 		t.Fatalf("vote: %d %s", r.code, r.raw)
 	}
@@ -90,7 +89,7 @@ func TestCatalogListenerReconnects(t *testing.T) {
 	t.Parallel()
 	db := testenv.Postgres(t)
 	rdb, prefix := testenv.Redis(t)
-	b := setupOn(t, db, rdb, prefix, func(c *intake.Config) { c.CatalogRefresh = time.Hour })
+	b := setup(t, withDB(db), withRedis(rdb, prefix), func(c *config) { c.CatalogRefresh = time.Hour })
 	ctx := context.Background()
 	if r := b.vote(t, b.token, "e0", "p1", "a"); r.code != http.StatusAccepted {
 		t.Fatalf("vote: %d %s", r.code, r.raw)

@@ -59,7 +59,7 @@ func quietPoll(t *testing.T, db testenv.DB, id string, logged bool) {
 // closed poll) applies nothing.
 func TestCatalogAppliesOnlyChanges(t *testing.T) {
 	t.Parallel()
-	b := setup(t, func(c *intake.Config) { c.CatalogRefresh = time.Hour })
+	b := setup(t, func(c *config) { c.CatalogRefresh = time.Hour })
 	loads := func() float64 { return testutil.ToFloat64(b.m.CatalogLoads) }
 	applied := func() float64 { return testutil.ToFloat64(b.m.CatalogChanges) }
 	if loads() != 1 {
@@ -95,7 +95,7 @@ func TestCatalogAppliesOnlyChanges(t *testing.T) {
 // the periodic check of the log.
 func TestCatalogPeriodicCheck(t *testing.T) {
 	t.Parallel()
-	b := setup(t, func(c *intake.Config) { c.CatalogRefresh = 100 * time.Millisecond })
+	b := setup(t, func(c *config) { c.CatalogRefresh = 100 * time.Millisecond })
 	quietPoll(t, b.db, "quiet", true)
 	b.waitCatalog(t, "quiet")
 }
@@ -168,7 +168,7 @@ func TestCatalogLogRewound(t *testing.T) {
 // changes are applied.
 func TestSlowCatalogReadIsNoOutage(t *testing.T) {
 	t.Parallel()
-	b := setup(t, func(c *intake.Config) { c.PostgresTimeout = 300 * time.Millisecond; c.CatalogRefresh = time.Hour })
+	b := setup(t, func(c *config) { c.PostgresTimeout = 300 * time.Millisecond; c.CatalogRefresh = time.Hour })
 	_, admin := b.admin(t, "app")
 	ctx := context.Background()
 	tx, err := b.db.Pool.Begin(ctx)
@@ -235,7 +235,7 @@ func TestCatalogLoadAtStartSaysHowFar(t *testing.T) {
 	}
 	rdb, prefix := testenv.Redis(t)
 	var logs testenv.LogBuffer
-	b := setupStore(t, store, rdb, prefix, slog.New(slog.NewTextHandler(&logs, nil)), func(c *intake.Config) {
+	b := setup(t, withStore(store), withRedis(rdb, prefix), withLogger(slog.New(slog.NewTextHandler(&logs, nil))), func(c *config) {
 		c.CatalogLoadTimeout = 300 * time.Millisecond
 	})
 	b.db = db
@@ -294,7 +294,7 @@ func TestCatalogLoadsLongEligibilityLists(t *testing.T) {
 			t.Logf("whole read %s, timeout %s; intake's log:\n%s", whole, timeout, logs.String())
 		}
 	})
-	b := setupStore(t, store, rdb, prefix, slog.New(slog.NewTextHandler(&logs, nil)), func(c *intake.Config) {
+	b := setup(t, withStore(store), withRedis(rdb, prefix), withLogger(slog.New(slog.NewTextHandler(&logs, nil))), func(c *config) {
 		c.PostgresTimeout = timeout
 	})
 	b.db = db
@@ -316,9 +316,9 @@ func TestCatalogChangeReachesAnotherIntake(t *testing.T) {
 	t.Parallel()
 	db := testenv.Postgres(t)
 	rdb, prefix := testenv.Redis(t)
-	hour := func(c *intake.Config) { c.CatalogRefresh = time.Hour }
-	a := setupOn(t, db, rdb, prefix, hour)
-	b := setupOn(t, db, rdb, prefix, hour, withKeyOf(a))
+	hour := func(c *config) { c.CatalogRefresh = time.Hour }
+	a := setup(t, withDB(db), withRedis(rdb, prefix), hour)
+	b := setup(t, withDB(db), withRedis(rdb, prefix), hour, withKeyOf(a))
 	_, admin := a.admin(t, "app")
 	var took []time.Duration
 	for i := range 20 {

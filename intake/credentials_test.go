@@ -15,7 +15,6 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"tally/credential"
-	"tally/intake"
 	"tally/internal/testenv"
 	"tally/ledger"
 )
@@ -37,7 +36,7 @@ func TestSignedBurstCostsNoQuery(t *testing.T) {
 	// 50 votes at once can take a loaded machine's Redis past the 1 s
 	// default (503 maybe-queued, seen): this test counts queries, not
 	// Redis' latency.
-	b := setupStore(t, store, rdb, prefix, testLogger(), func(c *intake.Config) {
+	b := setup(t, withStore(store), withRedis(rdb, prefix), func(c *config) {
 		c.RequestTimeout, c.RedisTimeout = 10*time.Second, 8*time.Second
 	})
 	const voters = 50
@@ -105,7 +104,7 @@ func TestSignedCredentialRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logs testenv.LogBuffer
-	b := setupStore(t, store, rdb, prefix, slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	b := setup(t, withStore(store), withRedis(rdb, prefix), withLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))))
 	p, good := b.signed(t, "voter", time.Time{})
 	other, err := credential.GenerateKey()
 	if err != nil {
@@ -288,7 +287,7 @@ func TestPostgresDownCredentials(t *testing.T) {
 	pg := testenv.StartPostgres(t)
 	db := pg.Migrated("tally")
 	rdb, prefix := testenv.Redis(t)
-	b := setupOn(t, db, rdb, prefix, func(c *intake.Config) { c.PostgresTimeout = time.Second })
+	b := setup(t, withDB(db), withRedis(rdb, prefix), func(c *config) { c.PostgresTimeout = time.Second })
 	runProjector(t, b)
 	ctx := context.Background()
 	_, newToken := b.signed(t, "newcomer", time.Time{})

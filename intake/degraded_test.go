@@ -12,7 +12,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"tally/intake"
 	"tally/internal/testenv"
 	"tally/ledger"
 	"tally/projector"
@@ -75,7 +74,8 @@ func TestPostgresDownDegraded(t *testing.T) {
 	db := pg.Migrated("tally")
 	rdb, prefix := testenv.Redis(t)
 	const readTTL = 100 * time.Millisecond
-	b := setupOn(t, db, rdb, prefix, func(c *intake.Config) {
+	var clk clock
+	b := setup(t, withDB(db), withRedis(rdb, prefix), withClock(&clk), func(c *config) {
 		c.ReadCacheTTL = readTTL
 		c.PostgresTimeout = time.Second
 		// The revocation at the end reaches intake by its listener, which
@@ -114,7 +114,7 @@ func TestPostgresDownDegraded(t *testing.T) {
 	wantProblemType(t, b.vote(t, outsider, "bad", "p2", "zzz"), http.StatusUnprocessableEntity, "invalid-choice")
 
 	pg.Stop()
-	time.Sleep(readTTL) // every figure is past its TTL
+	clk.advance(readTTL) // every figure is past its TTL
 
 	t.Run("readyz", func(t *testing.T) {
 		r := b.readyz(t)
@@ -204,7 +204,7 @@ func TestPostgresDownDegraded(t *testing.T) {
 // principal that reads them; another poll costs its own.
 func TestResultsReadOncePerTTL(t *testing.T) {
 	t.Parallel()
-	b := setup(t, func(c *intake.Config) { c.ReadCacheTTL, c.ReadRate = time.Hour, math.Inf(1) })
+	b := setup(t, func(c *config) { c.ReadCacheTTL, c.ReadRate = time.Hour, math.Inf(1) })
 	b.poll(t, ledger.Poll{ID: "p2", Title: "Dinner", Choices: []string{"x"}})
 	tokens := []string{b.token}
 	for i := range 2 {

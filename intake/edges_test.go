@@ -116,7 +116,7 @@ func postHead(token, extra string) string {
 // the connection is closed, never a 400 that quotes socket addresses.
 func TestBodyStopsArriving(t *testing.T) {
 	t.Parallel()
-	b := setup(t, func(c *intake.Config) { c.ReadTimeout = 300 * time.Millisecond })
+	b := setup(t, func(c *config) { c.ReadTimeout = 300 * time.Millisecond })
 	c := b.dial(t)
 	c.send(t, postHead(b.token, "Content-Length: 100\r\n")+`{"event_id"`[:10])
 	r := c.answer(t)
@@ -325,7 +325,7 @@ func TestMaxConns(t *testing.T) {
 		t.Fatalf("MaxConns -1: %v, want an error that names it", err)
 	}
 	for _, idle := range []time.Duration{time.Minute, 300 * time.Millisecond} {
-		b := setup(t, func(c *intake.Config) { c.MaxConns = 2; c.IdleTimeout = idle })
+		b := setup(t, func(c *config) { c.MaxConns = 2; c.IdleTimeout = idle })
 		const get = "GET /healthz HTTP/1.1\r\nHost: intake\r\n\r\n"
 		held := []*rawConn{b.dial(t), b.dial(t)}
 		for _, c := range held {

@@ -32,6 +32,11 @@ type Metrics struct {
 	CatalogChanges prometheus.Counter
 }
 
+// SetResultsClock has s's results cache tell the figures' age by now, so
+// a test moves them past Config.ReadCacheTTL without waiting. Set it
+// before s serves.
+func SetResultsClock(s *Server, now func() time.Time) { s.results.now = now }
+
 // HungRedis is a client of a Redis that never answers (see hungRedis).
 var HungRedis = hungRedis
 

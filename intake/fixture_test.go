@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -38,8 +39,8 @@ func (quietRedis) Printf(context.Context, string, ...any) {}
 // bundle is what one test needs: a served intake on a fresh database and a
 // unique Redis prefix, a principal and an open poll "p1" with choices a, b.
 type bundle struct {
-	db     testenv.DB    // zero when the test gave setupStore its store
-	store  *ledger.Store // intake's too, but under setupAs
+	db     testenv.DB    // zero when the test gave withStore its store
+	store  *ledger.Store // intake's too, but under withIntakeURL
 	rdb    redis.UniversalClient
 	keys   stream.Keys
 	url    string
@@ -58,64 +59,66 @@ type bundle struct {
 	handlerOnly bool
 }
 
-type option func(*intake.Config)
+// config is what setup serves an intake from: intake's Config, which a
+// test's options change, and where the intake runs. A field left zero is
+// the fixture's own: a fresh database, a Redis prefix of the test's own,
+// testLogger.
+type config struct {
+	intake.Config
+	// db holds the fixture's writes (principals, poll p1) and, unless url
+	// says otherwise, intake's.
+	db testenv.DB
+	// rdb is intake's Redis, its keys under prefix.
+	rdb    redis.UniversalClient
+	prefix string
+	// url, when set, is intake's own way into db: a pool of its own,
+	// logged in as testenv.DaemonLogin or AdminLogin as a deployed intake
+	// is, or with a pool size of its own.
+	url string
+	// store, when set, is the ledger of both intake and the fixture's
+	// writes, and no database is made: the bundle's db stays zero.
+	store *ledger.Store
+	log   *slog.Logger
+	// now, when set, is the clock of intake's results cache.
+	now func() time.Time
+}
 
+// option changes the config setup serves an intake from.
+type option func(*config)
+
+// withDB has the fixture and intake on db rather than on a fresh database.
+func withDB(db testenv.DB) option { return func(c *config) { c.db = db } }
+
+// withRedis has intake on rdb with its keys under prefix.
+func withRedis(rdb redis.UniversalClient, prefix string) option {
+	return func(c *config) { c.rdb, c.prefix = rdb, prefix }
+}
+
+// withIntakeURL has intake on a pool of its own, on the database by url.
+func withIntakeURL(url string) option { return func(c *config) { c.url = url } }
+
+// withStore has intake and the fixture on store, and makes no database.
+func withStore(store *ledger.Store) option { return func(c *config) { c.store = store } }
+
+// withLogger gives intake log rather than testLogger.
+func withLogger(log *slog.Logger) option { return func(c *config) { c.log = log } }
+
+// withClock has intake's results cache tell the figures' age by clk, so
+// the test moves them past Config.ReadCacheTTL with clk.advance.
+func withClock(clk *clock) option { return func(c *config) { c.now = clk.now } }
+
+// clock is time.Now moved on by advance.
+type clock struct{ ahead atomic.Int64 }
+
+func (c *clock) now() time.Time { return time.Now().Add(time.Duration(c.ahead.Load())) }
+
+func (c *clock) advance(d time.Duration) { c.ahead.Add(int64(d)) }
+
+// setup serves an intake as opts say: on a fresh database and Redis
+// prefix unless they say otherwise. Its principal's token and poll p1 are
+// ready when it returns.
 func setup(t testing.TB, opts ...option) *bundle {
 	t.Helper()
-	db := testenv.Postgres(t)
-	rdb, prefix := testenv.Redis(t)
-	return setupOn(t, db, rdb, prefix, opts...)
-}
-
-func setupOn(t testing.TB, db testenv.DB, rdb redis.UniversalClient, prefix string, opts ...option) *bundle {
-	t.Helper()
-	store, err := ledger.New(db.Pool, ledger.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := setupStore(t, store, rdb, prefix, testLogger(), opts...)
-	b.db = db
-	return b
-}
-
-// setupStore is setupOn with a store and a logger of the test's own.
-func setupStore(t testing.TB, store *ledger.Store, rdb redis.UniversalClient, prefix string, log *slog.Logger, opts ...option) *bundle {
-	t.Helper()
-	return setupStores(t, store, store, rdb, prefix, log, opts...)
-}
-
-// setupAs is setupOn with intake on a pool of its own, on db by url:
-// logged in as testenv.DaemonLogin or AdminLogin, as a deployed intake
-// is, or with a pool of its own size. The fixture's own writes
-// (principals, poll p1) keep db's pool and owner.
-func setupAs(t testing.TB, db testenv.DB, rdb redis.UniversalClient, prefix, url string, opts ...option) *bundle {
-	t.Helper()
-	pool, err := pgxpool.New(context.Background(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	intakeStore, err := ledger.New(pool, ledger.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, err := ledger.New(db.Pool, ledger.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := setupStores(t, store, intakeStore, rdb, prefix, testLogger(), opts...)
-	b.db = db
-	return b
-}
-
-// setupStores serves an intake on intakeStore, while the bundle's store,
-// which the fixture writes with, is store.
-func setupStores(t testing.TB, store, intakeStore *ledger.Store, rdb redis.UniversalClient, prefix string, log *slog.Logger, opts ...option) *bundle {
-	t.Helper()
-	keys, err := stream.NewKeys(prefix, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
 	key, err := credential.GenerateKey()
 	if err != nil {
 		t.Fatal(err)
@@ -124,44 +127,27 @@ func setupStores(t testing.TB, store, intakeStore *ledger.Store, rdb redis.Unive
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := intake.Config{Rate: 1000, Burst: 1000, Credentials: credential.NewVerifier(keySet), CredentialKeyIDs: []string{key.ID}, TokenKey: &key}
+	c := config{Config: intake.Config{Rate: 1000, Burst: 1000, Credentials: credential.NewVerifier(keySet), CredentialKeyIDs: []string{key.ID}, TokenKey: &key}}
 	for _, o := range opts {
-		o(&cfg)
+		o(&c)
 	}
-	if cfg.TokenKey != nil {
-		key = *cfg.TokenKey // an option's key (withKeyOf) signs the fixture's tokens too
+	if c.TokenKey != nil {
+		key = *c.TokenKey // an option's key (withKeyOf) signs the fixture's tokens too
 	}
-	srv, err := intake.New(cfg, intakeStore, rdb, keys, log, prometheus.NewRegistry())
+	store, intakeStore := c.stores(t)
+	keys, err := stream.NewKeys(c.prefix, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	srv, err := intake.New(c.Config, intakeStore, c.rdb, keys, c.log, prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
-	// With AdminListen set, the admin listener is one of the test's own.
-	var admin net.Listener
-	if cfg.AdminListen != "" {
-		if admin, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
-			t.Fatal(err)
-		}
+	if c.now != nil {
+		intake.SetResultsClock(srv, c.now)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.ServeAdmin(ctx, ln, admin) }()
-	tr := &http.Transport{MaxIdleConnsPerHost: 32}
-	t.Cleanup(func() {
-		tr.CloseIdleConnections()
-		cancel()
-		if err := testenv.Receive(t, done, 15*time.Second, "Serve to return once its context ended"); err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	})
-	b := &bundle{store: store, rdb: rdb, keys: keys, url: "http://" + ln.Addr().String(),
-		client: &http.Client{Transport: tr, Timeout: 10 * time.Second}, cfg: cfg, m: srv.Metrics(), srv: srv, key: key}
-	if admin != nil {
-		b.adminURL = "http://" + admin.Addr().String()
-	}
+	b := &bundle{db: c.db, store: store, rdb: c.rdb, keys: keys, cfg: c.Config, m: srv.Metrics(), srv: srv, key: key}
+	b.serve(t)
 	b.who, b.token = b.principal(t, "voter")
 	// p1 exists already when this is the second intake on the database.
 	if _, err := store.EnsurePoll(context.Background(), ledger.Poll{ID: "p1", Title: "Lunch", Choices: []string{"a", "b"}}); err != nil {
@@ -171,11 +157,82 @@ func setupStores(t testing.TB, store, intakeStore *ledger.Store, rdb redis.Unive
 	return b
 }
 
+// stores fills in the fields the options left zero, in the order the
+// fixture always made them (database, then Redis), and returns the store
+// the fixture writes with and intake's.
+func (c *config) stores(t testing.TB) (store, intakeStore *ledger.Store) {
+	t.Helper()
+	if c.store == nil && c.db.Pool == nil {
+		c.db = testenv.Postgres(t)
+	}
+	if c.rdb == nil {
+		c.rdb, c.prefix = testenv.Redis(t)
+	}
+	if c.log == nil {
+		c.log = testLogger()
+	}
+	if c.store != nil {
+		return c.store, c.store
+	}
+	store = newStore(t, c.db.Pool)
+	if c.url == "" {
+		return store, store
+	}
+	pool, err := pgxpool.New(context.Background(), c.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return store, newStore(t, pool)
+}
+
+func newStore(t testing.TB, pool *pgxpool.Pool) *ledger.Store {
+	t.Helper()
+	store, err := ledger.New(pool, ledger.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return store
+}
+
+// serve serves b.srv on listeners of the test's own (an admin one too
+// when b.cfg sets AdminListen) until the test ends, and fills in b's
+// URLs and client.
+func (b *bundle) serve(t testing.TB) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var admin net.Listener
+	if b.cfg.AdminListen != "" {
+		if admin, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- b.srv.ServeAdmin(ctx, ln, admin) }()
+	tr := &http.Transport{MaxIdleConnsPerHost: 32}
+	t.Cleanup(func() {
+		tr.CloseIdleConnections()
+		cancel()
+		if err := testenv.Receive(t, done, 15*time.Second, "Serve to return once its context ended"); err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	b.url = "http://" + ln.Addr().String()
+	b.client = &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	if admin != nil {
+		b.adminURL = "http://" + admin.Addr().String()
+	}
+}
+
 // withKeyOf has intake take and issue the credentials of a's key, as the
 // intakes of one deployment share their --credential-key: each takes the
 // other's tokens.
 func withKeyOf(a *bundle) option {
-	return func(c *intake.Config) {
+	return func(c *config) {
 		keySet, err := credential.NewKeySet(a.key)
 		if err != nil {
 			panic(err) // one key: NewKeySet refuses only an id given twice

@@ -11,7 +11,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"tally/intake"
 	"tally/internal/testenv"
 	"tally/ledger"
 )
@@ -136,7 +135,7 @@ func TestKnownEventAfterCatalogChange(t *testing.T) {
 	t.Parallel()
 	db := testenv.Postgres(t)
 	rdb, prefix := testenv.Redis(t)
-	b := setupOn(t, db, rdb, prefix)
+	b := setup(t, withDB(db), withRedis(rdb, prefix))
 	ctx := context.Background()
 	b.poll(t, ledger.Poll{ID: "p2", Title: "Dinner", Choices: []string{"x", "y"}})
 	wantAccepted(t, b.vote(t, b.token, "e1", "p1", "a"), "e1", ledger.StatusPending)
@@ -241,7 +240,7 @@ func TestKnownEventLedgerDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	rdb, prefix := testenv.Redis(t)
-	b := setupOn(t, testenv.DB{Name: db.Name, URL: db.URL, Pool: pool}, rdb, prefix)
+	b := setup(t, withDB(testenv.DB{Name: db.Name, URL: db.URL, Pool: pool}), withRedis(rdb, prefix))
 	wantAccepted(t, b.vote(t, b.token, "e1", "p1", "a"), "e1", ledger.StatusPending)
 	pool.Close()
 	wantAccepted(t, b.vote(t, b.token, "e1", "p1", "a"), "e1", ledger.StatusPending)
@@ -287,7 +286,7 @@ func (b *bundle) wantLedgerChecks(t *testing.T, newIDs, replays, conflicts, errs
 }
 
 // withLedgerCheck turns Config.LedgerCheck on.
-func withLedgerCheck(c *intake.Config) { c.LedgerCheck = true }
+func withLedgerCheck(c *config) { c.LedgerCheck = true }
 
 // TestPastWindowLedgerSettles: without Config.LedgerCheck, the vote of a
 // principal older than the idempotency window costs no ledger lookup: a
@@ -298,7 +297,7 @@ func TestPastWindowLedgerSettles(t *testing.T) {
 	t.Parallel()
 	db := testenv.Postgres(t)
 	rdb, prefix := testenv.Redis(t)
-	b := setupOn(t, db, rdb, prefix)
+	b := setup(t, withDB(db), withRedis(rdb, prefix))
 	runProjector(t, b)
 	b.age(t, db, 48*time.Hour)
 	if out := b.record(t, "e1", "p1", "a", time.Now()); out.Status != ledger.StatusRecorded {
@@ -335,7 +334,7 @@ func TestExpiredRecordLedgerDecides(t *testing.T) {
 	t.Parallel()
 	db := testenv.Postgres(t)
 	rdb, prefix := testenv.Redis(t)
-	b := setupOn(t, db, rdb, prefix, withLedgerCheck)
+	b := setup(t, withDB(db), withRedis(rdb, prefix), withLedgerCheck)
 	b.poll(t, ledger.Poll{ID: "p2", Title: "Dinner", Choices: []string{"x"}})
 	b.age(t, db, 48*time.Hour)
 	// e1 is in the ledger and Redis has no record of it, as once its
@@ -414,7 +413,7 @@ func TestLedgerCheckLedgerDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	rdb, prefix := testenv.Redis(t)
-	b := setupOn(t, testenv.DB{Name: db.Name, URL: db.URL, Pool: pool}, rdb, prefix, withLedgerCheck)
+	b := setup(t, withDB(testenv.DB{Name: db.Name, URL: db.URL, Pool: pool}), withRedis(rdb, prefix), withLedgerCheck)
 	b.age(t, db, 48*time.Hour)
 	wantAccepted(t, b.vote(t, b.token, "e1", "p1", "a"), "e1", ledger.StatusPending)
 	b.wantLedgerChecks(t, 1, 0, 0, 0)

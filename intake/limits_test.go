@@ -279,7 +279,7 @@ func TestLimitConfig(t *testing.T) {
 			t.Errorf("New(%+v) = %v, want an error containing %q", tc.cfg, err, tc.want)
 		}
 	}
-	b := setup(t, func(c *intake.Config) { c.ReadRate, c.ReadBurst = math.Inf(1), 1 })
+	b := setup(t, func(c *config) { c.ReadRate, c.ReadBurst = math.Inf(1), 1 })
 	for range 5 {
 		wantProblemType(t, b.do(t, http.MethodGet, "/v1/votes/nope", b.token, "", nil), http.StatusNotFound, "not-found")
 	}

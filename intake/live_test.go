@@ -321,7 +321,7 @@ func TestLivePageEscapes(t *testing.T) {
 // timeout, with heartbeats while nothing changes.
 func TestLiveStreamDeliversAppends(t *testing.T) {
 	t.Parallel()
-	b := setup(t, func(c *intake.Config) {
+	b := setup(t, func(c *config) {
 		c.RequestTimeout, c.ReadTimeout, c.WriteTimeout = 300*time.Millisecond, 300*time.Millisecond, 400*time.Millisecond
 		c.LiveHeartbeat = 100 * time.Millisecond
 	})
@@ -360,7 +360,7 @@ func TestLiveStreamDeliversAppends(t *testing.T) {
 // refused with 503 live-full and Retry-After; one ending frees its place.
 func TestLiveViewersBound(t *testing.T) {
 	t.Parallel()
-	b := setup(t, func(c *intake.Config) { c.MaxLiveViewers = 2 })
+	b := setup(t, func(c *config) { c.MaxLiveViewers = 2 })
 	publicPoll(t, b)
 	first := openLive(t, b, "pub", "")
 	openLive(t, b, "pub", "")

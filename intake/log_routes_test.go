@@ -18,7 +18,6 @@ import (
 	"golang.org/x/mod/sumdb/note"
 
 	"tally/audit"
-	"tally/intake"
 	"tally/internal/testenv"
 	"tally/ledger"
 )
@@ -288,7 +287,7 @@ func TestNoReceiptAgainstADisagreeingCheckpoint(t *testing.T) {
 	t.Parallel()
 	db := testenv.Postgres(t)
 	rdb, prefix := testenv.Redis(t)
-	b := setupOn(t, db, rdb, prefix)
+	b := setup(t, withDB(db), withRedis(rdb, prefix))
 	ctx := context.Background()
 	keys, _ := newLogKeys(t, b)
 	appendVotes(t, b, "x1", "x2")
@@ -386,7 +385,7 @@ func TestResultsTreeSize(t *testing.T) {
 // BenchmarkVoteStatus reads a recorded vote's status in a poll of 10,000
 // leaves, with its receipt (a checkpoint covers it) and without.
 func BenchmarkVoteStatus(b *testing.B) {
-	f := setup(b, func(c *intake.Config) { c.ReadRate = math.Inf(1) })
+	f := setup(b, func(c *config) { c.ReadRate = math.Inf(1) })
 	ctx := context.Background()
 	events := make([]ledger.Event, 0, 10_000)
 	for i := range cap(events) {

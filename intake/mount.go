@@ -129,7 +129,7 @@ func (h host) ReadResults(ctx context.Context, id string) (ledger.Results, error
 	if err != nil {
 		return ledger.Results{}, err
 	}
-	s.results.put(id, resultsRead{res: res, read: time.Now()})
+	s.results.put(id, resultsRead{res: res, read: s.results.now()})
 	return res, nil
 }
 

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"tally/credential"
-	"tally/intake"
 	"tally/internal/oidctest"
 	"tally/internal/testenv"
 	"tally/ledger"
@@ -47,7 +46,7 @@ func oidcIssuer(t *testing.T, url string, cfg credential.OIDCConfig) *credential
 // trusting makes intake take the tokens of issuers, beside those of the
 // fixture's key (its principal's token still votes).
 func trusting(issuers ...*credential.OIDCIssuer) option {
-	return func(c *intake.Config) {
+	return func(c *config) {
 		keySet, err := credential.NewKeySet(*c.TokenKey)
 		if err != nil {
 			panic(err) // one key: NewKeySet refuses only an id given twice
@@ -151,7 +150,7 @@ func TestOIDCRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logs testenv.LogBuffer
-	b := setupStore(t, store, rdb, prefix, slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	b := setup(t, withStore(store), withRedis(rdb, prefix), withLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))),
 		trusting(oidcIssuer(t, p.URL(), credential.OIDCConfig{})))
 	waitKeys(t, b)
 
@@ -202,7 +201,7 @@ func TestOIDCPostgresDown(t *testing.T) {
 	// No refresh in this test's time: intake holds the keys of its first fetch.
 	cached := oidcIssuer(t, p.URL(), credential.OIDCConfig{Refresh: time.Hour, MinRefresh: time.Hour})
 	never := oidcIssuer(t, down.URL(), credential.OIDCConfig{Refresh: 200 * time.Millisecond, MinRefresh: 100 * time.Millisecond})
-	b := setupOn(t, db, rdb, prefix, trusting(cached, never), func(c *intake.Config) { c.PostgresTimeout = time.Second })
+	b := setup(t, withDB(db), withRedis(rdb, prefix), trusting(cached, never), func(c *config) { c.PostgresTimeout = time.Second })
 	runProjector(t, b)
 	waitKeys(t, b, down.URL())
 	if r := b.readyz(t); r.code != http.StatusOK || r.str("status") != "degraded" ||
@@ -246,7 +245,7 @@ func TestOIDCIssuerDown(t *testing.T) {
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	// A token of the rotated key is refused until intake fetches it: the
 	// test's retries must not meet the limit of failed authentications.
-	b := setup(t, trusting(iss), func(c *intake.Config) { c.AuthFailureRate = math.Inf(1) })
+	b := setup(t, trusting(iss), func(c *config) { c.AuthFailureRate = math.Inf(1) })
 	waitKeys(t, b)
 	before, unseen := p.Token(), p.Token()
 	wantAccepted(t, b.vote(t, before, "e1", "p1", "a"), "e1", ledger.StatusPending)

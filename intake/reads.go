@@ -299,6 +299,8 @@ type resultsCache struct {
 
 	mu   sync.Mutex
 	last map[string]resultsRead // poll id -> the last figures read
+
+	now func() time.Time // time.Now; a test's clock moves past the TTL at once
 }
 
 // resultsRead is a poll's figures and when intake read them.
@@ -307,7 +309,9 @@ type resultsRead struct {
 	read time.Time
 }
 
-func newResultsCache() *resultsCache { return &resultsCache{last: map[string]resultsRead{}} }
+func newResultsCache() *resultsCache {
+	return &resultsCache{last: map[string]resultsRead{}, now: time.Now}
+}
 
 func (c *resultsCache) get(id string) (resultsRead, bool) {
 	c.mu.Lock()
@@ -326,13 +330,12 @@ func (c *resultsCache) put(id string, rr resultsRead) {
 // else read now (one query for every read of the poll waiting on it), else,
 // when PostgreSQL does not answer, the last read, stale.
 func (s *Server) pollResults(ctx context.Context, id string) (resultsAnswer, error) {
-	now := time.Now()
 	last, held := s.results.get(id)
-	if held && now.Sub(last.read) < s.cfg.ReadCacheTTL {
+	if held && s.results.now().Sub(last.read) < s.cfg.ReadCacheTTL {
 		return resultsAnswer{Results: last.res}, nil
 	}
 	var err error
-	if s.pg.skip(now) {
+	if s.pg.skip(time.Now()) {
 		err = errPostgresDown
 	} else {
 		var v any
@@ -346,7 +349,7 @@ func (s *Server) pollResults(ctx context.Context, id string) (resultsAnswer, err
 			res, err := s.store.Results(lctx, id)
 			s.pg.observe(qctx, err)
 			if err == nil {
-				s.results.put(id, resultsRead{res: res, read: time.Now()})
+				s.results.put(id, resultsRead{res: res, read: s.results.now()})
 			}
 			return res, err
 		})

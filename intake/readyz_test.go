@@ -68,10 +68,11 @@ func newReadyServer(t *testing.T, store *ledger.Store, rdb redis.UniversalClient
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := intake.Config{RedisTimeout: 500 * time.Millisecond, PostgresTimeout: time.Second, ReadCacheTTL: time.Nanosecond}
+	c := config{Config: intake.Config{RedisTimeout: 500 * time.Millisecond, PostgresTimeout: time.Second, ReadCacheTTL: time.Nanosecond}}
 	for _, o := range opts {
-		o(&cfg)
+		o(&c)
 	}
+	cfg := c.Config // only intake's Config: the server is on store and rdb
 	logs := &testenv.LogBuffer{}
 	srv, err := intake.New(cfg, store, rdb, keys, slog.New(slog.NewTextHandler(logs, nil)), prometheus.NewRegistry())
 	if err != nil {
@@ -107,7 +108,7 @@ func TestReadyzHidesDriverErrors(t *testing.T) {
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: true, MaxRetries: -1})
 	t.Cleanup(func() { rdb.Close() })
-	srv, _, logs := newReadyServer(t, store, rdb, 1, func(c *intake.Config) { c.BreakerFailures = 1 })
+	srv, _, logs := newReadyServer(t, store, rdb, 1, func(c *config) { c.BreakerFailures = 1 })
 
 	r := readyz(t, srv.Handler())
 	if r.code != http.StatusServiceUnavailable || r.status != "not ready" ||
@@ -148,7 +149,7 @@ func TestReadyzRedisKilled(t *testing.T) {
 	server := testenv.StartRedis(t)
 	rdb := redis.NewClient(&redis.Options{Addr: server.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
 	t.Cleanup(func() { rdb.Close() })
-	srv, _, _ := newReadyServer(t, store, rdb, 2, func(c *intake.Config) { c.BreakerOpenFor = 100 * time.Millisecond })
+	srv, _, _ := newReadyServer(t, store, rdb, 2, func(c *config) { c.BreakerOpenFor = 100 * time.Millisecond })
 	if r := readyz(t, srv.Handler()); r.code != http.StatusOK || r.status != "ready" {
 		t.Fatalf("/readyz with both up: %d %s", r.code, r.raw)
 	}
@@ -183,7 +184,7 @@ func TestReadyzBacklogFull(t *testing.T) {
 	}
 	rdb, _ := testenv.Redis(t)
 	const maxBacklog = 5 // high from 4
-	srv, keys, _ := newReadyServer(t, store, rdb, 4, func(c *intake.Config) { c.MaxBacklog = maxBacklog })
+	srv, keys, _ := newReadyServer(t, store, rdb, 4, func(c *config) { c.MaxBacklog = maxBacklog })
 	t.Cleanup(func() { rdb.Del(context.Background(), keys.Streams()...) })
 
 	ctx := context.Background()
@@ -275,7 +276,7 @@ func TestReadyzCached(t *testing.T) {
 	server := testenv.StartRedis(t)
 	rdb := redis.NewClient(&redis.Options{Addr: server.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
 	t.Cleanup(func() { rdb.Close() })
-	srv, _, _ := newReadyServer(t, store, rdb, 1, func(c *intake.Config) { c.ReadCacheTTL = time.Hour })
+	srv, _, _ := newReadyServer(t, store, rdb, 1, func(c *config) { c.ReadCacheTTL = time.Hour })
 	if r := readyz(t, srv.Handler()); r.code != http.StatusOK || r.status != "ready" {
 		t.Fatalf("/readyz with both up: %d %s", r.code, r.raw)
 	}

@@ -33,7 +33,7 @@ func TestRedisHung(t *testing.T) {
 	db := testenv.Postgres(t)
 	rdb := intake.HungRedis(t)
 	const requestTimeout = 400 * time.Millisecond
-	b := setupOn(t, db, rdb, testenv.RandomName("t"), func(c *intake.Config) {
+	b := setup(t, withDB(db), withRedis(rdb, testenv.RandomName("t")), func(c *config) {
 		c.RequestTimeout = requestTimeout
 		c.RedisTimeout = time.Minute
 		c.BreakerFailures = 3
@@ -70,7 +70,7 @@ func TestRedisDown(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: server.Addr, ContextTimeoutEnabled: true, MaxRetries: 1})
 	t.Cleanup(func() { rdb.Close() })
 	const requestTimeout = 2 * time.Second
-	b := setupOn(t, db, rdb, testenv.RandomName("t"), func(c *intake.Config) {
+	b := setup(t, withDB(db), withRedis(rdb, testenv.RandomName("t")), func(c *config) {
 		c.RequestTimeout = requestTimeout
 		c.RedisTimeout = 500 * time.Millisecond
 		c.BreakerFailures = 3

@@ -12,9 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"tally/intake"
 	"tally/internal/testenv"
-	"tally/ledger"
 )
 
 // This file tests what a TLS client can do to intake beyond a request:
@@ -25,14 +23,8 @@ import (
 // options.
 func serveTLSWith(t *testing.T, cert testCert, log *slog.Logger, opts ...option) *bundle {
 	t.Helper()
-	db := testenv.Postgres(t)
-	rdb, prefix := testenv.Redis(t)
-	store, err := ledger.New(db.Pool, ledger.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts = append(opts, func(c *intake.Config) { c.TLSCertFile, c.TLSKeyFile = cert.certFile, cert.keyFile })
-	b := setupStore(t, store, rdb, prefix, log, opts...)
+	opts = append(opts, withLogger(log), func(c *config) { c.TLSCertFile, c.TLSKeyFile = cert.certFile, cert.keyFile })
+	b := setup(t, opts...)
 	tr := &http.Transport{TLSClientConfig: clientTLS(cert), ForceAttemptHTTP2: true}
 	t.Cleanup(tr.CloseIdleConnections)
 	b.client = &http.Client{Transport: tr, Timeout: 10 * time.Second}
@@ -50,7 +42,7 @@ func serveTLSWith(t *testing.T, cert testCert, log *slog.Logger, opts ...option)
 func TestLiveStreamOverHTTP2StaysOpen(t *testing.T) {
 	t.Parallel()
 	cert := writeTestCert(t, t.TempDir(), "intake-1", 1)
-	b := serveTLSWith(t, cert, testLogger(), func(c *intake.Config) {
+	b := serveTLSWith(t, cert, testLogger(), func(c *config) {
 		c.LiveHeartbeat, c.WriteTimeout, c.RequestTimeout = time.Second, 600*time.Millisecond, 500*time.Millisecond
 	})
 	publicPoll(t, b)

@@ -77,7 +77,7 @@ func writeTestCert(t *testing.T, dir, cn string, serial int64) testCert {
 // whose url is https and whose client trusts cert and speaks HTTP/2.
 func serveTLS(t *testing.T, cert testCert) *bundle {
 	t.Helper()
-	b := setup(t, func(c *intake.Config) { c.TLSCertFile, c.TLSKeyFile = cert.certFile, cert.keyFile })
+	b := setup(t, func(c *config) { c.TLSCertFile, c.TLSKeyFile = cert.certFile, cert.keyFile })
 	tr := &http.Transport{TLSClientConfig: clientTLS(cert), ForceAttemptHTTP2: true}
 	t.Cleanup(tr.CloseIdleConnections) // before setup's cleanup stops the server
 	b.client = &http.Client{Transport: tr, Timeout: 10 * time.Second}

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"tally/intake"
 	"tally/internal/testenv"
 	"tally/ledger"
 	"tally/stream"
@@ -96,7 +95,7 @@ func TestRefusals(t *testing.T) {
 
 func TestBacklogFull(t *testing.T) {
 	t.Parallel()
-	b := setup(t, func(c *intake.Config) { c.MaxBacklog = 2; c.BacklogRetryAfter = 3 * time.Second })
+	b := setup(t, func(c *config) { c.MaxBacklog = 2; c.BacklogRetryAfter = 3 * time.Second })
 	for i := range 2 {
 		if r := b.vote(t, b.token, "e"+strconv.Itoa(i), "p1", "a"); r.code != http.StatusAccepted {
 			t.Fatalf("vote %d: %d %s", i, r.code, r.raw)
@@ -165,7 +164,7 @@ func TestIdempotency(t *testing.T) {
 // record lives for the configured window; a refused vote leaves none.
 func TestIdempotencyRecord(t *testing.T) {
 	t.Parallel()
-	b := setup(t, func(c *intake.Config) { c.IdempotencyWindow = time.Hour; c.MaxBacklog = 1 })
+	b := setup(t, func(c *config) { c.IdempotencyWindow = time.Hour; c.MaxBacklog = 1 })
 	ctx := context.Background()
 	if r := b.vote(t, b.token, "e1", "p1", "a"); r.code != http.StatusAccepted {
 		t.Fatalf("vote: %d %s", r.code, r.raw)
@@ -195,7 +194,7 @@ func TestIdempotencyRecord(t *testing.T) {
 
 func TestRateLimit(t *testing.T) {
 	t.Parallel()
-	b := setup(t, func(c *intake.Config) { c.Rate = 1; c.Burst = 3 })
+	b := setup(t, func(c *config) { c.Rate = 1; c.Burst = 3 })
 	for i := range 3 {
 		if r := b.vote(t, b.token, "e"+strconv.Itoa(i), "p1", "a"); r.code != http.StatusAccepted {
 			t.Fatalf("vote %d within the burst: %d %s", i, r.code, r.raw)
@@ -236,7 +235,7 @@ func TestRateLimit(t *testing.T) {
 // (a replay) is not confirmed either.
 func TestWaitReplicasUnconfirmed(t *testing.T) {
 	t.Parallel()
-	b := setup(t, func(c *intake.Config) { c.WaitReplicas = 1; c.WaitTimeout = 50 * time.Millisecond })
+	b := setup(t, func(c *config) { c.WaitReplicas = 1; c.WaitTimeout = 50 * time.Millisecond })
 	for range 2 {
 		r := b.vote(t, b.token, "e1", "p1", "a")
 		wantProblemType(t, r, http.StatusServiceUnavailable, "maybe-queued")
