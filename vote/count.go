@@ -112,7 +112,8 @@ func (c *Count) addRanking(order []string, sign int64) {
 	// On the stack for a poll of the kind's size: Add runs per ballot.
 	var rankedBuf [MaxRankedChoices]bool
 	var posBuf [MaxRankedChoices]int
-	ranked, pos := rankedBuf[:0], posBuf[:0]
+	var ranked []bool
+	pos := posBuf[:0]
 	if n <= MaxRankedChoices {
 		ranked = rankedBuf[:n]
 	} else {
