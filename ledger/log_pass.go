@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -360,58 +359,6 @@ func (pp *passPoll) stop() {
 		pp.work = nil
 	}
 }
-
-// hash hashes the batches of rows, in leaf order, with a leafHasher, as
-// hashRows does, until the work channel is closed. What it learns of an
-// answer it keeps by the answer's number.
-func (pp *passPoll) hash() {
-	defer close(pp.done)
-	lh := newLeafHasher(pp.id)
-	var facts []answerFacts
-	for w := range pp.work {
-		for len(facts) < len(w.answers) {
-			facts = append(facts, answerFacts{})
-		}
-		for i := range w.rows {
-			if pp.err != nil {
-				break // drain
-			}
-			pp.err = pp.hashRow(lh, &w, &w.rows[i], facts)
-		}
-	}
-	if pp.err == nil {
-		pp.err = lh.flush()
-	}
-	pp.out = lh.h
-}
-
-// hashRow hashes r, a row of w, the next leaf.
-func (pp *passPoll) hashRow(lh *leafHasher, w *passWork, r *passRow, facts []answerFacts) error {
-	if r.def != nil {
-		return lh.addDefinition(*r.def)
-	}
-	var (
-		answer string
-		f      = &answerFacts{}
-	)
-	if r.answer >= 0 {
-		answer, f = w.answers[r.answer], &facts[r.answer]
-	} else {
-		answer = w.text[r.start:r.a]
-	}
-	e := EventOf(w.text[r.a:r.p], w.text[r.p:r.k], pp.id, answer, time.UnixMicro(r.received).UTC())
-	return lh.addWith(e, answer, w.text[r.k:r.end], f)
-}
-
-// passRowsSQL reads the ledger's rows (one poll's when $1 is set) in seq
-// order, as the pass wants them.
-const passRowsSQL = `
-SELECT seq, poll_id, coalesce(ballot, candidate_id), principal_id, client_event_id, received_at, fingerprint FROM poll_events
-WHERE $1::text IS NULL OR poll_id = $1 ORDER BY seq`
-
-// pgEpoch is PostgreSQL's epoch, 2000-01-01T00:00:00Z, in Unix
-// microseconds: a timestamptz in binary is microseconds from it.
-const pgEpoch = 946_684_800_000_000
 
 // rawRow is a row of passRowsSQL as passRows reads it: its slices are
 // valid only during the call it is given to.
