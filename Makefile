@@ -5,11 +5,12 @@ GO ?= go
 # Every target that talks to a server first makes sure one is there.
 SERVICES := eval "$$(scripts/services.sh env)"
 # package:FuzzTarget:executions. make test runs each target for its count of
-# executions (about 10s each here): a time budget (-fuzztime 10s) can fail with
-# "context deadline exceeded" and no failing input, a race in Go 1.26's fuzz
+# executions (about 4s each here, after one build per package: see
+# scripts/fuzz.sh): a time budget (-fuzztime 4s) can fail with "context
+# deadline exceeded" and no failing input, a race in Go 1.26's fuzz
 # coordinator (go.dev/issue/75804). FUZZTIME=5m runs every target that long.
 FUZZTIME ?=
-FUZZ_TARGETS := ./intake:FuzzParseVote:60000x ./intake/internal/admin:FuzzDecodePollRequest:10000x ./cli:FuzzParseImportLine:50000x ./stream:FuzzDecode:400000x ./vote:FuzzValidID:400000x ./vote:FuzzParseBallot:40000x ./vote:FuzzScanCanonical:40000x ./vote:FuzzScanBallot:40000x ./vote:FuzzValidCanonical:40000x ./audit:FuzzDecodeLeaf:200000x ./audit:FuzzDecodeDefinition:200000x ./audit:FuzzOpenCheckpoint:60000x ./audit:FuzzParseExportLine:40000x ./credential:FuzzVerify:60000x ./credential:FuzzClaimsDecode:60000x
+FUZZ_TARGETS := ./intake:FuzzParseVote:15000x ./intake/internal/admin:FuzzDecodePollRequest:10000x ./cli:FuzzParseImportLine:15000x ./stream:FuzzDecode:150000x ./vote:FuzzValidID:120000x ./vote:FuzzParseBallot:40000x ./vote:FuzzScanCanonical:40000x ./vote:FuzzScanBallot:40000x ./vote:FuzzValidCanonical:40000x ./audit:FuzzDecodeLeaf:80000x ./audit:FuzzDecodeDefinition:60000x ./audit:FuzzOpenCheckpoint:60000x ./audit:FuzzParseExportLine:40000x ./credential:FuzzVerify:30000x ./credential:FuzzClaimsDecode:30000x
 # staticcheck at a pinned version, fetched through the module proxy by go run:
 # lint never depends on what happens to be installed.
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
@@ -54,11 +55,7 @@ test: ## vet, every test with -race (tally's and the bench module's; the chart's
 test-race: test ## the same as test: -race is on for every test but the chart's
 
 fuzz: ## run each fuzz target briefly (FUZZTIME=5m: that long each)
-	@$(SERVICES); for t in $(FUZZ_TARGETS); do \
-		IFS=: read -r pkg target count <<< "$$t"; budget="$${FUZZTIME:-$$count}"; \
-		echo "fuzz $$target ($$pkg) for $$budget"; \
-		$(GO) test -run '^$$' -fuzz "^$$target$$" -fuzztime "$$budget" "$$pkg" || exit 1; \
-	done
+	@$(SERVICES); scripts/fuzz.sh $(if $(FUZZTIME),-t $(FUZZTIME)) $(FUZZ_TARGETS)
 
 # GOFLAGS=-count=1: gremlins times the package's tests once (uncached) and
 # gives each mutant's run 10 times that, which also covers compiling the

@@ -367,6 +367,17 @@ func checkDeadLetters(ctx context.Context, c *cluster, want map[string]projector
 	return len(ds)
 }
 
+// scenario starts a scenario's test. In the short profile the scenarios
+// run side by side (as many at once as go test's -parallel, GOMAXPROCS by
+// default), each in its own world of servers and daemons, so the suite
+// costs its longest scenarios rather than their sum; the long profile,
+// at five times the rate, runs them one at a time.
+func scenario(t *testing.T) {
+	if prof.name == "short" {
+		t.Parallel()
+	}
+}
+
 // setConsumer gives a stopped projector another consumer name.
 func setConsumer(p *chaos.Process, name string) {
 	for i, a := range p.Args {
@@ -379,6 +390,7 @@ func setConsumer(p *chaos.Process, name string) {
 // kill -9 one of two projectors at random moments, restart it each time;
 // the survivor or the restarted one claims what the dead one held.
 func TestProjectorKill(t *testing.T) {
+	scenario(t)
 	c := newCluster(t, clusterOptions{intakes: 1, projectors: 2})
 	kills := prof.projectorKills
 	window := time.Duration(kills) * 1500 * time.Millisecond
@@ -412,6 +424,7 @@ func TestProjectorKill(t *testing.T) {
 // kill -9 one of two intakes while requests are in flight, restart it;
 // the client sends an unanswered vote again with the same key.
 func TestIntakeKill(t *testing.T) {
+	scenario(t)
 	c := newCluster(t, clusterOptions{intakes: 2, projectors: 1})
 	kills := prof.intakeKills
 	window := time.Duration(kills) * 1800 * time.Millisecond
@@ -438,6 +451,7 @@ func TestIntakeKill(t *testing.T) {
 // kill -9 Redis mid-load and start it again on its append-only file
 // (appendfsync always): every vote answered 202 is in it.
 func TestRedisRestart(t *testing.T) {
+	scenario(t)
 	c := newCluster(t, clusterOptions{intakes: 1, projectors: 2})
 	restarts := prof.redisRestarts
 	window := time.Duration(restarts) * 3 * time.Second
@@ -459,6 +473,7 @@ func TestRedisRestart(t *testing.T) {
 
 // Crash PostgreSQL (immediate stop) mid-load and start it again.
 func TestPostgresRestart(t *testing.T) {
+	scenario(t)
 	c := newCluster(t, clusterOptions{intakes: 1, projectors: 2, privatePostgres: true})
 	restarts := prof.pgRestarts
 	window := time.Duration(restarts) * 3500 * time.Millisecond
@@ -481,6 +496,7 @@ func TestPostgresRestart(t *testing.T) {
 // Latency, then cut connections, between the projectors and PostgreSQL
 // and between the intakes and Redis.
 func TestNetworkFaults(t *testing.T) {
+	scenario(t)
 	var pgProxy, redisProxy *chaos.Proxy
 	c := newCluster(t, clusterOptions{intakes: 1, projectors: 2,
 		proxies: func(redisAddr, pgAddr string) (string, string) {
@@ -564,6 +580,7 @@ func TestNetworkFaults(t *testing.T) {
 // answers 503 with Retry-After, the client sends again, and once the
 // projectors are back the backlog drains and every vote is counted once.
 func TestBacklogFull(t *testing.T) {
+	scenario(t)
 	c := newCluster(t, clusterOptions{intakes: 1, projectors: 2, maxBacklog: 400})
 	outages := prof.backlogOutages
 	window := time.Duration(outages) * 6 * time.Second
@@ -601,6 +618,7 @@ func TestBacklogFull(t *testing.T) {
 // not match) on the streams among the votes: each must end in the
 // dead-letter stream with its reason, and nothing else may.
 func TestPoisonEntries(t *testing.T) {
+	scenario(t)
 	c := newCluster(t, clusterOptions{intakes: 1, projectors: 2})
 	count := prof.poison
 	window := time.Duration(count) * 300 * time.Millisecond
@@ -645,6 +663,7 @@ func TestPoisonEntries(t *testing.T) {
 // entries they hold stay pending, and are claimed back and forth while
 // the link is down; once it is back every vote is counted once.
 func TestPostgresOutage(t *testing.T) {
+	scenario(t)
 	var pgProxy *chaos.Proxy
 	c := newCluster(t, clusterOptions{intakes: 1, projectors: 2,
 		proxies: func(redisAddr, pgAddr string) (string, string) {
@@ -681,6 +700,7 @@ func TestPostgresOutage(t *testing.T) {
 // so the same entries are applied by two projectors at once, and
 // projectors are killed meanwhile.
 func TestSlowPostgresOverlap(t *testing.T) {
+	scenario(t)
 	var pgProxy *chaos.Proxy
 	c := newCluster(t, clusterOptions{intakes: 1, projectors: 2,
 		projectorArgs: []string{"--min-idle", "1s", "--claim-interval", "250ms"},

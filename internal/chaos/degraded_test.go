@@ -249,6 +249,7 @@ func (p *probe) intakeCounter(ctx context.Context, prefix string) float64 {
 // drains, the loadtest's verification passes, and every vote of the
 // probe's is recorded.
 func TestPostgresDownDegraded(t *testing.T) {
+	scenario(t)
 	c := newCluster(t, clusterOptions{intakes: 1, projectors: 2, privatePostgres: true})
 	p := newProbe(t, c)
 	outage := 5 * time.Second

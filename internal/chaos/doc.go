@@ -73,8 +73,8 @@
 //
 // # Running it
 //
-// The short version (every scenario, a few faults each) runs with the
-// other tests:
+// The short version (every scenario, a few faults each, two scenarios at
+// a time) runs with the other tests:
 //
 //	go test -race ./internal/chaos/
 //

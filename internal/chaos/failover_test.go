@@ -23,6 +23,7 @@ import (
 // It runs with the long profile only (make chaos): make test keeps one
 // failover scenario, redis-cluster-failover-wait1, to stay within its time.
 func TestPostgresFailover(t *testing.T) {
+	scenario(t)
 	if prof.name != "long" {
 		t.Skip("runs with the long profile only (TALLY_CHAOS=long, make chaos); the short profile runs redis-cluster-failover-wait1")
 	}

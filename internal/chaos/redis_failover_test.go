@@ -65,6 +65,7 @@ func withAndWithoutWait(t *testing.T, shortToo bool, run func(t *testing.T, wait
 // 3 masters with a replica each; the master of stream shard 0 is killed,
 // the cluster promotes its replica after the node timeout (1.5s).
 func TestRedisClusterFailover(t *testing.T) {
+	scenario(t)
 	withAndWithoutWait(t, true, func(t *testing.T, wait bool) {
 		f := startClusterFailover(t, !wait)
 		runRedisFailover(t, "redis-cluster-failover", f, wait)
@@ -75,6 +76,7 @@ func TestRedisClusterFailover(t *testing.T) {
 // failover-timeout 3000); the master is killed, the sentinels promote
 // the replica and the daemons' clients follow their announcement.
 func TestRedisSentinelFailover(t *testing.T) {
+	scenario(t)
 	withAndWithoutWait(t, false, func(t *testing.T, wait bool) {
 		f := startSentinelFailover(t, !wait)
 		runRedisFailover(t, "redis-sentinel-failover", f, wait)
