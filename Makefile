@@ -43,14 +43,17 @@ run: ## set up PostgreSQL and Redis, migrate, and run the demo poll end to end
 # has no concurrency of its own, and built with -race its helm and k8s.io
 # packages would cost about twice a cold build of tally again, where
 # without it they are the ones make lint already built.
-test: ## vet, every test with -race (tally's and the bench module's; the chart's test without), short fuzz and benchmark runs (CI runs lint, then this)
+# Its go test run also runs every Go benchmark once, in the same -race
+# binaries (one build of the tests instead of two); -short makes the
+# benchmarks of a million leaves small there, and is read by nothing else.
+test: ## vet, every test and every Go benchmark once with -race (tally's and the bench module's; the chart's test without), short fuzz and bench runs (CI runs lint, then this)
 	@$(SERVICES); \
 	$(GO) vet ./... && $(GO) -C bench vet ./... && \
-	$(GO) test -race -count=1 -timeout 8m ./... && \
+	$(GO) test -race -count=1 -short -bench . -benchtime 1x -timeout 8m ./... && \
 	$(GO) -C bench test -race -count=1 ./... && \
 	$(GO) -C deploy/charttest test -count=1 ./... && \
 	$(MAKE) --no-print-directory fuzz && \
-	$(MAKE) --no-print-directory bench-short
+	$(call quietly,scripts/bench.sh --short,scripts/bench.sh --short)
 
 test-race: test ## the same as test: -race is on for every test but the chart's
 
@@ -78,7 +81,7 @@ mutate: ## mutation testing (gremlins, pinned) of audit, vote and stream: each o
 bench: ## every throughput, latency and memory figure next to its baseline (about 11 minutes on 2 quiet cores); writes BENCHMARKS.md
 	@scripts/bench.sh
 
-bench-short: ## every Go benchmark once, and every bench measurement at small sizes; output only on failure
+bench-short: ## every Go benchmark once (without -race, at full size) and every bench measurement at small sizes; output only on failure
 	@$(SERVICES); \
 	$(call quietly,go test -bench,$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 ./...); \
 	$(call quietly,scripts/bench.sh --short,scripts/bench.sh --short); \

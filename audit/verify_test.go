@@ -453,9 +453,14 @@ func TestVerifyExportUnreadable(t *testing.T) {
 }
 
 // BenchmarkVerifyExport1M audits an export file of a million events of
-// one poll against 100 checkpoints and its published results.
+// one poll against 100 checkpoints and its published results. With
+// -short (make test runs every benchmark once, under -race) the file has
+// 10,000 events.
 func BenchmarkVerifyExport1M(b *testing.B) {
-	const n = 1_000_000
+	n := 1_000_000
+	if testing.Short() {
+		n = 10_000
+	}
 	k := testKeys(b)
 	path := filepath.Join(b.TempDir(), "export.jsonl")
 	f, err := os.Create(path)
@@ -475,7 +480,7 @@ func BenchmarkVerifyExport1M(b *testing.B) {
 		if err := tr.AppendLeaf(l); err != nil {
 			b.Fatal(err)
 		}
-		if tr.Size()%(n/100) == 0 {
+		if tr.Size()%int64(n/100) == 0 {
 			root, _ := tr.Root(tr.Size())
 			cps = append(cps, audit.StoredCheckpoint{PollID: "bench", Size: tr.Size(),
 				Checkpoint: string(sign(b, k.signer, audit.Origin(testLogName, "bench"), tr.Size(), root))})
@@ -484,8 +489,9 @@ func BenchmarkVerifyExport1M(b *testing.B) {
 	if err := errors.Join(w.Flush(), f.Close()); err != nil {
 		b.Fatal(err)
 	}
-	results := []audit.PublishedResults{{PollID: "bench", Total: n,
-		Results: []audit.Tally{{CandidateID: "c0", Votes: n / 4}, {CandidateID: "c1", Votes: n / 4}, {CandidateID: "c2", Votes: n / 4}, {CandidateID: "c3", Votes: n / 4}}}}
+	quarter := int64(n / 4)
+	results := []audit.PublishedResults{{PollID: "bench", Total: int64(n),
+		Results: []audit.Tally{{CandidateID: "c0", Votes: quarter}, {CandidateID: "c1", Votes: quarter}, {CandidateID: "c2", Votes: quarter}, {CandidateID: "c3", Votes: quarter}}}}
 	b.ResetTimer()
 	for b.Loop() {
 		f, err := os.Open(path)

@@ -195,7 +195,7 @@ var short = sizes{
 	logLeaves: 50_000, proofs: 200,
 	clusterReplicas: 0,
 	liveViewers:     100, liveRate: 200, liveFor: 2 * time.Second, liveRounds: 1,
-	scalingFor: 2 * time.Second, scalingRounds: 1, hotEvents: 20_000, hotFor: 2 * time.Second,
+	scalingFor: time.Second, scalingRounds: 1, hotEvents: 10_000, hotFor: time.Second,
 	burstVoters: 300, burstRounds: 1, burstFor: 20 * time.Second,
 	catalogPolls: []int{20, 200}, catalogChanges: 6, catalogSteady: 20,
 	catalogVoteFor: 500 * time.Millisecond, catalogRounds: 1, catalogReady: time.Minute, catalogSettle: 0,
