@@ -64,9 +64,7 @@ func TestMain(m *testing.M) {
 		}
 		prof.rate = v
 	}
-	// The test's own Redis client would log every refused dial while Redis
-	// is down on purpose.
-	redis.SetLogger(quietLogger{})
+	testenv.QuietRedis()
 	dir, err := os.MkdirTemp("", "tally-chaos-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "chaos:", err)
@@ -86,10 +84,6 @@ func TestMain(m *testing.M) {
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
-
-type quietLogger struct{}
-
-func (quietLogger) Printf(context.Context, string, ...any) {}
 
 // result is one row of the table.
 type result struct {

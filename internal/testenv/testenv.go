@@ -1,12 +1,14 @@
 package testenv
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
 	"os"
 	"testing"
 
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 )
 
@@ -35,11 +37,24 @@ func RandomName(prefix string) string {
 	return prefix + hex.EncodeToString(b[:])
 }
 
+// QuietRedis discards what go-redis logs by itself: a test that stops a
+// Redis on purpose would otherwise print a line for every refused dial of
+// every pool, whether the test passes or not. A test that checks those
+// lines sets its own logger.
+func QuietRedis() { redis.SetLogger(quietRedis{}) }
+
+type quietRedis struct{}
+
+func (quietRedis) Printf(context.Context, string, ...any) {}
+
 // Main runs the tests of a package, drops the template database and, when
 // they passed, fails the run if any goroutine is left behind (goleak): a
 // daemon that does not stop when its context ends is a bug. Use it as
 // func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }.
+//
+// It first quiets go-redis's own logger (see QuietRedis).
 func Main(m *testing.M, opts ...goleak.Option) int {
+	QuietRedis()
 	code := m.Run()
 	DropTemplate()
 	if code != 0 {
