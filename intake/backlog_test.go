@@ -1,6 +1,7 @@
 package intake
 
 import (
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -64,16 +65,15 @@ func TestHeldVotesInFlight(t *testing.T) {
 	for _, v := range []ballot{{"v", "e1", "a"}, {"w", "e2", "a"}} {
 		wg.Go(func() { _, _ = f.do(v, deadline) })
 	}
-	for seen := false; !seen; time.Sleep(5 * time.Millisecond) {
+	testenv.Eventually(t, time.Until(deadline), "2 votes held in 1 pipeline before the votes' deadline", func() error {
 		f.b.mu.Lock()
 		flying := len(f.b.flying)
 		f.b.mu.Unlock()
-		seen = flying == 1 && testutil.ToFloat64(held) == 2
-		if !seen && time.Now().After(deadline) {
-			t.Fatalf("held_votes %v, %d pipelines under way, at the votes' deadline; want 2 votes in 1 pipeline before it",
-				testutil.ToFloat64(held), flying)
+		if got := testutil.ToFloat64(held); flying != 1 || got != 2 {
+			return fmt.Errorf("held_votes %v, %d pipelines under way", got, flying)
 		}
-	}
+		return nil
+	})
 	testenv.WaitGroup(t, &wg, 15*time.Second, "the votes answered at their deadline")
 	if got := testutil.ToFloat64(held); got != 0 {
 		t.Fatalf("held_votes %v once the deadline answered the votes, want 0", got)

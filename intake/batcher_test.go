@@ -3,6 +3,7 @@ package intake
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"slices"
@@ -155,35 +156,30 @@ func (f *batcherFixture) release() { go f.b.lead(context.Background(), nil) }
 // waitPending waits until n votes wait in pending.
 func (f *batcherFixture) waitPending(t *testing.T, n int) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+	testenv.Eventually(t, 5*time.Second, fmt.Sprintf("%d votes pending", n), func() error {
 		f.b.mu.Lock()
 		got := len(f.b.pending)
 		f.b.mu.Unlock()
-		if got == n {
-			return
+		if got != n {
+			return fmt.Errorf("%d pending", got)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d votes pending after 5s, want %d", got, n)
-		}
-	}
+		return nil
+	})
 }
 
 // wantIdle checks that the batcher lost track of nothing: within a few
 // seconds no vote is pending or under way and no leader is left.
 func (f *batcherFixture) wantIdle(t *testing.T) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+	testenv.Eventually(t, 5*time.Second, "the batcher to be idle", func() error {
 		f.b.mu.Lock()
 		pending, flying, leaders := len(f.b.pending), len(f.b.flying), f.b.leaders
 		f.b.mu.Unlock()
-		if pending == 0 && flying == 0 && leaders == 0 {
-			return
+		if pending != 0 || flying != 0 || leaders != 0 {
+			return fmt.Errorf("%d votes pending, %d pipelines under way, %d leaders", pending, flying, leaders)
 		}
-		if time.Now().After(deadline) {
-			t.Errorf("batcher not idle: %d votes pending, %d pipelines under way, %d leaders", pending, flying, leaders)
-			return
-		}
-	}
+		return nil
+	})
 }
 
 // sendHeld sends votes while the pipeline is occupied, so that they wait

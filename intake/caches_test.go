@@ -2,7 +2,9 @@ package intake_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -27,18 +29,14 @@ func TestRevocation(t *testing.T) {
 	if err := b.store.RevokePrincipal(context.Background(), b.who.ID); err != nil {
 		t.Fatal(err)
 	}
-	revoked := time.Now()
-	for i := 0; ; i++ {
-		sent := time.Since(revoked)
-		r := b.vote(t, b.token, "r"+strconv.Itoa(i), "p1", "a")
-		if r.code == http.StatusUnauthorized {
-			break
+	i := 0
+	testenv.Eventually(t, bound, "intake to refuse the revoked token", func() error {
+		i++
+		if r := b.vote(t, b.token, "r"+strconv.Itoa(i), "p1", "a"); r.code != http.StatusUnauthorized {
+			return fmt.Errorf("a vote with the revoked token answered %d", r.code)
 		}
-		if sent > bound {
-			t.Fatalf("revoked token accepted in a request sent %s after the revocation: %d", sent, r.code)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	if got := b.do(t, http.MethodGet, "/v1/votes/e1", b.token, "", nil); got.code != http.StatusUnauthorized {
 		t.Fatalf("status with a revoked token: %d", got.code)
 	}
@@ -55,24 +53,22 @@ func TestClosedPollByNotify(t *testing.T) {
 	if err := b.store.ClosePoll(context.Background(), "p1", time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	closed := time.Now()
 	accepted := int64(1)
 	_, other := b.principal(t, "other")
-	for i := 1; ; i++ {
+	i := 0
+	testenv.Eventually(t, 3*time.Second, "intake's catalog to hold the poll closed by the NOTIFY", func() bool {
+		i++
 		r := b.vote(t, other, "e"+strconv.Itoa(i), "p1", "a")
 		if r.code == http.StatusUnprocessableEntity {
 			wantProblem(t, r, http.StatusUnprocessableEntity)
-			break
+			return true
 		}
 		if r.code != http.StatusAccepted {
 			t.Fatalf("vote: %d %s", r.code, r.raw)
 		}
 		accepted++
-		if time.Since(closed) > 3*time.Second {
-			t.Fatal("closed poll still open in intake's catalog 3s after the NOTIFY")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return false
+	})
 	if n := b.xlen(t); n != accepted {
 		t.Fatalf("stream holds %d entries, want %d", n, accepted)
 	}
@@ -94,44 +90,38 @@ func TestCatalogListenerReconnects(t *testing.T) {
 	if r := b.vote(t, b.token, "e0", "p1", "a"); r.code != http.StatusAccepted {
 		t.Fatalf("vote: %d %s", r.code, r.raw)
 	}
-	killed := int64(0)
-	for deadline := time.Now().Add(5 * time.Second); killed == 0; {
+	// listeners are the pids of intake's LISTEN connections.
+	listeners := func() []int32 {
+		var pids []int32
 		if err := db.Pool.QueryRow(ctx, `
-SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-WHERE datname = current_database() AND query = 'LISTEN tally_catalog'`).Scan(&killed); err != nil {
+SELECT coalesce(array_agg(pid), '{}') FROM pg_stat_activity
+WHERE datname = current_database() AND query = 'LISTEN tally_catalog'`).Scan(&pids); err != nil {
 			t.Fatal(err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("no LISTEN connection found")
-		}
-		time.Sleep(20 * time.Millisecond)
+		return pids
 	}
-	// Wait for the listener to be back before closing the poll.
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		var n int
-		if err := db.Pool.QueryRow(ctx, `
-SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query = 'LISTEN tally_catalog'`).Scan(&n); err != nil {
+	var killed []int32
+	testenv.Eventually(t, 5*time.Second, "a LISTEN connection to kill", func() bool {
+		killed = listeners()
+		return len(killed) > 0
+	})
+	for _, pid := range killed {
+		if _, err := db.Pool.Exec(ctx, `SELECT pg_terminate_backend($1)`, pid); err != nil {
 			t.Fatal(err)
 		}
-		if n > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the catalog listener did not reconnect within 10s")
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
+	// Wait for the listener to be back before closing the poll: a new
+	// connection, not the one killed, which stays listed until it ended.
+	testenv.Eventually(t, 10*time.Second, "the catalog listener to reconnect", func() bool {
+		return slices.ContainsFunc(listeners(), func(pid int32) bool { return !slices.Contains(killed, pid) })
+	})
 	if err := b.store.ClosePoll(ctx, "p1", time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(3 * time.Second); ; {
-		r := b.vote(t, b.token, testenv.RandomName("e"), "p1", "a")
-		if r.code == http.StatusUnprocessableEntity {
-			break
+	testenv.Eventually(t, 3*time.Second, "intake to refuse votes on the poll closed by the NOTIFY", func() error {
+		if r := b.vote(t, b.token, testenv.RandomName("e"), "p1", "a"); r.code != http.StatusUnprocessableEntity {
+			return fmt.Errorf("a vote answered %d", r.code)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("closed poll still accepted 3s after the NOTIFY: %d", r.code)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }

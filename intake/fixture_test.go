@@ -327,11 +327,5 @@ func (b *bundle) waitCatalog(t testing.TB, id string) {
 			t.Fatal(err)
 		}
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for !b.srv.CatalogHolds(id) {
-		if time.Now().After(deadline) {
-			t.Fatalf("intake's catalog did not hold poll %s 10s after its creation", id)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testenv.Eventually(t, 10*time.Second, "intake's catalog to hold poll "+id, func() bool { return b.srv.CatalogHolds(id) })
 }

@@ -183,17 +183,15 @@ func TestLedgerChecksShareQueries(t *testing.T) {
 			replies[i] = l.do(ctx, ledger.EventKey{PrincipalID: "alice", ClientEventID: "e" + strconv.Itoa(i)}, time.Now().Add(5*time.Second))
 		})
 	}
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+	testenv.Eventually(t, 5*time.Second, fmt.Sprintf("%d lookups pending", n), func() error {
 		l.mu.Lock()
 		waiting := len(l.pending)
 		l.mu.Unlock()
-		if waiting == n {
-			break
+		if waiting != n {
+			return fmt.Errorf("%d pending", waiting)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d lookups pending after 5s, want %d", waiting, n)
-		}
-	}
+		return nil
+	})
 	before := queries.Load()
 	for range checkQueries {
 		go l.lead(ctx, nil)
@@ -217,17 +215,15 @@ func TestLedgerChecksShareQueries(t *testing.T) {
 // leader is left.
 func wantChecksIdle(t *testing.T, l *ledgerChecks) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+	testenv.Eventually(t, 5*time.Second, "the ledger checks to be idle", func() error {
 		l.mu.Lock()
 		leaders, pending := l.leaders, len(l.pending)
 		l.mu.Unlock()
-		if leaders == 0 && pending == 0 {
-			return
+		if leaders != 0 || pending != 0 {
+			return fmt.Errorf("%d leaders, %d lookups left", leaders, pending)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after 5s: %d leaders, %d lookups left", leaders, pending)
-		}
-	}
+		return nil
+	})
 }
 
 // TestLedgerChecksFail: a ledger that does not answer, or a deadline

@@ -83,22 +83,13 @@ func claimsOf(t *testing.T, token string) (map[string]any, string) {
 // waitRecorded waits until the ledger records principalID's event id.
 func waitRecorded(t *testing.T, b *bundle, principalID, eventID string, d time.Duration) {
 	t.Helper()
-	var last error
-	deadline := time.Now().Add(d)
-	for {
+	testenv.Eventually(t, d, "the ledger to record event "+eventID+" of "+principalID, func() error {
 		rec, err := b.store.Event(context.Background(), principalID, eventID)
-		if err == nil && rec.Status == ledger.StatusRecorded {
-			return
+		if err == nil && rec.Status != ledger.StatusRecorded {
+			err = errors.New("status " + string(rec.Status))
 		}
-		last = err
-		if err == nil {
-			last = errors.New("status " + string(rec.Status))
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("event %s of %s not recorded within %v; last: %v", eventID, principalID, d, last)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err
+	})
 }
 
 // TestOIDCVoteCountedAndRevoked: a token the provider issued votes (202)

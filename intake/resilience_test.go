@@ -3,6 +3,7 @@ package intake_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -27,19 +28,22 @@ import (
 // TestRedisHung: a Redis that takes the connection and never answers costs
 // a vote its request deadline, not Config.RedisTimeout nor the client's
 // read timeout, whether its vote was under way or still pending; the
-// breaker counts each such vote.
+// breaker counts each such vote, and opens at the last one.
 func TestRedisHung(t *testing.T) {
 	t.Parallel()
 	db := testenv.Postgres(t)
 	rdb := intake.HungRedis(t)
 	const requestTimeout = 400 * time.Millisecond
+	replies := make([]reply, 4)
 	b := setup(t, withDB(db), withRedis(rdb, testenv.RandomName("t")), func(c *config) {
 		c.RequestTimeout = requestTimeout
 		c.RedisTimeout = time.Minute
-		c.BreakerFailures = 3
+		// The breaker opens at the last vote's failure, not before: a vote
+		// a loaded machine sends after the others failed would find it
+		// open and be refused at once, not at its deadline.
+		c.BreakerFailures = len(replies)
 	})
 	var wg sync.WaitGroup
-	replies := make([]reply, 4)
 	took := make([]time.Duration, len(replies))
 	for i := range replies { // the first ones under way, the others pending
 		wg.Go(func() {
@@ -54,12 +58,15 @@ func TestRedisHung(t *testing.T) {
 		if r.header.Get("Retry-After") == "" {
 			t.Fatalf("503 without Retry-After")
 		}
-		if took[i] < requestTimeout || took[i] > requestTimeout+time.Second {
-			t.Fatalf("503 after %s, want about the request deadline %s", took[i], requestTimeout)
+		// What took tells apart is the request deadline from the other
+		// two bounds, a minute each; took also holds the client's own
+		// time, seconds on a loaded machine.
+		if took[i] < requestTimeout || took[i] > requestTimeout+10*time.Second {
+			t.Fatalf("503 after %s, want about the request deadline %s, far below the minute of the other bounds", took[i], requestTimeout)
 		}
 	}
 	if st := testutil.ToFloat64(b.m.BreakerState); st != 2 {
-		t.Fatalf("breaker state %v after 4 votes without an answer, want 2 (open)", st)
+		t.Fatalf("breaker state %v after %d votes without an answer, want 2 (open)", st, len(replies))
 	}
 }
 
@@ -113,27 +120,18 @@ func TestRedisDown(t *testing.T) {
 
 	// With no votes coming, /readyz alone closes the breaker again.
 	server.Start()
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		r := b.do(t, http.MethodGet, "/readyz", "", "", nil)
-		if r.code == http.StatusOK {
-			break
+	testenv.Eventually(t, 10*time.Second, "/readyz to answer ready once Redis came back", func() error {
+		if r := b.do(t, http.MethodGet, "/readyz", "", "", nil); r.code != http.StatusOK {
+			return fmt.Errorf("%d %s", r.code, r.raw)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/readyz not ready 10s after Redis came back: %s", r.raw)
+		return nil
+	})
+	testenv.Eventually(t, 10*time.Second, "a vote accepted once Redis came back", func() error {
+		if r := b.vote(t, b.token, "after", "p1", "a"); r.code != http.StatusAccepted {
+			return fmt.Errorf("%d %s", r.code, r.raw)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		r := b.vote(t, b.token, "after", "p1", "a")
-		if r.code == http.StatusAccepted {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no recovery 10s after Redis came back: %d %s", r.code, r.raw)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 	if n := b.xlen(t); n != 2 {
 		t.Fatalf("stream holds %d entries, want 2 (before and after)", n)
 	}

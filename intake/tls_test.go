@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"log/slog"
 	"math/big"
 	"net"
 	"net/http"
@@ -130,7 +131,8 @@ func TestTLSRotation(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	first := writeTestCert(t, dir, "intake-first", 1)
-	b := serveTLS(t, first)
+	var logs testenv.LogBuffer
+	b := serveTLSWith(t, first, slog.New(slog.NewTextHandler(&logs, nil)))
 	addr := strings.TrimPrefix(b.url, "https://")
 	if got := peerCert(t, addr, first); got == nil || got.SerialNumber.Int64() != 1 {
 		t.Fatalf("first certificate: %v, want serial 1", got)
@@ -147,7 +149,14 @@ func TestTLSRotation(t *testing.T) {
 	if err := os.WriteFile(second.certFile, []byte("not a certificate"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(1500 * time.Millisecond)
+	// New connections until one made intake read the broken file, which it
+	// logs: the last good certificate is served before and after.
+	testenv.Eventually(t, 10*time.Second, "intake to read the broken certificate and log its failure", func() bool {
+		if got := peerCert(t, addr, second); got == nil || got.SerialNumber.Int64() != 2 {
+			t.Fatalf("after a broken certificate was written: %v, want the last good one (serial 2)", got)
+		}
+		return strings.Contains(logs.String(), "TLS certificate reload failed")
+	})
 	for range 2 {
 		if got := peerCert(t, addr, second); got == nil || got.SerialNumber.Int64() != 2 {
 			t.Fatalf("after a broken certificate was written: %v, want the last good one (serial 2)", got)

@@ -132,6 +132,13 @@ func kindOf(err error) error {
 func sqlstateKind(pgErr *pgconn.PgError) error {
 	switch pgErr.Code {
 	case codeUniqueViolation:
+		if pgErr.TableName == "poll_events" {
+			// Only Append inserts ledger rows, and its batch never
+			// inserts a key twice itself (appendTx claims each key and
+			// each (poll, principal) once): a concurrent append committed
+			// the same key first, and the batch runs again (errRaced).
+			return errConflict
+		}
 		return ErrExists
 	case codeInsufficientPriv:
 		if pgErr.TableName == "poll_events" || pgErr.Where != "" {
@@ -183,6 +190,11 @@ func interpretError(what string, err error) error {
 		return fmt.Errorf("%s: %w", what, ErrNotFound)
 	case ErrExists:
 		return fmt.Errorf("%s: %w (%s)", what, ErrExists, pgErr.ConstraintName)
+	case errConflict:
+		if pgErr != nil && pgErr.Code == codeUniqueViolation { // a ledger key: see sqlstateKind
+			return fmt.Errorf("%s: %w (%s): %w", what, errRaced, pgErr.ConstraintName, err)
+		}
+		return &kindError{fmt.Errorf("%s: %w", what, err), kind}
 	case ErrAppendOnly:
 		return fmt.Errorf("%s: %w: %s", what, ErrAppendOnly, pgErr.Message)
 	case ErrNotPermitted:

@@ -27,6 +27,7 @@ func TestInterpretError(t *testing.T) {
 		{"connection closed", pgconn.ErrConnClosed, true, nil},
 		{"connection cut mid-reply", io.ErrUnexpectedEOF, true, nil},
 		{"unique violation", &pgconn.PgError{Code: codeUniqueViolation}, false, ErrExists},
+		{"ledger key taken by a concurrent append", &pgconn.PgError{Code: codeUniqueViolation, TableName: "poll_events"}, true, errRaced},
 		{"no rows", pgx.ErrNoRows, false, ErrNotFound},
 		{"append-only trigger", &pgconn.PgError{Code: codeInsufficientPriv, TableName: "poll_events"}, false, ErrAppendOnly},
 		{"syntax error", &pgconn.PgError{Code: "42601"}, false, nil},
@@ -66,6 +67,7 @@ func TestKinds(t *testing.T) {
 	}{
 		{&pgconn.PgError{Code: codeDeadlockDetected}, []string{"IsRetryable", "isConflict"}},
 		{errRedefined, []string{"IsRetryable", "isConflict"}},
+		{&pgconn.PgError{Code: codeUniqueViolation, TableName: "poll_events"}, []string{"IsRetryable", "isConflict"}},
 		{&pgconn.PgError{Code: codeCannotConnectNow}, []string{"IsRetryable"}},
 		{io.EOF, []string{"IsRetryable"}},
 		{&pgconn.PgError{Code: codeInvalidCatalogName}, []string{"IsMissingDatabase"}},

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"tally/vote"
 )
@@ -90,8 +89,8 @@ var insertNewSQL = insertSQL(freshKeep(""))
 // also leave out the events that conflict with a ledger row, so that the
 // generic plan stays a nested loop of index probes whatever the size of
 // the ledger. A concurrent append that committed the same (principal, key)
-// or (poll, principal) after the probe makes a unique violation, reported
-// as errRaced, and the batch runs again.
+// or (poll, principal) after the probe makes a unique violation, which
+// interpretError reports as errRaced, and the batch runs again.
 var insertFreshSQL = insertSQL(freshKeep(`
       AND (SELECT 1 FROM poll_events k
            WHERE k.principal_id = i.principal_id AND k.client_event_id = i.client_event_id LIMIT 1) IS NULL
@@ -117,7 +116,7 @@ func insertFresh(ctx context.Context, tx pgx.Tx, in appendInput, idx []int) (map
 		seqs, err = readSeqs(rows, byKey)
 		return err
 	})
-	err := insertError(tx.SendBatch(ctx, &b).Close())
+	err := interpretError("append batch: insert events", tx.SendBatch(ctx, &b).Close())
 	if !errors.Is(err, errRaced) {
 		return seqs, err
 	}
@@ -131,7 +130,7 @@ func insertFresh(ctx context.Context, tx pgx.Tx, in appendInput, idx []int) (map
 // It is a plain INSERT, not ON CONFLICT DO NOTHING: the facts read before
 // it already showed every key and (poll, principal) free, so a unique
 // violation can only come from a concurrent transaction that committed
-// the same key in between, and insertEvents reports it as errRaced.
+// the same key in between, which interpretError reports as errRaced.
 var insertEventsSQL = insertSQL(`
     SELECT * FROM input`)
 
@@ -155,11 +154,11 @@ func insertEvents(ctx context.Context, tx pgx.Tx, sql string, in appendInput, id
 	args, byKey := insertArgs(in, idx)
 	rows, err := tx.Query(ctx, sql, args...)
 	if err != nil {
-		return nil, insertError(err)
+		return nil, interpretError("append batch: insert events", err)
 	}
 	seqs, err := readSeqs(rows, byKey)
 	if err != nil {
-		return nil, insertError(err)
+		return nil, interpretError("append batch: insert events", err)
 	}
 	return seqs, nil
 }
@@ -197,20 +196,6 @@ func readSeqs(rows pgx.Rows, byKey map[keyOf]int) (map[int]int64, error) {
 		return nil
 	})
 	return seqs, err
-}
-
-// insertError reports a unique violation on the ledger's keys as errRaced:
-// the batch never inserts a key twice itself (appendTx claims each key and
-// each (poll, principal) once), so another transaction got there first.
-func insertError(err error) error {
-	if err == nil {
-		return nil
-	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == codeUniqueViolation && pgErr.TableName == "poll_events" {
-		return errRaced
-	}
-	return interpretError("append batch: insert events", err)
 }
 
 const insertRejectionsSQL = `

@@ -25,7 +25,7 @@ func TestAcknowledgeFails(t *testing.T) {
 	srv := testenv.StartRedis(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	t.Cleanup(func() { rdb.Close() })
-	b := setupOn(t, rdb, stream.DefaultPrefix, 1)
+	b := setup(t, withRedis(rdb, stream.DefaultPrefix))
 	b.poll("lunch", "pizza", "sushi")
 	const n = 20
 	b.enqueue(votes("u", n, "lunch", "pizza", "sushi")...)
@@ -55,7 +55,7 @@ func TestAcknowledgeFails(t *testing.T) {
 	if size != n {
 		t.Fatalf("the first batch held %d of the %d entries, want all of them: the count below would not be the batch's", size, n)
 	}
-	testenv.Eventually(b.t, 10*time.Second, "tally_projector_ack_errors_total does not count the batch's entries", func() bool {
+	testenv.Eventually(b.t, 10*time.Second, "tally_projector_ack_errors_total to count the batch's entries", func() bool {
 		return r.metric("tally_projector_ack_errors_total") >= n
 	})
 	if logs := r.logs.String(); !strings.Contains(logs, "acknowledge a committed batch failed") {
@@ -64,7 +64,7 @@ func TestAcknowledgeFails(t *testing.T) {
 	srv.Start()
 	// go-redis answers with the last dial error for a moment after a
 	// server comes back.
-	testenv.Eventually(b.t, 10*time.Second, "Redis does not answer after its restart", func() bool { return rdb.Ping(b.ctx).Err() == nil })
+	testenv.Eventually(b.t, 10*time.Second, "Redis to answer after its restart", func() bool { return rdb.Ping(b.ctx).Err() == nil })
 	b.waitDrained(30 * time.Second)
 
 	if got := r.metric("tally_projector_ack_errors_total"); got != n {

@@ -20,7 +20,7 @@ import (
 func BenchmarkDrain(b *testing.B) {
 	for _, workers := range []int{1, 2} {
 		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
-			bd := setup(b, 1)
+			bd := setup(b)
 			bd.poll("lunch", "pizza", "sushi", "tacos")
 			bd.enqueue(votes("u", b.N, "lunch", "pizza", "sushi", "tacos")...)
 			cfg := fast("bench")
@@ -61,7 +61,7 @@ func BenchmarkDrainKinds(b *testing.B) {
 		{"ranked", vote.Spec{Kind: "ranked"}, []string{`["a","b","c","d"]`, `["c","a","d","b"]`, `["d","c","b","a"]`, `["b","d","a","c"]`}},
 	} {
 		b.Run("kind="+k.name, func(b *testing.B) {
-			bd := setup(b, 1)
+			bd := setup(b)
 			rules, err := vote.NewRules(k.spec, 4)
 			if err != nil {
 				b.Fatal(err)

@@ -18,7 +18,7 @@ import (
 // creation left.
 func TestProjectorSignsCheckpoints(t *testing.T) {
 	t.Parallel()
-	b := setup(t, 2)
+	b := setup(t, withShards(2))
 	b.poll("p1", "a", "b")
 	b.poll("p2", "a", "b")
 	b.poll("idle", "a")
@@ -95,7 +95,7 @@ func TestProjectorSignsCheckpoints(t *testing.T) {
 // interval.
 func TestCheckpointConfig(t *testing.T) {
 	t.Parallel()
-	b := setup(t, 1)
+	b := setup(t)
 	skey, _, err := audit.GenerateKey("tally.test")
 	if err != nil {
 		t.Fatal(err)

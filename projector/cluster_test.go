@@ -29,7 +29,7 @@ func TestProjectorCluster(t *testing.T) {
 	cluster := testenv.StartRedisCluster(t, 3, 0)
 	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Masters, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { rdb.Close() })
-	b := setupOn(t, rdb, stream.DefaultPrefix, 6)
+	b := setup(t, withRedis(rdb, stream.DefaultPrefix), withShards(6))
 	masters := map[string]int{}
 	for _, s := range b.keys.Streams() {
 		masters[cluster.MasterOf(s)]++

@@ -21,7 +21,7 @@ import (
 // cause is fixed, and is then recorded; an undecodable one is purged.
 func TestDeadLetterReplayAndPurge(t *testing.T) {
 	t.Parallel()
-	b := setup(t, 2)
+	b := setup(t, withShards(2))
 	b.poll("lunch", "pizza", "sushi")
 	var broken atomic.Bool
 	broken.Store(true)
@@ -88,7 +88,7 @@ func TestDeadLetterReplayAndPurge(t *testing.T) {
 // pending list still names them).
 func TestDeletedWhilePendingCountedAsLost(t *testing.T) {
 	t.Parallel()
-	b := setup(t, 1)
+	b := setup(t)
 	b.poll("lunch", "pizza", "sushi")
 	b.enqueue(votes("u", 2, "lunch", "pizza")...)
 	gone1 := b.enqueueRaw(0, stream.FieldEntry, stream.Encode(ballot("v1", "k1", "lunch", "sushi")))
@@ -127,7 +127,7 @@ func TestDeletedWhilePendingCountedAsLost(t *testing.T) {
 // acknowledges it; the projector then leaves the group.
 func TestStopFinishesBatchInFlight(t *testing.T) {
 	t.Parallel()
-	b := setup(t, 1)
+	b := setup(t)
 	b.poll("lunch", "pizza", "sushi")
 	entered := make(chan struct{})
 	var once atomic.Bool
@@ -162,7 +162,7 @@ func TestStopFinishesBatchInFlight(t *testing.T) {
 // and zeros for streams not created yet.
 func TestInspect(t *testing.T) {
 	t.Parallel()
-	b := setup(t, 2)
+	b := setup(t, withShards(2))
 	st, err := projector.Inspect(b.ctx, b.rdb, b.keys)
 	if err != nil {
 		t.Fatal(err)

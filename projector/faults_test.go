@@ -22,7 +22,7 @@ import (
 // deleted; the gauges see the empty streams.
 func TestAppliesAndAcknowledges(t *testing.T) {
 	t.Parallel()
-	b := setup(t, 2)
+	b := setup(t, withShards(2))
 	b.poll("lunch", "pizza", "sushi")
 	b.enqueue(votes("u", 250, "lunch", "pizza", "sushi")...)
 	r := b.start(b.store, fast("p1"))
@@ -33,7 +33,7 @@ func TestAppliesAndAcknowledges(t *testing.T) {
 	if got := r.metric("tally_projector_events_total", "outcome", "recorded"); got != 250 {
 		t.Errorf("recorded metric %v, want 250", got)
 	}
-	testenv.Eventually(b.t, 5*time.Second, "the backlog gauge does not fall to 0", func() bool {
+	testenv.Eventually(b.t, 5*time.Second, "the backlog gauge to fall to 0", func() bool {
 		return r.metric("tally_projector_backlog") == 0 && r.metric("tally_projector_pending") == 0
 	})
 	r.stop()
@@ -44,7 +44,7 @@ func TestAppliesAndAcknowledges(t *testing.T) {
 // and everything is applied once it works again.
 func TestFailureBeforeCommit(t *testing.T) {
 	t.Parallel()
-	b := setup(t, 1)
+	b := setup(t)
 	b.poll("lunch", "pizza", "sushi")
 	fail := transient(t)
 	var down atomic.Bool
@@ -61,7 +61,7 @@ func TestFailureBeforeCommit(t *testing.T) {
 	cfg := fast("p1")
 	cfg.BreakerFailures = 1000 // this test is about the retries, not the breaker
 	r := b.start(app, cfg)
-	testenv.Eventually(b.t, 10*time.Second, "Append is not retried", func() bool { return calls.Load() >= 3 })
+	testenv.Eventually(b.t, 10*time.Second, "Append to be retried", func() bool { return calls.Load() >= 3 })
 	if got := b.pending(""); got != 40 {
 		t.Errorf("I4: %d entries pending while Append fails, want all 40", got)
 	}
@@ -86,7 +86,7 @@ func TestFailureBeforeCommit(t *testing.T) {
 // identical events and answers duplicate, without a second effect (I2).
 func TestCommitAnswerLost(t *testing.T) {
 	t.Parallel()
-	b := setup(t, 1)
+	b := setup(t)
 	b.poll("lunch", "pizza", "sushi")
 	fail := transient(t)
 	var lost atomic.Int64
@@ -154,7 +154,7 @@ func (b *bundle) readAs(consumer string, n int) []redis.XMessage {
 // duplicate too.
 func TestRedeliveryOfAppliedEntries(t *testing.T) {
 	t.Parallel()
-	b := setup(t, 1)
+	b := setup(t)
 	b.poll("lunch", "pizza", "sushi")
 	es := votes("u", 20, "lunch", "pizza", "sushi")
 	b.enqueue(es...)
@@ -192,7 +192,7 @@ func TestRedeliveryOfAppliedEntries(t *testing.T) {
 // key_reused and changes nothing.
 func TestConflictingEventID(t *testing.T) {
 	t.Parallel()
-	b := setup(t, 1)
+	b := setup(t)
 	b.poll("lunch", "pizza", "sushi")
 	r := b.start(b.store, fast("p1"))
 	b.enqueue(ballot("alice", "k1", "lunch", "pizza"))
@@ -217,7 +217,7 @@ func TestConflictingEventID(t *testing.T) {
 // A full queue: a large backlog is drained in full batches.
 func TestLargeBacklogDrains(t *testing.T) {
 	t.Parallel()
-	b := setup(t, 2)
+	b := setup(t, withShards(2))
 	b.poll("lunch", "pizza", "sushi", "tacos")
 	const n = 10_000
 	b.enqueue(votes("u", n, "lunch", "pizza", "sushi", "tacos")...)
@@ -237,7 +237,7 @@ func TestLargeBacklogDrains(t *testing.T) {
 // acknowledged (I4), and another consumer claims and applies it.
 func TestKilledConsumerEntriesClaimed(t *testing.T) {
 	t.Parallel()
-	b := setup(t, 1)
+	b := setup(t)
 	b.poll("lunch", "pizza", "sushi")
 	entered := make(chan struct{})
 	var once atomic.Bool
@@ -280,7 +280,7 @@ func TestKilledConsumerEntriesClaimed(t *testing.T) {
 // entries at once, without waiting for MinIdle.
 func TestRestartReadsOwnPending(t *testing.T) {
 	t.Parallel()
-	b := setup(t, 1)
+	b := setup(t)
 	b.poll("lunch", "pizza", "sushi")
 	b.enqueue(votes("u", 10, "lunch", "pizza", "sushi")...)
 	b.readAs("p1", 10)
@@ -298,7 +298,7 @@ func TestRestartReadsOwnPending(t *testing.T) {
 // commit; the bad ones end in the dead-letter stream with their reasons.
 func TestPoisonEntriesDeadLettered(t *testing.T) {
 	t.Parallel()
-	b := setup(t, 1)
+	b := setup(t)
 	b.poll("lunch", "pizza", "sushi")
 	app := applierFunc(func(ctx context.Context, events []ledger.Event) ([]ledger.Outcome, error) {
 		if contains(events, "boom") {
@@ -349,7 +349,7 @@ func TestPoisonEntriesDeadLettered(t *testing.T) {
 // applied.
 func TestMaxDeliveries(t *testing.T) {
 	t.Parallel()
-	b := setup(t, 1)
+	b := setup(t)
 	b.poll("lunch", "pizza", "sushi")
 	b.enqueue(votes("u", 3, "lunch", "pizza")...)
 	msgs := b.readAs("crashy", 3)
@@ -375,7 +375,7 @@ func TestMaxDeliveries(t *testing.T) {
 // backlog drains.
 func TestPostgresGoneAndBack(t *testing.T) {
 	t.Parallel()
-	b := setup(t, 1)
+	b := setup(t)
 	b.poll("lunch", "pizza", "sushi")
 	fail := transient(t)
 	var down atomic.Bool
@@ -394,7 +394,7 @@ func TestPostgresGoneAndBack(t *testing.T) {
 	cfg.BreakerOpenFor = 200 * time.Millisecond
 	cfg.MaxAttempts = 4
 	r := b.start(app, cfg)
-	testenv.Eventually(b.t, 10*time.Second, "the breaker does not open", func() bool {
+	testenv.Eventually(b.t, 10*time.Second, "the breaker to open", func() bool {
 		return r.metric("tally_projector_breaker_state") == 2
 	})
 	time.Sleep(500 * time.Millisecond)
@@ -425,7 +425,7 @@ func TestPostgresGoneAndBack(t *testing.T) {
 // everything ends applied once, with nothing left pending.
 func TestRedisRestart(t *testing.T) {
 	t.Parallel()
-	b := setup(t, 1)
+	b := setup(t)
 	srv := testenv.StartRedis(t)
 	b.rdb = redis.NewClient(&redis.Options{Addr: srv.Addr})
 	t.Cleanup(func() { b.rdb.Close() })
@@ -445,7 +445,7 @@ func TestRedisRestart(t *testing.T) {
 	cfg.BatchSize = 50
 	cfg.MinIdle = 500 * time.Millisecond
 	r := b.start(app, cfg)
-	testenv.Eventually(b.t, 10*time.Second, "nothing applied", func() bool { return applied.Load() > 0 })
+	testenv.Eventually(b.t, 10*time.Second, "a first batch applied", func() bool { return applied.Load() > 0 })
 	srv.Kill()
 	time.Sleep(5 * time.Second) // longer than go-redis waits for a connection
 	if got := b.ledgerRows(); got >= n {
@@ -454,7 +454,7 @@ func TestRedisRestart(t *testing.T) {
 	srv.Start()
 	// go-redis answers with the last dial error for a moment after a
 	// server comes back.
-	testenv.Eventually(b.t, 10*time.Second, "Redis does not answer after its restart", func() bool { return b.rdb.Ping(b.ctx).Err() == nil })
+	testenv.Eventually(b.t, 10*time.Second, "Redis to answer after its restart", func() bool { return b.rdb.Ping(b.ctx).Err() == nil })
 	b.waitDrained(30 * time.Second)
 	r.stop()
 	if got := sum(b.tallies("lunch")); got != n {
@@ -468,7 +468,7 @@ func TestRedisRestart(t *testing.T) {
 // more than MaxDeliveries times, with the last error.
 func TestAllFailingBatchStaysPending(t *testing.T) {
 	t.Parallel()
-	b := setup(t, 1)
+	b := setup(t)
 	b.poll("lunch", "pizza", "sushi")
 	var calls atomic.Int64
 	broken := applierFunc(func(ctx context.Context, events []ledger.Event) ([]ledger.Outcome, error) {
@@ -479,7 +479,7 @@ func TestAllFailingBatchStaysPending(t *testing.T) {
 	cfg := claiming("p1")
 	cfg.MaxDeliveries = 2
 	b.start(broken, cfg)
-	testenv.Eventually(b.t, 10*time.Second, "the batch is not bisected", func() bool { return calls.Load() >= 7 })
+	testenv.Eventually(b.t, 10*time.Second, "the batch to be bisected", func() bool { return calls.Load() >= 7 })
 	if ds := b.deadLetters(); len(ds) != 0 {
 		t.Fatalf("dead letters after the first delivery of a batch that failed whole: %+v", ds)
 	}
@@ -506,7 +506,7 @@ func TestAllFailingBatchStaysPending(t *testing.T) {
 // not starve the others.
 func TestPoisonAloneInItsLane(t *testing.T) {
 	t.Parallel()
-	b := setup(t, 1)
+	b := setup(t)
 	b.poll("lunch", "pizza", "sushi")
 	// The good batches wait for the poison's batch to start, and the
 	// poison's batch (when alone) for the projector to have counted a
@@ -556,7 +556,7 @@ func TestPoisonAloneInItsLane(t *testing.T) {
 // applied once.
 func TestPostgresConnectionsKilled(t *testing.T) {
 	t.Parallel()
-	b := setup(t, 1)
+	b := setup(t)
 	b.poll("lunch", "pizza", "sushi")
 	const n = 8000
 	b.enqueue(votes("u", n, "lunch", "pizza", "sushi")...)

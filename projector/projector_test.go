@@ -49,25 +49,50 @@ type bundle struct {
 	finishOnce sync.Once
 }
 
-func setup(t testing.TB, shards int) *bundle {
-	t.Helper()
-	rdb, prefix := testenv.Redis(t)
-	return setupOn(t, rdb, prefix, shards)
+// config is where setup runs a test's projectors: the Redis of rdb, under
+// prefix, with shards stream shards. A field left zero is the fixture's
+// own: a unique prefix on the shared Redis, one shard.
+type config struct {
+	rdb    redis.UniversalClient
+	prefix string
+	shards int
 }
 
-// setupOn is setup on the Redis of rdb, under prefix.
-func setupOn(t testing.TB, rdb redis.UniversalClient, prefix string, shards int) *bundle {
+// option changes the config setup makes a bundle from.
+type option func(*config)
+
+// withRedis has the streams on rdb under prefix rather than under a
+// unique prefix on the shared Redis.
+func withRedis(rdb redis.UniversalClient, prefix string) option {
+	return func(c *config) { c.rdb, c.prefix = rdb, prefix }
+}
+
+// withShards spreads the votes over n stream shards rather than one.
+func withShards(n int) option { return func(c *config) { c.shards = n } }
+
+// setup makes a bundle as opts say: a fresh ledger, and streams under a
+// unique prefix on the shared Redis in one shard unless they say
+// otherwise. Its cleanup runs finish for a test that started projectors
+// and did not fail, and stops them all.
+func setup(t testing.TB, opts ...option) *bundle {
 	t.Helper()
+	c := config{shards: 1}
+	for _, o := range opts {
+		o(&c)
+	}
+	if c.rdb == nil {
+		c.rdb, c.prefix = testenv.Redis(t)
+	}
 	db := testenv.Postgres(t)
 	store, err := ledger.New(db.Pool, ledger.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	keys, err := stream.NewKeys(prefix, shards)
+	keys, err := stream.NewKeys(c.prefix, c.shards)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := &bundle{t: t, ctx: context.Background(), db: db, store: store, rdb: rdb, keys: keys}
+	b := &bundle{t: t, ctx: context.Background(), db: db, store: store, rdb: c.rdb, keys: keys}
 	t.Cleanup(func() {
 		if b.started() && !t.Failed() {
 			b.finish()

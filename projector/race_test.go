@@ -19,7 +19,7 @@ import (
 // deleted, and neither projector deadlocks.
 func TestRacingProjectors(t *testing.T) {
 	t.Parallel()
-	b := setup(t, 1)
+	b := setup(t)
 	bl := b.enqueueBacklog(rand.New(rand.NewPCG(1, 2)), 5, 45_000, 5_000)
 
 	app, f := b.faulty(11, 13)

@@ -32,7 +32,7 @@ func TestClaimSkipsEntriesInFlight(t *testing.T) {
 }
 
 func claimSkipsEntriesInFlight(t *testing.T, minIdle time.Duration) {
-	b := setup(t, 1)
+	b := setup(t)
 	b.poll("lunch", "pizza", "sushi")
 	const n = 30
 	var handed atomic.Int64 // events handed to Append
@@ -66,7 +66,7 @@ func claimSkipsEntriesInFlight(t *testing.T, minIdle time.Duration) {
 	s := b.keys.Stream(0)
 	longest := map[string]time.Duration{} // id -> longest idle time seen
 	passed := map[string]bool{}           // ids a claim pass went over
-	testenv.Eventually(b.t, 10*time.Second, "no claim pass went over the entries in flight", func() bool {
+	testenv.Eventually(b.t, 10*time.Second, "a claim pass to go over the entries in flight", func() bool {
 		ps, err := b.rdb.XPendingExt(b.ctx, &redis.XPendingExtArgs{Stream: s, Group: stream.Group, Start: "-", End: "+", Count: 2 * n}).Result()
 		if err != nil {
 			t.Fatal(err)
@@ -112,7 +112,7 @@ func claimSkipsEntriesInFlight(t *testing.T, minIdle time.Duration) {
 // also dead-lettered).
 func TestDeletedWhileInFlightNotLost(t *testing.T) {
 	t.Parallel()
-	b := setup(t, 1)
+	b := setup(t)
 	b.poll("lunch", "pizza", "sushi")
 	const n = 10
 	var first sync.Once
@@ -150,9 +150,9 @@ func TestDeletedWhileInFlightNotLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A claim pass finds them deleted and drops them from the pending list.
-	testenv.Eventually(b.t, 10*time.Second, "no claim pass went over the deleted entries", func() bool { return b.pending("") == 0 })
+	testenv.Eventually(b.t, 10*time.Second, "a claim pass to go over the deleted entries", func() bool { return b.pending("") == 0 })
 	releaseOnce()
-	testenv.Eventually(b.t, 10*time.Second, "the batch is not recorded", func() bool { return b.ledgerRows() == n })
+	testenv.Eventually(b.t, 10*time.Second, "the batch to be recorded", func() bool { return b.ledgerRows() == n })
 	b.finish() // stops the projector once it applied all it held, tombstones included
 	if got := r.metric("tally_projector_lost_total"); got != 0 {
 		t.Errorf("lost metric %v, want 0: the projector held the entries", got)

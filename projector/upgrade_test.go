@@ -10,7 +10,7 @@ import (
 // a stream need not be drained before upgrading.
 func TestVersion1EntriesApplied(t *testing.T) {
 	t.Parallel()
-	b := setup(t, 1)
+	b := setup(t)
 	b.poll("lunch", "pizza", "sushi")
 	for _, e := range votes("old", 10, "lunch", "pizza", "sushi") {
 		b.enqueueRaw(0, legacy(e, e.Answer())...)

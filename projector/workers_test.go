@@ -66,7 +66,7 @@ func TestWorkersOverlapWithinBound(t *testing.T) {
 	for _, workers := range []int{1, 2, 4} {
 		t.Run(fmt.Sprintf("workers=%d", workers), func(t *testing.T) {
 			t.Parallel()
-			b := setup(t, 2)
+			b := setup(t, withShards(2))
 			b.poll("lunch", "pizza", "sushi")
 			const n = 3000
 			b.enqueue(votes("u", n, "lunch", "pizza", "sushi")...)
@@ -101,7 +101,7 @@ func TestWorkersDrainBacklogWithFaults(t *testing.T) {
 	for _, workers := range []int{2, 3, 4} {
 		t.Run(fmt.Sprintf("workers=%d", workers), func(t *testing.T) {
 			t.Parallel()
-			b := setup(t, 2)
+			b := setup(t, withShards(2))
 			rng := rand.New(rand.NewPCG(uint64(workers), 7))
 			const unique, repeats = 12_000, 1_500
 			bl := b.enqueueBacklog(rng, 5, unique, repeats)
@@ -215,7 +215,7 @@ func (b *bundle) stuckApplier() (app projector.Applier, entered *atomic.Int64, r
 // readers wait instead of pulling the backlog into memory.
 func TestWorkersBackPressure(t *testing.T) {
 	t.Parallel()
-	b := setup(t, 1)
+	b := setup(t)
 	b.poll("lunch", "pizza", "sushi")
 	const n, batch, workers = 2000, 20, 3
 	b.enqueue(votes("u", n, "lunch", "pizza", "sushi")...)
@@ -226,7 +226,7 @@ func TestWorkersBackPressure(t *testing.T) {
 	cfg.MinIdle = time.Minute // no claim of its own entries while stuck
 	cfg.ApplyTimeout = time.Minute
 	r := b.start(app, cfg)
-	testenv.Eventually(b.t, 10*time.Second, "the workers do not all take a batch", func() bool { return entered.Load() == workers })
+	testenv.Eventually(b.t, 10*time.Second, "every worker to take a batch", func() bool { return entered.Load() == workers })
 	time.Sleep(300 * time.Millisecond) // the readers run into the bound
 	if got := entered.Load(); got != workers {
 		t.Errorf("%d batches in flight, want %d", got, workers)
@@ -254,7 +254,7 @@ func TestWorkersBackPressure(t *testing.T) {
 // acknowledged and deleted, and nothing else is (I4).
 func TestStopWaitsForEveryBatchInFlight(t *testing.T) {
 	t.Parallel()
-	b := setup(t, 1)
+	b := setup(t)
 	b.poll("lunch", "pizza", "sushi")
 	const n, batch, workers = 200, 10, 3
 	b.enqueue(votes("u", n, "lunch", "pizza", "sushi")...)
@@ -265,8 +265,10 @@ func TestStopWaitsForEveryBatchInFlight(t *testing.T) {
 	cfg.MinIdle = time.Minute
 	cfg.ShutdownGrace = 10 * time.Second
 	r := b.start(app, cfg)
-	testenv.Eventually(b.t, 10*time.Second, "the workers do not all take a batch", func() bool { return entered.Load() == workers })
-	time.Sleep(200 * time.Millisecond) // the next batch fills
+	testenv.Eventually(b.t, 10*time.Second, "every worker to take a batch", func() bool { return entered.Load() == workers })
+	testenv.Eventually(b.t, 10*time.Second, "the next batch read while the workers are stuck", func() bool {
+		return b.pending("p1") >= (workers+1)*batch
+	})
 	stopped := make(chan struct{})
 	go func() { r.stop(); close(stopped) }()
 	time.Sleep(200 * time.Millisecond)
@@ -303,7 +305,7 @@ func TestStopWaitsForEveryBatchInFlight(t *testing.T) {
 // they finish in any order).
 func TestWorkersKeepEachPrincipalsOrder(t *testing.T) {
 	t.Parallel()
-	b := setup(t, 1)
+	b := setup(t)
 	b.poll("lunch", "pizza", "sushi")
 	const n, lag = 400, 7
 	var es []stream.Entry

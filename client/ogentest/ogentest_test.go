@@ -2,6 +2,7 @@ package ogentest_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -55,11 +56,7 @@ func TestOgenClientAgainstIntake(t *testing.T) {
 		return nil
 	}
 	// Until intake's catalog holds the new poll, its results are 404.
-	for deadline := time.Now().Add(15 * time.Second); results() == nil; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("intake's catalog did not hold poll lunch within 15s")
-		}
-	}
+	testenv.Eventually(t, 15*time.Second, "intake's catalog to hold poll lunch", func() bool { return results() != nil })
 
 	vote := &ogenclient.Vote{EventID: "ogen-1", PollID: "lunch", CandidateID: ogenclient.NewOptID("a")}
 	for range 2 { // the same vote again is 202 too
@@ -68,29 +65,25 @@ func TestOgenClientAgainstIntake(t *testing.T) {
 			t.Fatalf("vote ogen-1: %#v, %v; want 202", res, err)
 		}
 	}
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	testenv.Eventually(t, 20*time.Second, "ogen-1 recorded", func() bool {
 		res, err := voter.GetVote(ctx, ogenclient.GetVoteParams{EventID: "ogen-1"})
 		st, ok := res.(*ogenclient.EventStatusHeaders)
 		if err != nil || !ok {
 			t.Fatalf("status of ogen-1: %#v, %v", res, err)
 		}
-		if st.Response.Status == ogenclient.StatusRecorded {
-			break
+		if s := st.Response.Status; s != ogenclient.StatusRecorded && s != ogenclient.StatusPending {
+			t.Fatalf("status of ogen-1: %s, want recorded", s)
 		}
-		if st.Response.Status != ogenclient.StatusPending || time.Now().After(deadline) {
-			t.Fatalf("status of ogen-1: %s, want recorded", st.Response.Status)
-		}
-	}
+		return st.Response.Status == ogenclient.StatusRecorded
+	})
 	// Results are read at most once a second per poll: wait for the vote.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	testenv.Eventually(t, 10*time.Second, "the results to count one vote, for a", func() error {
 		r := results()
-		if r != nil && r.Total == 1 && r.Results[0].CandidateID == "a" && r.Results[0].Votes == 1 {
-			break
+		if r == nil || r.Total != 1 || len(r.Results) == 0 || r.Results[0].CandidateID != "a" || r.Results[0].Votes != 1 {
+			return fmt.Errorf("results %#v", r)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("results %#v: want one vote, for a", r)
-		}
-	}
+		return nil
+	})
 
 	res2, err := voter.PostVote(ctx, &ogenclient.Vote{EventID: "ogen-2", PollID: "lunch", CandidateID: ogenclient.NewOptID("zz")})
 	p, ok := res2.(*ogenclient.ProblemInvalidBallotOrInvalidChoiceOrPollClosedHeaders)

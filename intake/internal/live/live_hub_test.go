@@ -124,7 +124,7 @@ func TestLiveHubRereadsAfterBusyRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	notify := testenv.Receive(t, f.notify, 5*time.Second, "the hub to listen for notifications")
-	time.Sleep(50 * time.Millisecond) // the first read is under way
+	testenv.Eventually(t, 5*time.Second, "the first read to be under way", func() bool { return f.reads.Load() == 1 })
 	notify("p")
 	if got := next(t, v); got != "p 1" {
 		t.Fatalf("first frame %q", got)
@@ -226,12 +226,7 @@ func TestLiveHubListensWhileWatched(t *testing.T) {
 			t.Fatalf("round %d: %d listeners with a viewer, want 1", round, n)
 		}
 		h.unsubscribe(v)
-		deadline := time.Now().Add(5 * time.Second)
-		for f.listeners.Load() != 0 {
-			if time.Now().After(deadline) {
-				t.Fatalf("round %d: the listener still runs 5s after the last viewer left", round)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+		testenv.Eventually(t, 5*time.Second, fmt.Sprintf("round %d: the listener to stop once the last viewer left", round),
+			func() bool { return f.listeners.Load() == 0 })
 	}
 }
