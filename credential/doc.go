@@ -40,7 +40,8 @@
 // third of the allocations go-jose takes (BENCHMARKS.md); it is told the
 // one algorithm it may take, so "alg": "none" or a public key used as an
 // HMAC secret is refused; their claims, when of the form Issue writes, are
-// decoded without reflection (claims.go). OpenID Connect tokens are verified by
+// decoded without reflection (claims.go), and their signature is checked
+// with an HMAC kept per key and reused (hs256.go). OpenID Connect tokens are verified by
 // github.com/coreos/go-oidc/v3. Key files are JSON Web Keys (RFC 7517).
 //
 // Several keys verify and one signs: a KeySet holds every key an intake

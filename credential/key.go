@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/go-jose/go-jose/v4"
+	"github.com/golang-jwt/jwt/v5"
 )
 
 // keyBytes is the size of a credential key's secret: 256 bits, as RFC 7518
@@ -114,17 +115,23 @@ func ReadKeyFile(path string) (Key, error) {
 // KeySet is the keys that verify tally's own tokens, by id.
 type KeySet struct {
 	keys map[string]Key
+	macs map[string]*macKey // the HMACs of keys, by id
+	// keyFunc is keyFor, made once: a method value made per token would
+	// be an allocation per token.
+	keyFunc jwt.Keyfunc
 }
 
 // NewKeySet is the set of keys; an id given twice is an error.
 func NewKeySet(keys ...Key) (*KeySet, error) {
-	s := &KeySet{keys: make(map[string]Key, len(keys))}
+	s := &KeySet{keys: make(map[string]Key, len(keys)), macs: make(map[string]*macKey, len(keys))}
 	for _, k := range keys {
 		if _, dup := s.keys[k.ID]; dup {
 			return nil, fmt.Errorf("credential key %s is given twice", k.ID)
 		}
 		s.keys[k.ID] = k
+		s.macs[k.ID] = newMACKey(k.secret)
 	}
+	s.keyFunc = s.keyFor
 	return s, nil
 }
 

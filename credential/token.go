@@ -115,20 +115,16 @@ var ownParser = jwt.NewParser(jwt.WithValidMethods([]string{jwt.SigningMethodHS2
 // verify checks a token of tally's own against the keys of s and returns
 // its identity, or an error wrapping ErrInvalid.
 func (s *KeySet) verify(token string) (Identity, error) {
+	keyFunc := noKey
+	if s != nil {
+		keyFunc = s.keyFunc
+	}
 	var c claims
-	var kid string
-	_, err := ownParser.ParseWithClaims(token, &c, func(t *jwt.Token) (any, error) {
-		kid, _ = t.Header["kid"].(string)
-		if s != nil {
-			if k, ok := s.keys[kid]; ok {
-				return k.secret, nil
-			}
-		}
-		return nil, fmt.Errorf("signed by key %q, which this server does not hold", kid)
-	})
+	t, err := ownParser.ParseWithClaims(token, &c, keyFunc)
 	if err != nil {
 		return Identity{}, invalid("%v", err)
 	}
+	kid, _ := t.Header["kid"].(string)
 	if !vote.ValidID(c.Subject) {
 		return Identity{}, invalid("its subject is not a principal id")
 	}
@@ -148,6 +144,22 @@ func (s *KeySet) verify(token string) (Identity, error) {
 		id.IssuedAt = c.IssuedAt.Time
 	}
 	return id, nil
+}
+
+// keyFor gives the key that checks the signature of t, a token of
+// tally's own: the HMAC of the key its "kid" names (hs256 checks it).
+func (s *KeySet) keyFor(t *jwt.Token) (any, error) {
+	kid, _ := t.Header["kid"].(string)
+	if k, ok := s.macs[kid]; ok {
+		return k, nil
+	}
+	return noKey(t)
+}
+
+// noKey refuses t: it names a key that is not held.
+func noKey(t *jwt.Token) (any, error) {
+	kid, _ := t.Header["kid"].(string)
+	return nil, fmt.Errorf("signed by key %q, which this server does not hold", kid)
 }
 
 // ParseExpiry reads when a token should expire: a duration from now
