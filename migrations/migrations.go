@@ -66,6 +66,9 @@
 //   - 00018_poll_open_at.sql: poll_open_at(opens_at, closes_at, t), the
 //     rule "a poll takes a vote received at t", written once for the
 //     ledger's statements (its Go twin is ledger.Poll.OpenAt).
+//   - 00019_poll_events_ids.sql: the ledger's poll and principal ids keep
+//     the id rule (vote.ValidID) by a check; a row already there that
+//     breaks it fails the migration, naming it.
 //   - migrations.go: the embedded files and goose's provider over them.
 package migrations
 
