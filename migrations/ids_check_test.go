@@ -78,4 +78,47 @@ func TestPollEventsIDCheckNamesTheRow(t *testing.T) {
 	}
 }
 
+// TestIDChecksUnbounded: every check of an id in the schema says the id
+// rule without a bounded repetition, which PostgreSQL runs tens of times
+// slower, and still refuses an id of 65 characters and takes one of
+// 64.
+func TestIDChecksUnbounded(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.Postgres(t)
+	rows, err := db.Pool.Query(ctx, `
+SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid) FROM pg_constraint
+WHERE contype = 'c' AND pg_get_constraintdef(oid) LIKE '%A-Za-z0-9%' ORDER BY 1, 2`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	n := 0
+	for rows.Next() {
+		var table, name, def string
+		if err := rows.Scan(&table, &name, &def); err != nil {
+			t.Fatal(err)
+		}
+		n++
+		if strings.Contains(def, "{") {
+			t.Errorf("%s's %s has a bounded repetition: %s", table, name, def)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n != 5 {
+		t.Errorf("%d checks of an id, want 5 (polls, poll_choices, principals, credential_key_retirements, poll_events)", n)
+	}
+	for _, tc := range []struct {
+		id string
+		ok bool
+	}{{strings.Repeat("q", 64), true}, {strings.Repeat("q", 65), false}, {"", false}, {"q q", false}} {
+		_, err := db.Pool.Exec(ctx, `INSERT INTO polls (id, title) VALUES ($1, 't')`, tc.id)
+		if (err == nil) != tc.ok {
+			t.Errorf("poll id %q: %v, want taken %v", tc.id, err, tc.ok)
+		}
+	}
+}
+
 func ptr(s string) *string { return &s }
