@@ -24,15 +24,14 @@ import (
 // The difference between the last two is the intake's own share: its
 // listener, its reads of each change and its catalog's update. Each way
 // reports its votes' p50 and p99 and this process's CPU per poll created
-// above none's. The catalog holds 10,000 polls.
+// above none's. The catalog holds 10,000 polls (churnSize).
 func BenchmarkVoteWhileCatalogChanges(b *testing.B) {
 	const (
-		polls     = 10_000
-		roundFor  = 3 * time.Second
 		voteRate  = 400 // votes a second
 		senders   = 4
 		createdAt = 100 * time.Millisecond // between two polls created
 	)
+	polls, roundFor := churnSize()
 	bu := setup(b)
 	other := testenv.Postgres(b)
 	otherStore := newStore(b, other.Pool)
@@ -103,11 +102,8 @@ func BenchmarkVoteWhileCatalogChanges(b *testing.B) {
 // not hear of); the difference of this process's CPU per poll is the
 // intake's, from its listener's wake-up to its catalog's update.
 func BenchmarkCatalogChangeCPU(b *testing.B) {
-	const (
-		polls     = 10_000
-		roundFor  = 3 * time.Second
-		createdAt = 100 * time.Millisecond
-	)
+	const createdAt = 100 * time.Millisecond
+	polls, roundFor := churnSize()
 	bu := setup(b)
 	other := testenv.Postgres(b)
 	otherStore := newStore(b, other.Pool)
@@ -147,6 +143,16 @@ func BenchmarkCatalogChangeCPU(b *testing.B) {
 	b.ReportMetric(float64(cpu[1].Microseconds())/float64(created[1])-float64(cpu[0].Microseconds())/float64(created[0]), "cpu-applied-us/poll")
 }
 
+// churnSize is the catalog's polls and a round's time of the benchmarks
+// above: 10,000 polls and 3 s, or with -short (make test runs every
+// benchmark once) 100 polls and 300 ms.
+func churnSize() (polls int, round time.Duration) {
+	if testing.Short() {
+		return 100, 300 * time.Millisecond
+	}
+	return 10_000, 3 * time.Second
+}
+
 // fillPolls creates n polls of 2 choices, c0 to c(n-1), in bulk.
 func fillPolls(tb testing.TB, store *ledger.Store, n int) {
 	tb.Helper()
@@ -166,7 +172,7 @@ func fillPolls(tb testing.TB, store *ledger.Store, n int) {
 // be answered 202.
 func voteRound(tb testing.TB, client *http.Client, url string, tokens []string, prefix string, rate int, d time.Duration) []time.Duration {
 	tb.Helper()
-	total := rate * int(d/time.Second)
+	total := int(float64(rate) * d.Seconds())
 	interval := time.Duration(len(tokens)) * time.Second / time.Duration(rate)
 	var mu sync.Mutex
 	lats := make([]time.Duration, 0, total)
