@@ -66,6 +66,12 @@
 //   - 00018_poll_open_at.sql: poll_open_at(opens_at, closes_at, t), the
 //     rule "a poll takes a vote received at t", written once for the
 //     ledger's statements (its Go twin is ledger.Poll.OpenAt).
+//   - 00019_poll_events_ids.sql: the ledger's poll and principal ids keep
+//     the id rule (vote.ValidID) by a check; a row already there that
+//     breaks it fails the migration, naming it.
+//   - 00020_id_checks_unbounded.sql: the catalog's id checks say the same
+//     rule without the bounded repetition {1,64}, which PostgreSQL runs
+//     tens of times slower.
 //   - migrations.go: the embedded files and goose's provider over them.
 package migrations
 

@@ -228,7 +228,10 @@ func roleOf(p ledger.Principal) *string {
 
 // ListPrincipals takes GET /v1/principals?after=ID&limit=N: a page
 // of the principals in id order, and the after of the next page while
-// there may be one.
+// there may be one. It lists the rows of principals: an OpenID Connect
+// subject has one only once revoked, since intake writes nothing when it
+// takes an issuer's token (docs/operations.md, "OpenID Connect", says
+// where an operator finds the others).
 func (a *Admin) ListPrincipals(w http.ResponseWriter, r *http.Request) {
 	if _, ok := a.admin(w, r); !ok {
 		return
