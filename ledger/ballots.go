@@ -2,8 +2,7 @@ package ledger
 
 import (
 	"context"
-	"hash/fnv"
-	"slices"
+	"fmt"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
@@ -22,16 +21,21 @@ import (
 //
 // The ballot that counts of a principal in a poll of answers latest is
 // its last row of the poll by seq (migration 00016), which an index of
-// poll_events finds. So that the last by seq is the last in the poll's
-// log, and a change never misses a ballot another append is recording,
-// an append first takes a transaction lock per (poll, principal) of its
-// events of such polls, in key order (lockPrincipals), before it draws
-// any seq: two appends of one principal's ballots take turns, the second
-// drawing its seqs, numbering its leaves and reading the ballot it
-// replaces after the first committed. In one batch a principal's rows
-// are inserted in batch order (insert.go), which is leaf order. A single
-// choice of a final poll is counted by the insert's own statement
-// (insert.go), as before kinds.
+// poll_events finds; it must be its last in the poll's log too, and a
+// change must take out the ballot that is last before it there. An append
+// draws its seqs at the insert, where concurrent appends overlap, but
+// numbers its rows in a poll's log only under the poll's head (log_store.go),
+// in the order the appends commit. So it reads the ballots it replaces
+// under the heads (lastBallots), when every append that numbered rows of
+// the poll before it has committed and none after it has, and in the same
+// read makes sure that none of those recorded a row of one of its
+// principals with a later seq than its own: such a row would be before
+// its rows in the log and after them by seq, and the append runs again
+// (errRaced), drawing seqs after it. An append that holds the head after
+// it finds its rows and takes the last of them out. In one batch a
+// principal's rows are inserted in batch order (insert.go), which is leaf
+// order. A single choice of a final poll is counted by the insert's own
+// statement (insert.go), as before kinds.
 
 // pollRules are what a poll's ballots are checked and counted against.
 type pollRules struct {
@@ -144,7 +148,8 @@ func latestOf(events []Event, rules map[string]*pollRules) []bool {
 // addFigures adds to the projection the figures of the ballots this
 // append recorded that the insert's statement did not count: ballots of
 // other kinds than single, and every ballot of a poll of answers latest,
-// whose principal's last ballot before it is taken out (lastBallots). It
+// whose principal's last ballot before it is taken out (lastBallots: the
+// append holds its polls' log heads). It
 // adds poll_results' figures per choice, poll_pairwise's cells and
 // poll_ballots' count, each in a fixed order, in one statement.
 func addFigures(ctx context.Context, tx pgx.Tx, in appendInput, outcomes []Outcome, rules map[string]*pollRules) error {
@@ -160,7 +165,7 @@ func addFigures(ctx context.Context, tx pgx.Tx, in appendInput, outcomes []Outco
 		}
 	}
 	if len(lb.latest) > 0 {
-		replaced, err := lastBallots(ctx, tx, in.events, lb.latest, lb.firstSeq)
+		replaced, err := lastBallots(ctx, tx, in.events, lb)
 		if err != nil {
 			return err
 		}
@@ -216,10 +221,11 @@ func (bc *batchCounts) addAnswer(poll, answer string, sign int64) {
 
 // lastOfBatch collects the recorded events of polls of answers latest:
 // the last of each (poll, principal) in the batch, and the seq of its
-// first there, by latest's index.
+// first there and how many it recorded (mine), by latest's index.
 type lastOfBatch struct {
 	latest   []int
 	firstSeq []int64
+	mine     []int32
 	at       map[pollPrincipal]int
 }
 
@@ -228,6 +234,7 @@ func (lb *lastOfBatch) note(i int, e Event, seq int64) {
 	if j, ok := lb.at[pp]; ok {
 		lb.latest[j] = i
 		lb.firstSeq[j] = min(lb.firstSeq[j], seq)
+		lb.mine[j]++
 		return
 	}
 	if lb.at == nil {
@@ -236,69 +243,39 @@ func (lb *lastOfBatch) note(i int, e Event, seq int64) {
 	lb.at[pp] = len(lb.latest)
 	lb.latest = append(lb.latest, i)
 	lb.firstSeq = append(lb.firstSeq, seq)
+	lb.mine = append(lb.mine, 1)
 }
 
-// lockPrincipalsSQL takes the transaction locks of lockPrincipals, in the
-// order of its arrays.
-const lockPrincipalsSQL = `
-SELECT count(pg_advisory_xact_lock(k.a, k.b)) FROM unnest($1::int[], $2::int[]) AS k(a, b)`
-
-// lockPrincipals takes, before the append inserts anything, a transaction
-// lock per (poll, principal) of the events of polls of answers latest, in
-// the order of their keys, so that two appends that share some wait for
-// each other whole rather than deadlock. A lock's key is a 64-bit hash of
-// the pair, in the two-key space of PostgreSQL's advisory locks: two pairs
-// that share a key only make their appends take turns. Each lock is an
-// entry of PostgreSQL's shared lock table until the commit, so a batch
-// holds as many as its principals of such polls (docs/operations.md).
-func lockPrincipals(ctx context.Context, tx pgx.Tx, events []Event, latest []bool) error {
-	var keys []uint64
-	for i, e := range events {
-		if latest[i] {
-			h := fnv.New64a()
-			h.Write([]byte(e.PollID))
-			h.Write([]byte{0})
-			h.Write([]byte(e.PrincipalID))
-			keys = append(keys, h.Sum64())
-		}
-	}
-	if len(keys) == 0 {
-		return nil
-	}
-	slices.Sort(keys)
-	keys = slices.Compact(keys)
-	a, b := make([]int32, len(keys)), make([]int32, len(keys))
-	for i, k := range keys {
-		a[i], b[i] = int32(k>>32), int32(k)
-	}
-	_, err := tx.Exec(ctx, lockPrincipalsSQL, a, b)
-	return interpretError("append batch: lock the principals of polls of answers latest", err)
-}
-
-// lastBallotsSQL reads, for each (poll, principal, seq), the principal's
-// last ballot in the poll before that seq, if any (poll_events_latest).
+// lastBallotsSQL reads, for each (poll, principal, seq, mine), the
+// principal's row after its last mine rows, by seq: the append's own rows
+// of the principal are mine rows from seq on, so that row is the last
+// ballot before them, unless a concurrent append committed a row of the
+// principal from seq on (raced). One backward scan of poll_events_latest
+// reads it.
 const lastBallotsSQL = `
-SELECT n.poll_id, n.principal_id, l.answer
-FROM unnest($1::text[], $2::text[], $3::bigint[]) AS n(poll_id, principal_id, seq)
+SELECT n.poll_id, n.principal_id, l.answer, l.seq >= n.seq AS raced
+FROM unnest($1::text[], $2::text[], $3::bigint[], $4::int[]) AS n(poll_id, principal_id, seq, mine)
 CROSS JOIN LATERAL (
-    SELECT coalesce(e.ballot, e.candidate_id) AS answer FROM poll_events e
-    WHERE e.latest AND e.poll_id = n.poll_id AND e.principal_id = n.principal_id AND e.seq < n.seq
-    ORDER BY e.seq DESC LIMIT 1) l`
+    SELECT e.seq, coalesce(e.ballot, e.candidate_id) AS answer FROM poll_events e
+    WHERE e.latest AND e.poll_id = n.poll_id AND e.principal_id = n.principal_id
+    ORDER BY e.seq DESC OFFSET n.mine LIMIT 1) l`
 
-// lastBallots returns the ballots that events[idx] (one per (poll,
-// principal), each recorded, their principals locked by lockPrincipals)
-// replace: each principal's last ballot before firstSeq, the seq of its
-// first row this append recorded. Under the lock every other row of the
-// principal in the poll has committed, so it is the last before this
-// append's in the log.
-func lastBallots(ctx context.Context, tx pgx.Tx, events []Event, idx []int, firstSeq []int64) (map[pollPrincipal]string, error) {
+// lastBallots returns the ballots that lb's events (the last recorded of
+// each (poll, principal)) replace: each principal's last ballot before
+// the first of its rows this append recorded. The append holds its polls'
+// log heads, so every other append that recorded rows of the poll and
+// comes before it in the log has committed, and its rows are visible;
+// if one of them has a later seq than one of the append's, the append's
+// seqs and its place in the log disagree, and lastBallots returns
+// errRaced, for the append to run again.
+func lastBallots(ctx context.Context, tx pgx.Tx, events []Event, lb lastOfBatch) (map[pollPrincipal]string, error) {
 	const what = "append batch: read the ballots replaced"
-	n := len(idx)
+	n := len(lb.latest)
 	polls, principals := make([]string, n), make([]string, n)
-	for j, i := range idx {
+	for j, i := range lb.latest {
 		polls[j], principals[j] = events[i].PollID, events[i].PrincipalID
 	}
-	rows, err := tx.Query(ctx, lastBallotsSQL, polls, principals, firstSeq)
+	rows, err := tx.Query(ctx, lastBallotsSQL, polls, principals, lb.firstSeq, lb.mine)
 	if err != nil {
 		return nil, interpretError(what, err)
 	}
@@ -306,8 +283,16 @@ func lastBallots(ctx context.Context, tx pgx.Tx, events []Event, idx []int, firs
 	var (
 		pp     pollPrincipal
 		ballot string
+		raced  bool
 	)
-	if _, err := pgx.ForEachRow(rows, []any{&pp.poll, &pp.principal, &ballot}, func() error { old[pp] = ballot; return nil }); err != nil {
+	_, err = pgx.ForEachRow(rows, []any{&pp.poll, &pp.principal, &ballot, &raced}, func() error {
+		if raced {
+			return fmt.Errorf("%w: a ballot of principal %s in poll %s, its seq after this batch's, is before them in the log", errRaced, pp.principal, pp.poll)
+		}
+		old[pp] = ballot
+		return nil
+	})
+	if err != nil {
 		return nil, interpretError(what, err)
 	}
 	return old, nil
