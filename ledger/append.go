@@ -70,12 +70,13 @@ var errRaced = errors.New("a concurrent append committed a conflicting row first
 // principal). In the common case, a batch of new events, that one
 // statement is the whole append.
 //
-// After the second step it adds the new rows to their polls' logs, under
-// their heads, which it locks only then (log_store.go), and then the
-// figures of the new rows' ballots of other kinds than single, and of
-// every ballot of a poll of answers latest, to the projection (ballots.go;
-// rules are their polls'): under the heads, the ballots a poll of answers
-// latest replaces are those the appends before it in the log recorded.
+// After the second step it reads the ballots that its rows of polls of
+// answers latest replace (readLatest, ballots.go), adds the new rows to
+// their polls' logs, under their heads, which it locks only then
+// (log_store.go), reads again the replaced ballots of the polls whose
+// logs grew in between (recheck), and adds the figures of the new rows'
+// ballots of other kinds than single, and of every ballot of a poll of
+// answers latest, to the projection (rules are their polls').
 //
 // Then the full rules (classify), for every event the first step did not
 // record. No event the first step left out could have claimed what an
@@ -115,10 +116,18 @@ func appendTx(ctx context.Context, tx pgx.Tx, events []Event, rules map[string]*
 			return nil, err
 		}
 	}
-	if err := appendLogs(ctx, tx, events, outcomes); err != nil {
+	read, err := readLatest(ctx, tx, in, outcomes, rules)
+	if err != nil {
 		return nil, err
 	}
-	if err := addFigures(ctx, tx, in, outcomes, rules); err != nil {
+	sizes, err := appendLogs(ctx, tx, events, outcomes)
+	if err != nil {
+		return nil, err
+	}
+	if err := read.recheck(ctx, tx, events, sizes); err != nil {
+		return nil, err
+	}
+	if err := addFigures(ctx, tx, in, outcomes, rules, read); err != nil {
 		return nil, err
 	}
 	return outcomes, nil

@@ -25,17 +25,21 @@ import (
 // change must take out the ballot that is last before it there. An append
 // draws its seqs at the insert, where concurrent appends overlap, but
 // numbers its rows in a poll's log only under the poll's head (log_store.go),
-// in the order the appends commit. So it reads the ballots it replaces
-// under the heads (lastBallots), when every append that numbered rows of
-// the poll before it has committed and none after it has, and in the same
-// read makes sure that none of those recorded a row of one of its
-// principals with a later seq than its own: such a row would be before
-// its rows in the log and after them by seq, and the append runs again
-// (errRaced), drawing seqs after it. An append that holds the head after
-// it finds its rows and takes the last of them out. In one batch a
-// principal's rows are inserted in batch order (insert.go), which is leaf
-// order. A single choice of a final poll is counted by the insert's own
-// statement (insert.go), as before kinds.
+// in the order the appends commit. So the ballots it replaces are the
+// ones its principals' rows before its own by seq when it holds the heads,
+// when every append before it in the log has committed and none after it
+// has. It reads them just before it locks the heads (readLatest), with the
+// sizes of the polls' logs, and again under the heads for a poll whose log
+// grew in between (recheck): with the sizes unchanged, no append committed
+// to the poll since the read. Either read also makes sure that no append
+// before it in the log recorded a row of one of its principals with a
+// later seq than its own: such a row would be before its rows in the log
+// and after them by seq, and the append runs again (errRaced), drawing
+// seqs after it. An append that holds the head after it finds its rows
+// and takes the last of them out. In one batch a principal's rows are
+// inserted in batch order (insert.go), which is leaf order. A single
+// choice of a final poll is counted by the insert's own statement
+// (insert.go), as before kinds.
 
 // pollRules are what a poll's ballots are checked and counted against.
 type pollRules struct {
@@ -148,35 +152,26 @@ func latestOf(events []Event, rules map[string]*pollRules) []bool {
 // addFigures adds to the projection the figures of the ballots this
 // append recorded that the insert's statement did not count: ballots of
 // other kinds than single, and every ballot of a poll of answers latest,
-// whose principal's last ballot before it is taken out (lastBallots: the
-// append holds its polls' log heads). It
-// adds poll_results' figures per choice, poll_pairwise's cells and
-// poll_ballots' count, each in a fixed order, in one statement.
-func addFigures(ctx context.Context, tx pgx.Tx, in appendInput, outcomes []Outcome, rules map[string]*pollRules) error {
+// whose principal's last ballot before it is taken out (read, checked
+// under the polls' log heads). It adds poll_results' figures per choice,
+// poll_pairwise's cells and poll_ballots' count, each in a fixed order,
+// in one statement.
+func addFigures(ctx context.Context, tx pgx.Tx, in appendInput, outcomes []Outcome, rules map[string]*pollRules, read *latestRead) error {
 	bc := batchCounts{rules: rules, counts: map[string]*vote.Count{}}
-	var lb lastOfBatch
 	for i, e := range in.events {
-		switch {
-		case outcomes[i].Status != StatusRecorded || rules[e.PollID] == nil:
-		case in.latest[i]:
-			lb.note(i, e, outcomes[i].Seq)
-		case in.ballotOK[i]:
+		if outcomes[i].Status == StatusRecorded && rules[e.PollID] != nil && !in.latest[i] && in.ballotOK[i] {
 			bc.add(e.PollID, in.ballots[i], 1)
 		}
 	}
-	if len(lb.latest) > 0 {
-		replaced, err := lastBallots(ctx, tx, in.events, lb)
-		if err != nil {
-			return err
-		}
-		for _, i := range lb.latest {
+	if read != nil {
+		for _, i := range read.lb.latest {
 			e := in.events[i]
 			if in.ballotOK[i] {
 				bc.add(e.PollID, in.ballots[i], 1)
 			} else {
 				bc.addAnswer(e.PollID, e.Answer(), 1)
 			}
-			if old, ok := replaced[pollPrincipal{e.PollID, e.PrincipalID}]; ok {
+			if old, ok := read.replaced[pollPrincipal{e.PollID, e.PrincipalID}]; ok {
 				bc.addAnswer(e.PollID, old, -1)
 			}
 		}
@@ -190,6 +185,92 @@ func addFigures(ctx context.Context, tx pgx.Tx, in appendInput, outcomes []Outco
 	}
 	_, err := tx.Exec(ctx, addFiguresSQL, f.args()...)
 	return interpretError("append batch: count the ballots", err)
+}
+
+// latestRead is what an append read, before it locked its polls' log
+// heads, of the ballots its rows of polls of answers latest replace
+// (readLatest): the ballots, and the size of each such poll's log as the
+// read found it committed.
+type latestRead struct {
+	lb       lastOfBatch
+	replaced map[pollPrincipal]string
+	sizes    map[string]int64
+}
+
+// headSizesSQL reads the sizes of polls' logs.
+const headSizesSQL = `SELECT poll_id, size FROM poll_log_heads WHERE poll_id = ANY($1::text[])`
+
+// readLatest reads, before the append locks its polls' heads, the sizes
+// of the logs of its polls of answers latest and then, in the same round
+// trip, the ballots its rows there replace (lastBallots). It returns nil
+// when the append recorded no row of such a poll. The read counts only if
+// no append added to those logs between the two reads and the heads' lock:
+// recheck reads again the ballots of the polls whose logs grew.
+func readLatest(ctx context.Context, tx pgx.Tx, in appendInput, outcomes []Outcome, rules map[string]*pollRules) (*latestRead, error) {
+	r := &latestRead{sizes: map[string]int64{}}
+	var polls []string
+	for i, e := range in.events {
+		if outcomes[i].Status == StatusRecorded && rules[e.PollID] != nil && in.latest[i] {
+			if _, ok := r.sizes[e.PollID]; !ok {
+				r.sizes[e.PollID] = -1
+				polls = append(polls, e.PollID)
+			}
+			r.lb.note(i, e, outcomes[i].Seq)
+		}
+	}
+	if len(r.lb.latest) == 0 {
+		return nil, nil
+	}
+	var b pgx.Batch
+	b.Queue(headSizesSQL, polls).Query(func(rows pgx.Rows) error {
+		var (
+			poll string
+			size int64
+		)
+		_, err := pgx.ForEachRow(rows, []any{&poll, &size}, func() error { r.sizes[poll] = size; return nil })
+		return err
+	})
+	queueLastBallots(&b, in.events, r.lb, func(old map[pollPrincipal]string) { r.replaced = old })
+	if err := tx.SendBatch(ctx, &b).Close(); err != nil {
+		return nil, interpretError("append batch: read the ballots replaced", err)
+	}
+	return r, nil
+}
+
+// recheck reads again, now that the append holds its polls' heads, the
+// ballots replaced in the polls whose logs' sizes at the lock (at, -1 for
+// a log still to build) differ from those readLatest saw: an append that
+// committed in between may have recorded the ballot replaced, or a later
+// one. Where the sizes agree, no append committed to the poll since the
+// read, which saw every append before this one in the log.
+func (r *latestRead) recheck(ctx context.Context, tx pgx.Tx, events []Event, at map[string]int64) error {
+	if r == nil {
+		return nil
+	}
+	var stale lastOfBatch
+	for j, i := range r.lb.latest {
+		if p := events[i].PollID; at[p] < 0 || at[p] != r.sizes[p] {
+			stale.latest = append(stale.latest, i)
+			stale.firstSeq = append(stale.firstSeq, r.lb.firstSeq[j])
+			stale.mine = append(stale.mine, r.lb.mine[j])
+		}
+	}
+	if len(stale.latest) == 0 {
+		return nil
+	}
+	var b pgx.Batch
+	var again map[pollPrincipal]string
+	queueLastBallots(&b, events, stale, func(old map[pollPrincipal]string) { again = old })
+	if err := tx.SendBatch(ctx, &b).Close(); err != nil {
+		return interpretError("append batch: read the ballots replaced again", err)
+	}
+	for _, i := range stale.latest {
+		delete(r.replaced, pollPrincipal{events[i].PollID, events[i].PrincipalID})
+	}
+	for pp, old := range again {
+		r.replaced[pp] = old
+	}
+	return nil
 }
 
 // batchCounts sums a batch's ballots, one vote.Count per poll, its polls
@@ -260,42 +341,37 @@ CROSS JOIN LATERAL (
     WHERE e.latest AND e.poll_id = n.poll_id AND e.principal_id = n.principal_id
     ORDER BY e.seq DESC OFFSET n.mine LIMIT 1) l`
 
-// lastBallots returns the ballots that lb's events (the last recorded of
-// each (poll, principal)) replace: each principal's last ballot before
-// the first of its rows this append recorded. The append holds its polls'
-// log heads, so every other append that recorded rows of the poll and
-// comes before it in the log has committed, and its rows are visible;
-// if one of them has a later seq than one of the append's, the append's
-// seqs and its place in the log disagree, and lastBallots returns
+// queueLastBallots queues on b the read of the ballots that lb's events
+// (the last recorded of each (poll, principal)) replace: each principal's
+// last ballot before the first of its rows this append recorded, which it
+// hands to done. Read when every other append that recorded rows of the
+// poll and comes before this one in the log has committed (recheck), a row
+// of one of those with a later seq than one of the append's means that the
+// append's seqs and its place in the log disagree: the read fails with
 // errRaced, for the append to run again.
-func lastBallots(ctx context.Context, tx pgx.Tx, events []Event, lb lastOfBatch) (map[pollPrincipal]string, error) {
-	const what = "append batch: read the ballots replaced"
+func queueLastBallots(b *pgx.Batch, events []Event, lb lastOfBatch, done func(map[pollPrincipal]string)) {
 	n := len(lb.latest)
 	polls, principals := make([]string, n), make([]string, n)
 	for j, i := range lb.latest {
 		polls[j], principals[j] = events[i].PollID, events[i].PrincipalID
 	}
-	rows, err := tx.Query(ctx, lastBallotsSQL, polls, principals, lb.firstSeq, lb.mine)
-	if err != nil {
-		return nil, interpretError(what, err)
-	}
-	old := map[pollPrincipal]string{}
-	var (
-		pp     pollPrincipal
-		ballot string
-		raced  bool
-	)
-	_, err = pgx.ForEachRow(rows, []any{&pp.poll, &pp.principal, &ballot, &raced}, func() error {
-		if raced {
-			return fmt.Errorf("%w: a ballot of principal %s in poll %s, its seq after this batch's, is before them in the log", errRaced, pp.principal, pp.poll)
-		}
-		old[pp] = ballot
-		return nil
+	b.Queue(lastBallotsSQL, polls, principals, lb.firstSeq, lb.mine).Query(func(rows pgx.Rows) error {
+		old := map[pollPrincipal]string{}
+		var (
+			pp     pollPrincipal
+			ballot string
+			raced  bool
+		)
+		_, err := pgx.ForEachRow(rows, []any{&pp.poll, &pp.principal, &ballot, &raced}, func() error {
+			if raced {
+				return fmt.Errorf("%w: a ballot of principal %s in poll %s, its seq after this batch's, is before them in the log", errRaced, pp.principal, pp.poll)
+			}
+			old[pp] = ballot
+			return nil
+		})
+		done(old)
+		return err
 	})
-	if err != nil {
-		return nil, interpretError(what, err)
-	}
-	return old, nil
 }
 
 // addFiguresSQL adds figure deltas to the projection, in sorted order so
