@@ -49,14 +49,14 @@ func (s *Store) Append(ctx context.Context, events []Event) ([]Outcome, error) {
 type keyOf struct{ principal, key string }
 type pollPrincipal struct{ poll, principal string }
 
-// errRaced: a concurrent transaction committed a row this batch meant to
-// insert, between this batch's read of the facts and its insert. The
-// transaction is rolled back and run again, and then sees that row.
-var errRaced = errors.New("a concurrent append inserted the same key first")
+// errRaced: a concurrent transaction committed first a row this batch's
+// rows conflict with: a row of the same key, between this batch's read of
+// the facts and its insert, or a later ballot of the same principal in a
+// poll of answers latest (lastBallots). The transaction is rolled back and
+// run again, and then sees that row.
+var errRaced = errors.New("a concurrent append committed a conflicting row first")
 
-// appendTx classifies and applies events inside tx, in two steps, after
-// locking the principals of its events of polls of answers latest
-// (lockPrincipals, ballots.go).
+// appendTx classifies and applies events inside tx, in two steps.
 //
 // First, when fast is set, the optimistic step: the events that are the
 // first of their key and, in a poll whose first answer is final, of their
@@ -70,10 +70,13 @@ var errRaced = errors.New("a concurrent append inserted the same key first")
 // principal). In the common case, a batch of new events, that one
 // statement is the whole append.
 //
-// After the second step it adds the figures of the new rows' ballots of
-// other kinds than single to the projection (ballots.go; rules are their
-// polls'), and the new rows to their polls' logs, under their heads, which
-// it locks only then (log_store.go).
+// After the second step it reads the ballots that its rows of polls of
+// answers latest replace (readLatest, ballots.go), adds the new rows to
+// their polls' logs, under their heads, which it locks only then
+// (log_store.go), reads again the replaced ballots of the polls whose
+// logs grew in between (recheck), and adds the figures of the new rows'
+// ballots of other kinds than single, and of every ballot of a poll of
+// answers latest, to the projection (rules are their polls').
 //
 // Then the full rules (classify), for every event the first step did not
 // record. No event the first step left out could have claimed what an
@@ -90,9 +93,6 @@ func appendTx(ctx context.Context, tx pgx.Tx, events []Event, rules map[string]*
 	outcomes := make([]Outcome, len(events))
 	in := appendInput{events: events, fps: fingerprints(events), latest: latestOf(events, rules)}
 	in.ballotOK, in.ballots = readBallots(events, rules)
-	if err := lockPrincipals(ctx, tx, events, in.latest); err != nil {
-		return nil, err
-	}
 	rest := make([]int, 0, len(events))
 	if fast {
 		seqs, err := insertFresh(ctx, tx, in, freshEvents(events, in.latest))
@@ -116,10 +116,18 @@ func appendTx(ctx context.Context, tx pgx.Tx, events []Event, rules map[string]*
 			return nil, err
 		}
 	}
-	if err := addFigures(ctx, tx, in, outcomes, rules); err != nil {
+	read, err := readLatest(ctx, tx, in, outcomes, rules)
+	if err != nil {
 		return nil, err
 	}
-	if err := appendLogs(ctx, tx, events, outcomes); err != nil {
+	sizes, err := appendLogs(ctx, tx, events, outcomes)
+	if err != nil {
+		return nil, err
+	}
+	if err := read.recheck(ctx, tx, events, sizes); err != nil {
+		return nil, err
+	}
+	if err := addFigures(ctx, tx, in, outcomes, rules, read); err != nil {
 		return nil, err
 	}
 	return outcomes, nil

@@ -174,7 +174,8 @@ func (c *costConn) inTx(ctx context.Context, events []Event, withLog bool) error
 		for i := range events {
 			outcomes[i] = Outcome{Status: StatusRecorded, Seq: seqs[i]}
 		}
-		return appendLogs(ctx, tx, events, outcomes)
+		_, err = appendLogs(ctx, tx, events, outcomes)
+		return err
 	})
 }
 

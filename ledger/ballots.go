@@ -2,8 +2,7 @@ package ledger
 
 import (
 	"context"
-	"hash/fnv"
-	"slices"
+	"fmt"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
@@ -22,14 +21,23 @@ import (
 //
 // The ballot that counts of a principal in a poll of answers latest is
 // its last row of the poll by seq (migration 00016), which an index of
-// poll_events finds. So that the last by seq is the last in the poll's
-// log, and a change never misses a ballot another append is recording,
-// an append first takes a transaction lock per (poll, principal) of its
-// events of such polls, in key order (lockPrincipals), before it draws
-// any seq: two appends of one principal's ballots take turns, the second
-// drawing its seqs, numbering its leaves and reading the ballot it
-// replaces after the first committed. In one batch a principal's rows
-// are inserted in batch order (insert.go), which is leaf order. A single
+// poll_events finds; it must be its last in the poll's log too, and a
+// change must take out the ballot that is last before it there. An append
+// draws its seqs at the insert, where concurrent appends overlap, but
+// numbers its rows in a poll's log only under the poll's head (log_store.go),
+// in the order the appends commit. So the ballots it replaces are the
+// ones its principals' rows before its own by seq when it holds the heads,
+// when every append before it in the log has committed and none after it
+// has. It reads them just before it locks the heads (readLatest), with the
+// sizes of the polls' logs, and again under the heads for a poll whose log
+// grew in between (recheck): with the sizes unchanged, no append committed
+// to the poll since the read. Either read also makes sure that no append
+// before it in the log recorded a row of one of its principals with a
+// later seq than its own: such a row would be before its rows in the log
+// and after them by seq, and the append runs again (errRaced), drawing
+// seqs after it. An append that holds the head after it finds its rows
+// and takes the last of them out. In one batch a principal's rows are
+// inserted in batch order (insert.go), which is leaf order. A single
 // choice of a final poll is counted by the insert's own statement
 // (insert.go), as before kinds.
 
@@ -144,34 +152,26 @@ func latestOf(events []Event, rules map[string]*pollRules) []bool {
 // addFigures adds to the projection the figures of the ballots this
 // append recorded that the insert's statement did not count: ballots of
 // other kinds than single, and every ballot of a poll of answers latest,
-// whose principal's last ballot before it is taken out (lastBallots). It
-// adds poll_results' figures per choice, poll_pairwise's cells and
-// poll_ballots' count, each in a fixed order, in one statement.
-func addFigures(ctx context.Context, tx pgx.Tx, in appendInput, outcomes []Outcome, rules map[string]*pollRules) error {
+// whose principal's last ballot before it is taken out (read, checked
+// under the polls' log heads). It adds poll_results' figures per choice,
+// poll_pairwise's cells and poll_ballots' count, each in a fixed order,
+// in one statement.
+func addFigures(ctx context.Context, tx pgx.Tx, in appendInput, outcomes []Outcome, rules map[string]*pollRules, read *latestRead) error {
 	bc := batchCounts{rules: rules, counts: map[string]*vote.Count{}}
-	var lb lastOfBatch
 	for i, e := range in.events {
-		switch {
-		case outcomes[i].Status != StatusRecorded || rules[e.PollID] == nil:
-		case in.latest[i]:
-			lb.note(i, e, outcomes[i].Seq)
-		case in.ballotOK[i]:
+		if outcomes[i].Status == StatusRecorded && rules[e.PollID] != nil && !in.latest[i] && in.ballotOK[i] {
 			bc.add(e.PollID, in.ballots[i], 1)
 		}
 	}
-	if len(lb.latest) > 0 {
-		replaced, err := lastBallots(ctx, tx, in.events, lb.latest, lb.firstSeq)
-		if err != nil {
-			return err
-		}
-		for _, i := range lb.latest {
+	if read != nil {
+		for _, i := range read.lb.latest {
 			e := in.events[i]
 			if in.ballotOK[i] {
 				bc.add(e.PollID, in.ballots[i], 1)
 			} else {
 				bc.addAnswer(e.PollID, e.Answer(), 1)
 			}
-			if old, ok := replaced[pollPrincipal{e.PollID, e.PrincipalID}]; ok {
+			if old, ok := read.replaced[pollPrincipal{e.PollID, e.PrincipalID}]; ok {
 				bc.addAnswer(e.PollID, old, -1)
 			}
 		}
@@ -185,6 +185,92 @@ func addFigures(ctx context.Context, tx pgx.Tx, in appendInput, outcomes []Outco
 	}
 	_, err := tx.Exec(ctx, addFiguresSQL, f.args()...)
 	return interpretError("append batch: count the ballots", err)
+}
+
+// latestRead is what an append read, before it locked its polls' log
+// heads, of the ballots its rows of polls of answers latest replace
+// (readLatest): the ballots, and the size of each such poll's log as the
+// read found it committed.
+type latestRead struct {
+	lb       lastOfBatch
+	replaced map[pollPrincipal]string
+	sizes    map[string]int64
+}
+
+// headSizesSQL reads the sizes of polls' logs.
+const headSizesSQL = `SELECT poll_id, size FROM poll_log_heads WHERE poll_id = ANY($1::text[])`
+
+// readLatest reads, before the append locks its polls' heads, the sizes
+// of the logs of its polls of answers latest and then, in the same round
+// trip, the ballots its rows there replace (lastBallots). It returns nil
+// when the append recorded no row of such a poll. The read counts only if
+// no append added to those logs between the two reads and the heads' lock:
+// recheck reads again the ballots of the polls whose logs grew.
+func readLatest(ctx context.Context, tx pgx.Tx, in appendInput, outcomes []Outcome, rules map[string]*pollRules) (*latestRead, error) {
+	r := &latestRead{sizes: map[string]int64{}}
+	var polls []string
+	for i, e := range in.events {
+		if outcomes[i].Status == StatusRecorded && rules[e.PollID] != nil && in.latest[i] {
+			if _, ok := r.sizes[e.PollID]; !ok {
+				r.sizes[e.PollID] = -1
+				polls = append(polls, e.PollID)
+			}
+			r.lb.note(i, e, outcomes[i].Seq)
+		}
+	}
+	if len(r.lb.latest) == 0 {
+		return nil, nil
+	}
+	var b pgx.Batch
+	b.Queue(headSizesSQL, polls).Query(func(rows pgx.Rows) error {
+		var (
+			poll string
+			size int64
+		)
+		_, err := pgx.ForEachRow(rows, []any{&poll, &size}, func() error { r.sizes[poll] = size; return nil })
+		return err
+	})
+	queueLastBallots(&b, in.events, r.lb, func(old map[pollPrincipal]string) { r.replaced = old })
+	if err := tx.SendBatch(ctx, &b).Close(); err != nil {
+		return nil, interpretError("append batch: read the ballots replaced", err)
+	}
+	return r, nil
+}
+
+// recheck reads again, now that the append holds its polls' heads, the
+// ballots replaced in the polls whose logs' sizes at the lock (at, -1 for
+// a log still to build) differ from those readLatest saw: an append that
+// committed in between may have recorded the ballot replaced, or a later
+// one. Where the sizes agree, no append committed to the poll since the
+// read, which saw every append before this one in the log.
+func (r *latestRead) recheck(ctx context.Context, tx pgx.Tx, events []Event, at map[string]int64) error {
+	if r == nil {
+		return nil
+	}
+	var stale lastOfBatch
+	for j, i := range r.lb.latest {
+		if p := events[i].PollID; at[p] < 0 || at[p] != r.sizes[p] {
+			stale.latest = append(stale.latest, i)
+			stale.firstSeq = append(stale.firstSeq, r.lb.firstSeq[j])
+			stale.mine = append(stale.mine, r.lb.mine[j])
+		}
+	}
+	if len(stale.latest) == 0 {
+		return nil
+	}
+	var b pgx.Batch
+	var again map[pollPrincipal]string
+	queueLastBallots(&b, events, stale, func(old map[pollPrincipal]string) { again = old })
+	if err := tx.SendBatch(ctx, &b).Close(); err != nil {
+		return interpretError("append batch: read the ballots replaced again", err)
+	}
+	for _, i := range stale.latest {
+		delete(r.replaced, pollPrincipal{events[i].PollID, events[i].PrincipalID})
+	}
+	for pp, old := range again {
+		r.replaced[pp] = old
+	}
+	return nil
 }
 
 // batchCounts sums a batch's ballots, one vote.Count per poll, its polls
@@ -216,10 +302,11 @@ func (bc *batchCounts) addAnswer(poll, answer string, sign int64) {
 
 // lastOfBatch collects the recorded events of polls of answers latest:
 // the last of each (poll, principal) in the batch, and the seq of its
-// first there, by latest's index.
+// first there and how many it recorded (mine), by latest's index.
 type lastOfBatch struct {
 	latest   []int
 	firstSeq []int64
+	mine     []int32
 	at       map[pollPrincipal]int
 }
 
@@ -228,6 +315,7 @@ func (lb *lastOfBatch) note(i int, e Event, seq int64) {
 	if j, ok := lb.at[pp]; ok {
 		lb.latest[j] = i
 		lb.firstSeq[j] = min(lb.firstSeq[j], seq)
+		lb.mine[j]++
 		return
 	}
 	if lb.at == nil {
@@ -236,81 +324,54 @@ func (lb *lastOfBatch) note(i int, e Event, seq int64) {
 	lb.at[pp] = len(lb.latest)
 	lb.latest = append(lb.latest, i)
 	lb.firstSeq = append(lb.firstSeq, seq)
+	lb.mine = append(lb.mine, 1)
 }
 
-// lockPrincipalsSQL takes the transaction locks of lockPrincipals, in the
-// order of its arrays.
-const lockPrincipalsSQL = `
-SELECT count(pg_advisory_xact_lock(k.a, k.b)) FROM unnest($1::int[], $2::int[]) AS k(a, b)`
-
-// lockPrincipals takes, before the append inserts anything, a transaction
-// lock per (poll, principal) of the events of polls of answers latest, in
-// the order of their keys, so that two appends that share some wait for
-// each other whole rather than deadlock. A lock's key is a 64-bit hash of
-// the pair, in the two-key space of PostgreSQL's advisory locks: two pairs
-// that share a key only make their appends take turns. Each lock is an
-// entry of PostgreSQL's shared lock table until the commit, so a batch
-// holds as many as its principals of such polls (docs/operations.md).
-func lockPrincipals(ctx context.Context, tx pgx.Tx, events []Event, latest []bool) error {
-	var keys []uint64
-	for i, e := range events {
-		if latest[i] {
-			h := fnv.New64a()
-			h.Write([]byte(e.PollID))
-			h.Write([]byte{0})
-			h.Write([]byte(e.PrincipalID))
-			keys = append(keys, h.Sum64())
-		}
-	}
-	if len(keys) == 0 {
-		return nil
-	}
-	slices.Sort(keys)
-	keys = slices.Compact(keys)
-	a, b := make([]int32, len(keys)), make([]int32, len(keys))
-	for i, k := range keys {
-		a[i], b[i] = int32(k>>32), int32(k)
-	}
-	_, err := tx.Exec(ctx, lockPrincipalsSQL, a, b)
-	return interpretError("append batch: lock the principals of polls of answers latest", err)
-}
-
-// lastBallotsSQL reads, for each (poll, principal, seq), the principal's
-// last ballot in the poll before that seq, if any (poll_events_latest).
+// lastBallotsSQL reads, for each (poll, principal, seq, mine), the
+// principal's row after its last mine rows, by seq: the append's own rows
+// of the principal are mine rows from seq on, so that row is the last
+// ballot before them, unless a concurrent append committed a row of the
+// principal from seq on (raced). One backward scan of poll_events_latest
+// reads it.
 const lastBallotsSQL = `
-SELECT n.poll_id, n.principal_id, l.answer
-FROM unnest($1::text[], $2::text[], $3::bigint[]) AS n(poll_id, principal_id, seq)
+SELECT n.poll_id, n.principal_id, l.answer, l.seq >= n.seq AS raced
+FROM unnest($1::text[], $2::text[], $3::bigint[], $4::int[]) AS n(poll_id, principal_id, seq, mine)
 CROSS JOIN LATERAL (
-    SELECT coalesce(e.ballot, e.candidate_id) AS answer FROM poll_events e
-    WHERE e.latest AND e.poll_id = n.poll_id AND e.principal_id = n.principal_id AND e.seq < n.seq
-    ORDER BY e.seq DESC LIMIT 1) l`
+    SELECT e.seq, coalesce(e.ballot, e.candidate_id) AS answer FROM poll_events e
+    WHERE e.latest AND e.poll_id = n.poll_id AND e.principal_id = n.principal_id
+    ORDER BY e.seq DESC OFFSET n.mine LIMIT 1) l`
 
-// lastBallots returns the ballots that events[idx] (one per (poll,
-// principal), each recorded, their principals locked by lockPrincipals)
-// replace: each principal's last ballot before firstSeq, the seq of its
-// first row this append recorded. Under the lock every other row of the
-// principal in the poll has committed, so it is the last before this
-// append's in the log.
-func lastBallots(ctx context.Context, tx pgx.Tx, events []Event, idx []int, firstSeq []int64) (map[pollPrincipal]string, error) {
-	const what = "append batch: read the ballots replaced"
-	n := len(idx)
+// queueLastBallots queues on b the read of the ballots that lb's events
+// (the last recorded of each (poll, principal)) replace: each principal's
+// last ballot before the first of its rows this append recorded, which it
+// hands to done. Read when every other append that recorded rows of the
+// poll and comes before this one in the log has committed (recheck), a row
+// of one of those with a later seq than one of the append's means that the
+// append's seqs and its place in the log disagree: the read fails with
+// errRaced, for the append to run again.
+func queueLastBallots(b *pgx.Batch, events []Event, lb lastOfBatch, done func(map[pollPrincipal]string)) {
+	n := len(lb.latest)
 	polls, principals := make([]string, n), make([]string, n)
-	for j, i := range idx {
+	for j, i := range lb.latest {
 		polls[j], principals[j] = events[i].PollID, events[i].PrincipalID
 	}
-	rows, err := tx.Query(ctx, lastBallotsSQL, polls, principals, firstSeq)
-	if err != nil {
-		return nil, interpretError(what, err)
-	}
-	old := map[pollPrincipal]string{}
-	var (
-		pp     pollPrincipal
-		ballot string
-	)
-	if _, err := pgx.ForEachRow(rows, []any{&pp.poll, &pp.principal, &ballot}, func() error { old[pp] = ballot; return nil }); err != nil {
-		return nil, interpretError(what, err)
-	}
-	return old, nil
+	b.Queue(lastBallotsSQL, polls, principals, lb.firstSeq, lb.mine).Query(func(rows pgx.Rows) error {
+		old := map[pollPrincipal]string{}
+		var (
+			pp     pollPrincipal
+			ballot string
+			raced  bool
+		)
+		_, err := pgx.ForEachRow(rows, []any{&pp.poll, &pp.principal, &ballot, &raced}, func() error {
+			if raced {
+				return fmt.Errorf("%w: a ballot of principal %s in poll %s, its seq after this batch's, is before them in the log", errRaced, pp.principal, pp.poll)
+			}
+			old[pp] = ballot
+			return nil
+		})
+		done(old)
+		return err
+	})
 }
 
 // addFiguresSQL adds figure deltas to the projection, in sorted order so

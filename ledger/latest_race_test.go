@@ -21,9 +21,10 @@ import (
 // that counts, its last in its poll's log, which every other of its
 // ballots reads as superseded by; the poll counts one ballot per
 // principal; and rebuild finds the projection equal to the recount of the
-// last ballots. Without the append's lock per (poll, principal), two
-// appends take the same old ballot out twice, or count one that is not
-// the last in the log.
+// last ballots. Without the append's check, under its polls' log heads,
+// that no append before it in the log recorded a later ballot of one of
+// its principals, two appends take the same old ballot out twice, or
+// count one that is not the last in the log.
 func TestConcurrentLatestChanges(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

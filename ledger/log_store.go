@@ -199,7 +199,9 @@ type newLeaf struct {
 // notes the leaves, and writes them with the new tiles and heads, checking
 // the votes against their polls' windows as they stand once the heads are
 // held (a close commits under the same lock: see definitions.go). A poll whose log is still to build is built with them.
-func appendLogs(ctx context.Context, tx pgx.Tx, events []Event, outcomes []Outcome) error {
+// It returns the size of each poll's log as it found it under the lock,
+// -1 for a log still to build.
+func appendLogs(ctx context.Context, tx pgx.Tx, events []Event, outcomes []Outcome) (map[string]int64, error) {
 	added := map[string][]newLeaf{}
 	var polls []string
 	for i, o := range outcomes {
@@ -213,21 +215,28 @@ func appendLogs(ctx context.Context, tx pgx.Tx, events []Event, outcomes []Outco
 		added[p] = append(added[p], newLeaf{seq: o.Seq, event: i})
 	}
 	if len(polls) == 0 {
-		return nil
+		return nil, nil
 	}
 	heads, err := lockHeads(ctx, tx, polls)
 	if err != nil {
-		return err
+		return nil, err
+	}
+	sizes := make(map[string]int64, len(heads))
+	for poll, h := range heads {
+		sizes[poll] = h.size
+		if !h.built {
+			sizes[poll] = -1
+		}
 	}
 	var w logWrites
 	for _, poll := range polls {
 		h, leaves := heads[poll], added[poll]
 		if h == nil {
-			return fmt.Errorf("append batch: poll %s has rows but no log head", poll)
+			return nil, fmt.Errorf("append batch: poll %s has rows but no log head", poll)
 		}
 		if !h.built {
 			if err := buildLog(ctx, tx, poll, h, int64(len(leaves))); err != nil {
-				return err
+				return nil, err
 			}
 			continue
 		}
@@ -238,7 +247,7 @@ func appendLogs(ctx context.Context, tx pgx.Tx, events []Event, outcomes []Outco
 		for i, l := range leaves {
 			e := events[l.event]
 			if hashes[i], err = leafHash(e); err != nil {
-				return fmt.Errorf("append batch: %w", err)
+				return nil, fmt.Errorf("append batch: %w", err)
 			}
 			seqs[i] = l.seq
 			if e.ReceivedAt.Before(first) {
@@ -251,13 +260,13 @@ func appendLogs(ctx context.Context, tx pgx.Tx, events []Event, outcomes []Outco
 		w.addWindow(poll, first, last)
 		next, full, err := h.state.extend(hashes)
 		if err != nil {
-			return fmt.Errorf("append batch: poll %s: %w", poll, err)
+			return nil, fmt.Errorf("append batch: poll %s: %w", poll, err)
 		}
 		w.addLeaves(poll, h.state.size, seqs)
 		w.add(poll, next, full)
 		h.state = next
 	}
-	return w.exec(ctx, tx, "append batch: write the logs")
+	return sizes, w.exec(ctx, tx, "append batch: write the logs")
 }
 
 func leafHash(e Event) (tlog.Hash, error) { return audit.LeafHash(leafOf(e)) }
