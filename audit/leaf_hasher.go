@@ -4,8 +4,6 @@ import (
 	"crypto/sha256"
 
 	"golang.org/x/mod/sumdb/tlog"
-
-	"tally/vote"
 )
 
 // LeafHasher is LeafHash for the leaves of a log hashed one after
@@ -16,6 +14,7 @@ import (
 // use.
 type LeafHasher struct {
 	ballots map[string]struct{} // found canonical
+	buf     []byte              // 0x00 and the last leaf hashed: one buffer for all
 }
 
 // maxBallotsChecked bounds the ballots a LeafHasher remembers: past it, a
@@ -24,24 +23,29 @@ const maxBallotsChecked = 4096
 
 // Hash is LeafHash(l).
 func (h *LeafHasher) Hash(l Leaf) (tlog.Hash, error) {
+	var (
+		b   []byte
+		err error
+	)
 	if l.Ballot == "" || l.CandidateID != "" {
-		return LeafHash(l)
+		b, err = EncodeLeaf(append(h.buf[:0], 0), l)
+	} else {
+		if _, ok := h.ballots[l.Ballot]; !ok {
+			if err := checkLeafBallot(l.Ballot); err != nil {
+				return tlog.Hash{}, err
+			}
+			if h.ballots == nil {
+				h.ballots = map[string]struct{}{}
+			}
+			if len(h.ballots) < maxBallotsChecked {
+				h.ballots[l.Ballot] = struct{}{}
+			}
+		}
+		b, err = appendBallotLeaf(append(h.buf[:0], 0), l)
 	}
-	if _, ok := h.ballots[l.Ballot]; !ok {
-		if err := checkLeafBallot(l.Ballot); err != nil {
-			return tlog.Hash{}, err
-		}
-		if h.ballots == nil {
-			h.ballots = map[string]struct{}{}
-		}
-		if len(h.ballots) < maxBallotsChecked {
-			h.ballots[l.Ballot] = struct{}{}
-		}
-	}
-	var buf [1 + 1 + 3*(1+vote.MaxIDLen) + 2 + vote.MaxCanonicalLen + 8]byte
-	b, err := appendBallotLeaf(buf[1:1], l)
 	if err != nil {
 		return tlog.Hash{}, err
 	}
-	return sha256.Sum256(buf[:1+len(b)]), nil
+	h.buf = b
+	return sha256.Sum256(b), nil
 }

@@ -61,7 +61,7 @@ type passRow struct {
 // heldRow is a row held until its leaf is next, with its own text.
 type heldRow struct {
 	row  passRow
-	text string
+	text []byte
 }
 
 // passWork is a batch of a poll's rows, in leaf order, for its hasher.
@@ -269,8 +269,8 @@ func (pp *passPoll) take(r *rawRow, answer int32) {
 			pp.fail()
 			return
 		}
-		row, text := layRow(nil, r, answer)
-		pp.pending[r.seq] = heldRow{row: row, text: string(text)}
+		row, text := layRow(make([]byte, 0, len(r.answer)+len(r.principal)+len(r.key)+len(r.fp)), r, answer)
+		pp.pending[r.seq] = heldRow{row: row, text: text}
 		return
 	}
 	var row passRow

@@ -173,6 +173,15 @@ func TestRebuildFindsATamperedLedger(t *testing.T) {
 		// votes' leaves start at 1.
 		{"swapped rows", `UPDATE poll_log_leaves SET seqs = seqs[1:5] || seqs[7] || seqs[6] || seqs[8:] WHERE poll_id = 'p' AND first_leaf = 1`, 6, "does not hash"},
 		{"changed time", `UPDATE poll_events SET received_at = received_at + interval '1 microsecond' WHERE seq = ` + leafSeq("p", 513), 513, "does not hash"},
+		// A stored tile changed or missing, the rows untouched: the first
+		// tile that differs, in the order the rows make them, is named.
+		{"changed tile", `UPDATE poll_log_tiles SET hashes = set_byte(hashes, 64, 255 - get_byte(hashes, 64)) WHERE poll_id = 'p' AND level = 0 AND idx = 2`, 34, "does not hash"},
+		{"changed upper tile", `UPDATE poll_log_tiles SET hashes = set_byte(hashes, 96, 255 - get_byte(hashes, 96)) WHERE poll_id = 'p' AND level = 1 AND idx = 1`, 304, "tile 1/1 of the log differs"},
+		{"missing tile", `DELETE FROM poll_log_tiles WHERE poll_id = 'p' AND level = 0 AND idx = 5`, 80, "tile 0/5 of the log is missing"},
+		{"missing tile before a changed one", `WITH gone AS (DELETE FROM poll_log_tiles WHERE poll_id = 'p' AND level = 0 AND idx = 3)
+			UPDATE poll_log_tiles SET hashes = set_byte(hashes, 0, 255 - get_byte(hashes, 0)) WHERE poll_id = 'p' AND level = 0 AND idx = 20`, 48, "tile 0/3 of the log is missing"},
+		{"changed tile before a missing one", `WITH gone AS (DELETE FROM poll_log_tiles WHERE poll_id = 'p' AND level = 0 AND idx = 20)
+			UPDATE poll_log_tiles SET hashes = set_byte(hashes, 0, 255 - get_byte(hashes, 0)) WHERE poll_id = 'p' AND level = 0 AND idx = 3`, 48, "does not hash"},
 		// Only the head's root, with the rows, leaves and tiles untouched:
 		// no leaf is to blame (-1).
 		{"changed root", `UPDATE poll_log_heads SET root = sha256('other') WHERE poll_id = 'p'`, -1, "the rows hash to root"},

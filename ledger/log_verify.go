@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"golang.org/x/mod/sumdb/tlog"
 	"golang.org/x/sync/errgroup"
 )
@@ -200,15 +201,13 @@ func checkHashed(ctx context.Context, tx pgx.Tx, c LogCheck, h hashed, root, par
 		c.Problem = "the log is still to build from rows older than it: run tally migrate up"
 		return c, nil
 	}
-	stored, err := storedTiles(ctx, tx, c.PollID)
+	leaf, what, err := firstTileDifference(ctx, tx, c.PollID, full)
 	if err != nil {
 		return c, err
 	}
-	for _, t := range full {
-		if leaf, what := firstDifference(t.level, t.idx, t.data, stored[[2]int64{int64(t.level), t.idx}]); what != "" {
-			c.Leaf, c.Problem = leaf, what
-			return c, nil
-		}
+	if what != "" {
+		c.Leaf, c.Problem = leaf, what
+		return c, nil
 	}
 	storedPartial, err := splitPartial(size, partial)
 	if n != size || err != nil {
@@ -278,19 +277,48 @@ SELECT min(e.seq) FROM poll_events e
 LEFT JOIN (SELECT unnest(seqs) AS seq FROM poll_log_leaves WHERE poll_id = $1) l ON l.seq = e.seq
 WHERE e.poll_id = $1 AND l.seq IS NULL`
 
-// storedTiles reads a poll's full tiles, by (level, index).
-func storedTiles(ctx context.Context, tx pgx.Tx, poll string) (map[[2]int64][]byte, error) {
+// firstTileDifference compares the full tiles a poll's rows make, full,
+// with the stored ones as it reads them, and names the first leaf under
+// the first hash that differs in the first tile of full that differs from
+// its stored one, or is not stored ("": none). A stored tile is compared
+// in the row that holds it, not copied.
+func firstTileDifference(ctx context.Context, tx pgx.Tx, poll string, full []fullTile) (int64, string, error) {
+	at := make(map[[2]int64]int, len(full)) // a tile's place in full
+	for i, t := range full {
+		at[[2]int64{int64(t.level), t.idx}] = i
+	}
+	stored := make([]bool, len(full))
+	first, leaf, what := len(full), int64(0), ""
 	rows, err := tx.Query(ctx, `SELECT level, idx, hashes FROM poll_log_tiles WHERE poll_id = $1`, poll)
 	if err != nil {
-		return nil, err
+		return 0, "", err
 	}
-	out := map[[2]int64][]byte{}
-	var level int16
-	var idx int64
-	var data []byte
+	var (
+		level int16
+		idx   int64
+		data  pgtype.DriverBytes // valid until the next row
+	)
 	_, err = pgx.ForEachRow(rows, []any{&level, &idx, &data}, func() error {
-		out[[2]int64{int64(level), idx}] = bytes.Clone(data)
+		i, ok := at[[2]int64{int64(level), idx}]
+		if !ok {
+			return nil
+		}
+		stored[i] = true
+		if i < first {
+			if l, w := firstDifference(full[i].level, full[i].idx, full[i].data, data); w != "" {
+				first, leaf, what = i, l, w
+			}
+		}
 		return nil
 	})
-	return out, err
+	if err != nil {
+		return 0, "", err
+	}
+	for i, ok := range stored[:first] {
+		if !ok {
+			l, w := firstDifference(full[i].level, full[i].idx, full[i].data, nil)
+			return l, w, nil
+		}
+	}
+	return leaf, what, nil
 }
