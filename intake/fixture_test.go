@@ -22,14 +22,8 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	// The Redis-down test makes go-redis log every failed dial.
-	redis.SetLogger(quietRedis{})
 	os.Exit(testenv.Main(m))
 }
-
-type quietRedis struct{}
-
-func (quietRedis) Printf(context.Context, string, ...any) {}
 
 // This file holds the fixture of the HTTP tests: setup serves an intake on
 // a fresh database and Redis prefix, and the helpers make the principals

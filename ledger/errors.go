@@ -97,13 +97,11 @@ const (
 // reads an error translated already (by the kind it carries) as well as
 // pgx's own.
 //
-// Out of memory (53200) is not retryable. PostgreSQL says it when its
-// shared lock table is full, which a batch that locks many (poll,
-// principal) pairs of latest polls can make happen (docs/operations.md).
-// The same batch asks for the same locks on every try, so one that alone
-// overflows the table would fail forever: retried, the projector would
-// give it up and read it again, the same size, without end. Permanent, it
-// is split in halves that each take half the locks.
+// Out of memory (53200) is not retryable. PostgreSQL says it when a
+// backend runs out of memory or its shared lock table is full. The same
+// batch needs the same on every try, so one that alone is too big would
+// fail forever: retried, the projector would give it up and read it
+// again, the same size, without end. Permanent, it is split in halves.
 func kindOf(err error) error {
 	var kind *kindError
 	switch {
@@ -182,8 +180,8 @@ func interpretError(what string, err error) error {
 	switch kind := kindOf(err); kind {
 	case nil:
 		if pgErr != nil && pgErr.Code == codeOutOfMemory {
-			return fmt.Errorf("%s: %w (PostgreSQL ran out of memory or of room in its lock table: a smaller batch takes fewer locks; "+
-				"raise max_locks_per_transaction, docs/operations.md)", what, err)
+			return fmt.Errorf("%s: %w (PostgreSQL ran out of memory or of room in its lock table: the batch is tried again in halves, as a smaller batch needs less; "+
+				"if it keeps happening, raise the server's max_locks_per_transaction or look at what else holds its locks and memory)", what, err)
 		}
 		return fmt.Errorf("%s: %w", what, err)
 	case ErrNotFound:
