@@ -177,7 +177,7 @@ var full = sizes{
 	liveViewers:     1_000, liveRate: 500, liveFor: 5 * time.Second, liveRounds: 2,
 	scalingFor: 8 * time.Second, scalingRounds: 2, hotEvents: 300_000, hotFor: 10 * time.Second,
 	burstVoters: 20_000, burstRounds: 3, burstFor: 90 * time.Second,
-	catalogPolls: []int{100, 10_000, 100_000}, catalogChanges: 50, catalogSteady: 1_000,
+	catalogPolls: []int{100, 10_000, 100_000}, catalogChanges: 200, catalogSteady: 1_000,
 	catalogVoteFor: 5 * time.Second, catalogRounds: 2, catalogReady: 5 * time.Minute, catalogSettle: time.Second,
 	growthEvents: 5_000_000, growthDrain: 500_000,
 }
