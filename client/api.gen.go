@@ -3022,7 +3022,7 @@ type ClientInterface interface {
 
 	// ListPrincipals A page of the principals (admins)
 	//
-	// The principals in id order (byte order), at most limit of them (default 100, at most 1000) after the id after (none: from the first), each with its role and, when revoked, when. next_after, when present, is the after of the next page; a page without it is the last. Principals of an OpenID Connect issuer have a row only once revoked. Admin requests share the principal's reads (--read-rate).
+	// The principals in id order (byte order), at most limit of them (default 100, at most 1000) after the id after (none: from the first), each with its role and, when revoked, when. next_after, when present, is the after of the next page; a page without it is the last. Only the principals tally holds a row of are listed: those added (tally principal add, POST /v1/principals), and an OpenID Connect subject once revoked (role null). An OpenID Connect subject that only voted has no row and is not listed: intake writes nothing when it takes an issuer's token, and the subject's id is a one-way hash of (issuer, subject); tally principal id --issuer URL --subject SUB gives it, to revoke it or put it on an eligibility list, and the ledger's rows show whether it voted (docs/operations.md, OpenID Connect). Admin requests share the principal's reads (--read-rate).
 	//
 	// Corresponds with GET /v1/principals (the `ListPrincipals` operationId).
 	ListPrincipals(ctx context.Context, params *ListPrincipalsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3343,7 +3343,7 @@ func (c *API) GetResults(ctx context.Context, pollId ID, reqEditors ...RequestEd
 
 // ListPrincipals A page of the principals (admins)
 //
-// The principals in id order (byte order), at most limit of them (default 100, at most 1000) after the id after (none: from the first), each with its role and, when revoked, when. next_after, when present, is the after of the next page; a page without it is the last. Principals of an OpenID Connect issuer have a row only once revoked. Admin requests share the principal's reads (--read-rate).
+// The principals in id order (byte order), at most limit of them (default 100, at most 1000) after the id after (none: from the first), each with its role and, when revoked, when. next_after, when present, is the after of the next page; a page without it is the last. Only the principals tally holds a row of are listed: those added (tally principal add, POST /v1/principals), and an OpenID Connect subject once revoked (role null). An OpenID Connect subject that only voted has no row and is not listed: intake writes nothing when it takes an issuer's token, and the subject's id is a one-way hash of (issuer, subject); tally principal id --issuer URL --subject SUB gives it, to revoke it or put it on an eligibility list, and the ledger's rows show whether it voted (docs/operations.md, OpenID Connect). Admin requests share the principal's reads (--read-rate).
 //
 // Corresponds with GET /v1/principals (the `ListPrincipals` operationId).
 func (c *API) ListPrincipals(ctx context.Context, params *ListPrincipalsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -4366,7 +4366,7 @@ type ClientWithResponsesInterface interface {
 
 	// ListPrincipalsWithResponse A page of the principals (admins)
 	//
-	// The principals in id order (byte order), at most limit of them (default 100, at most 1000) after the id after (none: from the first), each with its role and, when revoked, when. next_after, when present, is the after of the next page; a page without it is the last. Principals of an OpenID Connect issuer have a row only once revoked. Admin requests share the principal's reads (--read-rate).
+	// The principals in id order (byte order), at most limit of them (default 100, at most 1000) after the id after (none: from the first), each with its role and, when revoked, when. next_after, when present, is the after of the next page; a page without it is the last. Only the principals tally holds a row of are listed: those added (tally principal add, POST /v1/principals), and an OpenID Connect subject once revoked (role null). An OpenID Connect subject that only voted has no row and is not listed: intake writes nothing when it takes an issuer's token, and the subject's id is a one-way hash of (issuer, subject); tally principal id --issuer URL --subject SUB gives it, to revoke it or put it on an eligibility list, and the ledger's rows show whether it voted (docs/operations.md, OpenID Connect). Admin requests share the principal's reads (--read-rate).
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -7155,7 +7155,7 @@ func (c *ClientWithResponses) GetResultsWithResponse(ctx context.Context, pollId
 
 // ListPrincipalsWithResponse A page of the principals (admins)
 //
-// The principals in id order (byte order), at most limit of them (default 100, at most 1000) after the id after (none: from the first), each with its role and, when revoked, when. next_after, when present, is the after of the next page; a page without it is the last. Principals of an OpenID Connect issuer have a row only once revoked. Admin requests share the principal's reads (--read-rate).
+// The principals in id order (byte order), at most limit of them (default 100, at most 1000) after the id after (none: from the first), each with its role and, when revoked, when. next_after, when present, is the after of the next page; a page without it is the last. Only the principals tally holds a row of are listed: those added (tally principal add, POST /v1/principals), and an OpenID Connect subject once revoked (role null). An OpenID Connect subject that only voted has no row and is not listed: intake writes nothing when it takes an issuer's token, and the subject's id is a one-way hash of (issuer, subject); tally principal id --issuer URL --subject SUB gives it, to revoke it or put it on an eligibility list, and the ledger's rows show whether it voted (docs/operations.md, OpenID Connect). Admin requests share the principal's reads (--read-rate).
 //
 // Returns a wrapper object for the known response body format(s).
 //

@@ -207,9 +207,13 @@ type Invoker interface {
 	//
 	// The principals in id order (byte order), at most limit of them (default 100, at most 1000) after the
 	// id after (none: from the first), each with its role and, when revoked, when. next_after, when
-	// present, is the after of the next page; a page without it is the last. Principals of an OpenID
-	// Connect issuer have a row only once revoked. Admin requests share the principal's reads
-	// (--read-rate).
+	// present, is the after of the next page; a page without it is the last. Only the principals tally
+	// holds a row of are listed: those added (tally principal add, POST /v1/principals), and an OpenID
+	// Connect subject once revoked (role null). An OpenID Connect subject that only voted has no row and
+	// is not listed: intake writes nothing when it takes an issuer's token, and the subject's id is a
+	// one-way hash of (issuer, subject); tally principal id --issuer URL --subject SUB gives it, to revoke
+	// it or put it on an eligibility list, and the ledger's rows show whether it voted
+	// (docs/operations.md, OpenID Connect). Admin requests share the principal's reads (--read-rate).
 	//
 	// GET /v1/principals
 	ListPrincipals(ctx context.Context, params ListPrincipalsParams) (ListPrincipalsRes, error)
@@ -1638,9 +1642,13 @@ func (c *Client) sendListPolls(ctx context.Context) (res ListPollsRes, err error
 //
 // The principals in id order (byte order), at most limit of them (default 100, at most 1000) after the
 // id after (none: from the first), each with its role and, when revoked, when. next_after, when
-// present, is the after of the next page; a page without it is the last. Principals of an OpenID
-// Connect issuer have a row only once revoked. Admin requests share the principal's reads
-// (--read-rate).
+// present, is the after of the next page; a page without it is the last. Only the principals tally
+// holds a row of are listed: those added (tally principal add, POST /v1/principals), and an OpenID
+// Connect subject once revoked (role null). An OpenID Connect subject that only voted has no row and
+// is not listed: intake writes nothing when it takes an issuer's token, and the subject's id is a
+// one-way hash of (issuer, subject); tally principal id --issuer URL --subject SUB gives it, to revoke
+// it or put it on an eligibility list, and the ledger's rows show whether it voted
+// (docs/operations.md, OpenID Connect). Admin requests share the principal's reads (--read-rate).
 //
 // GET /v1/principals
 func (c *Client) ListPrincipals(ctx context.Context, params ListPrincipalsParams) (ListPrincipalsRes, error) {
