@@ -57,6 +57,7 @@ func StartRedisCluster(t testing.TB, masters, replicas int) *RedisCluster {
 		t.Fatalf("a Redis Cluster needs at least 3 masters, got %d", masters)
 	}
 	c := &RedisCluster{t: t, Replicas: map[string][]string{}, nodes: map[string]*redisProcess{}}
+	claimTempDir(t)
 	t.Cleanup(c.stop)
 	for range masters * (1 + replicas) {
 		port, err := freePort()
@@ -132,6 +133,14 @@ func startRedisWith(t testing.TB, addr, dir string, args ...string) *redisProces
 	}
 	return p
 }
+
+// claimTempDir makes t's temporary directory before the caller registers
+// the cleanup that kills its servers. Cleanups run last in, first out,
+// and t.TempDir registers the removal of that directory at its first
+// call: made later, by the first server's start, the directory would be
+// removed while the servers still ran, and a server writing its
+// append-only file fails the removal ("directory not empty").
+func claimTempDir(t testing.TB) { t.TempDir() }
 
 func (p *redisProcess) log() string {
 	b, _ := os.ReadFile(filepath.Join(p.dir, "redis.log"))

@@ -42,6 +42,7 @@ func StartRedisSentinel(t testing.TB, n int) *RedisSentinel {
 	t.Helper()
 	needRedisBinaries(t, "redis-server")
 	s := &RedisSentinel{t: t, servers: map[string]*redisProcess{}}
+	claimTempDir(t)
 	t.Cleanup(s.stop)
 	addrs := make([]string, 2+n)
 	for i := range addrs {
