@@ -5,12 +5,12 @@ GO ?= go
 # Every target that talks to a server first makes sure one is there.
 SERVICES := eval "$$(scripts/services.sh env)"
 # package:FuzzTarget:executions. make test runs each target for its count of
-# executions (about 4s each here, after one build per package: see
-# scripts/fuzz.sh): a time budget (-fuzztime 4s) can fail with "context
+# executions (about 2s each here, after one build per package: see
+# scripts/fuzz.sh): a time budget (-fuzztime 2s) can fail with "context
 # deadline exceeded" and no failing input, a race in Go 1.26's fuzz
 # coordinator (go.dev/issue/75804). FUZZTIME=5m runs every target that long.
 FUZZTIME ?=
-FUZZ_TARGETS := ./intake:FuzzParseVote:15000x ./intake/internal/admin:FuzzDecodePollRequest:10000x ./cli:FuzzParseImportLine:15000x ./stream:FuzzDecode:150000x ./vote:FuzzValidID:120000x ./vote:FuzzParseBallot:40000x ./vote:FuzzScanCanonical:40000x ./vote:FuzzScanBallot:40000x ./vote:FuzzValidCanonical:40000x ./audit:FuzzDecodeLeaf:80000x ./audit:FuzzDecodeDefinition:60000x ./audit:FuzzOpenCheckpoint:60000x ./audit:FuzzParseExportLine:40000x ./credential:FuzzVerify:30000x ./credential:FuzzClaimsDecode:30000x
+FUZZ_TARGETS := ./intake:FuzzParseVote:10000x ./intake/internal/admin:FuzzDecodePollRequest:10000x ./cli:FuzzParseImportLine:10000x ./stream:FuzzDecode:75000x ./vote:FuzzValidID:60000x ./vote:FuzzParseBallot:20000x ./vote:FuzzScanCanonical:20000x ./vote:FuzzScanBallot:20000x ./vote:FuzzValidCanonical:20000x ./audit:FuzzDecodeLeaf:40000x ./audit:FuzzDecodeDefinition:30000x ./audit:FuzzOpenCheckpoint:30000x ./audit:FuzzParseExportLine:20000x ./credential:FuzzVerify:15000x ./credential:FuzzClaimsDecode:15000x
 # staticcheck at a pinned version, fetched through the module proxy by go run:
 # lint never depends on what happens to be installed.
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
