@@ -53,7 +53,7 @@ test: ## vet, every test and every Go benchmark once with -race (tally's and the
 	$(GO) -C bench test -race -count=1 ./... && \
 	$(GO) -C deploy/charttest test -count=1 ./... && \
 	$(MAKE) --no-print-directory fuzz && \
-	$(call quietly,scripts/bench.sh --short,scripts/bench.sh --short)
+	{ $(call quietly,scripts/bench.sh --short,scripts/bench.sh --short); }
 
 test-race: test ## the same as test: -race is on for every test but the chart's
 

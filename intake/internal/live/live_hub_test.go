@@ -159,8 +159,16 @@ func TestLiveHubSlowViewer(t *testing.T) {
 			t.Fatalf("update %d: the fast viewer got %q, want %q", i, got, want)
 		}
 	}
-	if got, want := next(t, slow), fmt.Sprintf("p %d", updates+1); got != want {
-		t.Fatalf("the slow viewer got %q, want the latest state alone, %q", got, want)
+	// The hub offers each state to its viewers one after another: the
+	// fast one may have the last before the slow one is offered it.
+	last := fmt.Sprintf("p %d", updates+1)
+	testenv.Eventually(t, 5*time.Second, "the hub to offer the slow viewer the last state", func() bool {
+		slow.mu.Lock()
+		defer slow.mu.Unlock()
+		return string(slow.frame) == last
+	})
+	if got := next(t, slow); got != last {
+		t.Fatalf("the slow viewer got %q, want the latest state alone, %q", got, last)
 	}
 	select {
 	case <-slow.wake:
