@@ -1,13 +1,16 @@
 -- +goose Up
 -- A principal's ballot that counts in a poll of answers latest is found in
 -- the ledger itself rather than kept in poll_voters: it is the
--- principal's last row of the poll by seq. An append takes a transaction
--- lock per (poll, principal) of its events of such polls before it
--- inserts anything (ledger/ballots.go), so for one principal the seqs are
--- drawn, and the rows numbered in the poll's log, in the order the
--- appends hold that lock: the last by seq is the last in the log. This
--- index finds it, for the append that takes its figures out and for a
--- ballot's status (superseded, and by which).
+-- principal's last row of the poll by seq, which must be its last in the
+-- poll's log too. When this migration was written an append took a
+-- transaction lock per (poll, principal) to keep the two orders alike. It
+-- no longer does: it reads the replaced ballots before it locks the
+-- polls' log heads, reads them again under the heads when another append
+-- moved a log in between, and runs again if a row of one of its
+-- principals has a later seq than its own (ledger/ballots.go,
+-- ballots_latest.go). This index finds that row, for the append
+-- that takes its figures out and for a ballot's status (superseded, and
+-- by which).
 CREATE INDEX poll_events_latest ON poll_events (poll_id, principal_id, seq) WHERE latest;
 
 -- poll_voters named each principal's ballot that counts. In an open poll
