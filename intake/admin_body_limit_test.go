@@ -1,0 +1,75 @@
+package intake_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+
+	"tally/ledger"
+)
+
+// adminBodyLimit is the most an admin request's body may hold: 4 MiB.
+const adminBodyLimit = 4 << 20
+
+// TestAdminBodyOverLimit: a body of an admin write one byte over 4 MiB is
+// refused 413 body-too-large naming the admin limit, whether the request
+// declares its length or sends it chunked, and nothing is stored. Each
+// body is a valid request, padded with JSON whitespace, that would be
+// stored if it were read; a body of exactly 4 MiB is.
+func TestAdminBodyOverLimit(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, admin := b.admin(t, "app")
+	ctx := context.Background()
+	before, err := b.store.Principals(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// padded is head, spaces, tail: size bytes.
+	padded := func(head, tail string, size int) []byte {
+		return []byte(head + strings.Repeat(" ", size-len(head)-len(tail)) + tail)
+	}
+	bodies := map[string][]byte{
+		"/v1/polls":      padded(`{"poll_id":"huge","title":"T",`, `"choices":["a"]}`, adminBodyLimit+1),
+		"/v1/principals": padded(`{"names":["huge"`, `]}`, adminBodyLimit+1),
+	}
+	for path, body := range bodies {
+		for _, chunked := range []bool{false, true} {
+			req := b.request(t, http.MethodPost, path, admin, "application/json", body)
+			what := "POST " + path + " of " + strconv.Itoa(len(body)) + " bytes with its Content-Length"
+			if chunked {
+				req.Body, req.ContentLength = io.NopCloser(io.MultiReader(bytes.NewReader(body))), -1
+				what = "POST " + path + " of " + strconv.Itoa(len(body)) + " bytes, chunked"
+			}
+			r := b.send(t, req)
+			if r.code != http.StatusRequestEntityTooLarge || r.str("type") != "urn:tally:problem:body-too-large" {
+				t.Errorf("%s: %d %s, want 413 body-too-large", what, r.code, r.raw)
+				continue
+			}
+			if d := r.str("detail"); !strings.Contains(d, strconv.Itoa(adminBodyLimit)) || !strings.Contains(d, "admin request") {
+				t.Errorf("%s: detail %q, want one naming the admin request's limit of %d bytes", what, d, adminBodyLimit)
+			}
+		}
+	}
+	if _, err := b.store.Poll(ctx, "huge"); !errors.Is(err, ledger.ErrNotFound) {
+		t.Errorf("the poll of a body over the limit: %v, want not found", err)
+	}
+	after, err := b.store.Principals(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(after) != len(before) {
+		t.Errorf("%d principals before the bodies over the limit, %d after: want none added", len(before), len(after))
+	}
+	// At the limit the same body is read, and the poll made: the refusal
+	// above is of the size alone.
+	at := padded(`{"poll_id":"huge","title":"T",`, `"choices":["a"]}`, adminBodyLimit)
+	if r := b.do(t, http.MethodPost, "/v1/polls", admin, "application/json", at); r.code != http.StatusCreated {
+		t.Fatalf("POST /v1/polls of exactly %d bytes: %d %s, want 201", len(at), r.code, r.raw)
+	}
+}
