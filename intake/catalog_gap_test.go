@@ -28,38 +28,14 @@ func TestCatalogChangeDuringListenerGap(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := testenv.Postgres(t)
-	var gap atomic.Bool
-	errGap := errors.New("the test holds intake's connections back")
-	cfg, err := pgxpool.ParseConfig(db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.PrepareConn = func(context.Context, *pgx.Conn) (bool, error) {
-		if gap.Load() {
-			return true, errGap
-		}
-		return true, nil
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	b := setup(t, func(c *config) { c.store, c.CatalogRefresh = newStore(t, pool), time.Hour })
-	writer := newStore(t, db.Pool) // the test's own changes, made in the gap
+	store, gap := gatedStore(t, db)
+	b := setup(t, func(c *config) { c.store, c.CatalogRefresh = store, time.Hour })
+	writer := newStore(t, db.Pool)      // the test's own changes, made in the gap
 	_, other := b.principal(t, "other") // votes once on p1, in the gap
 	if r := b.vote(t, b.token, "e0", "p1", "a"); r.code != http.StatusAccepted {
 		t.Fatalf("vote: %d %s", r.code, r.raw)
 	}
-	listeners := func() []int32 {
-		var pids []int32
-		if err := db.Pool.QueryRow(ctx, `
-SELECT coalesce(array_agg(pid), '{}') FROM pg_stat_activity
-WHERE datname = current_database() AND query = 'LISTEN tally_catalog'`).Scan(&pids); err != nil {
-			t.Fatal(err)
-		}
-		return pids
-	}
+	listeners := func() []int32 { return catalogListeners(t, db) }
 	var killed []int32
 	testenv.Eventually(t, 5*time.Second, "a LISTEN connection to kill", func() bool {
 		killed = listeners()
@@ -102,4 +78,42 @@ WHERE datname = current_database() AND query = 'LISTEN tally_catalog'`).Scan(&pi
 		}
 		return nil
 	})
+}
+
+// gatedStore is a store on db whose pool, while the flag it returns is
+// set, refuses every connection it would hand out: PostgreSQL out of
+// intake's reach, for intake alone.
+func gatedStore(t *testing.T, db testenv.DB) (*ledger.Store, *atomic.Bool) {
+	t.Helper()
+	gap := new(atomic.Bool)
+	errGap := errors.New("the test holds intake's connections back")
+	cfg, err := pgxpool.ParseConfig(db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.PrepareConn = func(context.Context, *pgx.Conn) (bool, error) {
+		if gap.Load() {
+			return true, errGap
+		}
+		return true, nil
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return newStore(t, pool), gap
+}
+
+// catalogListeners are the pids of the connections to db that listen for
+// catalog changes.
+func catalogListeners(t *testing.T, db testenv.DB) []int32 {
+	t.Helper()
+	var pids []int32
+	if err := db.Pool.QueryRow(context.Background(), `
+SELECT coalesce(array_agg(pid), '{}') FROM pg_stat_activity
+WHERE datname = current_database() AND query = 'LISTEN tally_catalog'`).Scan(&pids); err != nil {
+		t.Fatal(err)
+	}
+	return pids
 }

@@ -31,29 +31,7 @@ func TestCatalogPageNotJITCompiled(t *testing.T) {
 	if !available {
 		t.Skip("this PostgreSQL cannot JIT-compile (pg_jit_available() is false: no LLVM provider installed), so no read of it is compiled")
 	}
-	cfg, err := pgxpool.ParseConfig(db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, v := range map[string]string{"jit": "on", "jit_above_cost": "0", "jit_inline_above_cost": "0",
-		"jit_optimize_above_cost": "0", "client_min_messages": "debug1"} {
-		cfg.ConnConfig.RuntimeParams[name] = v
-	}
-	var compiled atomic.Int64
-	cfg.ConnConfig.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
-		if strings.HasPrefix(n.Message, "time to inline:") {
-			compiled.Add(1)
-		}
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	store, err := ledger.New(pool, ledger.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	store, compiled := jitReportingStore(t, db)
 	// Rows to read: an expression is compiled when it is first evaluated.
 	for _, id := range []string{"a-poll", "b-poll", "c-poll"} {
 		if err := store.CreatePoll(ctx, ledger.Poll{ID: id, Title: "T", Choices: []string{"x", "y"}, Eligible: []string{"p-1"}}); err != nil {
@@ -83,4 +61,37 @@ func TestCatalogPageNotJITCompiled(t *testing.T) {
 	if _, err := store.Polls(ctx); err != nil || compiled.Load() == 0 {
 		t.Fatalf("Polls after PollsAfter: %v, %d compilations; want the sessions' jit left on", err, compiled.Load())
 	}
+}
+
+// jitReportingStore is a store on db whose sessions would JIT-compile any
+// query (every JIT cost threshold 0) and report each compilation to the
+// client (client_min_messages debug1); the counter it returns counts
+// those reports.
+func jitReportingStore(t *testing.T, db testenv.DB) (*ledger.Store, *atomic.Int64) {
+	t.Helper()
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, v := range map[string]string{"jit": "on", "jit_above_cost": "0", "jit_inline_above_cost": "0",
+		"jit_optimize_above_cost": "0", "client_min_messages": "debug1"} {
+		cfg.ConnConfig.RuntimeParams[name] = v
+	}
+	compiled := new(atomic.Int64)
+	cfg.ConnConfig.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
+		if strings.HasPrefix(n.Message, "time to inline:") {
+			compiled.Add(1)
+		}
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	store, err := ledger.New(pool, ledger.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return store, compiled
 }
