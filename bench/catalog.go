@@ -128,19 +128,38 @@ func addCatalogRows(t *table, id string, r catalogResult, load string, sz sizes)
 // CPU per poll created.
 func addCatalogVoteRows(t *table, id string, v voteRounds, load, cmd string, sz sizes) {
 	note := fmt.Sprintf("%d votes/s at B from %d senders; %d rounds of %s each way, alternating", voteRate, voteSenders, len(v.none), sz.catalogVoteFor)
-	way := func(rounds [][]time.Duration, cpu float64) string {
+	way := func(rounds [][]time.Duration, cpu []float64) string {
 		all := slices.Concat(rounds...)
 		return fmt.Sprintf("each round's p99: %s; the p99 of all %d votes %s, p50 %s; B's CPU %.0f µs a vote",
-			msList(roundP99s(rounds)), len(all), ms(quantile(all, 0.99)), ms(quantile(all, 0.5)), 1e6*cpu/float64(max(1, len(all))))
+			msList(roundP99s(rounds)), len(all), ms(quantile(all, 0.99)), ms(quantile(all, 0.5)), 1e6*sum(cpu)/float64(max(1, len(all))))
 	}
 	t.add(fig{id: "CV0-" + id, what: "catalog: vote p99 at intake B, no catalog change: the median of the rounds' p99s (" + note + ")",
 		value: msOf(median(roundP99s(v.none))), unit: "ms", load: load, command: cmd, extra: way(v.none, v.cpuNone)})
+	created := 0
+	for _, n := range v.created {
+		created += n
+	}
 	t.add(fig{id: "CV-" + id, what: "catalog: vote p99 at intake B while polls are created at A at 10/s: the median of the rounds' p99s (" + note + ")",
 		value: msOf(median(roundP99s(v.creating))), unit: "ms", load: load, command: cmd,
-		extra: fmt.Sprintf("%s; %d polls created", way(v.creating, v.cpuCreating), v.created)})
-	t.add(fig{id: "CVU-" + id, what: "catalog: intake B's CPU per poll created at A (its CPU in the rounds of CV less that in CV0's, over the polls created)",
-		value: 1e6 * (v.cpuCreating - v.cpuNone) / float64(max(1, v.created)), unit: "µs", load: load, command: cmd,
-		extra: fmt.Sprintf("B's CPU %.3f s in the rounds with creations, %.3f s in those without", v.cpuCreating, v.cpuNone)})
+		extra: fmt.Sprintf("%s; %d polls created", way(v.creating, v.cpuCreating), created)})
+	perPoll, pairs := v.cpuPerPoll()
+	us := make([]string, len(pairs))
+	for i, p := range pairs {
+		us[i] = fmt.Sprintf("%.0f", 1e6*p)
+	}
+	t.add(fig{id: "CVU-" + id, what: "catalog: intake B's CPU per poll created at A: the median over the pairs of rounds of CV's round less CV0's, over the polls created",
+		value: 1e6 * perPoll, unit: "µs", load: load, command: cmd,
+		extra: fmt.Sprintf("each pair's: %s µs; over all rounds %.0f µs (B's CPU %.3f s with creations, %.3f s without)", strings.Join(us, ", "),
+			1e6*(sum(v.cpuCreating)-sum(v.cpuNone))/float64(max(1, created)), sum(v.cpuCreating), sum(v.cpuNone))})
+}
+
+// sum is the sum of xs.
+func sum(xs []float64) float64 {
+	s := 0.0
+	for _, x := range xs {
+		s += x
+	}
+	return s
 }
 
 // addCatalogMemory adds the memory per poll, per eligibility row and per

@@ -120,9 +120,24 @@ const (
 // machine's load weighs on both ways alike.
 type voteRounds struct {
 	none, creating [][]time.Duration // each round's latencies
-	// cpuNone and cpuCreating are B's CPU seconds over each way's rounds.
-	cpuNone, cpuCreating float64
-	created              int // polls created during the creating rounds
+	// cpuNone and cpuCreating are B's CPU seconds in each round of each
+	// way, and created the polls created in each creating round.
+	cpuNone, cpuCreating []float64
+	created              []int
+}
+
+// cpuPerPoll is B's CPU per poll created, in seconds: in each pair of
+// rounds, the CPU of the round with creations less that of the one
+// without, over the polls created; the median of the pairs (a round that
+// other work on the machine slowed weighs as one), and every pair's.
+func (v voteRounds) cpuPerPoll() (float64, []float64) {
+	pairs := make([]float64, len(v.created))
+	for i, n := range v.created {
+		pairs[i] = (v.cpuCreating[i] - v.cpuNone[i]) / float64(max(1, n))
+	}
+	sorted := slices.Clone(pairs)
+	slices.Sort(sorted)
+	return sorted[len(sorted)/2], pairs
 }
 
 // voteRounds runs sz.catalogRounds rounds of each way, each of
@@ -142,9 +157,9 @@ func (c *catalogRun) voteRounds(ctx context.Context, sz sizes) (voteRounds, erro
 			}
 			cpu := threadsCPU(pid) - cpu0
 			if creating {
-				v.creating, v.cpuCreating, v.created = append(v.creating, lats), v.cpuCreating+cpu, v.created+n
+				v.creating, v.cpuCreating, v.created = append(v.creating, lats), append(v.cpuCreating, cpu), append(v.created, n)
 			} else {
-				v.none, v.cpuNone = append(v.none, lats), v.cpuNone+cpu
+				v.none, v.cpuNone = append(v.none, lats), append(v.cpuNone, cpu)
 			}
 		}
 	}
