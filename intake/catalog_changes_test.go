@@ -177,24 +177,16 @@ func TestCatalogAppliesPagesOfChanges(t *testing.T) {
 			t.Fatalf("%s: %v", s, err)
 		}
 	}
-	var bulk []ledger.Poll
-	for i := range 1001 {
-		bulk = append(bulk, ledger.Poll{ID: "b" + strconv.Itoa(i), Title: "T", Choices: []string{"x"}})
-	}
-	for from := 0; from < len(bulk); from += ledger.MaxPollsPerCreate {
-		if _, err := store.EnsurePolls(ctx, bulk[from:min(len(bulk), from+ledger.MaxPollsPerCreate)]); err != nil {
-			t.Fatal(err)
-		}
-	}
+	fillPolls(t, store, 1001) // c0 to c1000, a change each: two pages
 	if err := srv.Reload(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if p, ok := srv.CatalogPoll("p1"); !ok || p.ClosesAt == nil {
 		t.Fatalf("poll p1 created and closed: held %v, %+v; want it closed", ok, p)
 	}
-	if srv.CatalogHolds("gone") || !srv.Revoked(ps[0].ID) || !srv.CatalogHolds("b0") || !srv.CatalogHolds("b1000") {
-		t.Fatalf("holds gone %v (want false), principal revoked %v, b0 %v, b1000 %v (want true)",
-			srv.CatalogHolds("gone"), srv.Revoked(ps[0].ID), srv.CatalogHolds("b0"), srv.CatalogHolds("b1000"))
+	if srv.CatalogHolds("gone") || !srv.Revoked(ps[0].ID) || !srv.CatalogHolds("c0") || !srv.CatalogHolds("c1000") {
+		t.Fatalf("holds gone %v (want false), principal revoked %v, c0 %v, c1000 %v (want true)",
+			srv.CatalogHolds("gone"), srv.Revoked(ps[0].ID), srv.CatalogHolds("c0"), srv.CatalogHolds("c1000"))
 	}
 	if got := testutil.ToFloat64(srv.Metrics().CatalogLoads); got != 1 {
 		t.Fatalf("%v whole loads, want 1", got)
