@@ -49,16 +49,12 @@ type catalogResult struct {
 	rss   [4]float64
 	// rssHalf and rssAfter are B's after half the changes of the steady
 	// stage and after all of them.
-	rssHalf, rssAfter  float64
-	steadyChanges      int
-	changes            changeTimes
-	bulkHTTP, bulkCLI  float64 // polls/s
-	votes, votesCreate []time.Duration
-	created            int // polls created during votesCreate
-	// cpuVotes and cpuCreate are intake B's CPU seconds over the runs of
-	// votes and of votes while polls are created.
-	cpuVotes, cpuCreate float64
-	writes, busy        int64
+	rssHalf, rssAfter float64
+	steadyChanges     int
+	changes           changeTimes
+	bulkHTTP, bulkCLI float64 // polls/s
+	votes             voteRounds
+	writes, busy      int64
 	// loadsA and loadsB are the intakes' whole loads of the catalog by
 	// the end (one each at start).
 	loadsA, loadsB int64
@@ -120,19 +116,50 @@ func addCatalogRows(t *table, id string, r catalogResult, load string, sz sizes)
 		value: msOf(quantile(r.changes.create, 0.99)), unit: "ms", load: load, command: cmd,
 		extra: fmt.Sprintf("p50 %s; a closing p50 %s, p99 %s; whole loads of the catalog by the end: A %d, B %d (one at start)",
 			ms(quantile(r.changes.create, 0.5)), ms(quantile(r.changes.close, 0.5)), ms(quantile(r.changes.close, 0.99)), r.loadsA, r.loadsB)})
-	note := fmt.Sprintf("%d votes/s at B from %d senders for %s, %d round(s) alternating", voteRate, voteSenders, sz.catalogVoteFor, sz.catalogRounds)
-	t.add(fig{id: "CV0-" + id, what: "catalog: vote p99 at intake B, no catalog change (" + note + ")",
-		value: msOf(quantile(r.votes, 0.99)), unit: "ms", load: load, command: cmd,
-		extra: fmt.Sprintf("p50 %s of %d votes; B's CPU %.0f us a vote", ms(quantile(r.votes, 0.5)), len(r.votes), 1e6*r.cpuVotes/float64(len(r.votes)))})
-	t.add(fig{id: "CV-" + id, what: "catalog: vote p99 at intake B while polls are created at A at 10/s (" + note + ")",
-		value: msOf(quantile(r.votesCreate, 0.99)), unit: "ms", load: load, command: cmd,
-		extra: fmt.Sprintf("p50 %s of %d votes; %d polls created meanwhile; B's CPU %.0f us a vote, and %.0f us more a poll created than without",
-			ms(quantile(r.votesCreate, 0.5)), len(r.votesCreate), r.created, 1e6*r.cpuCreate/float64(len(r.votesCreate)),
-			1e6*(r.cpuCreate-r.cpuVotes)/float64(max(1, r.created)))})
+	addCatalogVoteRows(t, id, r.votes, load, cmd, sz)
 	t.add(fig{id: "CB-" + id, what: fmt.Sprintf("catalog: %s polls created with POST /v1/polls of arrays of %d, one request at a time", count(s.polls-s.fromCLI), ledger.MaxPollsPerCreate),
 		value: r.bulkHTTP, unit: "polls/s", load: load, command: "POST /v1/polls [ {poll}, ... ] at intake A"})
 	t.add(fig{id: "CBC-" + id, what: fmt.Sprintf("catalog: %s polls created with tally poll create --from FILE (the process's start included)", count(s.fromCLI)),
 		value: r.bulkCLI, unit: "polls/s", load: load, command: "tally poll create --from FILE"})
+}
+
+// addCatalogVoteRows adds the vote rows of one size: B's vote p99 with and
+// without polls created at A, each the median of its rounds' p99, and B's
+// CPU per poll created.
+func addCatalogVoteRows(t *table, id string, v voteRounds, load, cmd string, sz sizes) {
+	note := fmt.Sprintf("%d votes/s at B from %d senders; %d rounds of %s each way, alternating", voteRate, voteSenders, len(v.none), sz.catalogVoteFor)
+	way := func(rounds [][]time.Duration, cpu []float64) string {
+		all := slices.Concat(rounds...)
+		return fmt.Sprintf("each round's p99: %s; the p99 of all %d votes %s, p50 %s; B's CPU %.0f µs a vote",
+			msList(roundP99s(rounds)), len(all), ms(quantile(all, 0.99)), ms(quantile(all, 0.5)), 1e6*sum(cpu)/float64(max(1, len(all))))
+	}
+	t.add(fig{id: "CV0-" + id, what: "catalog: vote p99 at intake B, no catalog change: the median of the rounds' p99s (" + note + ")",
+		value: msOf(median(roundP99s(v.none))), unit: "ms", load: load, command: cmd, extra: way(v.none, v.cpuNone)})
+	created := 0
+	for _, n := range v.created {
+		created += n
+	}
+	t.add(fig{id: "CV-" + id, what: "catalog: vote p99 at intake B while polls are created at A at 10/s: the median of the rounds' p99s (" + note + ")",
+		value: msOf(median(roundP99s(v.creating))), unit: "ms", load: load, command: cmd,
+		extra: fmt.Sprintf("%s; %d polls created", way(v.creating, v.cpuCreating), created)})
+	perPoll, pairs := v.cpuPerPoll()
+	us := make([]string, len(pairs))
+	for i, p := range pairs {
+		us[i] = fmt.Sprintf("%.0f", 1e6*p)
+	}
+	t.add(fig{id: "CVU-" + id, what: "catalog: intake B's CPU per poll created at A: the median over the pairs of rounds of CV's round less CV0's, over the polls created",
+		value: 1e6 * perPoll, unit: "µs", load: load, command: cmd,
+		extra: fmt.Sprintf("each pair's: %s µs; over all rounds %.0f µs (B's CPU %.3f s with creations, %.3f s without)", strings.Join(us, ", "),
+			1e6*(sum(v.cpuCreating)-sum(v.cpuNone))/float64(max(1, created)), sum(v.cpuCreating), sum(v.cpuNone))})
+}
+
+// sum is the sum of xs.
+func sum(xs []float64) float64 {
+	s := 0.0
+	for _, x := range xs {
+		s += x
+	}
+	return s
 }
 
 // addCatalogMemory adds the memory per poll, per eligibility row and per
@@ -206,21 +233,8 @@ func (e *env) catalogSize(ctx context.Context, sz sizes, s catalogShape, id stri
 	if res.changes, err = c.changesEnforced(ctx, sz.catalogChanges); err != nil {
 		return res, err
 	}
-	for round := range sz.catalogRounds {
-		cpu0 := cpuSeconds(c.b.cmd.Process.Pid)
-		lats, _, err := c.voteLatencies(ctx, sz.catalogVoteFor, false, round)
-		if err != nil {
-			return res, err
-		}
-		cpu1 := cpuSeconds(c.b.cmd.Process.Pid)
-		res.votes = append(res.votes, lats...)
-		lats, n, err := c.voteLatencies(ctx, sz.catalogVoteFor, true, round)
-		if err != nil {
-			return res, err
-		}
-		cpu2 := cpuSeconds(c.b.cmd.Process.Pid)
-		res.votesCreate, res.created = append(res.votesCreate, lats...), res.created+n
-		res.cpuVotes, res.cpuCreate = res.cpuVotes+cpu1-cpu0, res.cpuCreate+cpu2-cpu1
+	if res.votes, err = c.voteRounds(ctx, sz); err != nil {
+		return res, err
 	}
 	res.steadyChanges = sz.catalogSteady
 	err = c.steadyChanges(ctx, sz.catalogSteady, func() {

@@ -4,6 +4,10 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -106,9 +110,103 @@ func (c *catalogRun) steadyChanges(ctx context.Context, n int, half func()) erro
 // steady flow, well under what intake takes, so that the latency is a
 // vote's and not a queue's.
 const (
-	voteRate    = 200 // votes a second
+	voteRate    = 400 // votes a second
 	voteSenders = 4
 )
+
+// voteRounds are B's vote latencies in rounds that alternate between
+// votes alone and votes while polls are created at A, in the order none,
+// creating, then creating, none, and so on, so that a drift of the
+// machine's load weighs on both ways alike.
+type voteRounds struct {
+	none, creating [][]time.Duration // each round's latencies
+	// cpuNone and cpuCreating are B's CPU seconds in each round of each
+	// way, and created the polls created in each creating round.
+	cpuNone, cpuCreating []float64
+	created              []int
+}
+
+// cpuPerPoll is B's CPU per poll created, in seconds: in each pair of
+// rounds, the CPU of the round with creations less that of the one
+// without, over the polls created; the median of the pairs (a round that
+// other work on the machine slowed weighs as one), and every pair's.
+func (v voteRounds) cpuPerPoll() (float64, []float64) {
+	pairs := make([]float64, len(v.created))
+	for i, n := range v.created {
+		pairs[i] = (v.cpuCreating[i] - v.cpuNone[i]) / float64(max(1, n))
+	}
+	sorted := slices.Clone(pairs)
+	slices.Sort(sorted)
+	return sorted[len(sorted)/2], pairs
+}
+
+// voteRounds runs sz.catalogRounds rounds of each way, each of
+// sz.catalogVoteFor, and starts no pair of rounds once
+// sz.catalogVoteBudget has passed since the first (which always runs).
+func (c *catalogRun) voteRounds(ctx context.Context, sz sizes) (voteRounds, error) {
+	var v voteRounds
+	pid := c.b.cmd.Process.Pid
+	start := time.Now()
+	for round := 0; round < sz.catalogRounds && (round == 0 || time.Since(start) < sz.catalogVoteBudget); round++ {
+		for k := range 2 {
+			creating := (round+k)%2 == 1
+			cpu0 := threadsCPU(pid)
+			lats, n, err := c.voteLatencies(ctx, sz.catalogVoteFor, creating, round)
+			if err != nil {
+				return v, err
+			}
+			cpu := threadsCPU(pid) - cpu0
+			if creating {
+				v.creating, v.cpuCreating, v.created = append(v.creating, lats), append(v.cpuCreating, cpu), append(v.created, n)
+			} else {
+				v.none, v.cpuNone = append(v.none, lats), append(v.cpuNone, cpu)
+			}
+		}
+	}
+	return v, nil
+}
+
+// roundP99s is the p99 of each round, in the order they ran.
+func roundP99s(rounds [][]time.Duration) []time.Duration {
+	out := make([]time.Duration, len(rounds))
+	for i, r := range rounds {
+		out[i] = quantile(slices.Clone(r), 0.99)
+	}
+	return out
+}
+
+// msList is ds in milliseconds, "1.80, 2.10 ms".
+func msList(ds []time.Duration) string {
+	s := make([]string, len(ds))
+	for i, d := range ds {
+		s[i] = fmt.Sprintf("%.2f", msOf(d))
+	}
+	return strings.Join(s, ", ") + " ms"
+}
+
+// threadsCPU is the CPU time pid's threads have run, in seconds, to the
+// nanosecond (the sum of each thread's /proc/PID/task/TID/schedstat), where
+// /proc/PID/stat counts in ticks of 10 ms: a round of a few seconds of B
+// takes a few of them. A thread that ended meanwhile drops out (Go's
+// threads seldom end); 0 when nothing can be read.
+func threadsCPU(pid int) float64 {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return 0
+	}
+	var ns int64
+	for _, t := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/schedstat", pid, t.Name()))
+		if err != nil {
+			continue
+		}
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			n, _ := strconv.ParseInt(f[0], 10, 64)
+			ns += n
+		}
+	}
+	return float64(ns) / 1e9
+}
 
 // voteLatencies sends votes on poll c0 at B at voteRate for d (at most
 // voteRate × d votes), and, with creating, creates polls at A at 10 a

@@ -144,16 +144,19 @@ type sizes struct {
 	// each size also has 10 eligibility lists of as many principals, and
 	// as many revoked principals); catalogChanges the changes timed from
 	// A to B, catalogSteady the changes before B's memory is read again,
-	// catalogVoteFor and catalogRounds each run of votes with and without
-	// creations, catalogReady the bound on an intake's start, and
-	// catalogSettle the wait after it before its memory is read.
-	catalogPolls   []int
-	catalogChanges int
-	catalogSteady  int
-	catalogVoteFor time.Duration
-	catalogRounds  int
-	catalogReady   time.Duration
-	catalogSettle  time.Duration
+	// catalogVoteFor each round of votes with or without creations,
+	// catalogRounds the rounds of each, alternating, and
+	// catalogVoteBudget the time after which no pair of them starts;
+	// catalogReady the bound on an intake's start, and catalogSettle the
+	// wait after it before its memory is read.
+	catalogPolls      []int
+	catalogChanges    int
+	catalogSteady     int
+	catalogVoteFor    time.Duration
+	catalogRounds     int
+	catalogVoteBudget time.Duration
+	catalogReady      time.Duration
+	catalogSettle     time.Duration
 	// growthEvents and growthDrain: row G's ledger, and the events of
 	// each of its drains through the projector; long says whether a run
 	// without -only runs the long measurements (growth).
@@ -178,7 +181,8 @@ var full = sizes{
 	scalingFor: 8 * time.Second, scalingRounds: 2, hotEvents: 300_000, hotFor: 10 * time.Second,
 	burstVoters: 20_000, burstRounds: 3, burstFor: 90 * time.Second,
 	catalogPolls: []int{100, 10_000, 100_000}, catalogChanges: 200, catalogSteady: 1_000,
-	catalogVoteFor: 5 * time.Second, catalogRounds: 2, catalogReady: 5 * time.Minute, catalogSettle: time.Second,
+	catalogVoteFor: 3 * time.Second, catalogRounds: 7, catalogVoteBudget: 75 * time.Second,
+	catalogReady: 5 * time.Minute, catalogSettle: time.Second,
 	growthEvents: 5_000_000, growthDrain: 500_000,
 }
 
@@ -198,7 +202,8 @@ var short = sizes{
 	scalingFor: time.Second, scalingRounds: 1, hotEvents: 10_000, hotFor: time.Second,
 	burstVoters: 300, burstRounds: 1, burstFor: 20 * time.Second,
 	catalogPolls: []int{20, 200}, catalogChanges: 6, catalogSteady: 20,
-	catalogVoteFor: 500 * time.Millisecond, catalogRounds: 1, catalogReady: time.Minute, catalogSettle: 0,
+	catalogVoteFor: 300 * time.Millisecond, catalogRounds: 2, catalogVoteBudget: 5 * time.Second,
+	catalogReady: time.Minute, catalogSettle: 0,
 	growthEvents: 20_000, growthDrain: 2_000, long: true,
 }
 

@@ -141,6 +141,73 @@ func TestCatalogFellBehindTrimmedLog(t *testing.T) {
 	}
 }
 
+// TestCatalogAppliesPagesOfChanges: changes made while intake did not
+// look are applied from the polls read with them, page after page: a
+// poll created and closed in one page is held closed, a poll gone from
+// the database is dropped, a principal revoked is refused, a thousand
+// polls more than a page are all held, and all without a whole load. A
+// change missed (a poll slipped in without one) is then caught only by
+// the whole load the trimmed log forces.
+func TestCatalogAppliesPagesOfChanges(t *testing.T) {
+	t.Parallel()
+	db, store, srv := unservedIntake(t, intake.Config{})
+	ctx := context.Background()
+	quietPoll(t, db, "gone", false)
+	if err := srv.Reload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !srv.CatalogHolds("gone") {
+		t.Fatal("the load at start did not read poll gone")
+	}
+	if err := store.CreatePoll(ctx, ledger.Poll{ID: "p1", Title: "T", Choices: []string{"x"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.ClosePoll(ctx, "p1", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	ps, err := store.AddPrincipals(ctx, []string{"v"}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.RevokePrincipal(ctx, ps[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{`DELETE FROM poll_choices WHERE poll_id = 'gone'`, `DELETE FROM polls WHERE id = 'gone'`} {
+		if _, err := db.Pool.Exec(ctx, s); err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+	}
+	fillPolls(t, store, 1001) // c0 to c1000, a change each: two pages
+	if err := srv.Reload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if p, ok := srv.CatalogPoll("p1"); !ok || p.ClosesAt == nil {
+		t.Fatalf("poll p1 created and closed: held %v, %+v; want it closed", ok, p)
+	}
+	if srv.CatalogHolds("gone") || !srv.Revoked(ps[0].ID) || !srv.CatalogHolds("c0") || !srv.CatalogHolds("c1000") {
+		t.Fatalf("holds gone %v (want false), principal revoked %v, c0 %v, c1000 %v (want true)",
+			srv.CatalogHolds("gone"), srv.Revoked(ps[0].ID), srv.CatalogHolds("c0"), srv.CatalogHolds("c1000"))
+	}
+	if got := testutil.ToFloat64(srv.Metrics().CatalogLoads); got != 1 {
+		t.Fatalf("%v whole loads, want 1", got)
+	}
+
+	quietPoll(t, db, "missed", false)
+	if err := store.CreatePoll(ctx, ledger.Poll{ID: "p2", Title: "T", Choices: []string{"x"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.TrimCatalogChanges(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Reload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !srv.CatalogHolds("missed") || !srv.CatalogHolds("p2") || testutil.ToFloat64(srv.Metrics().CatalogLoads) != 2 {
+		t.Fatalf("after the log was trimmed: holds missed %v, p2 %v, %v whole loads; want both held by a second load",
+			srv.CatalogHolds("missed"), srv.CatalogHolds("p2"), testutil.ToFloat64(srv.Metrics().CatalogLoads))
+	}
+}
+
 // TestCatalogLogRewound: an intake that applied changes the log no longer
 // holds, its seqs begun again (the database restored from a backup), loads
 // the catalog whole again rather than skip the new changes.

@@ -20,8 +20,9 @@ import (
 // current: the follower of the catalog's change log (ledger.CatalogChange).
 // It loads both whole once, at start, in pages, and from then on applies
 // only the changes after the last one it applied, reading again only the
-// polls, principals and keys they name: so a change costs intake what
-// changed, not the size of the catalog. It catches up when a NOTIFY
+// polls, principals and keys they name (the polls in the statement that
+// reads the changes): so a change costs intake what changed, not the size
+// of the catalog. It catches up when a NOTIFY
 // names a change it has not applied, when its listener (re)connects,
 // every Config.CatalogRefresh (one indexed query when nothing changed),
 // and when an admin route of this intake wrote (before its answer). It
@@ -279,28 +280,28 @@ func (f *follower) readPages(ctx context.Context, l *fullLoad) error {
 // a time, until none is left.
 func (f *follower) applyChanges(ctx context.Context) error {
 	for {
-		var changes []ledger.CatalogChange
+		var u ledger.CatalogUpdate
 		err := f.query(ctx, func(ctx context.Context) (err error) {
-			changes, err = f.store.CatalogChangesAfter(ctx, f.applied.Load(), changesPage)
+			u, err = f.store.CatalogChangesAfter(ctx, f.applied.Load(), changesPage)
 			return err
 		})
-		if err != nil || len(changes) == 0 {
+		if err != nil || len(u.Changes) == 0 {
 			return err
 		}
-		if err := f.apply(ctx, changes); err != nil {
+		if err := f.apply(ctx, u); err != nil {
 			return err
 		}
-		if len(changes) < changesPage {
+		if len(u.Changes) < changesPage {
 			return nil
 		}
 	}
 }
 
-// apply reads again what changes name and puts it in the catalog and the
-// revocations.
-func (f *follower) apply(ctx context.Context, changes []ledger.CatalogChange) error {
+// apply puts the polls of u in the catalog, and reads again the principals
+// and keys its changes name for the revocations.
+func (f *follower) apply(ctx context.Context, u ledger.CatalogUpdate) error {
 	var polls, principals, keys []string
-	for _, c := range changes {
+	for _, c := range u.Changes {
 		switch c.Kind {
 		case ledger.ChangePoll:
 			polls = append(polls, c.Target)
@@ -310,19 +311,11 @@ func (f *follower) apply(ctx context.Context, changes []ledger.CatalogChange) er
 			keys = append(keys, c.Target)
 		}
 	}
-	polls, principals, keys = unique(polls), unique(principals), unique(keys)
 	if len(polls) > 0 {
-		var fresh []ledger.Poll
-		err := f.query(ctx, func(ctx context.Context) (err error) {
-			fresh, err = f.store.PollsOf(ctx, polls)
-			return err
-		})
-		if err != nil {
-			return fmt.Errorf("apply catalog changes: %w", err)
-		}
-		f.cat.apply(polls, fresh)
+		f.cat.apply(unique(polls), u.Polls)
 	}
 	if len(principals)+len(keys) > 0 {
+		principals, keys = unique(principals), unique(keys)
 		var fresh ledger.Revocations
 		err := f.query(ctx, func(ctx context.Context) (err error) {
 			fresh, err = f.store.RevocationsOf(ctx, principals, keys)
@@ -336,8 +329,8 @@ func (f *follower) apply(ctx context.Context, changes []ledger.CatalogChange) er
 			f.onPrincipals()
 		}
 	}
-	f.applied.Store(changes[len(changes)-1].Seq)
-	f.applies.Add(float64(len(changes)))
+	f.applied.Store(u.Changes[len(u.Changes)-1].Seq)
+	f.applies.Add(float64(len(u.Changes)))
 	return nil
 }
 

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"tally/ledger"
 )
 
 // Metrics are a Server's metrics, for the tests of package intake_test to
@@ -56,6 +58,16 @@ func (s *Server) Metrics() Metrics {
 func (s *Server) CatalogHolds(id string) bool {
 	_, err := s.catalog.lookup([]byte(id))
 	return err == nil
+}
+
+// CatalogPoll is poll id as the catalog in memory holds it (its
+// eligibility list left out), if it does.
+func (s *Server) CatalogPoll(id string) (ledger.Poll, bool) {
+	pi, err := s.catalog.lookup([]byte(id))
+	if err != nil {
+		return ledger.Poll{}, false
+	}
+	return pi.poll, true
 }
 
 // Revoked reports whether the revocations in memory refuse principal id.

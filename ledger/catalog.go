@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 	"unicode/utf8"
 
@@ -256,14 +257,14 @@ RETURNING p.closes_at IS DISTINCT FROM old.closes_at`, id, at).Scan(&changed)
 }
 
 // pollColumnsSQL is what the reads of polls (p) select, in the order
-// queryPolls reads it.
+// pollRow scans it.
 const pollColumnsSQL = `
 p.id, p.title, p.opens_at, p.closes_at, p.eligibility, p.public_results, p.created_at, ` + rulesColsP + `,
 coalesce((SELECT array_agg(c.candidate_id ORDER BY c.position) FROM poll_choices c WHERE c.poll_id = p.id), '{}'),
 coalesce((SELECT array_agg(e.principal_id ORDER BY e.principal_id) FROM poll_eligible e WHERE e.poll_id = p.id), '{}')`
 
-// The reads of polls: all of them, a page in id order, and those of some
-// ids (one poll's read among them: "$1 IS NULL OR p.id = $1" would let
+// The reads of polls: all of them, a page in id order, and one poll's
+// (through an array of ids: "$1 IS NULL OR p.id = $1" would let
 // PostgreSQL's generic plan of the prepared statement scan every poll,
 // and JIT-compile the scan, for one id).
 const (
@@ -311,11 +312,6 @@ func (s *Store) PollsAfter(ctx context.Context, after string, limit int) ([]Poll
 	return ps, interpretError("list polls", err)
 }
 
-// PollsOf returns the polls of ids that exist, in no order.
-func (s *Store) PollsOf(ctx context.Context, ids []string) ([]Poll, error) {
-	return s.queryPolls(ctx, "read polls", pollsOfSQL, ids)
-}
-
 func (s *Store) queryPolls(ctx context.Context, what, sql string, args ...any) ([]Poll, error) {
 	ps, err := queryPolls(ctx, s.pool, sql, args...)
 	return ps, interpretError(what, err)
@@ -334,11 +330,27 @@ func queryPolls(ctx context.Context, q querier, sql string, args ...any) ([]Poll
 		return nil, err
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Poll, error) {
-		var p Poll
-		var rr rulesRow
-		err := r.Scan(append(append([]any{&p.ID, &p.Title, &p.OpensAt, &p.ClosesAt, &p.Eligibility, &p.PublicResults, &p.CreatedAt},
-			rr.targets()...), &p.Choices, &p.Eligible)...)
-		p.Rules = rr.rules()
-		return p, err
+		var pr pollRow
+		err := r.Scan(pr.targets()...)
+		return pr.poll(), err
 	})
+}
+
+// pollRow scans the columns of pollColumnsSQL.
+type pollRow struct {
+	p  Poll
+	rr rulesRow
+}
+
+func (r *pollRow) targets() []any {
+	p := &r.p
+	return slices.Concat([]any{&p.ID, &p.Title, &p.OpensAt, &p.ClosesAt, &p.Eligibility, &p.PublicResults, &p.CreatedAt},
+		r.rr.targets(), []any{&p.Choices, &p.Eligible})
+}
+
+// poll is the poll scanned.
+func (r *pollRow) poll() Poll {
+	p := r.p
+	p.Rules = r.rr.rules()
+	return p
 }

@@ -22,10 +22,11 @@ func TestCatalogChanges(t *testing.T) {
 	var last int64
 	want := func(step string, kind string, targets ...string) {
 		t.Helper()
-		got, err := b.store.CatalogChangesAfter(b.ctx, last, 100)
+		u, err := b.store.CatalogChangesAfter(b.ctx, last, 100)
 		if err != nil {
 			t.Fatalf("%s: %v", step, err)
 		}
+		got := u.Changes
 		var names []string
 		for i, c := range got {
 			if c.Seq <= last || i > 0 && c.Seq <= got[i-1].Seq {
@@ -82,10 +83,11 @@ func TestCatalogChanges(t *testing.T) {
 	}
 	want("retire twice", ledger.ChangeKey, "k-0011223344556677")
 
-	// What a cache reads again for the changes.
-	polls, err := b.store.PollsOf(b.ctx, []string{"p1", "nope"})
-	if err != nil || len(polls) != 1 || polls[0].ClosesAt == nil || !slices.Equal(polls[0].Eligible, []string{"e1", "e2"}) {
-		t.Fatalf("PollsOf: %+v %v", polls, err)
+	// What a cache reads again for the changes: the poll created and
+	// closed once, as it is now.
+	all, err := b.store.CatalogChangesAfter(b.ctx, 0, 100)
+	if err != nil || len(all.Polls) != 1 || all.Polls[0].ClosesAt == nil || !slices.Equal(all.Polls[0].Eligible, []string{"e1", "e2"}) {
+		t.Fatalf("the polls of the changes: %+v %v", all.Polls, err)
 	}
 	rev, err := b.store.RevocationsOf(b.ctx, []string{ps[0].ID, ps[1].ID}, []string{"k-0011223344556677", "k-other"})
 	if err != nil {
@@ -108,18 +110,20 @@ func TestCatalogChangesTrimmed(t *testing.T) {
 	for _, id := range []string{"p1", "p2", "p3"} {
 		b.poll(t, id, "a")
 	}
-	all, err := b.store.CatalogChangesAfter(b.ctx, 0, 10)
-	if err != nil || len(all) != 3 {
-		t.Fatalf("changes %v (%v), want 3", all, err)
+	u, err := b.store.CatalogChangesAfter(b.ctx, 0, 10)
+	if err != nil || len(u.Changes) != 3 {
+		t.Fatalf("changes %v (%v), want 3", u.Changes, err)
 	}
+	all := u.Changes
 	if err := b.store.TrimCatalogChanges(b.ctx, 1); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := b.store.CatalogChangesAfter(b.ctx, all[0].Seq, 10); !errors.Is(err, ledger.ErrChangesTrimmed) {
 		t.Fatalf("after a trimmed change: %v, want ErrChangesTrimmed", err)
 	}
-	if got, err := b.store.CatalogChangesAfter(b.ctx, all[1].Seq, 10); err != nil || len(got) != 1 || got[0] != all[2] {
-		t.Fatalf("after the last trimmed change: %v %v, want %v", got, err, all[2:])
+	if got, err := b.store.CatalogChangesAfter(b.ctx, all[1].Seq, 10); err != nil || len(got.Changes) != 1 || got.Changes[0] != all[2] ||
+		len(got.Polls) != 1 || got.Polls[0].ID != all[2].Target {
+		t.Fatalf("after the last trimmed change: %+v %v, want %v and its poll", got, err, all[2:])
 	}
 	if err := b.store.TrimCatalogChanges(b.ctx, 0); err != nil {
 		t.Fatal(err)
@@ -132,8 +136,8 @@ func TestCatalogChangesTrimmed(t *testing.T) {
 	if _, err := b.store.CatalogChangesAfter(b.ctx, all[2].Seq+1, 10); !errors.Is(err, ledger.ErrChangesRewound) {
 		t.Fatalf("after the log's end: %v, want ErrChangesRewound", err)
 	}
-	if got, err := b.store.CatalogChangesAfter(b.ctx, all[2].Seq, 10); err != nil || len(got) != 0 {
-		t.Fatalf("at the log's end: %v %v, want nothing", got, err)
+	if got, err := b.store.CatalogChangesAfter(b.ctx, all[2].Seq, 10); err != nil || len(got.Changes)+len(got.Polls) != 0 {
+		t.Fatalf("at the log's end: %+v %v, want nothing", got, err)
 	}
 }
 
@@ -165,19 +169,95 @@ func TestCatalogChangesInCommitOrder(t *testing.T) {
 			finished = true
 		default:
 		}
-		got, err := b.store.CatalogChangesAfter(b.ctx, last, 7)
+		u, err := b.store.CatalogChangesAfter(b.ctx, last, 7)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, c := range got {
+		for _, c := range u.Changes {
 			seen[c.Target] = true
 			last = c.Seq
 		}
-		if finished && len(got) > 0 {
+		for _, p := range u.Polls { // read in the changes' snapshot: each is there
+			if !slices.ContainsFunc(u.Changes, func(c ledger.CatalogChange) bool { return c.Target == p.ID }) {
+				t.Fatalf("poll %s read without a change naming it", p.ID)
+			}
+		}
+		if len(u.Polls) != len(u.Changes) {
+			t.Fatalf("%d polls read for %d changes of as many polls", len(u.Polls), len(u.Changes))
+		}
+		if finished && len(u.Changes) > 0 {
 			finished = false // read to the end
 		}
 	}
 	if len(seen) != writers*each {
 		t.Fatalf("the reader saw %d of %d polls created", len(seen), writers*each)
+	}
+}
+
+// TestCatalogChangesReadTheirPolls: a page of changes comes with each poll
+// its changes name, once, as the statement's snapshot holds it (a poll
+// named twice is read once, on the row of its last change), and without
+// a poll that no longer exists; principals and keys are named, not read.
+// A page boundary splits what each page reads.
+func TestCatalogChangesReadTheirPolls(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.poll(t, "p1", "a", "b")
+	if err := b.store.CreatePoll(b.ctx, ledger.Poll{ID: "p2", Title: "Listed", Choices: []string{"x"}, Eligible: []string{"e2", "e1"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.store.ClosePoll(b.ctx, "p1", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.store.RevokePrincipal(b.ctx, "o-subject"); err != nil {
+		t.Fatal(err)
+	}
+	// A change naming a poll that is not there (deleted behind the
+	// triggers' back).
+	if _, err := b.db.Pool.Exec(b.ctx, `INSERT INTO catalog_changes (kind, target) VALUES ('poll', 'gone')`); err != nil {
+		t.Fatal(err)
+	}
+	u, err := b.store.CatalogChangesAfter(b.ctx, 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var named []string
+	for _, c := range u.Changes {
+		named = append(named, c.Kind+":"+c.Target)
+	}
+	if want := []string{"poll:p1", "poll:p2", "poll:p1", "principal:o-subject", "poll:gone"}; !slices.Equal(named, want) {
+		t.Fatalf("changes %v, want %v", named, want)
+	}
+	byID := map[string]ledger.Poll{}
+	for _, p := range u.Polls {
+		if _, twice := byID[p.ID]; twice {
+			t.Fatalf("poll %s read twice in one page", p.ID)
+		}
+		byID[p.ID] = p
+	}
+	if len(byID) != 2 || byID["p1"].ClosesAt == nil || !slices.Equal(byID["p1"].Choices, []string{"a", "b"}) ||
+		!slices.Equal(byID["p2"].Eligible, []string{"e1", "e2"}) || byID["p2"].Eligibility != ledger.EligibleList {
+		t.Fatalf("polls read %+v, want p1 closed and p2 with its list", u.Polls)
+	}
+	// Pages of two: p1 in the first and in the second, read in each.
+	for _, page := range []struct {
+		after int64
+		polls []string
+	}{{0, []string{"p1", "p2"}}, {u.Changes[1].Seq, []string{"p1"}}, {u.Changes[3].Seq, nil}} {
+		got, err := b.store.CatalogChangesAfter(b.ctx, page.after, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, p := range got.Polls {
+			ids = append(ids, p.ID)
+		}
+		slices.Sort(ids)
+		if len(got.Changes) == 0 || !slices.Equal(ids, page.polls) {
+			t.Fatalf("the page after %d read polls %v for changes %v, want %v", page.after, ids, got.Changes, page.polls)
+		}
+	}
+	if _, err := b.store.CatalogChangesAfter(b.ctx, 0, 0); !errors.Is(err, ledger.ErrInvalid) {
+		t.Fatalf("a limit of 0: %v, want ErrInvalid", err)
 	}
 }

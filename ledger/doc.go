@@ -42,9 +42,9 @@
 // commit order (migration 00015); a change that changed nothing writes
 // none. A cache of the catalog, like intake's, loads it whole once
 // (CatalogHorizon, PollsAfter page by page, Revocations) and then applies
-// the changes after the last it applied (CatalogChangesAfter, PollsOf,
-// RevocationsOf); Store.WatchCatalog tells it, by LISTEN, when there are
-// new ones.
+// the changes after the last it applied (CatalogChangesAfter, which reads
+// the polls they name in the same statement, and RevocationsOf);
+// Store.WatchCatalog tells it, by LISTEN, when there are new ones.
 //
 // The package knows nothing of Redis or HTTP. Its methods take a context and
 // run on a pgx pool; errors from PostgreSQL are translated in one place
@@ -74,8 +74,8 @@
 //     or idempotently under a key (AddPrincipalsOnce), revoked, reissued;
 //     revocations.go: what refuses a credential (revoked principals,
 //     retired keys, reissued principals' valid-after times).
-//   - changes.go: the catalog's change log: the changes after a seq, the
-//     horizon a whole load starts from, the trim.
+//   - changes.go: the catalog's change log: the changes after a seq with
+//     the polls they name, the horizon a whole load starts from, the trim.
 //   - watch.go: WatchCatalog, the LISTEN connection for catalog changes.
 //   - results.go: reads of the projection and of one event's record.
 //   - rebuild.go: Rebuild and Repair of the projection from the ledger.

@@ -85,8 +85,8 @@ func TestEnsurePolls(t *testing.T) {
 		t.Fatalf("rebuild of polls made in bulk: %d log problems, %d differing rows: %+v", rep.LogProblems, rep.Differing, rep.Logs)
 	}
 	changes, err := b.store.CatalogChangesAfter(b.ctx, 1, 100) // after old's
-	if err != nil || len(changes) != 2 {
-		t.Fatalf("catalog changes %+v (%v), want a and r", changes, err)
+	if err != nil || len(changes.Changes) != 2 {
+		t.Fatalf("catalog changes %+v (%v), want a and r", changes.Changes, err)
 	}
 	if n := len(actions(t, b)); n != 3 {
 		t.Fatalf("%d admin actions, want 3 (old, a, r)", n)
