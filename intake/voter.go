@@ -15,20 +15,23 @@ import (
 
 // voter is an authenticated principal with what all its votes send to Redis
 // made once: the enqueue script's arguments that depend on the principal
-// only, boxed as go-redis takes them. A voter is shared by the requests of
-// its principal: nothing changes it once made.
+// only. A voter is shared by the requests of its principal: nothing
+// changes it once made.
 type voter struct {
 	ledger.Principal
 	// expiresAt is when the token that authenticated it expires; zero
 	// when it does not (or is of the stored kind, which does not say).
-	expiresAt  time.Time
-	shard      int
-	rateKeyArg any    // the key of its rate-limit bucket
+	expiresAt time.Time
+	shard     int
+	// rateKey is the key of its rate-limit bucket; &rateKey is the
+	// script's argument (go-redis writes a *string as its value), which
+	// spares a new voter the boxing of a string.
+	rateKey    string
 	idemPrefix string // its idempotency keys are idemPrefix + event id
 }
 
 func newVoter(p ledger.Principal, keys stream.Keys) *voter {
-	return &voter{Principal: p, shard: keys.ShardOf(p.ID), rateKeyArg: keys.RateLimit(p.ID),
+	return &voter{Principal: p, shard: keys.ShardOf(p.ID), rateKey: keys.RateLimit(p.ID),
 		idemPrefix: keys.IdempotencyPrefix(p.ID)}
 }
 

@@ -26,7 +26,7 @@ func TestVotersCache(t *testing.T) {
 		t.Error("the same principal and token got a new voter")
 	}
 	if v.idempotencyKey("e-1") != keys.Idempotency("alice", "e-1") || v.shard != keys.ShardOf("alice") ||
-		v.rateKeyArg != keys.RateLimit("alice") || !v.expiresAt.Equal(exp) {
+		v.rateKey != keys.RateLimit("alice") || !v.expiresAt.Equal(exp) {
 		t.Errorf("voter %+v does not hold alice's keys and expiry", v)
 	}
 	admin := p
