@@ -75,6 +75,8 @@ func intakeEnqueueFlags(cfg *intake.Config) []ucli.Flag {
 		intakeSettings.string("listen", &cfg.Listen, "TCP `ADDR`ess to serve HTTP on"),
 		intakeSettings.string("admin-listen", &cfg.AdminListen, "also serve GET /healthz, /readyz and /metrics on `ADDR` (plain HTTP, keep it private), apart from --listen's bounds, "+
 			"so probes and scrapes are answered while the data routes are saturated; --listen then serves no /metrics"),
+		intakeSettings.bool("pprof", &cfg.Pprof, "also serve the Go runtime's profiles (net/http/pprof) under /debug/pprof/ on --admin-listen, "+
+			"which it needs, to clients on the loopback interface only"),
 		intakeSettings.string("tls-cert", &cfg.TLSCertFile,
 			"serve HTTPS (TLS 1.2+, HTTP/2) with the PEM certificate chain in `FILE`, reloaded when it changes; needs --tls-key"),
 		intakeSettings.string("tls-key", &cfg.TLSKeyFile, "PEM private key of --tls-cert in `FILE`, reloaded when it changes"),

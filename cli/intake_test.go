@@ -1,6 +1,9 @@
 package cli
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestRedisVersion(t *testing.T) {
 	t.Parallel()
@@ -17,5 +20,15 @@ func TestRedisVersion(t *testing.T) {
 		if v, m := redisVersion(tc.info); v != tc.version || m != tc.major {
 			t.Errorf("redisVersion(%q) = %q, %d; want %q, %d", tc.info, v, m, tc.version, tc.major)
 		}
+	}
+}
+
+// tally intake --pprof without --admin-listen is refused before anything
+// connects, naming the flag.
+func TestIntakePprofNeedsAdminListen(t *testing.T) {
+	t.Parallel()
+	r := tallyWith(t, "intake", "--pprof", "--database-url", "postgres://postgres@127.0.0.1:1/none", "--startup-wait", "0s")
+	if r.code != ExitError || !strings.Contains(r.stderr, "--pprof: the profiles are served on the admin listener only") {
+		t.Errorf("intake --pprof without --admin-listen: %+v, want a refusal naming --pprof", r)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/mod/sumdb/note"
 
 	"tally/audit"
+	"tally/internal/profiling"
 	"tally/ledger"
 	"tally/projector"
 )
@@ -25,7 +26,7 @@ func projectorCommand() *ucli.Command {
 	cfg := projector.DefaultConfig()
 	bound := projectorFlags(&cfg)
 	fields := boundFields(&cfg, bound)
-	flags := append([]ucli.Flag{startupWaitFlag(), allowSuperuserFlag(), &flagLogKey, &flagMetricsListen}, bound...)
+	flags := append([]ucli.Flag{startupWaitFlag(), allowSuperuserFlag(), &flagLogKey, &flagMetricsListen, &flagProjectorPprof}, bound...)
 	return &ucli.Command{
 		Name:  "projector",
 		Usage: "run the projector daemon: apply queued votes to the ledger in batches, one transaction each",
@@ -50,6 +51,9 @@ var (
 		Usage: "signer key `FILE` (tally log key generate): sign a checkpoint of each poll's log when it changed (empty: none)"}
 	flagMetricsListen = ucli.StringFlag{Name: "metrics-listen", EnvVars: []string{"TALLY_PROJECTOR_METRICS_LISTEN"},
 		Usage: "TCP `ADDR`ess to serve /metrics and /healthz on (empty: none)"}
+	flagProjectorPprof = ucli.BoolFlag{Name: "pprof", EnvVars: []string{"TALLY_PROJECTOR_PPROF"},
+		Usage: "also serve the Go runtime's profiles (net/http/pprof) under /debug/pprof/ on --metrics-listen, " +
+			"which it needs, to clients on the loopback interface only"}
 )
 
 // projectorSettings binds tally projector's flags to projector.Config.
@@ -90,6 +94,9 @@ func runProjector(c *ucli.Context, cfg projector.Config, fields map[string]strin
 	if err := checkSettings(c, &cfg, projector.DefaultConfig(), fields, cfg.Validate); err != nil {
 		return err
 	}
+	if c.Bool(flagProjectorPprof.Name) && c.String(flagMetricsListen.Name) == "" {
+		return errors.New("--pprof: the profiles are served on --metrics-listen only: give it an address too (on the loopback interface)")
+	}
 	if cfg.LogSigner, err = logSigner(c.String(flagLogKey.Name)); err != nil {
 		return err
 	}
@@ -112,7 +119,7 @@ func runProjector(c *ucli.Context, cfg projector.Config, fields map[string]strin
 			slog.String("component", "projector"), slog.Int("workers", cfg.Workers), slog.Int("pool_max_conns", int(conns)))
 	}
 	if addr := c.String(flagMetricsListen.Name); addr != "" {
-		stop, err := serveMetrics(c.Context, addr, reg, log)
+		stop, err := serveMetrics(c.Context, addr, metricsMux(reg, c.Bool(flagProjectorPprof.Name)), log)
 		if err != nil {
 			return err
 		}
@@ -138,18 +145,27 @@ func logSigner(path string) (note.Signer, error) {
 	return s, nil
 }
 
-// serveMetrics serves /metrics and /healthz on addr until stop is called.
-func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry, log *slog.Logger) (stop func(), err error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("--metrics-listen %s: %w", addr, err)
-	}
+// metricsMux serves /metrics of reg and /healthz, and with pprof the
+// profiles (package profiling).
+func metricsMux(reg *prometheus.Registry, pprof bool) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		io.WriteString(w, "ok\n")
 	})
+	if pprof {
+		profiling.Register(mux)
+	}
+	return mux
+}
+
+// serveMetrics serves mux on addr until stop is called.
+func serveMetrics(ctx context.Context, addr string, mux *http.ServeMux, log *slog.Logger) (stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-listen %s: %w", addr, err)
+	}
 	srv := &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: 5 * time.Second,

@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -45,5 +47,41 @@ func TestProjectorWorkersRefused(t *testing.T) {
 		if r.code != ExitError || !strings.Contains(r.stderr, tc.want) {
 			t.Errorf("projector %v (TALLY_PROJECTOR_WORKERS=%q): %+v, want a refusal of the worker count", tc.args, tc.env, r)
 		}
+	}
+}
+
+// tally projector serves no profiles on --metrics-listen by default, and
+// pprof's with --pprof, to a client on the loopback interface.
+func TestProjectorPprof(t *testing.T) {
+	t.Parallel()
+	reg := newRegistry()
+	for _, tc := range []struct {
+		pprof bool
+		path  string
+		want  int
+	}{
+		{false, "/debug/pprof/", http.StatusNotFound},
+		{false, "/debug/pprof/heap", http.StatusNotFound},
+		{false, "/metrics", http.StatusOK},
+		{true, "/debug/pprof/", http.StatusOK},
+		{true, "/debug/pprof/heap?debug=1", http.StatusOK},
+		{true, "/metrics", http.StatusOK},
+	} {
+		r := httptest.NewRequest(http.MethodGet, tc.path, nil)
+		r.RemoteAddr = "127.0.0.1:40000"
+		w := httptest.NewRecorder()
+		metricsMux(reg, tc.pprof).ServeHTTP(w, r)
+		if w.Code != tc.want {
+			t.Errorf("--pprof=%v: GET %s answered %d, want %d", tc.pprof, tc.path, w.Code, tc.want)
+		}
+	}
+}
+
+// --pprof without --metrics-listen is refused before anything connects.
+func TestProjectorPprofNeedsMetricsListen(t *testing.T) {
+	t.Parallel()
+	r := tallyWith(t, "projector", "--pprof", "--database-url", "postgres://postgres@127.0.0.1:1/none", "--startup-wait", "0s")
+	if r.code != ExitError || !strings.Contains(r.stderr, "--pprof: the profiles are served on --metrics-listen only") {
+		t.Errorf("projector --pprof without --metrics-listen: %+v, want a refusal naming --metrics-listen", r)
 	}
 }

@@ -13,15 +13,16 @@ import (
 // every vote); every other form goes to encoding/json, so that both read
 // any claims alike (FuzzClaimsDecode).
 
-// UnmarshalJSON decodes c from b, which must be a JSON object; it is the
-// fast path for a flat object of the names Issue writes with plain
-// string and integer values, and encoding/json's decoding otherwise.
+// UnmarshalJSON decodes c from b, which must be a JSON object, into a
+// zero c: it is the fast path for a flat object of the names Issue
+// writes with plain string and integer values, and encoding/json's
+// decoding otherwise.
 func (c *claims) UnmarshalJSON(b []byte) error {
-	var fast claims
-	if fast.scan(b) {
-		*c = fast
+	*c = claims{}
+	if c.scan(b) {
 		return nil
 	}
+	*c = claims{}
 	type plain claims // claims without this method
 	return json.Unmarshal(b, (*plain)(c))
 }
@@ -71,11 +72,11 @@ func (c *claims) set(name []byte, s *claimScanner) bool {
 		c.Created = v
 		return ok
 	case "exp":
-		return s.date(&c.ExpiresAt)
+		return s.date(&c.ExpiresAt, &c.dates[0])
 	case "nbf":
-		return s.date(&c.NotBefore)
+		return s.date(&c.NotBefore, &c.dates[1])
 	case "iat":
-		return s.date(&c.IssuedAt)
+		return s.date(&c.IssuedAt, &c.dates[2])
 	}
 	return false
 }
@@ -161,12 +162,14 @@ func (s *claimScanner) integer() (int64, bool) {
 // reads a date as a float64, exact up to 2^53.
 const maxExactSeconds = 1 << 53
 
-// date reads an integer NumericDate, as jwt.NumericDate would.
-func (s *claimScanner) date(d **jwt.NumericDate) bool {
+// date reads an integer NumericDate, as jwt.NumericDate would, into
+// *into, and points *d to it.
+func (s *claimScanner) date(d **jwt.NumericDate, into *jwt.NumericDate) bool {
 	v, ok := s.integer()
 	if !ok || v > maxExactSeconds || v < -maxExactSeconds {
 		return false
 	}
-	*d = jwt.NewNumericDate(time.Unix(v, 0))
+	*into = jwt.NumericDate{Time: time.Unix(v, 0)}
+	*d = into
 	return true
 }

@@ -3,6 +3,7 @@ package credential
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
@@ -67,6 +68,10 @@ type claims struct {
 	Created int64 `json:"created"`
 	// Role is RoleAdmin, or absent for RoleVoter.
 	Role string `json:"role,omitempty"`
+	// dates hold the dates the fast path of UnmarshalJSON read, where
+	// ExpiresAt, NotBefore and IssuedAt then point, so that reading a
+	// token's dates allocates none (see claims.go).
+	dates [3]jwt.NumericDate
 }
 
 // Issue returns a voter's token for principalID, created at createdAt,
@@ -119,8 +124,9 @@ func (s *KeySet) verify(token string) (Identity, error) {
 	if s != nil {
 		keyFunc = s.keyFunc
 	}
-	var c claims
-	t, err := ownParser.ParseWithClaims(token, &c, keyFunc)
+	c := claimsPool.Get().(*claims)
+	defer claimsPool.Put(c)
+	t, err := ownParser.ParseWithClaims(token, c, keyFunc)
 	if err != nil {
 		return Identity{}, invalid("%v", err)
 	}
@@ -145,6 +151,10 @@ func (s *KeySet) verify(token string) (Identity, error) {
 	}
 	return id, nil
 }
+
+// claimsPool recycles the claims verify decodes a token's into: its
+// identity copies out what it keeps, and UnmarshalJSON starts from zero.
+var claimsPool = sync.Pool{New: func() any { return new(claims) }}
 
 // keyFor gives the key that checks the signature of t, a token of
 // tally's own: the HMAC of the key its "kid" names (hs256 checks it).

@@ -58,8 +58,11 @@ type scriptCall struct {
 	// script's command (see enqueueSrc).
 	keyArgs  [2]any
 	voteArgs [argsPerVote]any
-	key      string // the idempotency key, &key in keyArgs
-	entry    string // the stream entry (stream.Encode), &entry in voteArgs
+	// buf holds the idempotency key then the stream entry, and is
+	// reused with the call; key (&key in keyArgs) and entry (&entry in
+	// voteArgs, stream.Encode's encoding) are slices of it.
+	buf        []byte
+	key, entry argBytes
 	// createdAt is the principal's created_at (µs), &createdAt in voteArgs.
 	createdAt int64
 	deadline  time.Time        // answered by then

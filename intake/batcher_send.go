@@ -69,7 +69,7 @@ next:
 func (b *batcher) sendPerMaster(ctx context.Context, shards [][]*scriptCall) {
 	byMaster := map[*redis.Client][][]*scriptCall{}
 	for _, votes := range shards {
-		m, err := b.cluster.MasterForKey(ctx, votes[0].key)
+		m, err := b.cluster.MasterForKey(ctx, string(votes[0].key))
 		if err != nil {
 			for _, c := range votes {
 				answer(c, scriptReply{err: err})

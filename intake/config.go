@@ -19,6 +19,10 @@ type Config struct {
 	// closed after a short idle time. Keep it on a private network.
 	// Default "": none, and Listen serves /metrics.
 	AdminListen string
+	// Pprof serves the Go runtime's profiles (net/http/pprof) under
+	// /debug/pprof/ on the admin listener, which it needs, to clients on
+	// the loopback interface only (package profiling). Default false.
+	Pprof bool
 	// TLSCertFile and TLSKeyFile, both set, make Serve speak TLS 1.2 or
 	// later (HTTP/2 or HTTP/1.1) with the PEM certificate chain and key in
 	// those files, reloaded when they change on disk (see tls.go). Both

@@ -157,6 +157,9 @@ func (c Config) checkConnections(bad func(field, format string, args ...any)) {
 	if c.MaxHeaderBytes < 1<<10 {
 		bad("MaxHeaderBytes", "the request headers bound must be at least 1024 bytes, got %d", c.MaxHeaderBytes)
 	}
+	if c.Pprof && c.AdminListen == "" {
+		bad("Pprof", "the profiles are served on the admin listener only: give it an address too (on the loopback interface)")
+	}
 	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
 		bad("TLSCertFile", "the TLS certificate and key files go together (got certificate %q, key %q): give both to serve TLS, or neither for plain HTTP",
 			c.TLSCertFile, c.TLSKeyFile)

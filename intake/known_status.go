@@ -110,7 +110,7 @@ func (s *Server) answerRefusal(w http.ResponseWriter, r *http.Request, p *voter,
 			"intake could not check whether event id %q is already known because %s did not answer: retry the same request (same event_id) after the Retry-After delay",
 			v.eventID, what), time.Second)
 	case known:
-		s.answerEnqueue(w, r, v.eventID, res, nil)
+		s.answerEnqueue(w, r, &v, res, nil)
 	default:
 		writeProblem(w, ref.status, ref.problem, ref.detail, ref.retryAfter)
 	}

@@ -267,7 +267,7 @@ func TestCheckLedgerOutOfTime(t *testing.T) {
 		t.Fatalf("check past the deadline: %s (known %v), want unchecked", res.outcome, known)
 	}
 	w := httptest.NewRecorder()
-	s.answerEnqueue(w, httptest.NewRequest(http.MethodPost, "/v1/votes", nil), "e1", res, nil)
+	s.answerEnqueue(w, httptest.NewRequest(http.MethodPost, "/v1/votes", nil), &voteBody{eventID: "e1"}, res, nil)
 	body := w.Body.String()
 	api, err := apitest.Load(openAPIDocument)
 	if err != nil {

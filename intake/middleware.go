@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"path"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"tally/intake/internal/admin"
 	"tally/intake/internal/live"
 	"tally/intake/internal/problem"
+	"tally/internal/profiling"
 )
 
 // This file owns what every request goes through before and after its
@@ -66,7 +68,9 @@ func (s *Server) routes() http.Handler {
 }
 
 // adminRoutes are the routes of the admin listener (ServeAdmin): the
-// probes and /metrics.
+// probes and /metrics, and with Config.Pprof the profiles. A profile is
+// served apart from instrument: it runs for its duration, not within
+// Config.RequestTimeout, and is no request the metrics should time.
 func (s *Server) adminRoutes() http.Handler {
 	mux := http.NewServeMux()
 	s.probeRoutes(mux)
@@ -74,7 +78,19 @@ func (s *Server) adminRoutes() http.Handler {
 		writeProblem(w, http.StatusNotFound, probNotFound,
 			"no such route: the admin listener serves GET /healthz, /readyz and /metrics; votes and reads go to the data listener", 0)
 	})
-	return s.instrument(canonical(framed(mux)))
+	h := s.instrument(canonical(framed(mux)))
+	if !s.cfg.Pprof {
+		return h
+	}
+	profiles := http.NewServeMux()
+	profiling.Register(profiles)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, profiling.Prefix) {
+			profiles.ServeHTTP(w, r)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // probeRoutes adds /healthz, /readyz and /metrics to mux.

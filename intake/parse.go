@@ -21,7 +21,11 @@ const maxBodyBytes = 4 << 10
 // still hold it after the handler returned and the buffer went back (see
 // bodyBufs). Exactly one of candidateID and ballot is set.
 type voteBody struct {
-	eventID             string // the client's idempotency key
+	eventID string // the client's idempotency key
+	// statusURL is the event's status URL, /v1/votes/{event_id}, the 202's
+	// Location; eventID is its tail, so both are one allocation
+	// (newEventID).
+	statusURL           string
 	pollID, candidateID []byte
 	// ballot is the raw JSON value of "ballot", read against its poll's
 	// kind once the poll is known (admit).
@@ -100,7 +104,16 @@ func parsePlain(b []byte) (voteBody, bool) {
 	if skipSpace(b, i+1) != len(b) {
 		return voteBody{}, false
 	}
-	return voteBody{eventID: string(vals[0]), pollID: vals[1], candidateID: vals[2], answer: vals[2]}, true
+	v := voteBody{pollID: vals[1], candidateID: vals[2], answer: vals[2]}
+	v.eventID, v.statusURL = newEventID(vals[0])
+	return v, true
+}
+
+// newEventID returns the event id id as a string, and its status URL,
+// made in one allocation: the id is the URL's tail.
+func newEventID(id []byte) (eventID, statusURL string) {
+	statusURL = routeVotes + "/" + string(id)
+	return statusURL[len(routeVotes)+1:], statusURL
 }
 
 // plainMember reads the member at b[i] of a plain vote body: a known key,

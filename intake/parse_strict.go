@@ -60,7 +60,8 @@ func parseStrict(body []byte) (voteBody, error) {
 		}
 		return voteBody{}, refuse("the body has %s after the JSON object: send one object and nothing else", kindOf(tok))
 	}
-	v := voteBody{eventID: p.vals[keyEventID], pollID: []byte(p.vals[keyPollID]), ballot: p.ballot}
+	v := voteBody{pollID: []byte(p.vals[keyPollID]), ballot: p.ballot}
+	v.eventID, v.statusURL = newEventID([]byte(p.vals[keyEventID]))
 	if hasCandidate {
 		v.candidateID = []byte(p.vals[keyCandidateID])
 		v.answer = v.candidateID

@@ -53,7 +53,7 @@ func (s *Server) handleVote(w http.ResponseWriter, r *http.Request) {
 	if res.outcome == outReplay && res.status == "" { // else the ledger already said
 		res = s.replayStatus(r, p, v, res, deadline)
 	}
-	s.answerEnqueue(w, r, v.eventID, res, err)
+	s.answerEnqueue(w, r, &v, res, err)
 }
 
 // refusal is the answer admit gives a vote it does not admit; status 0
@@ -189,9 +189,10 @@ func fixedDetail(d string) func(*Server, string, enqueueResult) string {
 
 func oneSecond(*Server, enqueueResult) time.Duration { return time.Second }
 
-// answerEnqueue answers the outcome of enqueue from enqueueAnswers, counts
-// the outcomes that have a counter of their own, and logs a failed enqueue.
-func (s *Server) answerEnqueue(w http.ResponseWriter, r *http.Request, eventID string, res enqueueResult, err error) {
+// answerEnqueue answers the outcome of enqueue of v from enqueueAnswers,
+// counts the outcomes that have a counter of their own, and logs a failed
+// enqueue.
+func (s *Server) answerEnqueue(w http.ResponseWriter, r *http.Request, v *voteBody, res enqueueResult, err error) {
 	switch res.outcome {
 	case outReplay:
 		s.metrics.replays.Inc()
@@ -204,14 +205,14 @@ func (s *Server) answerEnqueue(w http.ResponseWriter, r *http.Request, eventID s
 	}
 	a := enqueueAnswers[res.outcome]
 	if a.status == http.StatusAccepted {
-		writeAccepted(w, eventID, res.status)
+		writeAccepted(w, v, res.status)
 		return
 	}
 	var retryAfter time.Duration
 	if a.retryAfter != nil {
 		retryAfter = a.retryAfter(s, res)
 	}
-	writeProblem(w, a.status, a.problem, a.detail(s, eventID, res), retryAfter)
+	writeProblem(w, a.status, a.problem, a.detail(s, v.eventID, res), retryAfter)
 }
 
 // Header values every 202 shares, so a 202 allocates none. net/http only
@@ -234,11 +235,14 @@ var acceptedBufs = sync.Pool{New: func() any { return new([acceptedBufSize]byte)
 // the status "pending" unless status says what is known. The event id is
 // made of id characters only, and a status is a word, so neither needs
 // escaping.
-func writeAccepted(w http.ResponseWriter, eventID string, status ledger.Status) {
+func writeAccepted(w http.ResponseWriter, v *voteBody, status ledger.Status) {
 	if status == "" {
 		status = ledger.StatusPending
 	}
-	url := "/v1/votes/" + eventID
+	eventID, url := v.eventID, v.statusURL
+	if url == "" {
+		url = routeVotes + "/" + eventID
+	}
 	h := w.Header()
 	h["Location"] = []string{url}
 	h["Content-Type"] = headerJSON

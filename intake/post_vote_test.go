@@ -51,7 +51,7 @@ func TestAnswerEnqueue(t *testing.T) {
 		}
 		s := &Server{cfg: cfg, metrics: m, log: slog.New(slog.DiscardHandler)}
 		w := httptest.NewRecorder()
-		s.answerEnqueue(w, httptest.NewRequest(http.MethodPost, routeVotes, nil), "e1", tc.res, errors.New("down"))
+		s.answerEnqueue(w, httptest.NewRequest(http.MethodPost, routeVotes, nil), &voteBody{eventID: "e1"}, tc.res, errors.New("down"))
 		name := string(tc.res.outcome)
 		if w.Code != tc.status {
 			t.Errorf("%s: status %d, want %d", name, w.Code, tc.status)

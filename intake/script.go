@@ -265,24 +265,36 @@ func newScriptArgs(cfg Config, keys stream.Keys) scriptArgs {
 // vote of v with clientEventID for choice c of poll; check says whether the
 // script is to check that an absent record is conclusive (false once the
 // ledger said the event id is new). The arguments that depend on the
-// voter, poll or choice were boxed once with them; the others are pointers
-// into the call (go-redis writes a *string or *int64 as its value), so a
-// vote allocates only its idempotency key and its entry here.
+// poll or choice were boxed once with them; the others are pointers into
+// the voter or the call (go-redis writes a *string, *int64 or
+// *argBytes as its value), and the idempotency key and the entry are
+// written into the call's own buffer, so a vote allocates nothing here.
 func (a *scriptArgs) call(v *voter, clientEventID string, poll *pollInfo, c *choice, receivedAt time.Time, check bool) *scriptCall {
 	call := calls.Get().(*scriptCall)
 	call.script = a
 	call.shard = v.shard
-	call.key = v.idempotencyKey(clientEventID)
-	call.entry = stream.EncodeParts(v.ID, clientEventID, poll.poll.ID, receivedAt, c.answer)
+	b := append(append(call.buf[:0], v.idemPrefix...), clientEventID...)
+	n := len(b)
+	b = stream.AppendParts(b, v.ID, clientEventID, poll.poll.ID, receivedAt, c.answer)
+	call.buf, call.key, call.entry = b, argBytes(b[:n:n]), argBytes(b[n:])
 	call.createdAt = v.CreatedAt.UnixMicro()
 	checkArg := skipCheck
 	if check {
 		checkArg = checkRecord
 	}
-	call.keyArgs = [2]any{&call.key, v.rateKeyArg}
+	call.keyArgs = [2]any{&call.key, &v.rateKey}
 	call.voteArgs = [argsPerVote]any{c.recordArg, &call.entry, &call.createdAt, checkArg}
 	return call
 }
+
+// argBytes is an argument of a command written as its bytes: go-redis
+// writes an encoding.BinaryMarshaler's bytes as they are, and a pointer
+// to one is boxed without an allocation.
+type argBytes []byte
+
+// MarshalBinary is a's bytes, not a copy: go-redis writes them before
+// the call that holds them is recycled.
+func (a *argBytes) MarshalBinary() ([]byte, error) { return *a, nil }
 
 // command is the EVALSHA command that decides votes, calls of one shard
 // (and one scriptArgs), in their order.

@@ -1,7 +1,8 @@
 package intake
 
 import (
-	"sync"
+	"hash/maphash"
+	"sync/atomic"
 	"time"
 
 	"tally/ledger"
@@ -15,20 +16,23 @@ import (
 
 // voter is an authenticated principal with what all its votes send to Redis
 // made once: the enqueue script's arguments that depend on the principal
-// only, boxed as go-redis takes them. A voter is shared by the requests of
-// its principal: nothing changes it once made.
+// only. A voter is shared by the requests of its principal: nothing
+// changes it once made.
 type voter struct {
 	ledger.Principal
 	// expiresAt is when the token that authenticated it expires; zero
 	// when it does not (or is of the stored kind, which does not say).
-	expiresAt  time.Time
-	shard      int
-	rateKeyArg any    // the key of its rate-limit bucket
+	expiresAt time.Time
+	shard     int
+	// rateKey is the key of its rate-limit bucket; &rateKey is the
+	// script's argument (go-redis writes a *string as its value), which
+	// spares a new voter the boxing of a string.
+	rateKey    string
 	idemPrefix string // its idempotency keys are idemPrefix + event id
 }
 
 func newVoter(p ledger.Principal, keys stream.Keys) *voter {
-	return &voter{Principal: p, shard: keys.ShardOf(p.ID), rateKeyArg: keys.RateLimit(p.ID),
+	return &voter{Principal: p, shard: keys.ShardOf(p.ID), rateKey: keys.RateLimit(p.ID),
 		idemPrefix: keys.IdempotencyPrefix(p.ID)}
 }
 
@@ -38,36 +42,38 @@ func (v *voter) idempotencyKey(clientEventID string) string {
 	return v.idemPrefix + clientEventID
 }
 
-// maxVoters bounds the voters cache: past it the cache starts again
-// empty, which costs the voters it held one make each.
-const maxVoters = 1 << 16
+// voterSlots is the size of the voters cache.
+const voterSlots = 1 << 16
 
-// voters caches the voters of signed credentials by principal. A voter
-// is served only to a credential that says the same of its principal
-// (created_at, role, expiry): a reissued token makes a new one.
+// voters caches the voters of signed credentials by principal, in
+// voterSlots slots: a principal's voter is kept in the slot its id
+// hashes to (with a seed of the process's own) until a principal of the
+// same slot takes it, which costs the one whose voter went a new one. A
+// voter is served only to a credential that says the same of its
+// principal (created_at, role, expiry): a reissued token makes a new
+// one. A slot is read and written without a lock, and in a burst of
+// principals each seen once there is no map to grow and search twice a
+// vote (BENCHMARKS.md, issue 37).
 type voters struct {
-	keys stream.Keys
-	mu   sync.Mutex
-	m    map[string]*voter
+	keys  stream.Keys
+	seed  maphash.Seed
+	slots []atomic.Pointer[voter]
 }
 
 func newVoters(keys stream.Keys) *voters {
-	return &voters{keys: keys, m: make(map[string]*voter)}
+	return &voters{keys: keys, seed: maphash.MakeSeed(), slots: make([]atomic.Pointer[voter], voterSlots)}
 }
 
 // get returns the voter of p authenticated by a token that expires at
-// expiresAt, made once per principal while it stays the same.
+// expiresAt, made once per principal while it stays the same and keeps
+// its slot.
 func (vs *voters) get(p ledger.Principal, expiresAt time.Time) *voter {
-	vs.mu.Lock()
-	defer vs.mu.Unlock()
-	if v := vs.m[p.ID]; v != nil && v.Principal == p && v.expiresAt.Equal(expiresAt) {
+	slot := &vs.slots[maphash.String(vs.seed, p.ID)%voterSlots]
+	if v := slot.Load(); v != nil && v.Principal == p && v.expiresAt.Equal(expiresAt) {
 		return v
 	}
 	v := newVoter(p, vs.keys)
 	v.expiresAt = expiresAt
-	if len(vs.m) >= maxVoters {
-		clear(vs.m)
-	}
-	vs.m[p.ID] = v
+	slot.Store(v)
 	return v
 }

@@ -2,6 +2,7 @@ package intake
 
 import (
 	"fmt"
+	"hash/maphash"
 	"testing"
 	"time"
 
@@ -11,7 +12,7 @@ import (
 
 // The voters cache gives a principal's next vote the voter its last one
 // made, a token that says something else of the principal a voter of its
-// own, and holds at most maxVoters.
+// own, and a principal whose slot another took a new one.
 func TestVotersCache(t *testing.T) {
 	keys, err := stream.NewKeys("tally", 4)
 	if err != nil {
@@ -26,7 +27,7 @@ func TestVotersCache(t *testing.T) {
 		t.Error("the same principal and token got a new voter")
 	}
 	if v.idempotencyKey("e-1") != keys.Idempotency("alice", "e-1") || v.shard != keys.ShardOf("alice") ||
-		v.rateKeyArg != keys.RateLimit("alice") || !v.expiresAt.Equal(exp) {
+		v.rateKey != keys.RateLimit("alice") || !v.expiresAt.Equal(exp) {
 		t.Errorf("voter %+v does not hold alice's keys and expiry", v)
 	}
 	admin := p
@@ -40,10 +41,15 @@ func TestVotersCache(t *testing.T) {
 			t.Errorf("%s: got alice's cached voter %p (%+v), want one of its own", name, got, got.Principal)
 		}
 	}
-	for i := range maxVoters + 1 {
-		vs.get(ledger.Principal{ID: fmt.Sprintf("p%d", i)}, exp)
+	// A principal whose slot another took gets a voter of its own again.
+	other := ledger.Principal{ID: "bob", CreatedAt: created, Role: ledger.RoleVoter}
+	for i := 0; maphash.String(vs.seed, other.ID)%voterSlots != maphash.String(vs.seed, p.ID)%voterSlots; i++ {
+		other.ID = fmt.Sprintf("p%d", i)
 	}
-	if n := len(vs.m); n > maxVoters {
-		t.Errorf("the cache holds %d voters, more than %d", n, maxVoters)
+	if o := vs.get(other, exp); o.Principal != other || o.rateKey != keys.RateLimit(other.ID) {
+		t.Errorf("%s, of alice's slot, got voter %+v", other.ID, o)
+	}
+	if again := vs.get(p, exp); again == v || again.Principal != p || again.idempotencyKey("e-1") != keys.Idempotency("alice", "e-1") {
+		t.Errorf("alice, her slot taken, got %p (%+v), want a new voter of her own", again, again.Principal)
 	}
 }

@@ -161,19 +161,24 @@ func Encode(e Entry) string {
 }
 
 // EncodeParts is Encode of the entry of these parts, answer being the
-// ballot in canonical form (Entry.Answer), in one allocation.
+// ballot in canonical form (Entry.Answer), in one allocation when it
+// is under 256 bytes (ids of at most 64 bytes and a short ballot).
 func EncodeParts(principalID, clientEventID, pollID string, receivedAt time.Time, answer string) string {
-	var b strings.Builder
-	b.Grow(len(version) + len(principalID) + len(clientEventID) + len(pollID) + len(answer) + 25)
-	var us [20]byte
+	var buf [256]byte
+	return string(AppendParts(buf[:0], principalID, clientEventID, pollID, receivedAt, answer))
+}
+
+// AppendParts appends EncodeParts of these parts to dst, for a caller
+// that reuses its buffer (intake writes the entry into the vote's
+// recycled command).
+func AppendParts(dst []byte, principalID, clientEventID, pollID string, receivedAt time.Time, answer string) []byte {
 	for _, part := range [...]string{version, principalID, clientEventID, pollID} {
-		b.WriteString(part)
-		b.WriteByte(' ')
+		dst = append(dst, part...)
+		dst = append(dst, ' ')
 	}
-	b.Write(strconv.AppendInt(us[:0], receivedAt.UnixMicro(), 10))
-	b.WriteByte(' ')
-	b.WriteString(answer)
-	return b.String()
+	dst = strconv.AppendInt(dst, receivedAt.UnixMicro(), 10)
+	dst = append(dst, ' ')
+	return append(dst, answer...)
 }
 
 // Values is e as XADD field/value pairs.

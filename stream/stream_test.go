@@ -46,6 +46,14 @@ func TestRoundTrip(t *testing.T) {
 	if got, want := stream.Encode(entry()), "2 p-1 e_1 lunch 1790000000123456 pizza"; got != want {
 		t.Fatalf("Encode = %q, want %q", got, want)
 	}
+	e := entry()
+	if got := stream.AppendParts([]byte("x:"), e.PrincipalID, e.ClientEventID, e.PollID, e.ReceivedAt, e.Answer()); string(got) != "x:"+stream.Encode(e) {
+		t.Fatalf("AppendParts = %q, want x: and Encode's", got)
+	}
+	long := strings.Repeat("b", 300) // past EncodeParts' buffer on the stack
+	if got := stream.EncodeParts("p", "e", "q", e.ReceivedAt, long); got != "2 p e q 1790000000123456 "+long {
+		t.Fatalf("EncodeParts of a long ballot = %.40q...", got)
+	}
 }
 
 // An entry of version 1, as intake wrote them before the single field,
