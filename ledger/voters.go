@@ -299,9 +299,11 @@ func (b *voterBook) failLocked(poll string) {
 }
 
 // principalFilter is a Bloom filter of principal ids that grows as it
-// fills: a layer of twice the capacity is added when the last is full.
-// At bloomBitsPer bits and bloomHashes hashes a principal, about one in a
-// hundred principals it does not hold reads as held.
+// fills: a layer of four times the capacity is added when the last is
+// full (a poll of a million principals has seven). A layer has at least
+// bloomBitsPer bits a principal, rounded up to a power of two (16 in
+// fact), and bloomHashes hashes: under one in a thousand principals it
+// does not hold reads as held, in each full layer.
 type principalFilter struct {
 	seed   maphash.Seed
 	layers []bloomLayer
@@ -315,7 +317,7 @@ type bloomLayer struct {
 }
 
 const (
-	bloomFirstCap = 1 << 12
+	bloomFirstCap = 1 << 8
 	bloomBitsPer  = 10
 	bloomHashes   = 7
 )
@@ -326,7 +328,7 @@ func (f *principalFilter) add(p string) {
 		return
 	}
 	if len(f.layers) == 0 || f.layers[len(f.layers)-1].n == f.layers[len(f.layers)-1].cap {
-		c := bloomFirstCap << len(f.layers)
+		c := bloomFirstCap << (2 * len(f.layers))
 		m := uint64(1) << bits.Len64(uint64(c*bloomBitsPer-1))
 		f.layers = append(f.layers, bloomLayer{bits: make([]uint64, m/64), mask: m - 1, cap: c})
 	}

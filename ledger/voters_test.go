@@ -12,7 +12,7 @@ import (
 // and answers yes for few it does not hold.
 func TestPrincipalFilter(t *testing.T) {
 	f := principalFilter{seed: maphash.MakeSeed()}
-	const n = 50_000 // several layers: bloomFirstCap, twice it, ...
+	const n = 50_000 // several layers: bloomFirstCap, four times it, ...
 	for i := range n {
 		f.add(fmt.Sprintf("p%d", i))
 	}
@@ -30,8 +30,9 @@ func TestPrincipalFilter(t *testing.T) {
 			yes++
 		}
 	}
-	// About 1% a layer, the layers each answering.
-	if yes > n*5/100 {
+	t.Logf("%d layers; %d of %d principals never added read as held", len(f.layers), yes, n)
+	// Under 0.1% a full layer.
+	if yes > n/100 {
 		t.Errorf("%d of %d principals never added read as held", yes, n)
 	}
 	var empty principalFilter
