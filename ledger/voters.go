@@ -30,9 +30,10 @@ package ledger
 // keeping that poll (appends to it then read every principal, as with
 // several projectors on one poll).
 //
-// The book assumes that a poll's log only grows, as the rules cache
-// assumes that a poll's rules never change: restore a database only with
-// its projectors stopped.
+// The walk ends only at the book's own size and root, and a root names
+// every leaf before it, so a log that shrank or was written again since
+// the book read it (a database restored under a running projector) is
+// never taken for the one it knew.
 
 import (
 	"context"
