@@ -31,17 +31,19 @@ func (s *Store) Append(ctx context.Context, events []Event) ([]Outcome, error) {
 		}
 	}
 	var outcomes []Outcome
+	var read *latestRead
 	err := s.runTx(ctx, "append batch", pgx.TxOptions{}, func(tx pgx.Tx) error {
 		rules, err := s.rulesOf(ctx, tx, events)
 		if err != nil {
 			return err
 		}
-		outcomes, err = appendTx(ctx, tx, events, rules, !s.fullPathOnly)
+		outcomes, read, err = appendTx(ctx, tx, &s.voters, events, rules, !s.fullPathOnly)
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
+	read.committed(&s.voters)
 	s.notifyResults(ctx, events, outcomes)
 	return outcomes, nil
 }
@@ -71,8 +73,9 @@ var errRaced = errors.New("a concurrent append committed a conflicting row first
 // statement is the whole append.
 //
 // After the second step it reads the ballots that its rows of polls of
-// answers latest replace (readLatest, ballots.go), adds the new rows to
-// their polls' logs, under their heads, which it locks only then
+// answers latest replace (readLatest, ballots_latest.go; book is what the
+// Store knows of who has one, voters.go), adds the new rows to their
+// polls' logs, under their heads, which it locks only then
 // (log_store.go), reads again the replaced ballots of the polls whose
 // logs grew in between (recheck), and adds the figures of the new rows'
 // ballots of other kinds than single, and of every ballot of a poll of
@@ -89,17 +92,42 @@ var errRaced = errors.New("a concurrent append committed a conflicting row first
 // poll that the first step leaves out is refused by the full rules too,
 // or is of a poll open to a list of principals, all of whose events the
 // first step leaves out.)
-func appendTx(ctx context.Context, tx pgx.Tx, events []Event, rules map[string]*pollRules, fast bool) ([]Outcome, error) {
-	outcomes := make([]Outcome, len(events))
+func appendTx(ctx context.Context, tx pgx.Tx, book *voterBook, events []Event, rules map[string]*pollRules, fast bool) ([]Outcome, *latestRead, error) {
 	in := appendInput{events: events, fps: fingerprints(events), latest: latestOf(events, rules)}
 	in.ballotOK, in.ballots = readBallots(events, rules)
-	rest := make([]int, 0, len(events))
+	outcomes, err := recordEvents(ctx, tx, in, fast)
+	if err != nil {
+		return nil, nil, err
+	}
+	read, err := readLatest(ctx, tx, book, in, outcomes, rules)
+	if err != nil {
+		return nil, nil, err
+	}
+	moves, err := appendLogs(ctx, tx, events, outcomes)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := read.recheck(ctx, tx, book, events, moves); err != nil {
+		return nil, nil, err
+	}
+	if err := addFigures(ctx, tx, in, outcomes, rules, read); err != nil {
+		return nil, nil, err
+	}
+	return outcomes, read, nil
+}
+
+// recordEvents runs appendTx's two steps, the optimistic one when fast is
+// set and the full rules for what it did not record, and returns every
+// event's outcome.
+func recordEvents(ctx context.Context, tx pgx.Tx, in appendInput, fast bool) ([]Outcome, error) {
+	outcomes := make([]Outcome, len(in.events))
+	rest := make([]int, 0, len(in.events))
 	if fast {
-		seqs, err := insertFresh(ctx, tx, in, freshEvents(events, in.latest))
+		seqs, err := insertFresh(ctx, tx, in, freshEvents(in.events, in.latest))
 		if err != nil {
 			return nil, err
 		}
-		for i := range events {
+		for i := range in.events {
 			if seq, ok := seqs[i]; ok {
 				outcomes[i] = Outcome{Status: StatusRecorded, Seq: seq}
 			} else {
@@ -107,7 +135,7 @@ func appendTx(ctx context.Context, tx pgx.Tx, events []Event, rules map[string]*
 			}
 		}
 	} else {
-		for i := range events {
+		for i := range in.events {
 			rest = append(rest, i)
 		}
 	}
@@ -115,20 +143,6 @@ func appendTx(ctx context.Context, tx pgx.Tx, events []Event, rules map[string]*
 		if err := classify(ctx, tx, in, rest, outcomes); err != nil {
 			return nil, err
 		}
-	}
-	read, err := readLatest(ctx, tx, in, outcomes, rules)
-	if err != nil {
-		return nil, err
-	}
-	sizes, err := appendLogs(ctx, tx, events, outcomes)
-	if err != nil {
-		return nil, err
-	}
-	if err := read.recheck(ctx, tx, events, sizes); err != nil {
-		return nil, err
-	}
-	if err := addFigures(ctx, tx, in, outcomes, rules, read); err != nil {
-		return nil, err
 	}
 	return outcomes, nil
 }

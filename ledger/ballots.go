@@ -31,7 +31,10 @@ import (
 // has. It reads them just before it locks the heads (readLatest), with the
 // sizes of the polls' logs, and again under the heads for a poll whose log
 // grew in between (recheck): with the sizes unchanged, no append committed
-// to the poll since the read. Either read also makes sure that no append
+// to the poll since the read. Where the Store knows who has a ballot in a
+// poll (voters.go), the read skips the principals that have none, and the
+// recheck reads again only those of its principals that the log got rows
+// of since what the Store knew. Either read also makes sure that no append
 // before it in the log recorded a row of one of its principals with a
 // later seq than its own: such a row would be before its rows in the log
 // and after them by seq, and the append runs again (errRaced), drawing
@@ -239,6 +242,19 @@ func (lb *lastOfBatch) note(i int, e Event, seq int64) {
 	lb.latest = append(lb.latest, i)
 	lb.firstSeq = append(lb.firstSeq, seq)
 	lb.mine = append(lb.mine, 1)
+}
+
+// where is the part of lb whose flag is set, by lb's index.
+func (lb lastOfBatch) where(flags []bool) lastOfBatch {
+	var out lastOfBatch
+	for j, ok := range flags {
+		if ok {
+			out.latest = append(out.latest, lb.latest[j])
+			out.firstSeq = append(out.firstSeq, lb.firstSeq[j])
+			out.mine = append(out.mine, lb.mine[j])
+		}
+	}
+	return out
 }
 
 // lastBallotsSQL reads, for each (poll, principal, seq, mine), the

@@ -67,6 +67,11 @@
 //   - facts.go: the one query that reads what decides each event.
 //   - insert.go: the statements that write ledger rows with their
 //     projection deltas, and rejection records.
+//   - ballots.go: ballots of other kinds than single and polls of answers
+//     latest, checked and counted; ballots_latest.go: the read of the
+//     ballots a change replaces, and its check under the heads;
+//     voters.go: what a Store knows of who has a ballot in a poll of
+//     answers latest, so that a first ballot reads nothing.
 //   - catalog.go: polls and their choices and eligibility.
 //   - poll_ensure.go: EnsurePoll, a poll's creation repeated;
 //     poll_bulk.go: EnsurePolls, many polls in one transaction.

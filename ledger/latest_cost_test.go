@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"testing"
 	"time"
@@ -17,53 +18,68 @@ import (
 // own whose backend's CPU it reads. In the latest polls 30% of the events
 // are changes, as in the bench's P-latest: in each 10, seven first ballots,
 // then the second ballots of two principals and the third of one of them,
-// 3,000 events after their first. It reports backend CPU (pg-µs/event)
-// and wall time per event of each, and latest's backend CPU over
-// single's (latest/single-pg).
+// 3,000 events after their first. The pair steps (single×2, latest×2)
+// append two batches at once from one Store on two connections, their
+// principals split between them as the projector's lanes split them. It
+// reports backend CPU (pg-µs/event) and wall time per event of each, and
+// latest's backend CPU over single's (latest/single-pg, and
+// latest/single-pg×2 for the pairs).
 func BenchmarkAppendLatestCost(b *testing.B) {
 	ctx := context.Background()
 	db := testenv.Postgres(b)
 	choices := []string{"a", "b", "c", "d"}
 	single, latest := newCostConn(ctx, b, db.URL, 1), newCostConn(ctx, b, db.URL, 1)
+	single2, latest2 := newCostConn(ctx, b, db.URL, 2), newCostConn(ctx, b, db.URL, 2)
 	rules, err := vote.NewRules(vote.Spec{Answers: "latest"}, len(choices))
 	if err != nil {
 		b.Fatal(err)
 	}
+	// Each step has polls of its own: a Store that finds a poll's log grown
+	// by another's appends reads more (voters.go).
 	for p := range 10 {
-		if err := single.store.CreatePoll(ctx, Poll{ID: "single" + strconv.Itoa(p), Title: "cost", OpensAt: time.Unix(0, 0), Choices: choices}); err != nil {
-			b.Fatal(err)
+		for _, id := range []string{"single", "single2-"} {
+			if err := single.store.CreatePoll(ctx, Poll{ID: id + strconv.Itoa(p), Title: "cost", OpensAt: time.Unix(0, 0), Choices: choices}); err != nil {
+				b.Fatal(err)
+			}
 		}
-		if err := single.store.CreatePoll(ctx, Poll{ID: "latest" + strconv.Itoa(p), Title: "cost", OpensAt: time.Unix(0, 0), Choices: choices, Rules: rules}); err != nil {
-			b.Fatal(err)
+		for _, id := range []string{"latest", "latest2-"} {
+			if err := single.store.CreatePoll(ctx, Poll{ID: id + strconv.Itoa(p), Title: "cost", OpensAt: time.Unix(0, 0), Choices: choices, Rules: rules}); err != nil {
+				b.Fatal(err)
+			}
 		}
 	}
-	ns, nl := 0, 0
-	singles := func() []Event {
+	singles := func(poll, prefix string, n *int, size int) []Event {
 		now := time.Now()
-		evs := make([]Event, 1000)
+		evs := make([]Event, size)
 		for j := range evs {
-			ns++
-			evs[j] = Event{PrincipalID: "u" + strconv.Itoa(ns), ClientEventID: "k1", PollID: "single" + strconv.Itoa(ns%10),
-				CandidateID: choices[(ns/10)%len(choices)], ReceivedAt: now}
+			*n++
+			evs[j] = Event{PrincipalID: prefix + strconv.Itoa(*n), ClientEventID: "k1", PollID: poll + strconv.Itoa(*n%10),
+				CandidateID: choices[(*n/10)%len(choices)], ReceivedAt: now}
 		}
 		return evs
 	}
-	latests := func() []Event {
+	latests := func(poll, prefix string, n *int, size int) []Event {
 		now := time.Now()
-		evs := make([]Event, 1000)
+		evs := make([]Event, size)
 		for j := range evs {
-			p, nth := latestChange(nl)
-			nl++
-			evs[j] = Event{PrincipalID: "v" + strconv.Itoa(p), ClientEventID: "k" + strconv.Itoa(nth), PollID: "latest" + strconv.Itoa(p%10),
+			p, nth := latestChange(*n)
+			*n++
+			evs[j] = Event{PrincipalID: prefix + strconv.Itoa(p), ClientEventID: "k" + strconv.Itoa(nth), PollID: poll + strconv.Itoa(p%10),
 				CandidateID: choices[(p+nth)%len(choices)], ReceivedAt: now}
 		}
 		return evs
 	}
+	var ns, nl, ns2, nl2 int
 	steps := []struct {
-		name  string
-		conn  *costConn
-		batch func() []Event
-	}{{"single", single, singles}, {"latest", latest, latests}}
+		name    string
+		conn    *costConn
+		batches func() [][]Event
+	}{
+		{"single", single, func() [][]Event { return [][]Event{singles("single", "u", &ns, 1000)} }},
+		{"latest", latest, func() [][]Event { return [][]Event{latests("latest", "v", &nl, 1000)} }},
+		{"single×2", single2, func() [][]Event { return byLane(singles("single2-", "w", &ns2, 2000)) }},
+		{"latest×2", latest2, func() [][]Event { return byLane(latests("latest2-", "x", &nl2, 2000)) }},
+	}
 	cpu := make([]float64, len(steps))
 	wall := make([]time.Duration, len(steps))
 	events := make([]int, len(steps))
@@ -72,28 +88,62 @@ func BenchmarkAppendLatestCost(b *testing.B) {
 		for i, s := range steps {
 			c0, t0 := s.conn.cpu(), time.Now()
 			for range 5 {
-				outs, err := s.conn.store.Append(ctx, s.batch())
+				n, err := appendAtOnce(ctx, s.conn.store, s.batches())
 				if err != nil {
 					b.Fatalf("%s: %v", s.name, err)
 				}
-				for k, o := range outs {
-					if o.Status != StatusRecorded {
-						b.Fatalf("%s: event %d: %s, want recorded", s.name, k, o)
-					}
-				}
+				events[i] += n
 			}
 			cpu[i] += s.conn.cpu() - c0
 			wall[i] += time.Since(t0)
-			events[i] += 5000
 		}
 	}
 	for i, s := range steps {
 		b.ReportMetric(1e6*cpu[i]/float64(events[i]), s.name+"-pg-µs/event")
 		b.ReportMetric(float64(wall[i].Microseconds())/float64(events[i]), s.name+"-wall-µs/event")
 	}
-	if cpu[0] > 0 {
+	if cpu[0] > 0 && cpu[2] > 0 {
 		b.ReportMetric(cpu[1]/cpu[0], "latest/single-pg")
+		b.ReportMetric(cpu[3]/cpu[2], "latest/single-pg×2")
 	}
+}
+
+// byLane splits events in two by principal, in order, as the projector's
+// two lanes would.
+func byLane(events []Event) [][]Event {
+	lanes := make([][]Event, 2)
+	for _, e := range events {
+		k := e.PrincipalID[len(e.PrincipalID)-1] % 2
+		lanes[k] = append(lanes[k], e)
+	}
+	return lanes
+}
+
+// appendAtOnce appends each of batches from a goroutine of its own, at
+// once, and returns how many events they recorded: every one, or an
+// error.
+func appendAtOnce(ctx context.Context, store *Store, batches [][]Event) (int, error) {
+	errs := make(chan error, len(batches))
+	for _, batch := range batches {
+		go func() {
+			outs, err := store.Append(ctx, batch)
+			for k, o := range outs {
+				if err == nil && o.Status != StatusRecorded {
+					err = fmt.Errorf("event %d: %s, want recorded", k, o)
+				}
+			}
+			errs <- err
+		}()
+	}
+	n := 0
+	var first error
+	for _, batch := range batches {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+		n += len(batch)
+	}
+	return n, first
 }
 
 // latestChange is whose ballot event i of BenchmarkAppendLatestCost's

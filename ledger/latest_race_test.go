@@ -15,8 +15,10 @@ import (
 )
 
 // TestConcurrentLatestChanges runs appenders, each with a Store of its own
-// as separate projectors are, that change the ballots of the same few
-// principals of polls of answers latest at once, every event a new key.
+// as separate projectors are (or all on one Store, as one projector's
+// workers are, without its lanes), that change the ballots of the same
+// few principals of polls of answers latest at once, every event a new
+// key.
 // Every ballot is recorded; each principal ends with exactly one ballot
 // that counts, its last in its poll's log, which every other of its
 // ballots reads as superseded by; the poll counts one ballot per
@@ -24,9 +26,21 @@ import (
 // last ballots. Without the append's check, under its polls' log heads,
 // that no append before it in the log recorded a later ballot of one of
 // its principals, two appends take the same old ballot out twice, or
-// count one that is not the last in the log.
+// count one that is not the last in the log; without the check that
+// what the Store knows of who has a ballot (voters.go) explains every
+// leaf the log got since, an appender on one Store misses a ballot
+// another recorded.
 func TestConcurrentLatestChanges(t *testing.T) {
 	t.Parallel()
+	for _, shared := range []bool{false, true} {
+		t.Run(fmt.Sprintf("one-store=%v", shared), func(t *testing.T) {
+			t.Parallel()
+			concurrentLatestChanges(t, shared)
+		})
+	}
+}
+
+func concurrentLatestChanges(t *testing.T, shared bool) {
 	b := setup(t)
 	polls := []ledger.Poll{
 		b.ballotPoll(t, "single", vote.Spec{Answers: "latest"}, 3),
@@ -39,9 +53,12 @@ func TestConcurrentLatestChanges(t *testing.T) {
 	var mu sync.Mutex
 	var keys []ledger.EventKey
 	for w := range workers {
-		store, err := ledger.New(b.db.Pool, ledger.Config{})
-		if err != nil {
-			t.Fatal(err)
+		store := b.store
+		if !shared {
+			var err error
+			if store, err = ledger.New(b.db.Pool, ledger.Config{}); err != nil {
+				t.Fatal(err)
+			}
 		}
 		wg.Add(1)
 		go func() {
@@ -56,7 +73,15 @@ func TestConcurrentLatestChanges(t *testing.T) {
 					if p.Rules.Kind == vote.KindRanked {
 						answer = vote.Ballot{Kind: vote.KindRanked, Choices: c[:1+rng.IntN(3)]}.Canonical()
 					}
-					batch[j] = ledger.EventOf(fmt.Sprintf("u%d", rng.IntN(principals)), fmt.Sprintf("w%d-%d-%d", w, i, j), p.ID, answer, time.Now())
+					// Half are one of a few principals every batch may
+					// change; half a principal new in the batches of round
+					// i, which the other appenders' batches of round i may
+					// hold too (their first ballots, at once).
+					principal := fmt.Sprintf("u%d", rng.IntN(principals))
+					if rng.IntN(2) == 0 {
+						principal = fmt.Sprintf("f%d-%d", i, rng.IntN(principals))
+					}
+					batch[j] = ledger.EventOf(principal, fmt.Sprintf("w%d-%d-%d", w, i, j), p.ID, answer, time.Now())
 				}
 				var outs []ledger.Outcome
 				var err error
@@ -135,4 +160,53 @@ func TestConcurrentLatestChanges(t *testing.T) {
 // rotated is choices rotated by r.
 func rotated(choices []string, r int) []string {
 	return append(append([]string{}, choices[r:]...), choices[:r]...)
+}
+
+// TestLatestChangeOfAnotherStoresBallot: a Store that has appended to a
+// poll of answers latest, and so knows who has a ballot there, changes the
+// ballot of a principal whose first ballot another Store recorded since,
+// round after round (so past the rounds in which the first Store reloads
+// what it knows, and the one after which it stops keeping the poll). Each
+// change takes that first ballot out: the poll counts one ballot per
+// principal, its change. Without the check under the head that every
+// leaf since is one the Store knows of, the first ballots stay counted.
+func TestLatestChangeOfAnotherStoresBallot(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	p := b.ballotPoll(t, "l", vote.Spec{Answers: "latest"}, 2)
+	other, err := ledger.New(b.db.Pool, ledger.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendOne := func(s *ledger.Store, principal, key, choice string) {
+		t.Helper()
+		outs, err := s.Append(b.ctx, []ledger.Event{ledger.EventOf(principal, key, p.ID, choice, time.Now())})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if outs[0].Status != ledger.StatusRecorded {
+			t.Fatalf("%s's %s: %s, want recorded", principal, key, outs[0])
+		}
+	}
+	appendOne(b.store, "u", "k1", p.Choices[0])
+	const rounds = 200
+	for i := range rounds {
+		principal := fmt.Sprintf("v%d", i)
+		appendOne(other, principal, "k1", p.Choices[0])
+		appendOne(b.store, principal, "k2", p.Choices[1])
+	}
+	res, err := b.store.Results(b.ctx, p.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int64{p.Choices[0]: 1, p.Choices[1]: rounds}
+	for _, r := range res.Results {
+		if r.Votes != want[r.CandidateID] {
+			t.Errorf("%s has %d votes, want %d", r.CandidateID, r.Votes, want[r.CandidateID])
+		}
+	}
+	if res.Ballots != rounds+1 {
+		t.Errorf("%d ballots counted, want %d", res.Ballots, rounds+1)
+	}
+	checkInvariants(t, b)
 }

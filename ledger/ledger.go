@@ -83,6 +83,7 @@ type Store struct {
 	// the two steps to the same outcomes.
 	fullPathOnly bool
 	rules        rulesCache // ballots.go
+	voters       voterBook  // voters.go
 }
 
 // New returns a Store on pool. The schema must be migrated (package

@@ -199,9 +199,9 @@ type newLeaf struct {
 // notes the leaves, and writes them with the new tiles and heads, checking
 // the votes against their polls' windows as they stand once the heads are
 // held (a close commits under the same lock: see definitions.go). A poll whose log is still to build is built with them.
-// It returns the size of each poll's log as it found it under the lock,
-// -1 for a log still to build.
-func appendLogs(ctx context.Context, tx pgx.Tx, events []Event, outcomes []Outcome) (map[string]int64, error) {
+// It returns each poll's head as it found it under the lock and as it
+// leaves it.
+func appendLogs(ctx context.Context, tx pgx.Tx, events []Event, outcomes []Outcome) (map[string]headMove, error) {
 	added := map[string][]newLeaf{}
 	var polls []string
 	for i, o := range outcomes {
@@ -221,11 +221,11 @@ func appendLogs(ctx context.Context, tx pgx.Tx, events []Event, outcomes []Outco
 	if err != nil {
 		return nil, err
 	}
-	sizes := make(map[string]int64, len(heads))
+	moves := make(map[string]headMove, len(heads))
 	for poll, h := range heads {
-		sizes[poll] = h.size
-		if !h.built {
-			sizes[poll] = -1
+		moves[poll] = headMove{from: -1}
+		if h.built {
+			moves[poll] = headMove{from: h.size, fromRoot: h.state.root}
 		}
 	}
 	var w logWrites
@@ -265,8 +265,19 @@ func appendLogs(ctx context.Context, tx pgx.Tx, events []Event, outcomes []Outco
 		w.addLeaves(poll, h.state.size, seqs)
 		w.add(poll, next, full)
 		h.state = next
+		m := moves[poll]
+		m.to, m.toRoot = next.size, next.root
+		moves[poll] = m
 	}
-	return sizes, w.exec(ctx, tx, "append batch: write the logs")
+	return moves, w.exec(ctx, tx, "append batch: write the logs")
+}
+
+// headMove is a poll's log head as an append found it under the lock
+// (from, fromRoot; from is -1 for a log still to build) and as it leaves
+// it (to, toRoot).
+type headMove struct {
+	from, to         int64
+	fromRoot, toRoot tlog.Hash
 }
 
 func leafHash(e Event) (tlog.Hash, error) { return audit.LeafHash(leafOf(e)) }
