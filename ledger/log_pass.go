@@ -48,14 +48,17 @@ const passBatch = 1 << 12
 // and fingerprint in its batch's text, one after the other from start.
 // The rows of a batch share that one string, rather than a string each:
 // most of what the pass costs the client is reading its rows.
+//
+// A definition's leaf is a passRow of seq -id (its id in poll_definitions),
+// not a row. A passRow holds no pointer, so a batch of them is no work for
+// the garbage collector.
 type passRow struct {
 	seq      int64
 	received int64 // microseconds since the Unix epoch
 	answer   int32 // -1: text[start:a]
 	start    int32
-	a, p, k  int32             // the ends of the answer, the principal and the key; the fingerprint ends at end
-	end      int32             // in text
-	def      *audit.Definition // a definition's leaf (seq < 0), not a row
+	a, p, k  int32 // the ends of the answer, the principal and the key; the fingerprint ends at end
+	end      int32 // in text
 }
 
 // heldRow is a row held until its leaf is next, with its own text.
@@ -70,6 +73,10 @@ type passWork struct {
 	text    string
 	answers []string // the poll's answers so far, by number
 }
+
+// passSpares is how many used batches of rows a poll's hasher hands back
+// to the reader to fill again, rather than the reader making new ones.
+const passSpares = 3
 
 // hashed is a poll's rows hashed in leaf order, as hashRows gives them,
 // and the count of the poll's rows.
@@ -103,10 +110,11 @@ type passPoll struct {
 	counts  []int64
 	others  map[string]int64 // the answers past maxFingerprintsHeld
 
-	batch []passRow
-	text  []byte // the batch's
-	work  chan passWork
-	done  chan struct{}
+	batch  []passRow
+	text   []byte // the batch's
+	work   chan passWork
+	spares chan []passRow // batches the hasher is done with
+	done   chan struct{}
 	out   hashed
 	err   error // the hasher's
 }
@@ -183,7 +191,7 @@ func passLeaves(ctx context.Context, tx pgx.Tx, heads []logHeadRow, pollID *stri
 			continue // still to build: the per-poll check says so
 		}
 		polls[h.poll] = &passPoll{id: h.poll, pending: map[int64]heldRow{}, number: map[string]int32{}, others: map[string]int64{},
-			out: hashed{state: emptyLog(), badFP: -1}}
+			seqs: make([]int64, 0, max(h.size, 0)), out: hashed{state: emptyLog(), badFP: -1}}
 	}
 	rows, err := tx.Query(ctx, `
 SELECT poll_id, first_leaf, seqs FROM poll_log_leaves
@@ -306,7 +314,7 @@ func (pp *passPoll) catchUp() {
 				pp.fail() // the per-poll check names the leaf
 				return
 			}
-			pp.emit(passRow{seq: seq, def: d})
+			pp.emit(passRow{seq: seq})
 			continue
 		}
 		held, ok := pp.pending[seq]
@@ -325,6 +333,9 @@ func (pp *passPoll) catchUp() {
 // the poll's hasher.
 func (pp *passPoll) emit(r passRow) {
 	pp.next++
+	if pp.batch == nil {
+		pp.batch = make([]passRow, 0, passBatch)
+	}
 	pp.batch = append(pp.batch, r)
 	if len(pp.batch) == passBatch {
 		pp.flush()
@@ -338,11 +349,16 @@ func (pp *passPoll) flush() {
 		return
 	}
 	if pp.work == nil {
-		pp.work, pp.done = make(chan passWork, 2), make(chan struct{})
+		pp.work, pp.spares, pp.done = make(chan passWork, 2), make(chan []passRow, passSpares), make(chan struct{})
 		go pp.hash()
 	}
 	pp.work <- passWork{rows: pp.batch, text: string(pp.text), answers: pp.answers}
-	pp.batch, pp.text = make([]passRow, 0, passBatch), pp.text[:0]
+	pp.text = pp.text[:0]
+	select {
+	case pp.batch = <-pp.spares:
+	default:
+		pp.batch = make([]passRow, 0, passBatch)
+	}
 }
 
 // fail leaves the poll to the per-poll check.

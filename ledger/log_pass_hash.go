@@ -11,7 +11,7 @@ import "time"
 // answer it keeps by the answer's number.
 func (pp *passPoll) hash() {
 	defer close(pp.done)
-	lh := newLeafHasher(pp.id)
+	lh := newLeafHasher(pp.id, passBatch)
 	var facts []answerFacts
 	for w := range pp.work {
 		for len(facts) < len(w.answers) {
@@ -23,6 +23,10 @@ func (pp *passPoll) hash() {
 			}
 			pp.err = pp.hashRow(lh, &w, &w.rows[i], facts)
 		}
+		select {
+		case pp.spares <- w.rows[:0]:
+		default:
+		}
 	}
 	if pp.err == nil {
 		pp.err = lh.flush()
@@ -32,8 +36,8 @@ func (pp *passPoll) hash() {
 
 // hashRow hashes r, a row of w, the next leaf.
 func (pp *passPoll) hashRow(lh *leafHasher, w *passWork, r *passRow, facts []answerFacts) error {
-	if r.def != nil {
-		return lh.addDefinition(*r.def)
+	if r.seq < 0 {
+		return lh.addDefinition(*pp.defs[-r.seq]) // catchUp made sure it is the poll's
 	}
 	var (
 		answer string
