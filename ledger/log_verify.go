@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
 	"golang.org/x/mod/sumdb/tlog"
 	"golang.org/x/sync/errgroup"
 )
@@ -70,7 +69,16 @@ func (s *Store) verifyLogs(ctx context.Context, tx pgx.Tx, pollID string) ([]Log
 		return nil, nil, err
 	}
 	out := make([]LogCheck, len(heads))
+	ahead, err := s.tilesBeside(ctx, tx, p)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer ahead.stop()
 	passed, counts, err := hashInOnePass(ctx, tx, heads, pollID)
+	if err != nil {
+		return nil, nil, err
+	}
+	tiles, err := ahead.wait(tx)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -81,7 +89,7 @@ func (s *Store) verifyLogs(ctx context.Context, tx pgx.Tx, pollID string) ([]Log
 			rest = append(rest, i)
 			continue
 		}
-		if out[i], err = checkLog(ctx, tx, LogCheck{PollID: h.poll, Size: h.size, Leaf: -1}, *hh, h.root, h.partial); err != nil {
+		if out[i], err = checkLog(ctx, tx, tiles, LogCheck{PollID: h.poll, Size: h.size, Leaf: -1}, *hh, h.root, h.partial); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -107,20 +115,17 @@ func (s *Store) verifyEach(ctx context.Context, tx pgx.Tx, heads []logHeadRow, r
 		}
 		return nil
 	}
-	var snapshot string
-	if err := tx.QueryRow(ctx, `SELECT pg_export_snapshot()`).Scan(&snapshot); err != nil {
-		return fmt.Errorf("export the snapshot for the logs' workers: %w", err)
-	}
-	if !snapshotID.MatchString(snapshot) {
-		return fmt.Errorf("PostgreSQL exported a snapshot named %q, not of the expected form", snapshot)
+	snapshot, err := exportSnapshot(ctx, tx, "the logs' workers")
+	if err != nil {
+		return err
 	}
 	var next atomic.Int64
 	g, gctx := errgroup.WithContext(ctx)
 	for range workers {
 		g.Go(func() error {
 			return pgx.BeginTxFunc(gctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(wtx pgx.Tx) error {
-				if _, err := wtx.Exec(gctx, `SET TRANSACTION SNAPSHOT '`+snapshot+`'`); err != nil {
-					return fmt.Errorf("import the rebuild's snapshot: %w", err)
+				if err := importSnapshot(gctx, wtx, snapshot); err != nil {
+					return err
 				}
 				for {
 					j := int(next.Add(1)) - 1
@@ -173,13 +178,13 @@ func verifyLog(ctx context.Context, tx pgx.Tx, poll string, size int64, root, pa
 	if err := tx.QueryRow(ctx, `SELECT count(*) FROM poll_events WHERE poll_id = $1`, poll).Scan(&h.rows); err != nil {
 		return c, err
 	}
-	return checkLog(ctx, tx, c, h, root, partial)
+	return checkLog(ctx, tx, txTiles{tx}, c, h, root, partial)
 }
 
 // checkLog checks a poll's leaves, hashed, against its stored head and
-// tiles, then their fingerprints and definitions.
-func checkLog(ctx context.Context, tx pgx.Tx, c LogCheck, h hashed, root, partial []byte) (LogCheck, error) {
-	c, err := checkHashed(ctx, tx, c, h, root, partial)
+// tiles (from tiles), then their fingerprints and definitions.
+func checkLog(ctx context.Context, tx pgx.Tx, tiles tileSource, c LogCheck, h hashed, root, partial []byte) (LogCheck, error) {
+	c, err := checkHashed(ctx, tx, tiles, c, h, root, partial)
 	if err != nil || !c.OK() {
 		return c, err
 	}
@@ -194,14 +199,14 @@ func checkLog(ctx context.Context, tx pgx.Tx, c LogCheck, h hashed, root, partia
 
 // checkHashed checks a poll's rows, hashed in leaf order, against its
 // stored head (of c.Size leaves, root and partial tiles) and full tiles.
-func checkHashed(ctx context.Context, tx pgx.Tx, c LogCheck, h hashed, root, partial []byte) (LogCheck, error) {
+func checkHashed(ctx context.Context, tx pgx.Tx, tiles tileSource, c LogCheck, h hashed, root, partial []byte) (LogCheck, error) {
 	state, full, n, size := h.state, h.full, h.n, c.Size
 	c.Rows, c.Definitions = h.rows, h.defs
 	if root == nil {
 		c.Problem = "the log is still to build from rows older than it: run tally migrate up"
 		return c, nil
 	}
-	leaf, what, err := firstTileDifference(ctx, tx, c.PollID, full)
+	leaf, what, err := firstTileDifference(ctx, tiles, c.PollID, full)
 	if err != nil {
 		return c, err
 	}
@@ -281,27 +286,18 @@ WHERE e.poll_id = $1 AND l.seq IS NULL`
 // with the stored ones as it reads them, and names the first leaf under
 // the first hash that differs in the first tile of full that differs from
 // its stored one, or is not stored ("": none). A stored tile is compared
-// in the row that holds it, not copied.
-func firstTileDifference(ctx context.Context, tx pgx.Tx, poll string, full []fullTile) (int64, string, error) {
+// where tiles holds it, not copied.
+func firstTileDifference(ctx context.Context, tiles tileSource, poll string, full []fullTile) (int64, string, error) {
 	at := make(map[[2]int64]int, len(full)) // a tile's place in full
 	for i, t := range full {
 		at[[2]int64{int64(t.level), t.idx}] = i
 	}
 	stored := make([]bool, len(full))
 	first, leaf, what := len(full), int64(0), ""
-	rows, err := tx.Query(ctx, `SELECT level, idx, hashes FROM poll_log_tiles WHERE poll_id = $1`, poll)
-	if err != nil {
-		return 0, "", err
-	}
-	var (
-		level int16
-		idx   int64
-		data  pgtype.DriverBytes // valid until the next row
-	)
-	_, err = pgx.ForEachRow(rows, []any{&level, &idx, &data}, func() error {
+	err := tiles.eachTile(ctx, poll, func(level int16, idx int64, data []byte) {
 		i, ok := at[[2]int64{int64(level), idx}]
 		if !ok {
-			return nil
+			return
 		}
 		stored[i] = true
 		if i < first {
@@ -309,7 +305,6 @@ func firstTileDifference(ctx context.Context, tx pgx.Tx, poll string, full []ful
 				first, leaf, what = i, l, w
 			}
 		}
-		return nil
 	})
 	if err != nil {
 		return 0, "", err
