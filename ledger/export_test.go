@@ -28,7 +28,7 @@ func OnePassPolls(ctx context.Context, s *Store) ([]string, error) {
 		if err != nil {
 			return err
 		}
-		passed, _, err := hashInOnePass(ctx, tx, heads, "")
+		passed, _, err := hashInOnePass(ctx, tx, heads, "", nil)
 		for id := range passed {
 			out = append(out, id)
 		}

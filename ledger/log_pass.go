@@ -91,6 +91,17 @@ type hashed struct {
 	defProblem string
 	defs       int64 // definition leaves
 	rows       int64 // the ledger's rows of the poll
+	// tiles is the comparison of full with the stored tiles, when the
+	// hasher made it (tilesCompared).
+	tilesCompared bool
+	tiles         tileVerdict
+}
+
+// tileVerdict is firstTileDifference's answer: the first leaf under the
+// first hash that differs, and what differs ("": nothing).
+type tileVerdict struct {
+	leaf int64
+	what string
 }
 
 // passPoll is one poll in the pass.
@@ -100,6 +111,7 @@ type passPoll struct {
 	next    int     // the leaf whose row comes next
 	pending map[int64]heldRow
 	defs    map[int64]*audit.Definition // every poll's, by id
+	tiles   *tilesAhead                 // the stored tiles, when read beside the pass
 	rows    int64
 	failed  bool // left to the per-poll check
 
@@ -126,8 +138,10 @@ type tallyKey struct{ poll, cand string }
 // in one pass over the ledger, in tx's snapshot. It returns the polls it
 // could hash (the others are for the per-poll check) and the count of
 // the ledger's rows of each (poll, candidate), the recount, which the
-// pass makes as it reads every row anyway.
-func hashInOnePass(ctx context.Context, tx pgx.Tx, heads []logHeadRow, pollID string) (map[string]*hashed, map[tallyKey]int64, error) {
+// pass makes as it reads every row anyway. Given the stored tiles read
+// beside it (tiles, or nil), each poll's hasher compares its poll's once
+// it has hashed the last row, while the others still hash.
+func hashInOnePass(ctx context.Context, tx pgx.Tx, heads []logHeadRow, pollID string, tiles *tilesAhead) (map[string]*hashed, map[tallyKey]int64, error) {
 	var p *string
 	if pollID != "" {
 		p = &pollID
@@ -135,6 +149,9 @@ func hashInOnePass(ctx context.Context, tx pgx.Tx, heads []logHeadRow, pollID st
 	polls, err := passLeaves(ctx, tx, heads, p)
 	if err != nil {
 		return nil, nil, err
+	}
+	for _, pp := range polls {
+		pp.tiles = tiles
 	}
 	defer func() {
 		for _, pp := range polls {

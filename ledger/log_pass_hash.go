@@ -32,6 +32,30 @@ func (pp *passPoll) hash() {
 		pp.err = lh.flush()
 	}
 	pp.out = lh.h
+	if pp.err == nil {
+		pp.compareTiles()
+	}
+}
+
+// compareTiles compares the full tiles the poll's rows made with the
+// stored ones, if they were read beside the pass and are at hand by now
+// (else checkHashed compares them, once they are).
+func (pp *passPoll) compareTiles() {
+	if pp.tiles == nil {
+		return
+	}
+	select {
+	case <-pp.tiles.done:
+	default:
+		return
+	}
+	if pp.tiles.err == nil { // else checkHashed reports it
+		leaf, what := tileDifference(pp.out.full, func(fn func(level int16, idx int64, data []byte)) error {
+			pp.tiles.tiles.each(pp.id, fn)
+			return nil
+		})
+		pp.out.tilesCompared, pp.out.tiles = true, tileVerdict{leaf, what}
+	}
 }
 
 // hashRow hashes r, a row of w, the next leaf.

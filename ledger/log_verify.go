@@ -74,7 +74,7 @@ func (s *Store) verifyLogs(ctx context.Context, tx pgx.Tx, pollID string) ([]Log
 		return nil, nil, err
 	}
 	defer ahead.stop()
-	passed, counts, err := hashInOnePass(ctx, tx, heads, pollID)
+	passed, counts, err := hashInOnePass(ctx, tx, heads, pollID, ahead)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -206,9 +206,12 @@ func checkHashed(ctx context.Context, tx pgx.Tx, tiles tileSource, c LogCheck, h
 		c.Problem = "the log is still to build from rows older than it: run tally migrate up"
 		return c, nil
 	}
-	leaf, what, err := firstTileDifference(ctx, tiles, c.PollID, full)
-	if err != nil {
-		return c, err
+	leaf, what := h.tiles.leaf, h.tiles.what
+	if !h.tilesCompared {
+		var err error
+		if leaf, what, err = firstTileDifference(ctx, tiles, c.PollID, full); err != nil {
+			return c, err
+		}
 	}
 	if what != "" {
 		c.Leaf, c.Problem = leaf, what
@@ -283,18 +286,29 @@ LEFT JOIN (SELECT unnest(seqs) AS seq FROM poll_log_leaves WHERE poll_id = $1) l
 WHERE e.poll_id = $1 AND l.seq IS NULL`
 
 // firstTileDifference compares the full tiles a poll's rows make, full,
-// with the stored ones as it reads them, and names the first leaf under
-// the first hash that differs in the first tile of full that differs from
-// its stored one, or is not stored ("": none). A stored tile is compared
-// where tiles holds it, not copied.
+// with the stored ones, from tiles, as tileDifference does.
 func firstTileDifference(ctx context.Context, tiles tileSource, poll string, full []fullTile) (int64, string, error) {
+	var err error
+	leaf, what := tileDifference(full, func(fn func(level int16, idx int64, data []byte)) error {
+		err = tiles.eachTile(ctx, poll, fn)
+		return err
+	})
+	return leaf, what, err
+}
+
+// tileDifference compares the full tiles a poll's rows make, full, with
+// the stored ones, which each gives, and names the first leaf under the
+// first hash that differs in the first tile of full that differs from its
+// stored one, or is not stored ("": none, or each failed). A stored tile
+// is compared where each holds it, not copied.
+func tileDifference(full []fullTile, each func(fn func(level int16, idx int64, data []byte)) error) (int64, string) {
 	at := make(map[[2]int64]int, len(full)) // a tile's place in full
 	for i, t := range full {
 		at[[2]int64{int64(t.level), t.idx}] = i
 	}
 	stored := make([]bool, len(full))
 	first, leaf, what := len(full), int64(0), ""
-	err := tiles.eachTile(ctx, poll, func(level int16, idx int64, data []byte) {
+	err := each(func(level int16, idx int64, data []byte) {
 		i, ok := at[[2]int64{int64(level), idx}]
 		if !ok {
 			return
@@ -307,13 +321,12 @@ func firstTileDifference(ctx context.Context, tiles tileSource, poll string, ful
 		}
 	})
 	if err != nil {
-		return 0, "", err
+		return 0, ""
 	}
 	for i, ok := range stored[:first] {
 		if !ok {
-			l, w := firstDifference(full[i].level, full[i].idx, full[i].data, nil)
-			return l, w, nil
+			return firstDifference(full[i].level, full[i].idx, full[i].data, nil)
 		}
 	}
-	return leaf, what, nil
+	return leaf, what
 }

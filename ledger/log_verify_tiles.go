@@ -53,10 +53,14 @@ type heldTile struct {
 type heldTiles map[string][]heldTile
 
 func (h heldTiles) eachTile(_ context.Context, poll string, fn func(level int16, idx int64, data []byte)) error {
+	h.each(poll, fn)
+	return nil
+}
+
+func (h heldTiles) each(poll string, fn func(level int16, idx int64, data []byte)) {
 	for _, t := range h[poll] {
 		fn(t.level, t.idx, t.data)
 	}
-	return nil
 }
 
 // tilesAhead is the read of the stored tiles beside the pass.
