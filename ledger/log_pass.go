@@ -140,7 +140,7 @@ type tallyKey struct{ poll, cand string }
 // the ledger's rows of each (poll, candidate), the recount, which the
 // pass makes as it reads every row anyway. Given the stored tiles read
 // beside it (tiles, or nil), each poll's hasher compares its poll's once
-// it has hashed the last row, while the others still hash.
+// it has hashed its last row, while the others still hash.
 func hashInOnePass(ctx context.Context, tx pgx.Tx, heads []logHeadRow, pollID string, tiles *tilesAhead) (map[string]*hashed, map[tallyKey]int64, error) {
 	var p *string
 	if pollID != "" {

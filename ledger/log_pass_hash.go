@@ -38,17 +38,13 @@ func (pp *passPoll) hash() {
 }
 
 // compareTiles compares the full tiles the poll's rows made with the
-// stored ones, if they were read beside the pass and are at hand by now
-// (else checkHashed compares them, once they are).
+// stored ones, when they are read beside the pass (else checkHashed reads
+// and compares them), once they are read.
 func (pp *passPoll) compareTiles() {
 	if pp.tiles == nil {
 		return
 	}
-	select {
-	case <-pp.tiles.done:
-	default:
-		return
-	}
+	<-pp.tiles.done
 	if pp.tiles.err == nil { // else checkHashed reports it
 		leaf, what := tileDifference(pp.out.full, func(fn func(level int16, idx int64, data []byte)) error {
 			pp.tiles.tiles.each(pp.id, fn)

@@ -71,12 +71,13 @@ type tilesAhead struct {
 	err    error
 }
 
-// tilesBeside starts reading the stored tiles of every poll (pollID's
-// when set) on a connection of the pool whose transaction imports tx's
-// snapshot (pg_export_snapshot, as verifyEach's workers do), and returns
-// at once; wait gives them. It returns nil, reading nothing, when the
-// pool has no connection to spare beside tx's: the check then reads each
-// poll's tiles in tx.
+// tilesBeside takes a connection of the pool and starts reading on it
+// the stored tiles of every poll (pollID's when set), in a transaction
+// that imports tx's snapshot (pg_export_snapshot, as verifyEach's workers
+// do), and returns; wait gives them. The read needs nothing else to end,
+// so the pass's hashers may wait for it. It returns nil, reading nothing,
+// when the pool has no connection to spare beside tx's: the check then
+// reads each poll's tiles in tx.
 func (s *Store) tilesBeside(ctx context.Context, tx pgx.Tx, pollID *string) (*tilesAhead, error) {
 	if s.pool.Config().MaxConns < 2 {
 		return nil, nil
@@ -85,11 +86,16 @@ func (s *Store) tilesBeside(ctx context.Context, tx pgx.Tx, pollID *string) (*ti
 	if err != nil {
 		return nil, err
 	}
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("a connection for the stored tiles' reader: %w", err)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	r := &tilesAhead{done: make(chan struct{}), cancel: cancel, tiles: heldTiles{}}
 	go func() {
 		defer close(r.done)
-		r.err = pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(wtx pgx.Tx) error {
+		defer conn.Release()
+		r.err = pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(wtx pgx.Tx) error {
 			if err := importSnapshot(ctx, wtx, snapshot); err != nil {
 				return err
 			}
