@@ -111,7 +111,7 @@ type passPoll struct {
 	next    int     // the leaf whose row comes next
 	pending map[int64]heldRow
 	defs    map[int64]*audit.Definition // every poll's, by id
-	tiles   *tilesAhead                 // the stored tiles, when read beside the pass
+	tiles   *sideReader                 // the stored tiles, when read beside the pass
 	rows    int64
 	failed  bool // left to the per-poll check
 
@@ -138,20 +138,22 @@ type tallyKey struct{ poll, cand string }
 // in one pass over the ledger, in tx's snapshot. It returns the polls it
 // could hash (the others are for the per-poll check) and the count of
 // the ledger's rows of each (poll, candidate), the recount, which the
-// pass makes as it reads every row anyway. Given the stored tiles read
-// beside it (tiles, or nil), each poll's hasher compares its poll's once
-// it has hashed its last row, while the others still hash.
-func hashInOnePass(ctx context.Context, tx pgx.Tx, heads []logHeadRow, pollID string, tiles *tilesAhead) (map[string]*hashed, map[tallyKey]int64, error) {
+// pass makes as it reads every row anyway. polls are newPassPolls of
+// heads. Given the reader beside it (side, or nil), which reads the
+// leaves of some of the polls and the stored tiles of all, each poll's
+// hasher compares its poll's tiles once it has hashed its last row, while
+// the others still hash.
+func hashInOnePass(ctx context.Context, tx pgx.Tx, polls map[string]*passPoll, pollID string, side *sideReader) (map[string]*hashed, map[tallyKey]int64, error) {
 	var p *string
 	if pollID != "" {
 		p = &pollID
 	}
-	polls, err := passLeaves(ctx, tx, heads, p)
+	err := passLeaves(ctx, tx, polls, p, side)
 	if err != nil {
 		return nil, nil, err
 	}
 	for _, pp := range polls {
-		pp.tiles = tiles
+		pp.tiles = side
 	}
 	defer func() {
 		for _, pp := range polls {
@@ -198,10 +200,9 @@ func hashInOnePass(ctx context.Context, tx pgx.Tx, heads []logHeadRow, pollID st
 	return out, counts, nil
 }
 
-// passLeaves reads the leaves of the polls of heads, in leaf order. A poll
-// whose leaf rows are not numbered one after another from 0 is marked
-// failed: the per-poll check names what is wrong.
-func passLeaves(ctx context.Context, tx pgx.Tx, heads []logHeadRow, pollID *string) (map[string]*passPoll, error) {
+// newPassPolls are the polls of heads the pass is to hash: those whose
+// log is built.
+func newPassPolls(heads []logHeadRow) map[string]*passPoll {
 	polls := make(map[string]*passPoll, len(heads))
 	for _, h := range heads {
 		if h.root == nil {
@@ -210,11 +211,48 @@ func passLeaves(ctx context.Context, tx pgx.Tx, heads []logHeadRow, pollID *stri
 		polls[h.poll] = &passPoll{id: h.poll, pending: map[int64]heldRow{}, number: map[string]int32{}, others: map[string]int64{},
 			seqs: make([]int64, 0, max(h.size, 0)), out: hashed{state: emptyLog(), badFP: -1}}
 	}
+	return polls
+}
+
+// passLeaves reads the leaves of the polls, in leaf order: in tx those
+// that side (nil: none) does not read, then waits for side's, and reads
+// the definitions.
+func passLeaves(ctx context.Context, tx pgx.Tx, polls map[string]*passPoll, pollID *string, side *sideReader) error {
+	var mine []string
+	for id := range polls {
+		if !side.readsLeavesOf(id) {
+			mine = append(mine, id)
+		}
+	}
+	if err := readLeaves(ctx, tx, polls, mine); err != nil {
+		return err
+	}
+	if err := side.waitLeaves(); err != nil {
+		return err
+	}
+	defs, err := passDefinitions(ctx, tx, pollID)
+	if err != nil {
+		return err
+	}
+	for _, pp := range polls {
+		pp.defs = defs
+		pp.catchUp()
+	}
+	return nil
+}
+
+// readLeaves reads the leaves of the polls of ids into their seqs, in
+// leaf order. A poll whose leaf rows are not numbered one after another
+// from 0 is marked failed: the per-poll check names what is wrong.
+func readLeaves(ctx context.Context, tx pgx.Tx, polls map[string]*passPoll, ids []string) error {
+	if len(ids) == 0 {
+		return nil
+	}
 	rows, err := tx.Query(ctx, `
 SELECT poll_id, first_leaf, seqs FROM poll_log_leaves
-WHERE $1::text IS NULL OR poll_id = $1 ORDER BY poll_id, first_leaf`, pollID)
+WHERE poll_id = ANY($1) ORDER BY poll_id, first_leaf`, ids)
 	if err != nil {
-		return nil, interpretError("read the logs' leaves", err)
+		return interpretError("read the logs' leaves", err)
 	}
 	var (
 		poll  string
@@ -232,18 +270,7 @@ WHERE $1::text IS NULL OR poll_id = $1 ORDER BY poll_id, first_leaf`, pollID)
 		pp.seqs = append(pp.seqs, seqs...)
 		return nil
 	})
-	if err != nil {
-		return nil, interpretError("read the logs' leaves", err)
-	}
-	defs, err := passDefinitions(ctx, tx, pollID)
-	if err != nil {
-		return nil, err
-	}
-	for _, pp := range polls {
-		pp.defs = defs
-		pp.catchUp()
-	}
-	return polls, nil
+	return interpretError("read the logs' leaves", err)
 }
 
 // passDefinitions reads the definitions of the polls (one's when pollID is

@@ -69,12 +69,13 @@ func (s *Store) verifyLogs(ctx context.Context, tx pgx.Tx, pollID string) ([]Log
 		return nil, nil, err
 	}
 	out := make([]LogCheck, len(heads))
-	ahead, err := s.tilesBeside(ctx, tx, p)
+	polls := newPassPolls(heads)
+	ahead, err := s.tilesBeside(ctx, tx, p, polls)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer ahead.stop()
-	passed, counts, err := hashInOnePass(ctx, tx, heads, pollID, ahead)
+	passed, counts, err := hashInOnePass(ctx, tx, polls, pollID, ahead)
 	if err != nil {
 		return nil, nil, err
 	}

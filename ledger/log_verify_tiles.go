@@ -3,6 +3,8 @@ package ledger
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -13,8 +15,9 @@ import (
 // poll by poll, or, for the polls the one pass hashes, all of them read
 // beforehand on a second connection of the pool whose transaction imports
 // the rebuild's snapshot, while the rebuild reads the leaves and the rows
-// (tilesBeside). Either way every stored tile is compared, in the same
-// state of the ledger as the rows.
+// (tilesBeside, which reads about half of the polls' leaves first). Either
+// way every stored tile is compared, in the same state of the ledger as
+// the rows.
 
 // tileSource gives a poll's stored full tiles, in no particular order;
 // data is valid only during the call to fn.
@@ -63,50 +66,90 @@ func (h heldTiles) each(poll string, fn func(level int16, idx int64, data []byte
 	}
 }
 
-// tilesAhead is the read of the stored tiles beside the pass.
-type tilesAhead struct {
-	done   chan struct{}
-	cancel context.CancelFunc
-	tiles  heldTiles
-	err    error
+// sideReader reads, beside the pass, the leaves of some of its polls and
+// the stored tiles of all.
+type sideReader struct {
+	leavesOf map[string]bool // the polls whose leaves it reads
+	leaves   chan struct{}   // closed when they are read (or it failed)
+	done     chan struct{}   // closed when everything is read (or it failed)
+	cancel   context.CancelFunc
+	tiles    heldTiles
+	// leavesErr is the error of the leaves' read (set before leaves is
+	// closed), err the error of the whole (before done is).
+	leavesErr, err error
 }
 
-// tilesBeside takes a connection of the pool and starts reading on it
-// the stored tiles of every poll (pollID's when set), in a transaction
-// that imports tx's snapshot (pg_export_snapshot, as verifyEach's workers
-// do), and returns; wait gives them. The read needs nothing else to end,
-// so the pass's hashers may wait for it. It returns nil, reading nothing,
-// when the pool has no connection to spare beside tx's: the check then
-// reads each poll's tiles in tx.
-func (s *Store) tilesBeside(ctx context.Context, tx pgx.Tx, pollID *string) (*tilesAhead, error) {
+// tilesBeside takes a connection of the pool and starts reading on it,
+// in a transaction that imports tx's snapshot (pg_export_snapshot, as
+// verifyEach's workers do), the leaves of every other poll of polls (in
+// the order of their ids: the two connections read about half each) and
+// then the stored tiles of every poll (pollID's when set), and returns;
+// passLeaves and wait take what it read. The read needs nothing else to
+// end, so the pass's hashers may wait for it. It returns nil, reading
+// nothing, when the pool has no connection to spare beside tx's: the
+// pass then reads every poll's leaves, and the check each poll's tiles,
+// in tx.
+func (s *Store) tilesBeside(ctx context.Context, tx pgx.Tx, pollID *string, polls map[string]*passPoll) (*sideReader, error) {
 	if s.pool.Config().MaxConns < 2 {
 		return nil, nil
 	}
-	snapshot, err := exportSnapshot(ctx, tx, "the stored tiles' reader")
+	snapshot, err := exportSnapshot(ctx, tx, "the leaves' and tiles' reader")
 	if err != nil {
 		return nil, err
 	}
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("a connection for the stored tiles' reader: %w", err)
+		return nil, fmt.Errorf("a connection for the leaves' and tiles' reader: %w", err)
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	r := &tilesAhead{done: make(chan struct{}), cancel: cancel, tiles: heldTiles{}}
+	ids := slices.Sorted(maps.Keys(polls))
+	var theirs []string
+	r := &sideReader{leavesOf: map[string]bool{}, leaves: make(chan struct{}), done: make(chan struct{}), tiles: heldTiles{}}
+	for i := 1; i < len(ids); i += 2 {
+		theirs = append(theirs, ids[i])
+		r.leavesOf[ids[i]] = true
+	}
+	ctx, r.cancel = context.WithCancel(ctx)
 	go func() {
 		defer close(r.done)
 		defer conn.Release()
+		leavesRead := false
 		r.err = pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(wtx pgx.Tx) error {
 			if err := importSnapshot(ctx, wtx, snapshot); err != nil {
 				return err
 			}
+			r.leavesErr = readLeaves(ctx, wtx, polls, theirs)
+			leavesRead = true
+			close(r.leaves)
+			if r.leavesErr != nil {
+				return r.leavesErr
+			}
 			return r.read(ctx, wtx, pollID)
 		})
+		if !leavesRead {
+			r.leavesErr = r.err
+			close(r.leaves)
+		}
 	}()
 	return r, nil
 }
 
+// readsLeavesOf reports whether r reads poll's leaves.
+func (r *sideReader) readsLeavesOf(poll string) bool { return r != nil && r.leavesOf[poll] }
+
+// waitLeaves waits until r has read its polls' leaves.
+func (r *sideReader) waitLeaves() error {
+	if r == nil {
+		return nil
+	}
+	<-r.leaves
+	if r.leavesErr != nil {
+		return fmt.Errorf("read the logs' leaves beside the pass: %w", r.leavesErr)
+	}
+	return nil
+}
+
 // read reads the tiles, each copied into blocks of a MiB shared by many.
-func (r *tilesAhead) read(ctx context.Context, tx pgx.Tx, pollID *string) error {
+func (r *sideReader) read(ctx context.Context, tx pgx.Tx, pollID *string) error {
 	rows, err := tx.Query(ctx, `SELECT poll_id, level, idx, hashes FROM poll_log_tiles WHERE $1::text IS NULL OR poll_id = $1`, pollID)
 	if err != nil {
 		return err
@@ -131,19 +174,19 @@ func (r *tilesAhead) read(ctx context.Context, tx pgx.Tx, pollID *string) error 
 
 // wait waits for the read and returns the tiles read; nil r waits for
 // nothing and reads the tiles in tx.
-func (r *tilesAhead) wait(tx pgx.Tx) (tileSource, error) {
+func (r *sideReader) wait(tx pgx.Tx) (tileSource, error) {
 	if r == nil {
 		return txTiles{tx}, nil
 	}
 	<-r.done
 	if r.err != nil {
-		return nil, fmt.Errorf("read the logs' stored tiles: %w", r.err)
+		return nil, fmt.Errorf("read the logs' leaves and stored tiles: %w", r.err)
 	}
 	return r.tiles, nil
 }
 
 // stop ends the read, if it still runs, and waits for it.
-func (r *tilesAhead) stop() {
+func (r *sideReader) stop() {
 	if r != nil {
 		r.cancel()
 		<-r.done
