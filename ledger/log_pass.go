@@ -431,7 +431,15 @@ type rawRow struct {
 // as the row, only during the call). It reads the binary values as they
 // come, without a scan into values of their own.
 func passRows(ctx context.Context, tx pgx.Tx, pollID *string, fn func(poll []byte, r *rawRow)) error {
-	rows, err := tx.Query(ctx, passRowsSQL, pollID)
+	var (
+		rows pgx.Rows
+		err  error
+	)
+	if pollID == nil {
+		rows, err = tx.Query(ctx, passRowsSQL)
+	} else {
+		rows, err = tx.Query(ctx, passPollRowsSQL, *pollID)
+	}
 	if err != nil {
 		return err
 	}
