@@ -12,15 +12,19 @@ import (
 )
 
 // This file owns the rebuild's one pass over the ledger: every row read
-// once, in seq order, and handed to its poll's hasher, which hashes the
-// poll's rows in leaf order on a goroutine of its own. Per poll it yields
-// what hashRows does (log_build.go), without a lookup of each leaf's row
-// by its seq and without sorting the rows in leaf order, which is most of
-// what hashRows costs PostgreSQL.
+// once, in the table's order, and handed to its poll's hasher, which
+// hashes the poll's rows in leaf order on a goroutine of its own. Per poll
+// it yields what hashRows does (log_build.go), without a lookup of each
+// leaf's row by its seq and without sorting the rows in leaf order, which
+// is most of what hashRows costs PostgreSQL.
 //
 // A poll's leaves are mostly in seq order (numberRowsSQL numbers by seq;
-// appends commit nearly in the order they drew their seqs), so a row that
-// comes before its turn waits in a small table until its leaf is next. A
+// appends commit nearly in the order they drew their seqs), and so are
+// the table's rows, but for runs of rows that concurrent appends wrote to
+// pages of their own: reading them as they lie (a sequential scan) costs
+// PostgreSQL less than an index scan in seq order. A row that comes before
+// its turn waits, in the order it came, until its leaf is next (rows that
+// come out of seq order among those, in a small table). A
 // poll whose leaves do not line up with its rows (a leaf whose row is
 // gone or another poll's, a seq in two leaves, leaves not numbered one
 // after another) stalls or is seen to be malformed; it is left out of
@@ -110,6 +114,7 @@ type passPoll struct {
 	seqs    []int64 // its leaves' rows, in leaf order
 	next    int     // the leaf whose row comes next
 	pending map[int64]heldRow
+	ahead   aheadRows
 	defs    map[int64]*audit.Definition // every poll's, by id
 	tiles   *sideReader                 // the stored tiles, when read beside the pass
 	rows    int64
@@ -161,6 +166,12 @@ func hashInOnePass(ctx context.Context, tx pgx.Tx, polls map[string]*passPoll, p
 		}
 	}()
 	counts := map[tallyKey]int64{}
+	// The rows in the table's order, from one process: a parallel plan
+	// would interleave its workers' pages, a synchronized scan start
+	// midway.
+	if _, err := tx.Exec(ctx, `SELECT set_config('max_parallel_workers_per_gather', '0', true), set_config('synchronize_seqscans', 'off', true)`); err != nil {
+		return nil, nil, interpretError("set the pass's scan", err)
+	}
 	err = passRows(ctx, tx, p, func(poll []byte, r *rawRow) {
 		pp := polls[string(poll)]
 		if pp == nil {
@@ -312,13 +323,21 @@ func (pp *passPoll) count(answer []byte) int32 {
 	return i
 }
 
-// take is the poll's next row in seq order, whose answer's number is
-// answer: hashed when its leaf is next, else held until it is.
+// take is the poll's next row in the table's order, whose answer's
+// number is answer: hashed when its leaf is next, else held until it is:
+// in ahead when it comes after the rows held there in seq order (as
+// nearly all do), else in pending.
 func (pp *passPoll) take(r *rawRow, answer int32) {
 	pp.rows++
 	if pp.next >= len(pp.seqs) || pp.seqs[pp.next] != r.seq {
-		if len(pp.pending) >= passPending {
+		if len(pp.pending)+pp.ahead.len() >= passPending {
 			pp.fail()
+			return
+		}
+		if last, ok := pp.ahead.last(); !ok || r.seq > last {
+			var row passRow
+			row, pp.ahead.text = layRow(pp.ahead.text, r, answer)
+			pp.ahead.rows = append(pp.ahead.rows, row)
 			return
 		}
 		row, text := layRow(make([]byte, 0, len(r.answer)+len(r.principal)+len(r.key)+len(r.fp)), r, answer)
@@ -348,7 +367,9 @@ func layRow(text []byte, r *rawRow, answer int32) (passRow, []byte) {
 }
 
 // catchUp emits the leaves that are next and at hand: definitions, and
-// rows held until their turn.
+// rows held until their turn. A row first in ahead whose seq is below the
+// next leaf's is not next (its leaf comes later, or it has none): it moves
+// to pending, so the rows behind it in ahead are not held up by it.
 func (pp *passPoll) catchUp() {
 	for pp.next < len(pp.seqs) && !pp.failed {
 		seq := pp.seqs[pp.next]
@@ -361,15 +382,79 @@ func (pp *passPoll) catchUp() {
 			pp.emit(passRow{seq: seq})
 			continue
 		}
+		if row, text, ok := pp.ahead.first(); ok && row.seq <= seq {
+			pp.ahead.pop()
+			if row.seq == seq {
+				pp.emitHeld(row, text)
+			} else {
+				pp.pending[row.seq] = heldRow{row: rebased(row, -row.start), text: append([]byte(nil), text...)}
+			}
+			continue
+		}
 		held, ok := pp.pending[seq]
 		if !ok {
 			return
 		}
 		delete(pp.pending, seq)
-		row, base := held.row, int32(len(pp.text))
-		row.start, row.a, row.p, row.k, row.end = row.start+base, row.a+base, row.p+base, row.k+base, row.end+base
-		pp.text = append(pp.text, held.text...)
-		pp.emit(row)
+		pp.emitHeld(held.row, held.text)
+	}
+}
+
+// emitHeld emits a held row whose text, from its row.start, is text.
+func (pp *passPoll) emitHeld(row passRow, text []byte) {
+	row = rebased(row, int32(len(pp.text))-row.start)
+	pp.text = append(pp.text, text...)
+	pp.emit(row)
+}
+
+// rebased is r with its text moved by d bytes.
+func rebased(r passRow, d int32) passRow {
+	r.start, r.a, r.p, r.k, r.end = r.start+d, r.a+d, r.p+d, r.k+d, r.end+d
+	return r
+}
+
+// aheadRows are a poll's rows come before their leaf's turn, in the order
+// they came, which is seq order, their text one after another.
+type aheadRows struct {
+	rows []passRow
+	head int // rows before it are gone
+	text []byte
+}
+
+func (h *aheadRows) len() int { return len(h.rows) - h.head }
+
+// last is the seq of the row held last.
+func (h *aheadRows) last() (int64, bool) {
+	if h.len() == 0 {
+		return 0, false
+	}
+	return h.rows[len(h.rows)-1].seq, true
+}
+
+// first is the row held first and its text.
+func (h *aheadRows) first() (passRow, []byte, bool) {
+	if h.len() == 0 {
+		return passRow{}, nil, false
+	}
+	r := h.rows[h.head]
+	return r, h.text[r.start:r.end], true
+}
+
+// pop lets the first row go; the space of the rows gone is taken back
+// once they are most of it.
+func (h *aheadRows) pop() {
+	h.head++
+	switch {
+	case h.head == len(h.rows):
+		h.rows, h.head, h.text = h.rows[:0], 0, h.text[:0]
+	case h.head >= 1024 && 2*h.head >= len(h.rows):
+		base := h.rows[h.head].start
+		h.text = h.text[:copy(h.text, h.text[base:])]
+		n := copy(h.rows, h.rows[h.head:])
+		h.rows, h.head = h.rows[:n], 0
+		for i := range h.rows {
+			h.rows[i] = rebased(h.rows[i], -base)
+		}
 	}
 }
 
@@ -407,7 +492,7 @@ func (pp *passPoll) flush() {
 
 // fail leaves the poll to the per-poll check.
 func (pp *passPoll) fail() {
-	pp.failed, pp.pending, pp.batch, pp.text = true, nil, nil, nil
+	pp.failed, pp.pending, pp.ahead, pp.batch, pp.text = true, nil, aheadRows{}, nil, nil
 	pp.stop()
 }
 

@@ -72,18 +72,17 @@ func (pp *passPoll) hashRow(lh *leafHasher, w *passWork, r *passRow, facts []ans
 	return lh.addWith(e, answer, w.text[r.k:r.end], f)
 }
 
-// passRowsSQL reads the ledger's rows in seq order, as the pass wants
-// them, and passPollRowsSQL one poll's. Every poll's has no WHERE at all
-// rather than "$1 IS NULL OR poll_id = $1": once PostgreSQL caches a
+// passRowsSQL reads the ledger's rows in the table's order, as the pass
+// wants them, and passPollRowsSQL one poll's. Every poll's has no WHERE at
+// all rather than "$1 IS NULL OR poll_id = $1": once PostgreSQL caches a
 // generic plan for the prepared statement, that filter is evaluated on
-// every row, and the plan costed for a few rows (a sort of the table).
+// every row.
 const (
 	passRowsSQL = `
-SELECT seq, poll_id, coalesce(ballot, candidate_id), principal_id, client_event_id, received_at, fingerprint FROM poll_events
-ORDER BY seq`
+SELECT seq, poll_id, coalesce(ballot, candidate_id), principal_id, client_event_id, received_at, fingerprint FROM poll_events`
 	passPollRowsSQL = `
 SELECT seq, poll_id, coalesce(ballot, candidate_id), principal_id, client_event_id, received_at, fingerprint FROM poll_events
-WHERE poll_id = $1 ORDER BY seq`
+WHERE poll_id = $1`
 )
 
 // pgEpoch is PostgreSQL's epoch, 2000-01-01T00:00:00Z, in Unix
