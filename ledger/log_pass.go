@@ -132,8 +132,8 @@ type passPoll struct {
 	work   chan passWork
 	spares chan []passRow // batches the hasher is done with
 	done   chan struct{}
-	out   hashed
-	err   error // the hasher's
+	out    hashed
+	err    error // the hasher's
 }
 
 // tallyKey is a (poll, candidate) the pass counts the rows of.

@@ -44,7 +44,10 @@ WHERE $1::text IS NULL OR poll_id = $1 ORDER BY poll_id`
 // from before the log) is reported as such.
 //
 // Every poll's rows are first hashed in one pass over the ledger
-// (log_pass.go). A poll the pass cannot hash (its leaves do not line up
+// (log_pass.go), while a second connection in tx's snapshot reads half of
+// the polls' leaves and then every stored tile (log_verify_tiles.go),
+// which each poll's hasher compares once it is done. A poll the pass
+// cannot hash (its leaves do not line up
 // with its rows: something is wrong with it) is then checked the per-poll
 // way, which names its first wrong leaf: several polls at a time, each on
 // a connection of the pool whose transaction imports tx's snapshot
