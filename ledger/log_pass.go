@@ -71,16 +71,21 @@ type heldRow struct {
 	text []byte
 }
 
-// passWork is a batch of a poll's rows, in leaf order, for its hasher.
+// passWork is a batch of a poll's rows, in leaf order, for its hasher,
+// which owns rows and text until it hands them back.
 type passWork struct {
 	rows    []passRow
-	text    string
+	text    []byte
 	answers []string // the poll's answers so far, by number
 }
 
 // passSpares is how many used batches of rows a poll's hasher hands back
 // to the reader to fill again, rather than the reader making new ones.
 const passSpares = 3
+
+// passText is the room a batch's text is made with: about the text of
+// passBatch rows.
+const passText = passBatch * 64
 
 // hashed is a poll's rows hashed in leaf order, as hashRows gives them,
 // and the count of the poll's rows.
@@ -130,7 +135,7 @@ type passPoll struct {
 	batch  []passRow
 	text   []byte // the batch's
 	work   chan passWork
-	spares chan []passRow // batches the hasher is done with
+	spares chan passWork // batches the hasher is done with
 	done   chan struct{}
 	out    hashed
 	err    error // the hasher's
@@ -345,9 +350,17 @@ func (pp *passPoll) take(r *rawRow, answer int32) {
 		return
 	}
 	var row passRow
-	row, pp.text = layRow(pp.text, r, answer)
+	row, pp.text = layRow(pp.textRoom(), r, answer)
 	pp.emit(row)
 	pp.catchUp()
+}
+
+// textRoom is the batch's text, made when it is not.
+func (pp *passPoll) textRoom() []byte {
+	if pp.text == nil {
+		pp.text = make([]byte, 0, passText)
+	}
+	return pp.text
 }
 
 // layRow appends r's text to text and returns r as a passRow of it.
@@ -403,7 +416,7 @@ func (pp *passPoll) catchUp() {
 // emitHeld emits a held row whose text, from its row.start, is text.
 func (pp *passPoll) emitHeld(row passRow, text []byte) {
 	row = rebased(row, int32(len(pp.text))-row.start)
-	pp.text = append(pp.text, text...)
+	pp.text = append(pp.textRoom(), text...)
 	pp.emit(row)
 }
 
@@ -478,15 +491,15 @@ func (pp *passPoll) flush() {
 		return
 	}
 	if pp.work == nil {
-		pp.work, pp.spares, pp.done = make(chan passWork, 2), make(chan []passRow, passSpares), make(chan struct{})
+		pp.work, pp.spares, pp.done = make(chan passWork, 2), make(chan passWork, passSpares), make(chan struct{})
 		go pp.hash()
 	}
-	pp.work <- passWork{rows: pp.batch, text: string(pp.text), answers: pp.answers}
-	pp.text = pp.text[:0]
+	pp.work <- passWork{rows: pp.batch, text: pp.text, answers: pp.answers}
 	select {
-	case pp.batch = <-pp.spares:
+	case w := <-pp.spares:
+		pp.batch, pp.text = w.rows, w.text
 	default:
-		pp.batch = make([]passRow, 0, passBatch)
+		pp.batch, pp.text = make([]passRow, 0, passBatch), nil
 	}
 }
 

@@ -1,6 +1,10 @@
 package ledger
 
-import "time"
+import (
+	"strings"
+	"time"
+	"unsafe"
+)
 
 // This file owns the pass's hashers (log_pass.go reads the rows and hands
 // each poll's, in leaf order, to its own): each hashes its poll's rows as
@@ -17,14 +21,17 @@ func (pp *passPoll) hash() {
 		for len(facts) < len(w.answers) {
 			facts = append(facts, answerFacts{})
 		}
+		// The batch's text, read in place: no string made of it outlives
+		// the batch, which goes back to the reader below.
+		text := unsafe.String(unsafe.SliceData(w.text), len(w.text))
 		for i := range w.rows {
 			if pp.err != nil {
 				break // drain
 			}
-			pp.err = pp.hashRow(lh, &w, &w.rows[i], facts)
+			pp.err = pp.hashRow(lh, text, w.answers, &w.rows[i], facts)
 		}
 		select {
-		case pp.spares <- w.rows[:0]:
+		case pp.spares <- passWork{rows: w.rows[:0], text: w.text[:0]}:
 		default:
 		}
 	}
@@ -54,8 +61,9 @@ func (pp *passPoll) compareTiles() {
 	}
 }
 
-// hashRow hashes r, a row of w, the next leaf.
-func (pp *passPoll) hashRow(lh *leafHasher, w *passWork, r *passRow, facts []answerFacts) error {
+// hashRow hashes r, the next leaf, a row of a batch whose text is text
+// and whose poll's answers so far are answers.
+func (pp *passPoll) hashRow(lh *leafHasher, text string, answers []string, r *passRow, facts []answerFacts) error {
 	if r.seq < 0 {
 		return lh.addDefinition(*pp.defs[-r.seq]) // catchUp made sure it is the poll's
 	}
@@ -64,12 +72,12 @@ func (pp *passPoll) hashRow(lh *leafHasher, w *passWork, r *passRow, facts []ans
 		f      = &answerFacts{}
 	)
 	if r.answer >= 0 {
-		answer, f = w.answers[r.answer], &facts[r.answer]
+		answer, f = answers[r.answer], &facts[r.answer]
 	} else {
-		answer = w.text[r.start:r.a]
+		answer = strings.Clone(text[r.start:r.a]) // the leaf hasher may keep it
 	}
-	e := EventOf(w.text[r.a:r.p], w.text[r.p:r.k], pp.id, answer, time.UnixMicro(r.received).UTC())
-	return lh.addWith(e, answer, w.text[r.k:r.end], f)
+	e := EventOf(text[r.a:r.p], text[r.p:r.k], pp.id, answer, time.UnixMicro(r.received).UTC())
+	return lh.addWith(e, answer, text[r.k:r.end], f)
 }
 
 // passRowsSQL reads the ledger's rows in the table's order, as the pass
