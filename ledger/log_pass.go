@@ -396,12 +396,12 @@ func (pp *passPoll) catchUp() {
 			continue
 		}
 		if row, text, ok := pp.ahead.first(); ok && row.seq <= seq {
-			pp.ahead.pop()
 			if row.seq == seq {
 				pp.emitHeld(row, text)
 			} else {
 				pp.pending[row.seq] = heldRow{row: rebased(row, -row.start), text: append([]byte(nil), text...)}
 			}
+			pp.ahead.pop() // after its text is copied: pop may move the text
 			continue
 		}
 		held, ok := pp.pending[seq]
