@@ -171,12 +171,6 @@ func hashInOnePass(ctx context.Context, tx pgx.Tx, polls map[string]*passPoll, p
 		}
 	}()
 	counts := map[tallyKey]int64{}
-	// The rows in the table's order, from one process: a parallel plan
-	// would interleave its workers' pages, a synchronized scan start
-	// midway.
-	if _, err := tx.Exec(ctx, `SELECT set_config('max_parallel_workers_per_gather', '0', true), set_config('synchronize_seqscans', 'off', true)`); err != nil {
-		return nil, nil, interpretError("set the pass's scan", err)
-	}
 	err = passRows(ctx, tx, p, func(poll []byte, r *rawRow) {
 		pp := polls[string(poll)]
 		if pp == nil {
@@ -529,6 +523,12 @@ type rawRow struct {
 // as the row, only during the call). It reads the binary values as they
 // come, without a scan into values of their own.
 func passRows(ctx context.Context, tx pgx.Tx, pollID *string, fn func(poll []byte, r *rawRow)) error {
+	// The rows in the table's order, from one process: a parallel plan
+	// would interleave its workers' pages, a synchronized scan start
+	// midway.
+	if _, err := tx.Exec(ctx, `SELECT set_config('max_parallel_workers_per_gather', '0', true), set_config('synchronize_seqscans', 'off', true)`); err != nil {
+		return err
+	}
 	var (
 		rows pgx.Rows
 		err  error
