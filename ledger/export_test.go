@@ -12,8 +12,8 @@ import (
 func FullPathOnly(s *Store) { s.fullPathOnly = true }
 
 // OnePassPolls are the polls the rebuild's one pass over the ledger hashes
-// (log_pass.go), in a snapshot of their own; the others go to the
-// per-poll check.
+// (log_pass.go), in a snapshot of their own, with the reader beside it as
+// Rebuild has it; the others go to the per-poll check.
 func OnePassPolls(ctx context.Context, s *Store) ([]string, error) {
 	var out []string
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
@@ -28,7 +28,13 @@ func OnePassPolls(ctx context.Context, s *Store) ([]string, error) {
 		if err != nil {
 			return err
 		}
-		passed, _, err := hashInOnePass(ctx, tx, heads, "")
+		polls := newPassPolls(heads)
+		side, err := s.tilesBeside(ctx, tx, nil, polls)
+		if err != nil {
+			return err
+		}
+		defer side.stop()
+		passed, _, err := hashInOnePass(ctx, tx, polls, "", side)
 		for id := range passed {
 			out = append(out, id)
 		}

@@ -88,7 +88,7 @@ func hashRows(ctx context.Context, tx pgx.Tx, poll string) (hashed, error) {
 	if err != nil {
 		return hashed{}, interpretError(what, err)
 	}
-	lh := newLeafHasher(poll)
+	lh := newLeafHasher(poll, buildChunk)
 	var (
 		leaf, seq         int64
 		rowPoll, cand, pr *string
@@ -160,9 +160,11 @@ type answerFacts struct {
 // ballots of other kinds than single can be as many as the votes.
 const maxFingerprintsHeld = 4096
 
-func newLeafHasher(poll string) *leafHasher {
+// newLeafHasher hashes poll's leaves, adding them to the tree chunk at a
+// time.
+func newLeafHasher(poll string, chunk int) *leafHasher {
 	return &leafHasher{poll: poll, h: hashed{state: emptyLog(), badFP: -1, badDef: -1}, facts: map[string]*answerFacts{},
-		chunk: make([]tlog.Hash, 0, buildChunk)}
+		chunk: make([]tlog.Hash, 0, chunk)}
 }
 
 // add hashes the row of the next leaf, e (of lh's poll).
@@ -233,7 +235,7 @@ func (lh *leafHasher) addDefinition(d audit.Definition) error {
 func (lh *leafHasher) push(h tlog.Hash) error {
 	lh.chunk = append(lh.chunk, h)
 	lh.h.n++
-	if len(lh.chunk) == buildChunk {
+	if len(lh.chunk) == cap(lh.chunk) {
 		return lh.flush()
 	}
 	return nil

@@ -12,15 +12,19 @@ import (
 )
 
 // This file owns the rebuild's one pass over the ledger: every row read
-// once, in seq order, and handed to its poll's hasher, which hashes the
-// poll's rows in leaf order on a goroutine of its own. Per poll it yields
-// what hashRows does (log_build.go), without a lookup of each leaf's row
-// by its seq and without sorting the rows in leaf order, which is most of
-// what hashRows costs PostgreSQL.
+// once, in the table's order, and handed to its poll's hasher, which
+// hashes the poll's rows in leaf order on a goroutine of its own. Per poll
+// it yields what hashRows does (log_build.go), without a lookup of each
+// leaf's row by its seq and without sorting the rows in leaf order, which
+// is most of what hashRows costs PostgreSQL.
 //
 // A poll's leaves are mostly in seq order (numberRowsSQL numbers by seq;
-// appends commit nearly in the order they drew their seqs), so a row that
-// comes before its turn waits in a small table until its leaf is next. A
+// appends commit nearly in the order they drew their seqs), and so are
+// the table's rows, but for runs of rows that concurrent appends wrote to
+// pages of their own: reading them as they lie (a sequential scan) costs
+// PostgreSQL less than an index scan in seq order. A row that comes before
+// its turn waits, in the order it came, until its leaf is next (rows that
+// come out of seq order among those, in a small table). A
 // poll whose leaves do not line up with its rows (a leaf whose row is
 // gone or another poll's, a seq in two leaves, leaves not numbered one
 // after another) stalls or is seen to be malformed; it is left out of
@@ -48,14 +52,17 @@ const passBatch = 1 << 12
 // and fingerprint in its batch's text, one after the other from start.
 // The rows of a batch share that one string, rather than a string each:
 // most of what the pass costs the client is reading its rows.
+//
+// A definition's leaf is a passRow of seq -id (its id in poll_definitions),
+// not a row. A passRow holds no pointer, so a batch of them is no work for
+// the garbage collector.
 type passRow struct {
 	seq      int64
 	received int64 // microseconds since the Unix epoch
 	answer   int32 // -1: text[start:a]
 	start    int32
-	a, p, k  int32             // the ends of the answer, the principal and the key; the fingerprint ends at end
-	end      int32             // in text
-	def      *audit.Definition // a definition's leaf (seq < 0), not a row
+	a, p, k  int32 // the ends of the answer, the principal and the key; the fingerprint ends at end
+	end      int32 // in text
 }
 
 // heldRow is a row held until its leaf is next, with its own text.
@@ -64,12 +71,21 @@ type heldRow struct {
 	text []byte
 }
 
-// passWork is a batch of a poll's rows, in leaf order, for its hasher.
+// passWork is a batch of a poll's rows, in leaf order, for its hasher,
+// which owns rows and text until it hands them back.
 type passWork struct {
 	rows    []passRow
-	text    string
+	text    []byte
 	answers []string // the poll's answers so far, by number
 }
+
+// passSpares is how many used batches of rows a poll's hasher hands back
+// to the reader to fill again, rather than the reader making new ones.
+const passSpares = 3
+
+// passText is the room a batch's text is made with: about the text of
+// passBatch rows.
+const passText = passBatch * 64
 
 // hashed is a poll's rows hashed in leaf order, as hashRows gives them,
 // and the count of the poll's rows.
@@ -84,6 +100,17 @@ type hashed struct {
 	defProblem string
 	defs       int64 // definition leaves
 	rows       int64 // the ledger's rows of the poll
+	// tiles is the comparison of full with the stored tiles, when the
+	// hasher made it (tilesCompared).
+	tilesCompared bool
+	tiles         tileVerdict
+}
+
+// tileVerdict is firstTileDifference's answer: the first leaf under the
+// first hash that differs, and what differs ("": nothing).
+type tileVerdict struct {
+	leaf int64
+	what string
 }
 
 // passPoll is one poll in the pass.
@@ -92,7 +119,9 @@ type passPoll struct {
 	seqs    []int64 // its leaves' rows, in leaf order
 	next    int     // the leaf whose row comes next
 	pending map[int64]heldRow
+	ahead   aheadRows
 	defs    map[int64]*audit.Definition // every poll's, by id
+	tiles   *sideReader                 // the stored tiles, when read beside the pass
 	rows    int64
 	failed  bool // left to the per-poll check
 
@@ -103,12 +132,13 @@ type passPoll struct {
 	counts  []int64
 	others  map[string]int64 // the answers past maxFingerprintsHeld
 
-	batch []passRow
-	text  []byte // the batch's
-	work  chan passWork
-	done  chan struct{}
-	out   hashed
-	err   error // the hasher's
+	batch  []passRow
+	text   []byte // the batch's
+	work   chan passWork
+	spares chan passWork // batches the hasher is done with
+	done   chan struct{}
+	out    hashed
+	err    error // the hasher's
 }
 
 // tallyKey is a (poll, candidate) the pass counts the rows of.
@@ -118,15 +148,22 @@ type tallyKey struct{ poll, cand string }
 // in one pass over the ledger, in tx's snapshot. It returns the polls it
 // could hash (the others are for the per-poll check) and the count of
 // the ledger's rows of each (poll, candidate), the recount, which the
-// pass makes as it reads every row anyway.
-func hashInOnePass(ctx context.Context, tx pgx.Tx, heads []logHeadRow, pollID string) (map[string]*hashed, map[tallyKey]int64, error) {
+// pass makes as it reads every row anyway. polls are newPassPolls of
+// heads. Given the reader beside it (side, or nil), which reads the
+// leaves of some of the polls and the stored tiles of all, each poll's
+// hasher compares its poll's tiles once it has hashed its last row, while
+// the others still hash.
+func hashInOnePass(ctx context.Context, tx pgx.Tx, polls map[string]*passPoll, pollID string, side *sideReader) (map[string]*hashed, map[tallyKey]int64, error) {
 	var p *string
 	if pollID != "" {
 		p = &pollID
 	}
-	polls, err := passLeaves(ctx, tx, heads, p)
+	err := passLeaves(ctx, tx, polls, p, side)
 	if err != nil {
 		return nil, nil, err
+	}
+	for _, pp := range polls {
+		pp.tiles = side
 	}
 	defer func() {
 		for _, pp := range polls {
@@ -173,23 +210,59 @@ func hashInOnePass(ctx context.Context, tx pgx.Tx, heads []logHeadRow, pollID st
 	return out, counts, nil
 }
 
-// passLeaves reads the leaves of the polls of heads, in leaf order. A poll
-// whose leaf rows are not numbered one after another from 0 is marked
-// failed: the per-poll check names what is wrong.
-func passLeaves(ctx context.Context, tx pgx.Tx, heads []logHeadRow, pollID *string) (map[string]*passPoll, error) {
+// newPassPolls are the polls of heads the pass is to hash: those whose
+// log is built.
+func newPassPolls(heads []logHeadRow) map[string]*passPoll {
 	polls := make(map[string]*passPoll, len(heads))
 	for _, h := range heads {
 		if h.root == nil {
 			continue // still to build: the per-poll check says so
 		}
 		polls[h.poll] = &passPoll{id: h.poll, pending: map[int64]heldRow{}, number: map[string]int32{}, others: map[string]int64{},
-			out: hashed{state: emptyLog(), badFP: -1}}
+			seqs: make([]int64, 0, max(h.size, 0)), out: hashed{state: emptyLog(), badFP: -1}}
+	}
+	return polls
+}
+
+// passLeaves reads the leaves of the polls, in leaf order: in tx those
+// that side (nil: none) does not read, then waits for side's, and reads
+// the definitions.
+func passLeaves(ctx context.Context, tx pgx.Tx, polls map[string]*passPoll, pollID *string, side *sideReader) error {
+	var mine []string
+	for id := range polls {
+		if !side.readsLeavesOf(id) {
+			mine = append(mine, id)
+		}
+	}
+	if err := readLeaves(ctx, tx, polls, mine); err != nil {
+		return err
+	}
+	if err := side.waitLeaves(); err != nil {
+		return err
+	}
+	defs, err := passDefinitions(ctx, tx, pollID)
+	if err != nil {
+		return err
+	}
+	for _, pp := range polls {
+		pp.defs = defs
+		pp.catchUp()
+	}
+	return nil
+}
+
+// readLeaves reads the leaves of the polls of ids into their seqs, in
+// leaf order. A poll whose leaf rows are not numbered one after another
+// from 0 is marked failed: the per-poll check names what is wrong.
+func readLeaves(ctx context.Context, tx pgx.Tx, polls map[string]*passPoll, ids []string) error {
+	if len(ids) == 0 {
+		return nil
 	}
 	rows, err := tx.Query(ctx, `
 SELECT poll_id, first_leaf, seqs FROM poll_log_leaves
-WHERE $1::text IS NULL OR poll_id = $1 ORDER BY poll_id, first_leaf`, pollID)
+WHERE poll_id = ANY($1) ORDER BY poll_id, first_leaf`, ids)
 	if err != nil {
-		return nil, interpretError("read the logs' leaves", err)
+		return interpretError("read the logs' leaves", err)
 	}
 	var (
 		poll  string
@@ -207,18 +280,7 @@ WHERE $1::text IS NULL OR poll_id = $1 ORDER BY poll_id, first_leaf`, pollID)
 		pp.seqs = append(pp.seqs, seqs...)
 		return nil
 	})
-	if err != nil {
-		return nil, interpretError("read the logs' leaves", err)
-	}
-	defs, err := passDefinitions(ctx, tx, pollID)
-	if err != nil {
-		return nil, err
-	}
-	for _, pp := range polls {
-		pp.defs = defs
-		pp.catchUp()
-	}
-	return polls, nil
+	return interpretError("read the logs' leaves", err)
 }
 
 // passDefinitions reads the definitions of the polls (one's when pollID is
@@ -260,13 +322,21 @@ func (pp *passPoll) count(answer []byte) int32 {
 	return i
 }
 
-// take is the poll's next row in seq order, whose answer's number is
-// answer: hashed when its leaf is next, else held until it is.
+// take is the poll's next row in the table's order, whose answer's
+// number is answer: hashed when its leaf is next, else held until it is:
+// in ahead when it comes after the rows held there in seq order (as
+// nearly all do), else in pending.
 func (pp *passPoll) take(r *rawRow, answer int32) {
 	pp.rows++
 	if pp.next >= len(pp.seqs) || pp.seqs[pp.next] != r.seq {
-		if len(pp.pending) >= passPending {
+		if len(pp.pending)+pp.ahead.len() >= passPending {
 			pp.fail()
+			return
+		}
+		if last, ok := pp.ahead.last(); !ok || r.seq > last {
+			var row passRow
+			row, pp.ahead.text = layRow(pp.ahead.text, r, answer)
+			pp.ahead.rows = append(pp.ahead.rows, row)
 			return
 		}
 		row, text := layRow(make([]byte, 0, len(r.answer)+len(r.principal)+len(r.key)+len(r.fp)), r, answer)
@@ -274,9 +344,17 @@ func (pp *passPoll) take(r *rawRow, answer int32) {
 		return
 	}
 	var row passRow
-	row, pp.text = layRow(pp.text, r, answer)
+	row, pp.text = layRow(pp.textRoom(), r, answer)
 	pp.emit(row)
 	pp.catchUp()
+}
+
+// textRoom is the batch's text, made when it is not.
+func (pp *passPoll) textRoom() []byte {
+	if pp.text == nil {
+		pp.text = make([]byte, 0, passText)
+	}
+	return pp.text
 }
 
 // layRow appends r's text to text and returns r as a passRow of it.
@@ -296,7 +374,9 @@ func layRow(text []byte, r *rawRow, answer int32) (passRow, []byte) {
 }
 
 // catchUp emits the leaves that are next and at hand: definitions, and
-// rows held until their turn.
+// rows held until their turn. A row first in ahead whose seq is below the
+// next leaf's is not next (its leaf comes later, or it has none): it moves
+// to pending, so the rows behind it in ahead are not held up by it.
 func (pp *passPoll) catchUp() {
 	for pp.next < len(pp.seqs) && !pp.failed {
 		seq := pp.seqs[pp.next]
@@ -306,7 +386,16 @@ func (pp *passPoll) catchUp() {
 				pp.fail() // the per-poll check names the leaf
 				return
 			}
-			pp.emit(passRow{seq: seq, def: d})
+			pp.emit(passRow{seq: seq})
+			continue
+		}
+		if row, text, ok := pp.ahead.first(); ok && row.seq <= seq {
+			if row.seq == seq {
+				pp.emitHeld(row, text)
+			} else {
+				pp.pending[row.seq] = heldRow{row: rebased(row, -row.start), text: append([]byte(nil), text...)}
+			}
+			pp.ahead.pop() // after its text is copied: pop may move the text
 			continue
 		}
 		held, ok := pp.pending[seq]
@@ -314,10 +403,65 @@ func (pp *passPoll) catchUp() {
 			return
 		}
 		delete(pp.pending, seq)
-		row, base := held.row, int32(len(pp.text))
-		row.start, row.a, row.p, row.k, row.end = row.start+base, row.a+base, row.p+base, row.k+base, row.end+base
-		pp.text = append(pp.text, held.text...)
-		pp.emit(row)
+		pp.emitHeld(held.row, held.text)
+	}
+}
+
+// emitHeld emits a held row whose text, from its row.start, is text.
+func (pp *passPoll) emitHeld(row passRow, text []byte) {
+	row = rebased(row, int32(len(pp.text))-row.start)
+	pp.text = append(pp.textRoom(), text...)
+	pp.emit(row)
+}
+
+// rebased is r with its text moved by d bytes.
+func rebased(r passRow, d int32) passRow {
+	r.start, r.a, r.p, r.k, r.end = r.start+d, r.a+d, r.p+d, r.k+d, r.end+d
+	return r
+}
+
+// aheadRows are a poll's rows come before their leaf's turn, in the order
+// they came, which is seq order, their text one after another.
+type aheadRows struct {
+	rows []passRow
+	head int // rows before it are gone
+	text []byte
+}
+
+func (h *aheadRows) len() int { return len(h.rows) - h.head }
+
+// last is the seq of the row held last.
+func (h *aheadRows) last() (int64, bool) {
+	if h.len() == 0 {
+		return 0, false
+	}
+	return h.rows[len(h.rows)-1].seq, true
+}
+
+// first is the row held first and its text.
+func (h *aheadRows) first() (passRow, []byte, bool) {
+	if h.len() == 0 {
+		return passRow{}, nil, false
+	}
+	r := h.rows[h.head]
+	return r, h.text[r.start:r.end], true
+}
+
+// pop lets the first row go; the space of the rows gone is taken back
+// once they are most of it.
+func (h *aheadRows) pop() {
+	h.head++
+	switch {
+	case h.head == len(h.rows):
+		h.rows, h.head, h.text = h.rows[:0], 0, h.text[:0]
+	case h.head >= 1024 && 2*h.head >= len(h.rows):
+		base := h.rows[h.head].start
+		h.text = h.text[:copy(h.text, h.text[base:])]
+		n := copy(h.rows, h.rows[h.head:])
+		h.rows, h.head = h.rows[:n], 0
+		for i := range h.rows {
+			h.rows[i] = rebased(h.rows[i], -base)
+		}
 	}
 }
 
@@ -325,6 +469,9 @@ func (pp *passPoll) catchUp() {
 // the poll's hasher.
 func (pp *passPoll) emit(r passRow) {
 	pp.next++
+	if pp.batch == nil {
+		pp.batch = make([]passRow, 0, passBatch)
+	}
 	pp.batch = append(pp.batch, r)
 	if len(pp.batch) == passBatch {
 		pp.flush()
@@ -338,16 +485,21 @@ func (pp *passPoll) flush() {
 		return
 	}
 	if pp.work == nil {
-		pp.work, pp.done = make(chan passWork, 2), make(chan struct{})
+		pp.work, pp.spares, pp.done = make(chan passWork, 2), make(chan passWork, passSpares), make(chan struct{})
 		go pp.hash()
 	}
-	pp.work <- passWork{rows: pp.batch, text: string(pp.text), answers: pp.answers}
-	pp.batch, pp.text = make([]passRow, 0, passBatch), pp.text[:0]
+	pp.work <- passWork{rows: pp.batch, text: pp.text, answers: pp.answers}
+	select {
+	case w := <-pp.spares:
+		pp.batch, pp.text = w.rows, w.text
+	default:
+		pp.batch, pp.text = make([]passRow, 0, passBatch), nil
+	}
 }
 
 // fail leaves the poll to the per-poll check.
 func (pp *passPoll) fail() {
-	pp.failed, pp.pending, pp.batch, pp.text = true, nil, nil, nil
+	pp.failed, pp.pending, pp.ahead, pp.batch, pp.text = true, nil, aheadRows{}, nil, nil
 	pp.stop()
 }
 
@@ -371,7 +523,21 @@ type rawRow struct {
 // as the row, only during the call). It reads the binary values as they
 // come, without a scan into values of their own.
 func passRows(ctx context.Context, tx pgx.Tx, pollID *string, fn func(poll []byte, r *rawRow)) error {
-	rows, err := tx.Query(ctx, passRowsSQL, pollID)
+	// The rows in the table's order, from one process: a parallel plan
+	// would interleave its workers' pages, a synchronized scan start
+	// midway.
+	if _, err := tx.Exec(ctx, `SELECT set_config('max_parallel_workers_per_gather', '0', true), set_config('synchronize_seqscans', 'off', true)`); err != nil {
+		return err
+	}
+	var (
+		rows pgx.Rows
+		err  error
+	)
+	if pollID == nil {
+		rows, err = tx.Query(ctx, passRowsSQL)
+	} else {
+		rows, err = tx.Query(ctx, passPollRowsSQL, *pollID)
+	}
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,10 @@
 package ledger
 
-import "time"
+import (
+	"strings"
+	"time"
+	"unsafe"
+)
 
 // This file owns the pass's hashers (log_pass.go reads the rows and hands
 // each poll's, in leaf order, to its own): each hashes its poll's rows as
@@ -11,48 +15,83 @@ import "time"
 // answer it keeps by the answer's number.
 func (pp *passPoll) hash() {
 	defer close(pp.done)
-	lh := newLeafHasher(pp.id)
+	lh := newLeafHasher(pp.id, passBatch)
 	var facts []answerFacts
 	for w := range pp.work {
 		for len(facts) < len(w.answers) {
 			facts = append(facts, answerFacts{})
 		}
+		// The batch's text, read in place: no string made of it outlives
+		// the batch, which goes back to the reader below.
+		text := unsafe.String(unsafe.SliceData(w.text), len(w.text))
 		for i := range w.rows {
 			if pp.err != nil {
 				break // drain
 			}
-			pp.err = pp.hashRow(lh, &w, &w.rows[i], facts)
+			pp.err = pp.hashRow(lh, text, w.answers, &w.rows[i], facts)
+		}
+		select {
+		case pp.spares <- passWork{rows: w.rows[:0], text: w.text[:0]}:
+		default:
 		}
 	}
 	if pp.err == nil {
 		pp.err = lh.flush()
 	}
 	pp.out = lh.h
+	if pp.err == nil {
+		pp.compareTiles()
+	}
 }
 
-// hashRow hashes r, a row of w, the next leaf.
-func (pp *passPoll) hashRow(lh *leafHasher, w *passWork, r *passRow, facts []answerFacts) error {
-	if r.def != nil {
-		return lh.addDefinition(*r.def)
+// compareTiles compares the full tiles the poll's rows made with the
+// stored ones, when they are read beside the pass (else checkHashed reads
+// and compares them), once they are read.
+func (pp *passPoll) compareTiles() {
+	if pp.tiles == nil {
+		return
+	}
+	<-pp.tiles.done
+	if pp.tiles.err == nil { // else checkHashed reports it
+		leaf, what := tileDifference(pp.out.full, func(fn func(level int16, idx int64, data []byte)) error {
+			pp.tiles.tiles.each(pp.id, fn)
+			return nil
+		})
+		pp.out.tilesCompared, pp.out.tiles = true, tileVerdict{leaf, what}
+	}
+}
+
+// hashRow hashes r, the next leaf, a row of a batch whose text is text
+// and whose poll's answers so far are answers.
+func (pp *passPoll) hashRow(lh *leafHasher, text string, answers []string, r *passRow, facts []answerFacts) error {
+	if r.seq < 0 {
+		return lh.addDefinition(*pp.defs[-r.seq]) // catchUp made sure it is the poll's
 	}
 	var (
 		answer string
 		f      = &answerFacts{}
 	)
 	if r.answer >= 0 {
-		answer, f = w.answers[r.answer], &facts[r.answer]
+		answer, f = answers[r.answer], &facts[r.answer]
 	} else {
-		answer = w.text[r.start:r.a]
+		answer = strings.Clone(text[r.start:r.a]) // the leaf hasher may keep it
 	}
-	e := EventOf(w.text[r.a:r.p], w.text[r.p:r.k], pp.id, answer, time.UnixMicro(r.received).UTC())
-	return lh.addWith(e, answer, w.text[r.k:r.end], f)
+	e := EventOf(text[r.a:r.p], text[r.p:r.k], pp.id, answer, time.UnixMicro(r.received).UTC())
+	return lh.addWith(e, answer, text[r.k:r.end], f)
 }
 
-// passRowsSQL reads the ledger's rows (one poll's when $1 is set) in seq
-// order, as the pass wants them.
-const passRowsSQL = `
+// passRowsSQL reads the ledger's rows in the table's order, as the pass
+// wants them, and passPollRowsSQL one poll's. Every poll's has no WHERE at
+// all rather than "$1 IS NULL OR poll_id = $1": once PostgreSQL caches a
+// generic plan for the prepared statement, that filter is evaluated on
+// every row.
+const (
+	passRowsSQL = `
+SELECT seq, poll_id, coalesce(ballot, candidate_id), principal_id, client_event_id, received_at, fingerprint FROM poll_events`
+	passPollRowsSQL = `
 SELECT seq, poll_id, coalesce(ballot, candidate_id), principal_id, client_event_id, received_at, fingerprint FROM poll_events
-WHERE $1::text IS NULL OR poll_id = $1 ORDER BY seq`
+WHERE poll_id = $1`
+)
 
 // pgEpoch is PostgreSQL's epoch, 2000-01-01T00:00:00Z, in Unix
 // microseconds: a timestamptz in binary is microseconds from it.

@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
 	"golang.org/x/mod/sumdb/tlog"
 	"golang.org/x/sync/errgroup"
 )
@@ -45,7 +44,10 @@ WHERE $1::text IS NULL OR poll_id = $1 ORDER BY poll_id`
 // from before the log) is reported as such.
 //
 // Every poll's rows are first hashed in one pass over the ledger
-// (log_pass.go). A poll the pass cannot hash (its leaves do not line up
+// (log_pass.go), while a second connection in tx's snapshot reads half of
+// the polls' leaves and then every stored tile (log_verify_tiles.go),
+// which each poll's hasher compares once it is done. A poll the pass
+// cannot hash (its leaves do not line up
 // with its rows: something is wrong with it) is then checked the per-poll
 // way, which names its first wrong leaf: several polls at a time, each on
 // a connection of the pool whose transaction imports tx's snapshot
@@ -70,7 +72,17 @@ func (s *Store) verifyLogs(ctx context.Context, tx pgx.Tx, pollID string) ([]Log
 		return nil, nil, err
 	}
 	out := make([]LogCheck, len(heads))
-	passed, counts, err := hashInOnePass(ctx, tx, heads, pollID)
+	polls := newPassPolls(heads)
+	ahead, err := s.tilesBeside(ctx, tx, p, polls)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer ahead.stop()
+	passed, counts, err := hashInOnePass(ctx, tx, polls, pollID, ahead)
+	if err != nil {
+		return nil, nil, err
+	}
+	tiles, err := ahead.wait(tx)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -81,7 +93,7 @@ func (s *Store) verifyLogs(ctx context.Context, tx pgx.Tx, pollID string) ([]Log
 			rest = append(rest, i)
 			continue
 		}
-		if out[i], err = checkLog(ctx, tx, LogCheck{PollID: h.poll, Size: h.size, Leaf: -1}, *hh, h.root, h.partial); err != nil {
+		if out[i], err = checkLog(ctx, tx, tiles, LogCheck{PollID: h.poll, Size: h.size, Leaf: -1}, *hh, h.root, h.partial); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -107,20 +119,17 @@ func (s *Store) verifyEach(ctx context.Context, tx pgx.Tx, heads []logHeadRow, r
 		}
 		return nil
 	}
-	var snapshot string
-	if err := tx.QueryRow(ctx, `SELECT pg_export_snapshot()`).Scan(&snapshot); err != nil {
-		return fmt.Errorf("export the snapshot for the logs' workers: %w", err)
-	}
-	if !snapshotID.MatchString(snapshot) {
-		return fmt.Errorf("PostgreSQL exported a snapshot named %q, not of the expected form", snapshot)
+	snapshot, err := exportSnapshot(ctx, tx, "the logs' workers")
+	if err != nil {
+		return err
 	}
 	var next atomic.Int64
 	g, gctx := errgroup.WithContext(ctx)
 	for range workers {
 		g.Go(func() error {
 			return pgx.BeginTxFunc(gctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(wtx pgx.Tx) error {
-				if _, err := wtx.Exec(gctx, `SET TRANSACTION SNAPSHOT '`+snapshot+`'`); err != nil {
-					return fmt.Errorf("import the rebuild's snapshot: %w", err)
+				if err := importSnapshot(gctx, wtx, snapshot); err != nil {
+					return err
 				}
 				for {
 					j := int(next.Add(1)) - 1
@@ -173,13 +182,13 @@ func verifyLog(ctx context.Context, tx pgx.Tx, poll string, size int64, root, pa
 	if err := tx.QueryRow(ctx, `SELECT count(*) FROM poll_events WHERE poll_id = $1`, poll).Scan(&h.rows); err != nil {
 		return c, err
 	}
-	return checkLog(ctx, tx, c, h, root, partial)
+	return checkLog(ctx, tx, txTiles{tx}, c, h, root, partial)
 }
 
 // checkLog checks a poll's leaves, hashed, against its stored head and
-// tiles, then their fingerprints and definitions.
-func checkLog(ctx context.Context, tx pgx.Tx, c LogCheck, h hashed, root, partial []byte) (LogCheck, error) {
-	c, err := checkHashed(ctx, tx, c, h, root, partial)
+// tiles (from tiles), then their fingerprints and definitions.
+func checkLog(ctx context.Context, tx pgx.Tx, tiles tileSource, c LogCheck, h hashed, root, partial []byte) (LogCheck, error) {
+	c, err := checkHashed(ctx, tx, tiles, c, h, root, partial)
 	if err != nil || !c.OK() {
 		return c, err
 	}
@@ -194,16 +203,19 @@ func checkLog(ctx context.Context, tx pgx.Tx, c LogCheck, h hashed, root, partia
 
 // checkHashed checks a poll's rows, hashed in leaf order, against its
 // stored head (of c.Size leaves, root and partial tiles) and full tiles.
-func checkHashed(ctx context.Context, tx pgx.Tx, c LogCheck, h hashed, root, partial []byte) (LogCheck, error) {
+func checkHashed(ctx context.Context, tx pgx.Tx, tiles tileSource, c LogCheck, h hashed, root, partial []byte) (LogCheck, error) {
 	state, full, n, size := h.state, h.full, h.n, c.Size
 	c.Rows, c.Definitions = h.rows, h.defs
 	if root == nil {
 		c.Problem = "the log is still to build from rows older than it: run tally migrate up"
 		return c, nil
 	}
-	leaf, what, err := firstTileDifference(ctx, tx, c.PollID, full)
-	if err != nil {
-		return c, err
+	leaf, what := h.tiles.leaf, h.tiles.what
+	if !h.tilesCompared {
+		var err error
+		if leaf, what, err = firstTileDifference(ctx, tiles, c.PollID, full); err != nil {
+			return c, err
+		}
 	}
 	if what != "" {
 		c.Leaf, c.Problem = leaf, what
@@ -278,30 +290,32 @@ LEFT JOIN (SELECT unnest(seqs) AS seq FROM poll_log_leaves WHERE poll_id = $1) l
 WHERE e.poll_id = $1 AND l.seq IS NULL`
 
 // firstTileDifference compares the full tiles a poll's rows make, full,
-// with the stored ones as it reads them, and names the first leaf under
-// the first hash that differs in the first tile of full that differs from
-// its stored one, or is not stored ("": none). A stored tile is compared
-// in the row that holds it, not copied.
-func firstTileDifference(ctx context.Context, tx pgx.Tx, poll string, full []fullTile) (int64, string, error) {
+// with the stored ones, from tiles, as tileDifference does.
+func firstTileDifference(ctx context.Context, tiles tileSource, poll string, full []fullTile) (int64, string, error) {
+	var err error
+	leaf, what := tileDifference(full, func(fn func(level int16, idx int64, data []byte)) error {
+		err = tiles.eachTile(ctx, poll, fn)
+		return err
+	})
+	return leaf, what, err
+}
+
+// tileDifference compares the full tiles a poll's rows make, full, with
+// the stored ones, which each gives, and names the first leaf under the
+// first hash that differs in the first tile of full that differs from its
+// stored one, or is not stored ("": none, or each failed). A stored tile
+// is compared where each holds it, not copied.
+func tileDifference(full []fullTile, each func(fn func(level int16, idx int64, data []byte)) error) (int64, string) {
 	at := make(map[[2]int64]int, len(full)) // a tile's place in full
 	for i, t := range full {
 		at[[2]int64{int64(t.level), t.idx}] = i
 	}
 	stored := make([]bool, len(full))
 	first, leaf, what := len(full), int64(0), ""
-	rows, err := tx.Query(ctx, `SELECT level, idx, hashes FROM poll_log_tiles WHERE poll_id = $1`, poll)
-	if err != nil {
-		return 0, "", err
-	}
-	var (
-		level int16
-		idx   int64
-		data  pgtype.DriverBytes // valid until the next row
-	)
-	_, err = pgx.ForEachRow(rows, []any{&level, &idx, &data}, func() error {
+	err := each(func(level int16, idx int64, data []byte) {
 		i, ok := at[[2]int64{int64(level), idx}]
 		if !ok {
-			return nil
+			return
 		}
 		stored[i] = true
 		if i < first {
@@ -309,16 +323,14 @@ func firstTileDifference(ctx context.Context, tx pgx.Tx, poll string, full []ful
 				first, leaf, what = i, l, w
 			}
 		}
-		return nil
 	})
 	if err != nil {
-		return 0, "", err
+		return 0, ""
 	}
 	for i, ok := range stored[:first] {
 		if !ok {
-			l, w := firstDifference(full[i].level, full[i].idx, full[i].data, nil)
-			return l, w, nil
+			return firstDifference(full[i].level, full[i].idx, full[i].data, nil)
 		}
 	}
-	return leaf, what, nil
+	return leaf, what
 }
