@@ -2,7 +2,6 @@ package intake_test
 
 import (
 	"context"
-	"net/http"
 	"testing"
 	"time"
 
@@ -33,28 +32,5 @@ func TestOIDCAdminMintsNoLongerLived(t *testing.T) {
 	if id, err := b.cfg.Credentials.Verify(context.Background(), creator); err != nil || id.Role != credential.RoleAdmin || !id.ExpiresAt.Equal(creatorExpiry) {
 		t.Fatalf("the OpenID Connect admin's token: %+v, %v; want an admin's expiring at %v", id, err, creatorExpiry)
 	}
-	for _, c := range []struct {
-		expires string
-		want    time.Time
-	}{
-		{"", creatorExpiry},
-		{"720h", creatorExpiry},
-		{"10m", time.Now().Add(10 * time.Minute)},
-	} {
-		r := b.adminDo(t, http.MethodPost, "/v1/principals", creator, `{"names":["ops"],"role":"admin","expires":"`+c.expires+`"}`)
-		if r.code != http.StatusCreated {
-			t.Fatalf("an OpenID Connect admin asking for an admin expiring %q: %d %s", c.expires, r.code, r.raw)
-		}
-		got, err := time.Parse(time.RFC3339, r.str("expires_at"))
-		if err != nil || got.Sub(c.want).Abs() > 2*time.Second {
-			t.Fatalf("an admin asked to expire %q by an OpenID Connect admin whose token expires at %v expires at %q, want %v",
-				c.expires, creatorExpiry, r.str("expires_at"), c.want)
-		}
-		ps, _ := r.body["principals"].([]any)
-		minted, _ := ps[0].(map[string]any)["token"].(string)
-		id, err := b.cfg.Credentials.Verify(context.Background(), minted)
-		if err != nil || id.Role != credential.RoleAdmin || id.ExpiresAt.IsZero() || id.ExpiresAt.After(creatorExpiry) {
-			t.Fatalf("the minted admin's token: %+v (%v), want an admin's expiring no later than %v", id, err, creatorExpiry)
-		}
-	}
+	mintsCapped(t, b, creator, creatorExpiry, "an OpenID Connect admin")
 }

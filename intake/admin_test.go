@@ -295,6 +295,15 @@ func TestAdminAddsAdmins(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	mintsCapped(t, b, creator, creatorExpiry, "an admin")
+}
+
+// mintsCapped has the admin of token creator, whose token expires at
+// creatorExpiry, add admins asked to expire never, later and sooner: the
+// first two expire with creatorExpiry, the last when asked, and each
+// minted token verifies as an admin's expiring as answered and lists polls.
+func mintsCapped(t *testing.T, b *bundle, creator string, creatorExpiry time.Time, who string) {
+	t.Helper()
 	for _, c := range []struct {
 		expires string
 		want    time.Time
@@ -305,18 +314,18 @@ func TestAdminAddsAdmins(t *testing.T) {
 	} {
 		r := b.adminDo(t, http.MethodPost, "/v1/principals", creator, `{"names":["ops"],"role":"admin","expires":"`+c.expires+`"}`)
 		if r.code != http.StatusCreated {
-			t.Fatalf("an admin asking for an admin expiring %q: %d %s", c.expires, r.code, r.raw)
+			t.Fatalf("%s asking for an admin expiring %q: %d %s", who, c.expires, r.code, r.raw)
 		}
 		got, err := time.Parse(time.RFC3339, r.str("expires_at"))
 		if err != nil || got.Sub(c.want).Abs() > 2*time.Second {
-			t.Fatalf("an admin asked to expire %q by an admin whose token expires at %v expires at %q, want %v",
-				c.expires, creatorExpiry, r.str("expires_at"), c.want)
+			t.Fatalf("an admin asked to expire %q by %s whose token expires at %v expires at %q, want %v",
+				c.expires, who, creatorExpiry, r.str("expires_at"), c.want)
 		}
 		p, _ := r.body["principals"].([]any)[0].(map[string]any)
 		token, _ := p["token"].(string)
 		id, err := b.cfg.Credentials.Verify(context.Background(), token)
-		if err != nil || !id.ExpiresAt.Equal(got.Truncate(time.Second)) || id.Role != credential.RoleAdmin {
-			t.Fatalf("the admin's token: %+v (%v), want an admin's expiring at %v", id, err, got)
+		if err != nil || !id.ExpiresAt.Equal(got.Truncate(time.Second)) || id.Role != credential.RoleAdmin || id.ExpiresAt.After(creatorExpiry) {
+			t.Fatalf("the minted admin's token: %+v (%v), want an admin's expiring at %v, no later than %v", id, err, got, creatorExpiry)
 		}
 		if got := b.adminDo(t, http.MethodGet, "/v1/polls", token, ""); got.code != http.StatusOK {
 			t.Fatalf("the admin token issued over HTTP lists polls: %d %s, want 200", got.code, got.raw)

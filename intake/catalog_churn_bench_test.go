@@ -31,13 +31,7 @@ func BenchmarkVoteWhileCatalogChanges(b *testing.B) {
 		senders   = 4
 		createdAt = 100 * time.Millisecond // between two polls created
 	)
-	polls, roundFor := churnSize()
-	bu := setup(b)
-	other := testenv.Postgres(b)
-	otherStore := newStore(b, other.Pool)
-	fillPolls(b, bu.store, polls)
-	fillPolls(b, otherStore, polls)
-	bu.waitCatalog(b, fmt.Sprintf("c%d", polls-1))
+	roundFor, bu, otherStore := churnSetup(b)
 	tokens := make([]string, senders)
 	for i := range tokens {
 		_, tokens[i] = bu.principal(b, fmt.Sprintf("churn%d", i))
@@ -103,13 +97,7 @@ func BenchmarkVoteWhileCatalogChanges(b *testing.B) {
 // intake's, from its listener's wake-up to its catalog's update.
 func BenchmarkCatalogChangeCPU(b *testing.B) {
 	const createdAt = 100 * time.Millisecond
-	polls, roundFor := churnSize()
-	bu := setup(b)
-	other := testenv.Postgres(b)
-	otherStore := newStore(b, other.Pool)
-	fillPolls(b, bu.store, polls)
-	fillPolls(b, otherStore, polls)
-	bu.waitCatalog(b, fmt.Sprintf("c%d", polls-1))
+	roundFor, bu, otherStore := churnSetup(b)
 	ways := []struct {
 		name  string
 		store *ledger.Store
@@ -141,6 +129,19 @@ func BenchmarkCatalogChangeCPU(b *testing.B) {
 		b.ReportMetric(float64(cpu[i].Microseconds())/float64(created[i]), "cpu-"+w.name+"-us/poll")
 	}
 	b.ReportMetric(float64(cpu[1].Microseconds())/float64(created[1])-float64(cpu[0].Microseconds())/float64(created[0]), "cpu-applied-us/poll")
+}
+
+// churnSetup starts an intake whose catalog holds churnSize's polls, and
+// another database of the same PostgreSQL holding the same polls, and
+// returns a round's time, the intake and the other database's store.
+func churnSetup(b *testing.B) (time.Duration, *bundle, *ledger.Store) {
+	polls, roundFor := churnSize()
+	bu := setup(b)
+	otherStore := newStore(b, testenv.Postgres(b).Pool)
+	fillPolls(b, bu.store, polls)
+	fillPolls(b, otherStore, polls)
+	bu.waitCatalog(b, fmt.Sprintf("c%d", polls-1))
+	return roundFor, bu, otherStore
 }
 
 // churnSize is the catalog's polls and a round's time of the benchmarks
