@@ -10,7 +10,7 @@ SERVICES := eval "$$(scripts/services.sh env)"
 # deadline exceeded" and no failing input, a race in Go 1.26's fuzz
 # coordinator (go.dev/issue/75804). FUZZTIME=5m runs every target that long.
 FUZZTIME ?=
-FUZZ_TARGETS := ./intake:FuzzParseVote:10000x ./intake/internal/admin:FuzzDecodePollRequest:10000x ./cli:FuzzParseImportLine:10000x ./stream:FuzzDecode:75000x ./vote:FuzzValidID:60000x ./vote:FuzzParseBallot:20000x ./vote:FuzzScanCanonical:20000x ./vote:FuzzScanBallot:20000x ./vote:FuzzValidCanonical:20000x ./audit:FuzzDecodeLeaf:40000x ./audit:FuzzDecodeDefinition:30000x ./audit:FuzzOpenCheckpoint:30000x ./audit:FuzzParseExportLine:20000x ./credential:FuzzVerify:15000x ./credential:FuzzClaimsDecode:15000x
+FUZZ_TARGETS := ./intake:FuzzParseVote:10000x ./intake/internal/admin:FuzzDecodePollRequest:10000x ./cli:FuzzParseImportLine:10000x ./stream:FuzzDecode:75000x ./vote:FuzzValidID:60000x ./vote:FuzzParseBallot:20000x ./vote:FuzzScanCanonical:20000x ./vote:FuzzScanBallot:20000x ./vote:FuzzValidCanonical:20000x ./audit:FuzzDecodeLeaf:40000x ./audit:FuzzDecodeDefinition:30000x ./audit:FuzzOpenCheckpoint:30000x ./audit:FuzzParseExportLine:20000x ./credential:FuzzVerify:15000x ./credential:FuzzClaimsDecode:15000x ./ledger:FuzzInt8Array:20000x
 # staticcheck at a pinned version, fetched through the module proxy by go run:
 # lint never depends on what happens to be installed.
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2

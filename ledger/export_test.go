@@ -11,6 +11,12 @@ import (
 // both ways through appendTx to the same rules.
 func FullPathOnly(s *Store) { s.fullPathOnly = true }
 
+// LeavesAfterRows makes the rebuild's reader beside its pass read the
+// leaves only once the pass asks for them, which it does when it has
+// taken every row (or passHeldForLeaves of them): every row waits for its
+// leaf, as the rows that come before the leaves do.
+func LeavesAfterRows(s *Store) { s.leavesAfterRows = true }
+
 // OnePassPolls are the polls the rebuild's one pass over the ledger hashes
 // (log_pass.go), in a snapshot of their own, with the reader beside it as
 // Rebuild has it; the others go to the per-poll check.

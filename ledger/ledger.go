@@ -82,8 +82,12 @@ type Store struct {
 	// fullPathOnly turns off Append's optimistic step, so tests can hold
 	// the two steps to the same outcomes.
 	fullPathOnly bool
-	rules        rulesCache // ballots.go
-	voters       voterBook  // voters.go
+	// leavesAfterRows makes the rebuild read the leaves only once its pass
+	// has taken every row, so tests hold the rows that come before their
+	// leaves to the same outcomes.
+	leavesAfterRows bool
+	rules           rulesCache // ballots.go
+	voters          voterBook  // voters.go
 }
 
 // New returns a Store on pool. The schema must be migrated (package

@@ -153,7 +153,19 @@ type answerFacts struct {
 	fp    *[32]byte // vote.Fingerprint of the poll and the answer, once computed
 	judge int       // the generation of the definition why is of; 0: none
 	why   string    // the definition's RefusesBallot of the answer
+	// choice says whether the answer is one choice (a single choice's
+	// candidate) or a ballot of another kind, once the pass has asked.
+	choice answerForm
 }
+
+// answerForm is whether an answer is one choice or a ballot.
+type answerForm uint8
+
+const (
+	formUnknown answerForm = iota
+	formChoice
+	formBallot
+)
 
 // maxFingerprintsHeld bounds the distinct answers whose facts a leafHasher
 // (or the pass, a poll's) keeps: a poll of few choices has few, but
@@ -177,12 +189,13 @@ func (lh *leafHasher) add(e Event, fp string) error {
 			lh.facts[answer] = f
 		}
 	}
-	return lh.addWith(e, answer, fp, f)
+	return lh.addLeaf(leafOf(e), answer, fp, f)
 }
 
-// addWith is add with what is known of the row's answer, answer, in f.
-func (lh *leafHasher) addWith(e Event, answer, fp string, f *answerFacts) error {
-	h, err := lh.leaves.Hash(leafOf(e))
+// addLeaf is add of the leaf l, with what is known of the row's answer,
+// answer, in f.
+func (lh *leafHasher) addLeaf(l audit.Leaf, answer, fp string, f *answerFacts) error {
+	h, err := lh.leaves.Hash(l)
 	if err != nil {
 		return fmt.Errorf("leaf %d: %w", lh.h.n, err)
 	}
@@ -194,24 +207,24 @@ func (lh *leafHasher) addWith(e Event, answer, fp string, f *answerFacts) error 
 		lh.h.badFP = lh.h.n
 	}
 	if lh.def != nil && lh.h.badDef < 0 {
-		if why := lh.refusesVote(e, f); why != "" {
+		if why := lh.refusesVote(l, f); why != "" {
 			lh.h.badDef, lh.h.defProblem = lh.h.n, why
 		}
 	}
 	return lh.push(h)
 }
 
-// refusesVote is the definition in force's RefusesVote of e, whose
+// refusesVote is the definition in force's RefusesVote of l, whose
 // answer's facts are f: its ballot is judged once per definition.
-func (lh *leafHasher) refusesVote(e Event, f *answerFacts) string {
+func (lh *leafHasher) refusesVote(l audit.Leaf, f *answerFacts) string {
 	if f.judge != lh.gen {
-		_, f.why = lh.def.RefusesBallot(leafOf(e))
+		_, f.why = lh.def.RefusesBallot(l)
 		f.judge = lh.gen
 	}
 	if f.why != "" {
 		return f.why
 	}
-	_, why := lh.def.RefusesReceivedAt(e.ReceivedAt)
+	_, why := lh.def.RefusesReceivedAt(l.ReceivedAt)
 	return why
 }
 

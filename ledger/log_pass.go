@@ -1,10 +1,13 @@
 package ledger
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 
@@ -116,6 +119,7 @@ type tileVerdict struct {
 // passPoll is one poll in the pass.
 type passPoll struct {
 	id      string
+	size    int64   // its head's
 	seqs    []int64 // its leaves' rows, in leaf order
 	next    int     // the leaf whose row comes next
 	pending map[int64]heldRow
@@ -135,6 +139,7 @@ type passPoll struct {
 	batch  []passRow
 	text   []byte // the batch's
 	work   chan passWork
+	closed bool          // work is closed
 	spares chan passWork // batches the hasher is done with
 	done   chan struct{}
 	out    hashed
@@ -150,17 +155,13 @@ type tallyKey struct{ poll, cand string }
 // the ledger's rows of each (poll, candidate), the recount, which the
 // pass makes as it reads every row anyway. polls are newPassPolls of
 // heads. Given the reader beside it (side, or nil), which reads the
-// leaves of some of the polls and the stored tiles of all, each poll's
-// hasher compares its poll's tiles once it has hashed its last row, while
-// the others still hash.
+// leaves and the definitions while the rows come here, and then the
+// stored tiles, each poll's hasher compares its poll's tiles once it has
+// hashed its last row, while the others still hash.
 func hashInOnePass(ctx context.Context, tx pgx.Tx, polls map[string]*passPoll, pollID string, side *sideReader) (map[string]*hashed, map[tallyKey]int64, error) {
 	var p *string
 	if pollID != "" {
 		p = &pollID
-	}
-	err := passLeaves(ctx, tx, polls, p, side)
-	if err != nil {
-		return nil, nil, err
 	}
 	for _, pp := range polls {
 		pp.tiles = side
@@ -170,18 +171,56 @@ func hashInOnePass(ctx context.Context, tx pgx.Tx, polls map[string]*passPoll, p
 			pp.stop()
 		}
 	}()
+	// Without the reader beside, the leaves are read first, in tx. With
+	// it, they are read there while the rows come here: the rows that come
+	// first wait, as rows that come early do, until the leaves are in.
+	ready := side == nil
+	if ready {
+		set, err := readLeafSet(ctx, tx, polls, p)
+		if err != nil {
+			return nil, nil, err
+		}
+		set.install(polls)
+	}
+	var (
+		held      int // rows taken before the leaves were in
+		leavesErr error
+	)
+	leavesIn := func() error {
+		set, err := side.waitLeaves()
+		if err != nil {
+			leavesErr = err
+			return err
+		}
+		set.install(polls)
+		ready = true
+		return nil
+	}
 	counts := map[tallyKey]int64{}
-	err = passRows(ctx, tx, p, func(poll []byte, r *rawRow) {
+	err := passRows(ctx, tx, p, func(poll []byte, r *rawRow) error {
+		if !ready && (held >= passHeldForLeaves || side.leavesRead()) {
+			if err := leavesIn(); err != nil {
+				return err
+			}
+		}
 		pp := polls[string(poll)]
 		if pp == nil {
 			counts[tallyKey{string(poll), string(r.answer)}]++ // a poll without a head
-			return
+			return nil
 		}
 		answer := pp.count(r.answer)
 		if !pp.failed { // else left to the per-poll check
+			held++
 			pp.take(r, answer)
 		}
+		return nil
 	})
+	if err == nil && !ready {
+		err = leavesIn()
+	}
+	if leavesErr != nil {
+		return nil, nil, leavesErr
+	}
 	if err != nil {
 		return nil, nil, interpretError("read the ledger for its logs", err)
 	}
@@ -193,12 +232,19 @@ func hashInOnePass(ctx context.Context, tx pgx.Tx, polls map[string]*passPoll, p
 			counts[tallyKey{id, answer}] += n
 		}
 	}
+	// Every hasher gets its last rows before any is waited for: they hash
+	// them side by side.
+	for _, pp := range polls {
+		if !pp.failed && pp.next == len(pp.seqs) {
+			pp.flush()
+			pp.close()
+		}
+	}
 	out := map[string]*hashed{}
 	for id, pp := range polls {
 		if pp.failed || pp.next < len(pp.seqs) {
 			continue
 		}
-		pp.flush()
 		pp.stop()
 		if pp.err != nil {
 			continue
@@ -218,69 +264,124 @@ func newPassPolls(heads []logHeadRow) map[string]*passPoll {
 		if h.root == nil {
 			continue // still to build: the per-poll check says so
 		}
-		polls[h.poll] = &passPoll{id: h.poll, pending: map[int64]heldRow{}, number: map[string]int32{}, others: map[string]int64{},
-			seqs: make([]int64, 0, max(h.size, 0)), out: hashed{state: emptyLog(), badFP: -1}}
+		polls[h.poll] = &passPoll{id: h.poll, size: max(h.size, 0), pending: map[int64]heldRow{}, number: map[string]int32{}, others: map[string]int64{},
+			out: hashed{state: emptyLog(), badFP: -1}}
 	}
 	return polls
 }
 
-// passLeaves reads the leaves of the polls, in leaf order: in tx those
-// that side (nil: none) does not read, then waits for side's, and reads
-// the definitions.
-func passLeaves(ctx context.Context, tx pgx.Tx, polls map[string]*passPoll, pollID *string, side *sideReader) error {
-	var mine []string
-	for id := range polls {
-		if !side.readsLeavesOf(id) {
-			mine = append(mine, id)
-		}
-	}
-	if err := readLeaves(ctx, tx, polls, mine); err != nil {
-		return err
-	}
-	if err := side.waitLeaves(); err != nil {
-		return err
-	}
-	defs, err := passDefinitions(ctx, tx, pollID)
-	if err != nil {
-		return err
-	}
-	for _, pp := range polls {
-		pp.defs = defs
-		pp.catchUp()
-	}
-	return nil
+// passHeldForLeaves bounds the rows the pass takes before the leaves are
+// in: past it, it waits for them rather than hold more.
+const passHeldForLeaves = 1 << 16
+
+// passLeafSet is what a poll's rows wait for before they go to its hasher:
+// its leaves, in leaf order, and every definition.
+type passLeafSet struct {
+	seqs map[string][]int64
+	// broken are the polls whose leaf rows are not numbered one after
+	// another from 0: the per-poll check names what is wrong.
+	broken map[string]bool
+	defs   map[int64]*audit.Definition
 }
 
-// readLeaves reads the leaves of the polls of ids into their seqs, in
-// leaf order. A poll whose leaf rows are not numbered one after another
-// from 0 is marked failed: the per-poll check names what is wrong.
-func readLeaves(ctx context.Context, tx pgx.Tx, polls map[string]*passPoll, ids []string) error {
-	if len(ids) == 0 {
-		return nil
-	}
-	rows, err := tx.Query(ctx, `
-SELECT poll_id, first_leaf, seqs FROM poll_log_leaves
-WHERE poll_id = ANY($1) ORDER BY poll_id, first_leaf`, ids)
+// readLeafSet reads in tx the leaves of the polls and the definitions
+// (pollID's when set). It reads nothing of the polls but their ids and
+// sizes, so it may run beside the pass.
+//
+// The leaves come in no order (sorting them costs PostgreSQL more than
+// putting them in order here), and their seqs arrays are read as they
+// come in binary, without a scan of each element.
+func readLeafSet(ctx context.Context, tx pgx.Tx, polls map[string]*passPoll, pollID *string) (passLeafSet, error) {
+	set := passLeafSet{seqs: map[string][]int64{}, broken: map[string]bool{}}
+	rows, err := tx.Query(ctx, `SELECT poll_id, first_leaf, seqs FROM poll_log_leaves WHERE poll_id = ANY($1)`, slices.Collect(maps.Keys(polls)))
 	if err != nil {
-		return interpretError("read the logs' leaves", err)
+		return set, interpretError("read the logs' leaves", err)
 	}
-	var (
-		poll  string
+	defer rows.Close()
+	if f := rows.FieldDescriptions(); f[1].Format != pgx.BinaryFormatCode || f[2].Format != pgx.BinaryFormatCode {
+		return set, errors.New("read the logs' leaves: first_leaf and seqs came in text, the pass reads them in binary")
+	}
+	type chunk struct {
 		first int64
 		seqs  []int64
-	)
-	_, err = pgx.ForEachRow(rows, []any{&poll, &first, &seqs}, func() error {
-		pp := polls[poll]
+	}
+	chunks := map[string][]chunk{}
+	for rows.Next() {
+		v := rows.RawValues()
+		pp := polls[string(v[0])]
 		if pp == nil {
-			return nil
+			continue
 		}
-		if first != int64(len(pp.seqs)) {
-			pp.failed = true
+		seqs, err := int8Array(v[2])
+		if len(v[1]) != 8 || err != nil {
+			return set, fmt.Errorf("read the logs' leaves of poll %s: a row not of the form asked for: %v", pp.id, err)
 		}
-		pp.seqs = append(pp.seqs, seqs...)
-		return nil
-	})
-	return interpretError("read the logs' leaves", err)
+		chunks[pp.id] = append(chunks[pp.id], chunk{int64(binary.BigEndian.Uint64(v[1])), seqs})
+	}
+	if err := rows.Err(); err != nil {
+		return set, interpretError("read the logs' leaves", err)
+	}
+	for id, pp := range polls {
+		cs := chunks[id]
+		slices.SortFunc(cs, func(a, b chunk) int { return cmp.Compare(a.first, b.first) })
+		seqs := make([]int64, 0, pp.size)
+		for _, c := range cs {
+			if c.first != int64(len(seqs)) {
+				set.broken[id] = true
+			}
+			seqs = append(seqs, c.seqs...)
+		}
+		set.seqs[id] = seqs
+	}
+	set.defs, err = passDefinitions(ctx, tx, pollID)
+	return set, err
+}
+
+// install gives each poll its leaves and the definitions, and hands its
+// hasher the leaves that are next and at hand.
+func (set passLeafSet) install(polls map[string]*passPoll) {
+	for id, pp := range polls {
+		pp.seqs, pp.defs = set.seqs[id], set.defs
+		if set.broken[id] {
+			pp.fail()
+			continue
+		}
+		if !pp.failed {
+			pp.catchUp()
+		}
+	}
+}
+
+// int8Array is a one-dimensional bigint[] without nulls in PostgreSQL's
+// binary format (array_send): its dimensions, its element type, then each
+// element's length and value.
+func int8Array(b []byte) ([]int64, error) {
+	const int8OID = 20
+	if len(b) < 12 {
+		return nil, errors.New("an array too short for its header")
+	}
+	ndim, nulls, elem := binary.BigEndian.Uint32(b), binary.BigEndian.Uint32(b[4:]), binary.BigEndian.Uint32(b[8:])
+	switch {
+	case ndim == 0 && len(b) == 12:
+		return nil, nil
+	case ndim != 1 || len(b) < 20:
+		return nil, fmt.Errorf("an array of %d dimensions, want 1", ndim)
+	case nulls != 0 || elem != int8OID:
+		return nil, fmt.Errorf("an array of type %d with nulls %d, want bigint without", elem, nulls)
+	}
+	n := int(binary.BigEndian.Uint32(b[12:]))
+	b = b[20:]
+	if len(b) != 12*n {
+		return nil, fmt.Errorf("an array of %d bytes for its %d elements", len(b), n)
+	}
+	out := make([]int64, n)
+	for i := range out {
+		if binary.BigEndian.Uint32(b[12*i:]) != 8 {
+			return nil, fmt.Errorf("element %d is not 8 bytes", i)
+		}
+		out[i] = int64(binary.BigEndian.Uint64(b[12*i+4:]))
+	}
+	return out, nil
 }
 
 // passDefinitions reads the definitions of the polls (one's when pollID is
@@ -330,9 +431,9 @@ type rawRow struct {
 }
 
 // passRows calls fn for each row of passRowsSQL with its poll id (valid,
-// as the row, only during the call). It reads the binary values as they
+// as the row, only during the call), until fn fails. It reads the binary values as they
 // come, without a scan into values of their own.
-func passRows(ctx context.Context, tx pgx.Tx, pollID *string, fn func(poll []byte, r *rawRow)) error {
+func passRows(ctx context.Context, tx pgx.Tx, pollID *string, fn func(poll []byte, r *rawRow) error) error {
 	// The rows in the table's order, from one process: a parallel plan
 	// would interleave its workers' pages, a synchronized scan start
 	// midway.
@@ -367,7 +468,9 @@ func passRows(ctx context.Context, tx pgx.Tx, pollID *string, fn func(poll []byt
 		}
 		r.seq, r.received = int64(binary.BigEndian.Uint64(v[0])), pgEpoch+int64(binary.BigEndian.Uint64(v[5]))
 		r.answer, r.principal, r.key, r.fp = v[2], v[3], v[4], v[6]
-		fn(v[1], &r)
+		if err := fn(v[1], &r); err != nil {
+			return err
+		}
 	}
 	return rows.Err()
 }

@@ -4,6 +4,9 @@ import (
 	"strings"
 	"time"
 	"unsafe"
+
+	"tally/audit"
+	"tally/vote"
 )
 
 // This file owns the pass's hashers (log_pass.go reads the rows and hands
@@ -76,8 +79,20 @@ func (pp *passPoll) hashRow(lh *leafHasher, text string, answers []string, r *pa
 	} else {
 		answer = strings.Clone(text[r.start:r.a]) // the leaf hasher may keep it
 	}
-	e := EventOf(text[r.a:r.p], text[r.p:r.k], pp.id, answer, time.UnixMicro(r.received).UTC())
-	return lh.addWith(e, answer, text[r.k:r.end], f)
+	// The leaf EventOf's event would make, made at once.
+	if f.choice == formUnknown {
+		f.choice = formBallot
+		if vote.ValidID(answer) {
+			f.choice = formChoice
+		}
+	}
+	l := audit.Leaf{PollID: pp.id, PrincipalID: text[r.a:r.p], ClientEventID: text[r.p:r.k], ReceivedAt: time.UnixMicro(r.received).UTC()}
+	if f.choice == formChoice {
+		l.CandidateID = answer
+	} else {
+		l.Ballot = answer
+	}
+	return lh.addLeaf(l, answer, text[r.k:r.end], f)
 }
 
 // passRowsSQL reads the ledger's rows in the table's order, as the pass

@@ -187,10 +187,19 @@ func (pp *passPoll) fail() {
 	pp.stop()
 }
 
+// close tells the hasher, if it runs, that it has every row; stop waits
+// for it.
+func (pp *passPoll) close() {
+	if pp.work != nil && !pp.closed {
+		close(pp.work)
+		pp.closed = true
+	}
+}
+
 // stop ends the hasher, if it runs, and waits for it.
 func (pp *passPoll) stop() {
 	if pp.work != nil {
-		close(pp.work)
+		pp.close()
 		<-pp.done
 		pp.work = nil
 	}

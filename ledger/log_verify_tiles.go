@@ -3,8 +3,7 @@ package ledger
 import (
 	"context"
 	"fmt"
-	"maps"
-	"slices"
+	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -66,14 +65,18 @@ func (h heldTiles) each(poll string, fn func(level int16, idx int64, data []byte
 	}
 }
 
-// sideReader reads, beside the pass, the leaves of some of its polls and
-// the stored tiles of all.
+// sideReader reads, beside the pass, the leaves of its polls, the
+// definitions and the stored tiles.
 type sideReader struct {
-	leavesOf map[string]bool // the polls whose leaves it reads
-	leaves   chan struct{}   // closed when they are read (or it failed)
-	done     chan struct{}   // closed when everything is read (or it failed)
-	cancel   context.CancelFunc
-	tiles    heldTiles
+	leaves chan struct{} // closed when they are read (or it failed)
+	// asked, when not nil, is closed when the pass first waits for the
+	// leaves, which are read only then (Store.leavesAfterRows).
+	asked  chan struct{}
+	ask    sync.Once
+	done   chan struct{} // closed when everything is read (or it failed)
+	cancel context.CancelFunc
+	set    passLeafSet // the leaves and definitions, once leaves is closed
+	tiles  heldTiles
 	// leavesErr is the error of the leaves' read (set before leaves is
 	// closed), err the error of the whole (before done is).
 	leavesErr, err error
@@ -81,14 +84,13 @@ type sideReader struct {
 
 // tilesBeside takes a connection of the pool and starts reading on it,
 // in a transaction that imports tx's snapshot (pg_export_snapshot, as
-// verifyEach's workers do), the leaves of every other poll of polls (in
-// the order of their ids: the two connections read about half each) and
-// then the stored tiles of every poll (pollID's when set), and returns;
-// passLeaves and wait take what it read. The read needs nothing else to
-// end, so the pass's hashers may wait for it. It returns nil, reading
-// nothing, when the pool has no connection to spare beside tx's: the
-// pass then reads every poll's leaves, and the check each poll's tiles,
-// in tx.
+// verifyEach's workers do), the leaves of polls and the definitions, and
+// then the stored tiles of every poll (pollID's when set), and returns:
+// the pass reads the rows meanwhile, and takes what it read. The read
+// needs nothing else to end, so the pass's hashers may wait for it. It
+// returns nil, reading nothing, when the pool has no connection to spare
+// beside tx's: the pass then reads the leaves, and the check each poll's
+// tiles, in tx.
 func (s *Store) tilesBeside(ctx context.Context, tx pgx.Tx, pollID *string, polls map[string]*passPoll) (*sideReader, error) {
 	if s.pool.Config().MaxConns < 2 {
 		return nil, nil
@@ -101,12 +103,9 @@ func (s *Store) tilesBeside(ctx context.Context, tx pgx.Tx, pollID *string, poll
 	if err != nil {
 		return nil, fmt.Errorf("a connection for the leaves' and tiles' reader: %w", err)
 	}
-	ids := slices.Sorted(maps.Keys(polls))
-	var theirs []string
-	r := &sideReader{leavesOf: map[string]bool{}, leaves: make(chan struct{}), done: make(chan struct{}), tiles: heldTiles{}}
-	for i := 1; i < len(ids); i += 2 {
-		theirs = append(theirs, ids[i])
-		r.leavesOf[ids[i]] = true
+	r := &sideReader{leaves: make(chan struct{}), done: make(chan struct{}), tiles: heldTiles{}}
+	if s.leavesAfterRows {
+		r.asked = make(chan struct{})
 	}
 	ctx, r.cancel = context.WithCancel(ctx)
 	go func() {
@@ -117,7 +116,14 @@ func (s *Store) tilesBeside(ctx context.Context, tx pgx.Tx, pollID *string, poll
 			if err := importSnapshot(ctx, wtx, snapshot); err != nil {
 				return err
 			}
-			r.leavesErr = readLeaves(ctx, wtx, polls, theirs)
+			if r.asked != nil {
+				select {
+				case <-r.asked:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+			r.set, r.leavesErr = readLeafSet(ctx, wtx, polls, pollID)
 			leavesRead = true
 			close(r.leaves)
 			if r.leavesErr != nil {
@@ -133,19 +139,27 @@ func (s *Store) tilesBeside(ctx context.Context, tx pgx.Tx, pollID *string, poll
 	return r, nil
 }
 
-// readsLeavesOf reports whether r reads poll's leaves.
-func (r *sideReader) readsLeavesOf(poll string) bool { return r != nil && r.leavesOf[poll] }
+// leavesRead reports whether r has read the leaves (or failed to).
+func (r *sideReader) leavesRead() bool {
+	select {
+	case <-r.leaves:
+		return true
+	default:
+		return false
+	}
+}
 
-// waitLeaves waits until r has read its polls' leaves.
-func (r *sideReader) waitLeaves() error {
-	if r == nil {
-		return nil
+// waitLeaves waits until r has read the leaves and the definitions, and
+// returns them.
+func (r *sideReader) waitLeaves() (passLeafSet, error) {
+	if r.asked != nil {
+		r.ask.Do(func() { close(r.asked) })
 	}
 	<-r.leaves
 	if r.leavesErr != nil {
-		return fmt.Errorf("read the logs' leaves beside the pass: %w", r.leavesErr)
+		return passLeafSet{}, fmt.Errorf("read the logs' leaves beside the pass: %w", r.leavesErr)
 	}
-	return nil
+	return r.set, nil
 }
 
 // read reads the tiles, each copied into blocks of a MiB shared by many.

@@ -2,6 +2,7 @@ package ledger_test
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -10,12 +11,13 @@ import (
 	"tally/ledger"
 )
 
-// Rebuild reads the stored tiles, and every other poll's leaves, beside
-// its pass, on a second connection in its snapshot, or, from a pool of one
-// connection, everything in its own transaction: either way a changed or
-// missing stored tile, a changed row or leaves put out of order are
-// named, whichever connection read the poll's leaves (the other poll is
-// named before p or after it), and a poll left untouched verifies.
+// Rebuild reads the leaves and the stored tiles beside its pass, on a
+// second connection in its snapshot, or, from a pool of one connection,
+// everything in its own transaction: either way a changed or missing
+// stored tile, a changed row or leaves put out of order are named,
+// whether the other poll is named before p or after it, and whether the
+// leaves are in before the first row or only after the last, and a poll
+// left untouched verifies.
 func TestRebuildComparesTilesReadEitherWay(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -34,8 +36,9 @@ func TestRebuildComparesTilesReadEitherWay(t *testing.T) {
 		for _, c := range []struct {
 			conns int32
 			other string
-		}{{1, "q"}, {4, "q"}, {4, "a0"}} {
-			t.Run(fmt.Sprintf("%s, a pool of %d, beside %s", tc.name, c.conns, c.other), func(t *testing.T) {
+			late  bool // the leaves are read only once every row is
+		}{{1, "q", false}, {4, "q", false}, {4, "a0", false}, {4, "q", true}} {
+			t.Run(fmt.Sprintf("%s, a pool of %d, beside %s, leaves late %t", tc.name, c.conns, c.other, c.late), func(t *testing.T) {
 				t.Parallel()
 				b := setup(t)
 				b.poll(t, "p", "a", "b")
@@ -64,6 +67,18 @@ func TestRebuildComparesTilesReadEitherWay(t *testing.T) {
 				store, err := ledger.New(pool, ledger.Config{})
 				if err != nil {
 					t.Fatal(err)
+				}
+				if c.late {
+					// Every row waits for its leaf, and p's still go
+					// through the pass unless one of them is gone.
+					ledger.LeavesAfterRows(store)
+					want := []string{"p", c.other}
+					if strings.Contains(tc.name, "deleted") {
+						want = want[1:]
+					}
+					if got, err := ledger.OnePassPolls(b.ctx, store); err != nil || !slices.Equal(got, want) {
+						t.Fatalf("the one pass hashed %v (%v), want %v", got, err, want)
+					}
 				}
 				rep, err := store.Rebuild(b.ctx, "")
 				if err != nil {
