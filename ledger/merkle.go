@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
 
@@ -112,12 +113,10 @@ func (s logState) extend(leaves []tlog.Hash) (logState, []fullTile, error) {
 		tiles[level] = append([]byte(nil), p...)
 	}
 	var full []fullTile
-	// store adds a hash of tree level height, the count-th of its level
-	// (from 1), to its tile, if the level has tiles.
+	// store adds a hash of tree level height, a level with tiles
+	// (a multiple of tileHeight), the count-th of its level (from 1), to
+	// its tile.
 	store := func(height int, count int64, h tlog.Hash) {
-		if height%tileHeight != 0 {
-			return
-		}
 		level := height / tileHeight
 		for len(tiles) <= level {
 			tiles = append(tiles, nil)
@@ -132,17 +131,25 @@ func (s logState) extend(leaves []tlog.Hash) (logState, []fullTile, error) {
 		}
 	}
 	n := s.size
+	// node is tlog.NodeHash's input, 0x01 and the two hashes, made in
+	// place: the merge below is most of what a leaf costs.
+	var node [1 + 2*hashSize]byte
+	node[0] = 1
 	for _, h := range leaves {
 		n++
-		cur := edgeNode{0, h}
 		store(0, n, h)
-		for len(frontier) > 0 && frontier[len(frontier)-1].height == cur.height {
-			left := frontier[len(frontier)-1]
+		cur, height := h, 0
+		for len(frontier) > 0 && frontier[len(frontier)-1].height == height {
+			copy(node[1:], frontier[len(frontier)-1].hash[:])
+			copy(node[1+hashSize:], cur[:])
+			cur = sha256.Sum256(node[:])
 			frontier = frontier[:len(frontier)-1]
-			cur = edgeNode{cur.height + 1, tlog.NodeHash(left.hash, cur.hash)}
-			store(cur.height, n>>cur.height, cur.hash)
+			height++
+			if height%tileHeight == 0 {
+				store(height, n>>height, cur)
+			}
 		}
-		frontier = append(frontier, cur)
+		frontier = append(frontier, edgeNode{height, cur})
 	}
 	next := logState{size: n, root: frontier[len(frontier)-1].hash}
 	for i := len(frontier) - 2; i >= 0; i-- {
