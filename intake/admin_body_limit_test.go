@@ -79,3 +79,35 @@ func TestAdminBodyOverLimit(t *testing.T) {
 		t.Fatalf("POST /v1/polls of exactly %d bytes: %d %s, want 201", len(at), r.code, r.raw)
 	}
 }
+
+// TestAdminWriteOutOfTimeReadingItsBody: an admin write whose request
+// time runs out while its body is still coming is answered 503 saying
+// so, not that the database did not answer; nothing is stored, and the
+// next admin write is not refused as if PostgreSQL were down.
+func TestAdminWriteOutOfTimeReadingItsBody(t *testing.T) {
+	t.Parallel()
+	const timeout = 300 * time.Millisecond
+	b := setup(t, func(c *config) { c.RequestTimeout = timeout })
+	_, admin := b.admin(t, "app")
+	body := `{"poll_id":"slow","title":"T","choices":["a","b"]}`
+	pr, pw := io.Pipe()
+	req := b.request(t, http.MethodPost, "/v1/polls", admin, "application/json", nil)
+	req.Body, req.ContentLength = pr, int64(len(body))
+	go func() {
+		// Half the body, then the rest once the request's time is over.
+		_, _ = io.WriteString(pw, body[:len(body)/2])
+		time.Sleep(2 * timeout)
+		_, _ = io.WriteString(pw, body[len(body)/2:])
+		_ = pw.Close()
+	}()
+	r := b.send(t, req)
+	if r.code != http.StatusServiceUnavailable || !strings.Contains(r.str("detail"), "time ran out") || strings.Contains(r.str("detail"), "did not answer") {
+		t.Fatalf("an admin write whose time ran out reading its body: %d %s, want 503 saying its time ran out", r.code, r.raw)
+	}
+	if _, err := b.store.Poll(context.Background(), "slow"); !errors.Is(err, ledger.ErrNotFound) {
+		t.Errorf("the poll of the write that ran out of time: %v, want not found", err)
+	}
+	if r := b.do(t, http.MethodPost, "/v1/polls", admin, "application/json", []byte(body)); r.code != http.StatusCreated {
+		t.Fatalf("the same write sent again at once: %d %s, want 201", r.code, r.raw)
+	}
+}

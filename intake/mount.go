@@ -3,6 +3,7 @@ package intake
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -71,12 +72,12 @@ func (h host) SpendRead(w http.ResponseWriter, principalID string) bool {
 // not to answer (then errPostgresDown), and tells pgState what it learned:
 // a refusal is PostgreSQL's answer, an invalid request none (admin.Ledger).
 // A request whose time ran out before it was asked (a large body read
-// slowly) returns its context's error and tells pgState nothing: it never
+// slowly) returns admin.ErrNotSent and tells pgState nothing: it never
 // reached PostgreSQL, and taking it for an outage would refuse the next
 // admin writes.
 func (h host) Ask(ctx context.Context, ask func() error) error {
 	if err := ctx.Err(); err != nil {
-		return err
+		return fmt.Errorf("%w: %w", admin.ErrNotSent, err)
 	}
 	if h.s.pg.skip(time.Now()) {
 		return errPostgresDown

@@ -19,6 +19,7 @@ package admin
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
 	"time"
@@ -72,8 +73,9 @@ type Catalog interface {
 // knows whether it answers and holds what the writes change.
 type Ledger interface {
 	// Ask runs ask unless PostgreSQL is known not to answer (an error
-	// Skipped reports), and records what it learned of PostgreSQL: a
-	// refusal is its answer, an invalid request none.
+	// Skipped reports) or ctx's time has run out (ErrNotSent), and
+	// records what it learned of PostgreSQL: a refusal is its answer, an
+	// invalid request none.
 	Ask(ctx context.Context, ask func() error) error
 	// Skipped reports whether err is that of a request not sent, because
 	// PostgreSQL did not answer the last one.
@@ -84,6 +86,11 @@ type Ledger interface {
 	// date by the catalog's change log.
 	CatchUp(ctx context.Context) error
 }
+
+// ErrNotSent is Ledger.Ask's error for a request whose time ran out
+// before it was sent to PostgreSQL (its body came slowly, or intake was
+// busy): nothing was stored, and PostgreSQL is not to blame.
+var ErrNotSent = errors.New("the request's time ran out before it was sent to the database")
 
 // The admin routes' own problems: a voter's token on an admin route, a
 // poll id taken by another definition, and an intake not set up to do

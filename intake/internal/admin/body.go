@@ -275,9 +275,11 @@ func parseTimeField(field string, v *string) (*time.Time, error) {
 
 // writeFailed answers the error of an admin write: 400 naming the
 // field at fault, 422 naming the field and the stated limit it is over, 404, 501 when this intake's database login may not make
-// the change, 503 when PostgreSQL did not answer (nothing was stored, or
-// the write may have committed: sending it again is safe, as each write
-// is idempotent but principals', which names it), 500 otherwise.
+// the change, 503 when the request's time ran out before it was sent to
+// PostgreSQL (nothing was stored) or PostgreSQL did not answer (nothing
+// was stored, or the write may have committed: sending it again is safe,
+// as each write is idempotent but principals', which names it), 500
+// otherwise.
 func (a *Admin) writeFailed(w http.ResponseWriter, r *http.Request, err error) {
 	var field *ledger.FieldError
 	switch {
@@ -289,6 +291,10 @@ func (a *Admin) writeFailed(w http.ResponseWriter, r *http.Request, err error) {
 		problem.Write(w, http.StatusNotImplemented, probNotConfigured,
 			"this intake may not manage polls and principals: its database login is not granted tally_admin "+
 				"(an operator grants it, docs/operations.md); nothing was changed", 0)
+	case errors.Is(err, ErrNotSent):
+		problem.Write(w, http.StatusServiceUnavailable, problem.Unavailable,
+			"the request's time ran out before its change was sent to the database (its body came slowly, or intake is busy), "+
+				"so nothing was stored: send the same request again after the Retry-After delay", time.Second)
 	case a.ledger.Skipped(err) || ledger.IsRetryable(err) || r.Context().Err() != nil:
 		detail := "the database (PostgreSQL) did not answer, so the change may not be stored: " +
 			"send the same request again after the Retry-After delay"
