@@ -227,7 +227,16 @@ func TestWorkersBackPressure(t *testing.T) {
 	cfg.ApplyTimeout = time.Minute
 	r := b.start(app, cfg)
 	testenv.Eventually(b.t, 10*time.Second, "every worker to take a batch", func() bool { return entered.Load() == workers })
-	time.Sleep(300 * time.Millisecond) // the readers run into the bound
+	// The readers read until they run into the bound, then stop: wait
+	// until what they hold has not changed for 300 ms. Without the bound
+	// they would stop only with all n read, which the check below refuses.
+	last, since := int64(-1), time.Now()
+	testenv.Eventually(b.t, 30*time.Second, "the readers to stop reading", func() bool {
+		if h := b.pending("p1"); h != last {
+			last, since = h, time.Now()
+		}
+		return time.Since(since) >= 300*time.Millisecond
+	})
 	if got := entered.Load(); got != workers {
 		t.Errorf("%d batches in flight, want %d", got, workers)
 	}
