@@ -18,7 +18,7 @@ import (
 // answer it keeps by the answer's number.
 func (pp *passPoll) hash() {
 	defer close(pp.done)
-	lh := newLeafHasher(pp.id, passBatch)
+	lh := newLeafHasher(pp.id, int(max(1, min(passBatch, pp.size))))
 	var facts []answerFacts
 	for w := range pp.work {
 		for len(facts) < len(w.answers) {

@@ -33,13 +33,19 @@ func (pp *passPoll) take(r *rawRow, answer int32) {
 	pp.catchUp()
 }
 
-// textRoom is the batch's text, made when it is not.
+// textRoom is the batch's text, made when it is not, for the rows of a
+// batch (batchRoom).
 func (pp *passPoll) textRoom() []byte {
 	if pp.text == nil {
-		pp.text = make([]byte, 0, passText)
+		pp.text = make([]byte, 0, passText/passBatch*pp.batchRoom())
 	}
 	return pp.text
 }
+
+// batchRoom is the rows a new batch is made for: passBatch, or the
+// poll's leaves still to emit when they are fewer. A pass over many small
+// polls then holds a small batch for each, not passBatch rows.
+func (pp *passPoll) batchRoom() int { return max(1, min(passBatch, len(pp.seqs)-pp.next)) }
 
 // layRow appends r's text to text and returns r as a passRow of it.
 func layRow(text []byte, r *rawRow, answer int32) (passRow, []byte) {
@@ -150,14 +156,19 @@ func (h *aheadRows) pop() {
 }
 
 // emit hands the row of the next leaf, its text already in pp.text, to
-// the poll's hasher.
+// the poll's hasher. After the poll's last leaf the hasher is told it has
+// every row, so that it ends while the pass goes on.
 func (pp *passPoll) emit(r passRow) {
-	pp.next++
 	if pp.batch == nil {
-		pp.batch = make([]passRow, 0, passBatch)
+		pp.batch = make([]passRow, 0, pp.batchRoom())
 	}
+	pp.next++
 	pp.batch = append(pp.batch, r)
-	if len(pp.batch) == passBatch {
+	switch {
+	case pp.next == len(pp.seqs):
+		pp.flush()
+		pp.close()
+	case len(pp.batch) == cap(pp.batch):
 		pp.flush()
 	}
 }
@@ -173,11 +184,11 @@ func (pp *passPoll) flush() {
 		go pp.hash()
 	}
 	pp.work <- passWork{rows: pp.batch, text: pp.text, answers: pp.answers}
+	pp.batch, pp.text = nil, nil // made again by the next emit, unless
 	select {
 	case w := <-pp.spares:
 		pp.batch, pp.text = w.rows, w.text
 	default:
-		pp.batch, pp.text = make([]passRow, 0, passBatch), nil
 	}
 }
 

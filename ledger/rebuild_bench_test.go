@@ -154,3 +154,48 @@ func benchRebuild(b *testing.B, spec vote.Spec, plain string, answer func(n int)
 	b.ReportMetric(float64(plainTime.Milliseconds())/float64(b.N), "plain-ms")
 	b.ReportMetric(rebuild.Seconds()/plainTime.Seconds(), "rebuild/plain")
 }
+
+// BenchmarkRebuildManyPolls rebuilds a ledger of many small polls (3,000
+// polls of 2 choices, 3 votes each, appended by Store.Append) and reports
+// what a rebuild allocates (-benchmem: B/op) beside its time: the pass
+// holds a batch and a hasher for each poll it has begun, so what they
+// take must follow the polls' rows, not a fixed size a poll.
+func BenchmarkRebuildManyPolls(b *testing.B) {
+	ctx := context.Background()
+	db := testenv.Postgres(b)
+	store, err := ledger.New(db.Pool, ledger.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	const polls, votes = 3000, 3
+	ps := make([]ledger.Poll, polls)
+	for p := range ps {
+		ps[p] = ledger.Poll{ID: fmt.Sprintf("poll%d", p), Title: "bench", OpensAt: time.Unix(0, 0), Choices: []string{"a", "b"}}
+	}
+	for i := 0; i < polls; i += 500 {
+		if _, err := store.EnsurePolls(ctx, ps[i:i+500]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	batch := make([]ledger.Event, 0, 1000)
+	for n := range polls * votes {
+		batch = append(batch, ledger.EventOf(fmt.Sprintf("u%d", n), "k", fmt.Sprintf("poll%d", n%polls), "a", time.Now()))
+		if len(batch) == cap(batch) {
+			if _, err := store.Append(ctx, batch); err != nil {
+				b.Fatal(err)
+			}
+			batch = batch[:0]
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		rep, err := store.Rebuild(ctx, "")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if rep.Differing != 0 || rep.LogProblems != 0 || rep.LedgerEvents != polls*votes {
+			b.Fatalf("rebuild: %d figures differ, %d logs do not verify, %d events (want %d)", rep.Differing, rep.LogProblems, rep.LedgerEvents, polls*votes)
+		}
+	}
+}
