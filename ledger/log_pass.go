@@ -34,6 +34,11 @@ import (
 // the pass's result, and verifyLogs checks it the per-poll way, which
 // names its first wrong leaf.
 //
+// Each poll's batches, their text and its hasher's chunk of hashes are
+// sized by the leaves it has left (at most passBatch), and a poll's hasher
+// ends at its last leaf: a ledger of many small polls costs the pass what
+// their rows do, not a fixed amount a poll.
+//
 // The reader makes the recount as it goes: it numbers each poll's
 // distinct answers and counts the rows by number, and the hasher keeps
 // what it learns of an answer (its fingerprint, the definition's

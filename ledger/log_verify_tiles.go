@@ -12,11 +12,11 @@ import (
 // This file owns where the rebuild's check reads the stored full tiles it
 // compares with the tiles the rows make: in the check's own transaction,
 // poll by poll, or, for the polls the one pass hashes, all of them read
-// beforehand on a second connection of the pool whose transaction imports
-// the rebuild's snapshot, while the rebuild reads the leaves and the rows
-// (tilesBeside, which reads about half of the polls' leaves first). Either
-// way every stored tile is compared, in the same state of the ledger as
-// the rows.
+// on a second connection of the pool whose transaction imports the
+// rebuild's snapshot, while the rebuild reads the rows (tilesBeside, which
+// reads the polls' leaves and the definitions there first). Either way
+// every stored tile is compared, in the same state of the ledger as the
+// rows.
 
 // tileSource gives a poll's stored full tiles, in no particular order;
 // data is valid only during the call to fn.
