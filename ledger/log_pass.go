@@ -176,69 +176,94 @@ func hashInOnePass(ctx context.Context, tx pgx.Tx, polls map[string]*passPoll, p
 			pp.stop()
 		}
 	}()
-	// Without the reader beside, the leaves are read first, in tx. With
-	// it, they are read there while the rows come here: the rows that come
-	// first wait, as rows that come early do, until the leaves are in.
-	ready := side == nil
-	if ready {
-		set, err := readLeafSet(ctx, tx, polls, p)
-		if err != nil {
-			return nil, nil, err
-		}
-		set.install(polls)
-	}
-	var (
-		held      int // rows taken before the leaves were in
-		leavesErr error
-	)
-	leavesIn := func() error {
-		set, err := side.waitLeaves()
-		if err != nil {
-			leavesErr = err
-			return err
-		}
-		set.install(polls)
-		ready = true
-		return nil
-	}
-	counts := map[tallyKey]int64{}
-	err := passRows(ctx, tx, p, func(poll []byte, r *rawRow) error {
-		if !ready && (held >= passHeldForLeaves || side.leavesRead()) {
-			if err := leavesIn(); err != nil {
-				return err
-			}
-		}
-		pp := polls[string(poll)]
-		if pp == nil {
-			counts[tallyKey{string(poll), string(r.answer)}]++ // a poll without a head
-			return nil
-		}
-		answer := pp.count(r.answer)
-		if !pp.failed { // else left to the per-poll check
-			held++
-			pp.take(r, answer)
-		}
-		return nil
-	})
-	if err == nil && !ready {
-		err = leavesIn()
-	}
-	if leavesErr != nil {
-		return nil, nil, leavesErr
-	}
-	if err != nil {
-		return nil, nil, interpretError("read the ledger for its logs", err)
+	pr := passReader{polls: polls, side: side, counts: map[tallyKey]int64{}}
+	if err := pr.read(ctx, tx, p); err != nil {
+		return nil, nil, err
 	}
 	for id, pp := range polls {
 		for i, answer := range pp.answers {
-			counts[tallyKey{id, answer}] += pp.counts[i]
+			pr.counts[tallyKey{id, answer}] += pp.counts[i]
 		}
 		for answer, n := range pp.others {
-			counts[tallyKey{id, answer}] += n
+			pr.counts[tallyKey{id, answer}] += n
 		}
 	}
-	// Every hasher gets its last rows before any is waited for: they hash
-	// them side by side.
+	return passResults(polls), pr.counts, nil
+}
+
+// passReader reads the pass's rows and hands each to its poll.
+type passReader struct {
+	polls     map[string]*passPoll
+	side      *sideReader
+	counts    map[tallyKey]int64 // the recount: here the rows of polls without a head
+	ready     bool               // the polls have their leaves
+	held      int                // rows taken before they had
+	leavesErr error              // the reader beside's, from leavesIn
+}
+
+// read reads every row (one poll's when pollID is set). Without the
+// reader beside, the leaves are read first, in tx. With it, they are read
+// there while the rows come here: the rows that come first wait, as rows
+// that come early do, until the leaves are in.
+func (pr *passReader) read(ctx context.Context, tx pgx.Tx, pollID *string) error {
+	pr.ready = pr.side == nil
+	if pr.ready {
+		set, err := readLeafSet(ctx, tx, pr.polls, pollID)
+		if err != nil {
+			return err
+		}
+		set.install(pr.polls)
+	}
+	err := passRows(ctx, tx, pollID, pr.row)
+	if err == nil && !pr.ready {
+		err = pr.leavesIn()
+	}
+	switch {
+	case pr.leavesErr != nil:
+		return pr.leavesErr
+	case err != nil:
+		return interpretError("read the ledger for its logs", err)
+	}
+	return nil
+}
+
+// row is the next row of the table, of poll.
+func (pr *passReader) row(poll []byte, r *rawRow) error {
+	if !pr.ready && (pr.held >= passHeldForLeaves || pr.side.leavesRead()) {
+		if err := pr.leavesIn(); err != nil {
+			return err
+		}
+	}
+	pp := pr.polls[string(poll)]
+	if pp == nil {
+		pr.counts[tallyKey{string(poll), string(r.answer)}]++ // a poll without a head
+		return nil
+	}
+	answer := pp.count(r.answer)
+	if !pp.failed { // else left to the per-poll check
+		pr.held++
+		pp.take(r, answer)
+	}
+	return nil
+}
+
+// leavesIn waits for the reader beside to have read the leaves and gives
+// them to the polls.
+func (pr *passReader) leavesIn() error {
+	set, err := pr.side.waitLeaves()
+	if err != nil {
+		pr.leavesErr = err
+		return err
+	}
+	set.install(pr.polls)
+	pr.ready = true
+	return nil
+}
+
+// passResults are the polls the pass hashed whole, once their hashers are
+// done. Every hasher gets its last rows before any is waited for: they
+// hash them side by side.
+func passResults(polls map[string]*passPoll) map[string]*hashed {
 	for _, pp := range polls {
 		if !pp.failed && pp.next == len(pp.seqs) {
 			pp.flush()
@@ -258,7 +283,7 @@ func hashInOnePass(ctx context.Context, tx pgx.Tx, polls map[string]*passPoll, p
 		h.rows = pp.rows
 		out[id] = &h
 	}
-	return out, counts, nil
+	return out
 }
 
 // newPassPolls are the polls of heads the pass is to hash: those whose
