@@ -96,16 +96,17 @@ func (pp *passPoll) hashRow(lh *leafHasher, text string, answers []string, r *pa
 }
 
 // passRowsSQL reads the ledger's rows in the table's order, as the pass
-// wants them, and passPollRowsSQL one poll's. Every poll's has no WHERE at
-// all rather than "$1 IS NULL OR poll_id = $1": once PostgreSQL caches a
-// generic plan for the prepared statement, that filter is evaluated on
-// every row.
+// wants them, and passPollRowsSQL one poll's (pollRowsOf: a bitmap scan
+// of the poll's rows, which still come in the table's order). Every
+// poll's has no WHERE at all rather than "$1 IS NULL OR poll_id = $1":
+// once PostgreSQL caches a generic plan for the prepared statement, that
+// filter is evaluated on every row.
 const (
 	passRowsSQL = `
 SELECT seq, poll_id, coalesce(ballot, candidate_id), principal_id, client_event_id, received_at, fingerprint FROM poll_events`
 	passPollRowsSQL = `
-SELECT seq, poll_id, coalesce(ballot, candidate_id), principal_id, client_event_id, received_at, fingerprint FROM poll_events
-WHERE poll_id = $1`
+SELECT seq, poll_id, coalesce(ballot, candidate_id), principal_id, client_event_id, received_at, fingerprint FROM poll_events e
+WHERE ` + pollRowsOf
 )
 
 // pgEpoch is PostgreSQL's epoch, 2000-01-01T00:00:00Z, in Unix

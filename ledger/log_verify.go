@@ -179,7 +179,7 @@ func verifyLog(ctx context.Context, tx pgx.Tx, poll string, size int64, root, pa
 	case err != nil:
 		return c, err
 	}
-	if err := tx.QueryRow(ctx, `SELECT count(*) FROM poll_events WHERE poll_id = $1`, poll).Scan(&h.rows); err != nil {
+	if err := tx.QueryRow(ctx, pollRowCountSQL, poll).Scan(&h.rows); err != nil {
 		return c, err
 	}
 	return checkLog(ctx, tx, txTiles{tx}, c, h, root, partial)
@@ -282,12 +282,15 @@ func firstDifference(level int, idx int64, made, stored []byte) (int64, string) 
 	return 0, ""
 }
 
+// pollRowCountSQL counts poll $1's ledger rows.
+const pollRowCountSQL = `SELECT count(*) FROM poll_events e WHERE ` + pollRowsOf
+
 // unnumberedSQL finds a poll's first ledger row that is no leaf of its
 // log (an anti-join, hashed: linear in the rows).
 const unnumberedSQL = `
 SELECT min(e.seq) FROM poll_events e
 LEFT JOIN (SELECT unnest(seqs) AS seq FROM poll_log_leaves WHERE poll_id = $1) l ON l.seq = e.seq
-WHERE e.poll_id = $1 AND l.seq IS NULL`
+WHERE ` + pollRowsOf + ` AND l.seq IS NULL`
 
 // firstTileDifference compares the full tiles a poll's rows make, full,
 // with the stored ones, from tiles, as tileDifference does.

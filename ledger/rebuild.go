@@ -47,11 +47,24 @@ func (r Report) Diffs() []TallyRow {
 	return out
 }
 
-// rebuildSQL recounts the ledger and sets it beside the projection. $1 NULL
-// means every poll.
-const rebuildSQL = `
-SELECT poll_id, coalesce(ballot, candidate_id), count(*) FROM poll_events
-WHERE $1::text IS NULL OR poll_id = $1 GROUP BY 1, 2`
+// rebuildSQL recounts the ledger, and rebuildPollSQL one poll ($1), for
+// Repair. Two statements, not "$1 IS NULL OR poll_id = $1", which a
+// cached generic plan checks on every row and which keeps one poll's
+// recount from its indexes.
+const (
+	rebuildSQL = `
+SELECT poll_id, coalesce(ballot, candidate_id), count(*) FROM poll_events GROUP BY 1, 2`
+	rebuildPollSQL = `
+SELECT poll_id, coalesce(ballot, candidate_id), count(*) FROM poll_events e WHERE ` + pollRowsOf + ` GROUP BY 1, 2`
+)
+
+// pollRowsOf is the condition on poll_events e that finds poll $1's rows
+// through the two partial indexes that together hold every row, by
+// (poll_id, principal_id): poll_events_poll_principal_uniq (WHERE NOT
+// latest) and poll_events_latest (WHERE latest). latest is NOT NULL, so
+// "e.latest OR NOT e.latest" changes no answer; without it PostgreSQL can
+// use neither index and reads the whole table for one poll.
+const pollRowsOf = `e.poll_id = $1 AND (e.latest OR NOT e.latest)`
 
 // Rebuild recomputes every tally from the ledger (one poll when pollID is
 // not empty) in one REPEATABLE READ snapshot and sets it beside the
@@ -151,11 +164,15 @@ func besideProjection(ctx context.Context, tx pgx.Tx, pollID string, counts map[
 // for Repair: the report, the counts and the rules of the polls of other
 // kinds than single.
 func recount(ctx context.Context, tx pgx.Tx, pollID string) (Report, map[tallyKey]int64, map[string]*pollRules, error) {
-	var p *string
-	if pollID != "" {
-		p = &pollID
+	var (
+		rows pgx.Rows
+		err  error
+	)
+	if pollID == "" {
+		rows, err = tx.Query(ctx, rebuildSQL)
+	} else {
+		rows, err = tx.Query(ctx, rebuildPollSQL, pollID)
 	}
-	rows, err := tx.Query(ctx, rebuildSQL, p)
 	if err != nil {
 		return Report{}, nil, nil, err
 	}
@@ -170,6 +187,10 @@ func recount(ctx context.Context, tx pgx.Tx, pollID string) (Report, map[tallyKe
 	rep, err := besideProjection(ctx, tx, pollID, counts)
 	if err != nil {
 		return Report{}, nil, nil, err
+	}
+	var p *string
+	if pollID != "" {
+		p = &pollID
 	}
 	rules, err := ballotPolls(ctx, tx, p)
 	return rep, counts, rules, err

@@ -199,3 +199,47 @@ func BenchmarkRebuildManyPolls(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkRebuildOnePoll rebuilds one poll of a ledger of 200 (1,000
+// single choices each, 200,000 rows, appended by Store.Append), as tally
+// rebuild --poll does: what it reads must follow the poll's rows, not the
+// ledger's.
+func BenchmarkRebuildOnePoll(b *testing.B) {
+	ctx := context.Background()
+	db := testenv.Postgres(b)
+	store, err := ledger.New(db.Pool, ledger.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	const polls, votes = 200, 1000
+	ps := make([]ledger.Poll, polls)
+	for p := range ps {
+		ps[p] = ledger.Poll{ID: fmt.Sprintf("poll%d", p), Title: "bench", OpensAt: time.Unix(0, 0), Choices: []string{"a", "b"}}
+	}
+	if _, err := store.EnsurePolls(ctx, ps); err != nil {
+		b.Fatal(err)
+	}
+	batch := make([]ledger.Event, 0, 1000)
+	for n := range polls * votes {
+		batch = append(batch, ledger.EventOf(fmt.Sprintf("u%d", n), "k", fmt.Sprintf("poll%d", n%polls), "a", time.Now()))
+		if len(batch) == cap(batch) {
+			if _, err := store.Append(ctx, batch); err != nil {
+				b.Fatal(err)
+			}
+			batch = batch[:0]
+		}
+	}
+	if _, err := db.Pool.Exec(ctx, `VACUUM ANALYZE poll_events`); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for range b.N {
+		rep, err := store.Rebuild(ctx, "poll7")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if rep.Differing != 0 || rep.LogProblems != 0 || rep.LedgerEvents != votes {
+			b.Fatalf("rebuild: %d figures differ, %d logs do not verify, %d events (want %d)", rep.Differing, rep.LogProblems, rep.LedgerEvents, votes)
+		}
+	}
+}
