@@ -56,23 +56,32 @@ func (r LedgerRow) LeafHash() (tlog.Hash, error) {
 // exportSQL walks the leaves in the order they were written (the id of
 // poll_log_leaves), which is each poll's leaf order, definitions (a
 // negative seq) among the rows, and then the rows in no leaf (a log still
-// to build, or rows inserted outside an append), in seq order.
-const exportSQL = `
+// to build, or rows inserted outside an append), in seq order; and
+// exportPollSQL the same of one poll, $1, whose rows in no leaf it finds
+// through the poll's indexes (pollRowsOf), not by reading the whole
+// ledger.
+var exportSQL, exportPollSQL = exportStatement("TRUE", "TRUE", ""), exportStatement("l.poll_id = $1", pollRowsOf, "WHERE poll_id = $1")
+
+// exportStatement is exportSQL with the conditions that choose the
+// leaves, the rows and the leaves of the rows in no leaf.
+func exportStatement(leaves, rows, leafRows string) string {
+	return `
 (SELECT s.seq, e.client_event_id, l.poll_id, e.candidate_id, e.ballot, e.principal_id, e.received_at, coalesce(e.recorded_at, d.recorded_at), l.first_leaf + s.ord - 1,
         ` + definitionCols + `
 FROM poll_log_leaves l
 CROSS JOIN LATERAL unnest(l.seqs) WITH ORDINALITY AS s(seq, ord)
 LEFT JOIN poll_events e ON s.seq > 0 AND e.seq = s.seq AND e.poll_id = l.poll_id
 LEFT JOIN poll_definitions d ON s.seq < 0 AND d.id = -s.seq AND d.poll_id = l.poll_id
-WHERE ($1::text IS NULL OR l.poll_id = $1) AND (e.seq IS NOT NULL OR d.id IS NOT NULL)
+WHERE ` + leaves + ` AND (e.seq IS NOT NULL OR d.id IS NOT NULL)
  ORDER BY l.id, s.ord)
 UNION ALL
 (SELECT e.seq, e.client_event_id, e.poll_id, e.candidate_id, e.ballot, e.principal_id, e.received_at, e.recorded_at, NULL,
         NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
  FROM poll_events e
- LEFT JOIN (SELECT unnest(seqs) AS seq FROM poll_log_leaves WHERE $1::text IS NULL OR poll_id = $1) l ON l.seq = e.seq
- WHERE ($1::text IS NULL OR e.poll_id = $1) AND l.seq IS NULL
+ LEFT JOIN (SELECT unnest(seqs) AS seq FROM poll_log_leaves ` + leafRows + `) l ON l.seq = e.seq
+ WHERE ` + rows + ` AND l.seq IS NULL
  ORDER BY e.seq)`
+}
 
 // Export calls fn for every ledger row (one poll's when pollID is not
 // empty), each poll's in its leaf order, from one snapshot: importing the
@@ -81,11 +90,15 @@ UNION ALL
 // with Definition set, at their leaves. It streams: memory does not grow
 // with the ledger.
 func (s *Store) Export(ctx context.Context, pollID string, fn func(LedgerRow) error) error {
-	var p *string
-	if pollID != "" {
-		p = &pollID
+	var (
+		rows pgx.Rows
+		err  error
+	)
+	if pollID == "" {
+		rows, err = s.pool.Query(ctx, exportSQL)
+	} else {
+		rows, err = s.pool.Query(ctx, exportPollSQL, pollID)
 	}
-	rows, err := s.pool.Query(ctx, exportSQL, p)
 	if err != nil {
 		return interpretError("export ledger", err)
 	}

@@ -45,7 +45,7 @@ func TestOnePollReadsUseTheIndexes(t *testing.T) {
 	}
 	for name, sql := range map[string]string{
 		"the pass's rows": passPollRowsSQL, "the recount": rebuildPollSQL,
-		"the row count": pollRowCountSQL, "the rows in no leaf": unnumberedSQL,
+		"the row count": pollRowCountSQL, "the rows in no leaf": unnumberedSQL, "the export": exportPollSQL,
 	} {
 		if !byPoll(sql) {
 			t.Errorf("%s of one poll reads the whole ledger: %s", name, sql)
