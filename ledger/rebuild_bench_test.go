@@ -159,7 +159,8 @@ func benchRebuild(b *testing.B, spec vote.Spec, plain string, answer func(n int)
 // polls of 2 choices, 3 votes each, appended by Store.Append) and reports
 // what a rebuild allocates (-benchmem: B/op) beside its time: the pass
 // holds a batch and a hasher for each poll it has begun, so what they
-// take must follow the polls' rows, not a fixed size a poll.
+// take must follow the polls' rows, not a fixed size a poll. Under -short
+// (make test), 300 polls.
 func BenchmarkRebuildManyPolls(b *testing.B) {
 	ctx := context.Background()
 	db := testenv.Postgres(b)
@@ -167,13 +168,13 @@ func BenchmarkRebuildManyPolls(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	const polls, votes = 3000, 3
+	polls, votes := shortOr(3000, 300), 3
 	ps := make([]ledger.Poll, polls)
 	for p := range ps {
 		ps[p] = ledger.Poll{ID: fmt.Sprintf("poll%d", p), Title: "bench", OpensAt: time.Unix(0, 0), Choices: []string{"a", "b"}}
 	}
 	for i := 0; i < polls; i += 500 {
-		if _, err := store.EnsurePolls(ctx, ps[i:i+500]); err != nil {
+		if _, err := store.EnsurePolls(ctx, ps[i:min(i+500, polls)]); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -187,6 +188,9 @@ func BenchmarkRebuildManyPolls(b *testing.B) {
 			batch = batch[:0]
 		}
 	}
+	if _, err := store.Append(ctx, batch); err != nil {
+		b.Fatal(err)
+	}
 	b.ReportAllocs()
 	b.ResetTimer()
 	for range b.N {
@@ -194,7 +198,7 @@ func BenchmarkRebuildManyPolls(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if rep.Differing != 0 || rep.LogProblems != 0 || rep.LedgerEvents != polls*votes {
+		if rep.Differing != 0 || rep.LogProblems != 0 || rep.LedgerEvents != int64(polls*votes) {
 			b.Fatalf("rebuild: %d figures differ, %d logs do not verify, %d events (want %d)", rep.Differing, rep.LogProblems, rep.LedgerEvents, polls*votes)
 		}
 	}
@@ -203,7 +207,7 @@ func BenchmarkRebuildManyPolls(b *testing.B) {
 // BenchmarkRebuildOnePoll rebuilds one poll of a ledger of 200 (1,000
 // single choices each, 200,000 rows, appended by Store.Append), as tally
 // rebuild --poll does: what it reads must follow the poll's rows, not the
-// ledger's.
+// ledger's. Under -short (make test), 100 votes a poll.
 func BenchmarkRebuildOnePoll(b *testing.B) {
 	ctx := context.Background()
 	db := testenv.Postgres(b)
@@ -211,7 +215,7 @@ func BenchmarkRebuildOnePoll(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	const polls, votes = 200, 1000
+	polls, votes := 200, shortOr(1000, 100)
 	ps := make([]ledger.Poll, polls)
 	for p := range ps {
 		ps[p] = ledger.Poll{ID: fmt.Sprintf("poll%d", p), Title: "bench", OpensAt: time.Unix(0, 0), Choices: []string{"a", "b"}}
@@ -229,6 +233,9 @@ func BenchmarkRebuildOnePoll(b *testing.B) {
 			batch = batch[:0]
 		}
 	}
+	if _, err := store.Append(ctx, batch); err != nil {
+		b.Fatal(err)
+	}
 	if _, err := db.Pool.Exec(ctx, `VACUUM ANALYZE poll_events`); err != nil {
 		b.Fatal(err)
 	}
@@ -238,8 +245,16 @@ func BenchmarkRebuildOnePoll(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if rep.Differing != 0 || rep.LogProblems != 0 || rep.LedgerEvents != votes {
+		if rep.Differing != 0 || rep.LogProblems != 0 || rep.LedgerEvents != int64(votes) {
 			b.Fatalf("rebuild: %d figures differ, %d logs do not verify, %d events (want %d)", rep.Differing, rep.LogProblems, rep.LedgerEvents, votes)
 		}
 	}
+}
+
+// shortOr is full, or short under -short.
+func shortOr(full, short int) int {
+	if testing.Short() {
+		return short
+	}
+	return full
 }
