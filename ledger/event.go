@@ -18,13 +18,18 @@ type Event = vote.Event
 // EventOf is the event of a ballot in canonical form (Answer's inverse).
 func EventOf(principal, key, poll, answer string, received time.Time) Event {
 	e := Event{PrincipalID: principal, ClientEventID: key, PollID: poll, ReceivedAt: received}
-	if vote.ValidID(answer) {
+	if isChoice(answer) {
 		e.CandidateID = answer
 	} else {
 		e.Ballot = answer
 	}
 	return e
 }
+
+// isChoice reports whether an answer, as the ledger's rows give it
+// (coalesce(ballot, candidate_id)), is one choice, a single choice's
+// candidate, rather than a ballot of another kind in canonical form.
+func isChoice(answer string) bool { return vote.ValidID(answer) }
 
 func deref(s *string) string {
 	if s == nil {

@@ -6,7 +6,6 @@ import (
 	"unsafe"
 
 	"tally/audit"
-	"tally/vote"
 )
 
 // This file owns the pass's hashers (log_pass.go reads the rows and hands
@@ -79,10 +78,11 @@ func (pp *passPoll) hashRow(lh *leafHasher, text string, answers []string, r *pa
 	} else {
 		answer = strings.Clone(text[r.start:r.a]) // the leaf hasher may keep it
 	}
-	// The leaf EventOf's event would make, made at once.
+	// The leaf EventOf's event would make, made at once, with the
+	// answer's form asked once.
 	if f.choice == formUnknown {
 		f.choice = formBallot
-		if vote.ValidID(answer) {
+		if isChoice(answer) {
 			f.choice = formChoice
 		}
 	}

@@ -184,7 +184,7 @@ func (pp *passPoll) flush() {
 		go pp.hash()
 	}
 	pp.work <- passWork{rows: pp.batch, text: pp.text, answers: pp.answers}
-	pp.batch, pp.text = nil, nil // made again by the next emit, unless
+	pp.batch, pp.text = nil, nil // made again by the next emit, unless a spare comes back
 	select {
 	case w := <-pp.spares:
 		pp.batch, pp.text = w.rows, w.text

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -162,13 +163,38 @@ func benchRebuild(b *testing.B, spec vote.Spec, plain string, answer func(n int)
 // take must follow the polls' rows, not a fixed size a poll. Under -short
 // (make test), 300 polls.
 func BenchmarkRebuildManyPolls(b *testing.B) {
+	polls, votes := shortOr(3000, 300), 3
+	store := smallPollsLedger(b, polls, votes)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		rebuildFinds(b, store, "", polls*votes)
+	}
+}
+
+// BenchmarkRebuildOnePoll rebuilds one poll of a ledger of 200 (1,000
+// single choices each, 200,000 rows, appended by Store.Append), as tally
+// rebuild --poll does: what it reads must follow the poll's rows, not the
+// ledger's. Under -short (make test), 100 votes a poll.
+func BenchmarkRebuildOnePoll(b *testing.B) {
+	votes := shortOr(1000, 100)
+	store := smallPollsLedger(b, 200, votes)
+	b.ResetTimer()
+	for range b.N {
+		rebuildFinds(b, store, "poll7", votes)
+	}
+}
+
+// smallPollsLedger is a Store on a ledger of polls single-choice polls
+// (poll0, poll1, ...) of 2 choices, votes votes each, appended by
+// Store.Append in batches of 1,000 and analyzed.
+func smallPollsLedger(b *testing.B, polls, votes int) *ledger.Store {
 	ctx := context.Background()
 	db := testenv.Postgres(b)
 	store, err := ledger.New(db.Pool, ledger.Config{})
 	if err != nil {
 		b.Fatal(err)
 	}
-	polls, votes := shortOr(3000, 300), 3
 	ps := make([]ledger.Poll, polls)
 	for p := range ps {
 		ps[p] = ledger.Poll{ID: fmt.Sprintf("poll%d", p), Title: "bench", OpensAt: time.Unix(0, 0), Choices: []string{"a", "b"}}
@@ -178,76 +204,30 @@ func BenchmarkRebuildManyPolls(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	batch := make([]ledger.Event, 0, 1000)
-	for n := range polls * votes {
-		batch = append(batch, ledger.EventOf(fmt.Sprintf("u%d", n), "k", fmt.Sprintf("poll%d", n%polls), "a", time.Now()))
-		if len(batch) == cap(batch) {
-			if _, err := store.Append(ctx, batch); err != nil {
-				b.Fatal(err)
-			}
-			batch = batch[:0]
-		}
+	events := make([]ledger.Event, polls*votes)
+	for n := range events {
+		events[n] = ledger.EventOf(fmt.Sprintf("u%d", n), "k", fmt.Sprintf("poll%d", n%polls), "a", time.Now())
 	}
-	if _, err := store.Append(ctx, batch); err != nil {
-		b.Fatal(err)
-	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	for range b.N {
-		rep, err := store.Rebuild(ctx, "")
-		if err != nil {
+	for batch := range slices.Chunk(events, 1000) {
+		if _, err := store.Append(ctx, batch); err != nil {
 			b.Fatal(err)
 		}
-		if rep.Differing != 0 || rep.LogProblems != 0 || rep.LedgerEvents != int64(polls*votes) {
-			b.Fatalf("rebuild: %d figures differ, %d logs do not verify, %d events (want %d)", rep.Differing, rep.LogProblems, rep.LedgerEvents, polls*votes)
-		}
-	}
-}
-
-// BenchmarkRebuildOnePoll rebuilds one poll of a ledger of 200 (1,000
-// single choices each, 200,000 rows, appended by Store.Append), as tally
-// rebuild --poll does: what it reads must follow the poll's rows, not the
-// ledger's. Under -short (make test), 100 votes a poll.
-func BenchmarkRebuildOnePoll(b *testing.B) {
-	ctx := context.Background()
-	db := testenv.Postgres(b)
-	store, err := ledger.New(db.Pool, ledger.Config{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	polls, votes := 200, shortOr(1000, 100)
-	ps := make([]ledger.Poll, polls)
-	for p := range ps {
-		ps[p] = ledger.Poll{ID: fmt.Sprintf("poll%d", p), Title: "bench", OpensAt: time.Unix(0, 0), Choices: []string{"a", "b"}}
-	}
-	if _, err := store.EnsurePolls(ctx, ps); err != nil {
-		b.Fatal(err)
-	}
-	batch := make([]ledger.Event, 0, 1000)
-	for n := range polls * votes {
-		batch = append(batch, ledger.EventOf(fmt.Sprintf("u%d", n), "k", fmt.Sprintf("poll%d", n%polls), "a", time.Now()))
-		if len(batch) == cap(batch) {
-			if _, err := store.Append(ctx, batch); err != nil {
-				b.Fatal(err)
-			}
-			batch = batch[:0]
-		}
-	}
-	if _, err := store.Append(ctx, batch); err != nil {
-		b.Fatal(err)
 	}
 	if _, err := db.Pool.Exec(ctx, `VACUUM ANALYZE poll_events`); err != nil {
 		b.Fatal(err)
 	}
-	b.ResetTimer()
-	for range b.N {
-		rep, err := store.Rebuild(ctx, "poll7")
-		if err != nil {
-			b.Fatal(err)
-		}
-		if rep.Differing != 0 || rep.LogProblems != 0 || rep.LedgerEvents != int64(votes) {
-			b.Fatalf("rebuild: %d figures differ, %d logs do not verify, %d events (want %d)", rep.Differing, rep.LogProblems, rep.LedgerEvents, votes)
-		}
+	return store
+}
+
+// rebuildFinds rebuilds pollID (every poll when empty) and fails b unless
+// it finds events rows and nothing wrong.
+func rebuildFinds(b *testing.B, store *ledger.Store, pollID string, events int) {
+	rep, err := store.Rebuild(context.Background(), pollID)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if rep.Differing != 0 || rep.LogProblems != 0 || rep.LedgerEvents != int64(events) {
+		b.Fatalf("rebuild: %d figures differ, %d logs do not verify, %d events (want %d)", rep.Differing, rep.LogProblems, rep.LedgerEvents, events)
 	}
 }
 
