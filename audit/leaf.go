@@ -1,13 +1,13 @@
 package audit
 
 import (
-	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"strconv"
 	"time"
 
+	sha256 "github.com/minio/sha256-simd"
 	"golang.org/x/mod/sumdb/tlog"
 
 	"tally/vote"

@@ -1,8 +1,7 @@
 package audit
 
 import (
-	"crypto/sha256"
-
+	sha256 "github.com/minio/sha256-simd"
 	"golang.org/x/mod/sumdb/tlog"
 )
 

@@ -24,7 +24,9 @@ require (
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
+	github.com/klauspost/cpuid/v2 v2.4.0 // indirect
 	github.com/mfridman/interpolate v0.0.2 // indirect
+	github.com/minio/sha256-simd v1.0.1 // indirect
 	github.com/pressly/goose/v3 v3.30.0 // indirect
 	github.com/transparency-dev/formats v0.1.1 // indirect
 	go.uber.org/atomic v1.12.0 // indirect

@@ -1,10 +1,10 @@
 package ledger
 
 import (
-	"crypto/sha256"
 	"errors"
 	"fmt"
 
+	sha256 "github.com/minio/sha256-simd"
 	"golang.org/x/mod/sumdb/tlog"
 )
 

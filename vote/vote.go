@@ -10,9 +10,10 @@
 package vote
 
 import (
-	"crypto/sha256"
 	"encoding/hex"
 	"hash/maphash"
+
+	sha256 "github.com/minio/sha256-simd"
 )
 
 // MaxIDLen is the longest id.
