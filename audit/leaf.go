@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"time"
 
-	sha256 "github.com/minio/sha256-simd"
 	"golang.org/x/mod/sumdb/tlog"
 
 	"tally/vote"
@@ -212,7 +211,7 @@ func LeafHash(l Leaf) (tlog.Hash, error) {
 	if err != nil {
 		return tlog.Hash{}, err
 	}
-	return sha256.Sum256(buf[:1+len(b)]), nil
+	return sum256(buf[:1+len(b)]), nil
 }
 
 func ballotLeafHash(l Leaf) (tlog.Hash, error) {
@@ -221,5 +220,5 @@ func ballotLeafHash(l Leaf) (tlog.Hash, error) {
 	if err != nil {
 		return tlog.Hash{}, err
 	}
-	return sha256.Sum256(buf[:1+len(b)]), nil
+	return sum256(buf[:1+len(b)]), nil
 }

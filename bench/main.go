@@ -174,7 +174,7 @@ var full = sizes{
 	wrkRounds: 5, wrkFor: 8 * time.Second,
 	e2eFor:       20 * time.Second,
 	importEvents: 1_000_000, importRounds: 3,
-	rebuildEvents: 2_000_000, rebuildRounds: 3,
+	rebuildEvents: 2_000_000, rebuildRounds: 5,
 	logLeaves: 1_000_000, proofs: 2_000,
 	clusterReplicas: 1,
 	liveViewers:     1_000, liveRate: 500, liveFor: 5 * time.Second, liveRounds: 2,

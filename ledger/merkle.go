@@ -4,8 +4,9 @@ import (
 	"errors"
 	"fmt"
 
-	sha256 "github.com/minio/sha256-simd"
 	"golang.org/x/mod/sumdb/tlog"
+
+	"tally/audit"
 )
 
 // This file owns the arithmetic of each poll's Merkle log (DESIGN.md I7,
@@ -131,18 +132,12 @@ func (s logState) extend(leaves []tlog.Hash) (logState, []fullTile, error) {
 		}
 	}
 	n := s.size
-	// node is tlog.NodeHash's input, 0x01 and the two hashes, made in
-	// place: the merge below is most of what a leaf costs.
-	var node [1 + 2*hashSize]byte
-	node[0] = 1
 	for _, h := range leaves {
 		n++
 		store(0, n, h)
 		cur, height := h, 0
 		for len(frontier) > 0 && frontier[len(frontier)-1].height == height {
-			copy(node[1:], frontier[len(frontier)-1].hash[:])
-			copy(node[1+hashSize:], cur[:])
-			cur = sha256.Sum256(node[:])
+			cur = audit.NodeHash(frontier[len(frontier)-1].hash, cur) // the merge is most of what a leaf costs
 			frontier = frontier[:len(frontier)-1]
 			height++
 			if height%tileHeight == 0 {
@@ -153,7 +148,7 @@ func (s logState) extend(leaves []tlog.Hash) (logState, []fullTile, error) {
 	}
 	next := logState{size: n, root: frontier[len(frontier)-1].hash}
 	for i := len(frontier) - 2; i >= 0; i-- {
-		next.root = tlog.NodeHash(frontier[i].hash, next.root)
+		next.root = audit.NodeHash(frontier[i].hash, next.root)
 	}
 	if next.partial, err = partialTiles(tiles, n); err != nil {
 		return logState{}, nil, err

@@ -10,10 +10,9 @@
 package vote
 
 import (
+	"crypto/sha256"
 	"encoding/hex"
 	"hash/maphash"
-
-	sha256 "github.com/minio/sha256-simd"
 )
 
 // MaxIDLen is the longest id.
