@@ -189,21 +189,21 @@ func (lh *leafHasher) add(e Event, fp string) error {
 			lh.facts[answer] = f
 		}
 	}
-	return lh.addLeaf(leafOf(e), answer, fp, f)
-}
-
-// addLeaf is add of the leaf l, with what is known of the row's answer,
-// answer, in f.
-func (lh *leafHasher) addLeaf(l audit.Leaf, answer, fp string, f *answerFacts) error {
-	h, err := lh.leaves.Hash(l)
-	if err != nil {
-		return fmt.Errorf("leaf %d: %w", lh.h.n, err)
-	}
 	if f.fp == nil {
 		want := vote.Fingerprint(lh.poll, answer)
 		f.fp = &want
 	}
-	if lh.h.badFP < 0 && fp != string(f.fp[:]) {
+	return lh.addLeaf(leafOf(e), fp != string(f.fp[:]), f)
+}
+
+// addLeaf is add of the leaf l, whose row's fingerprint is wrong when
+// fpWrong, with what is known of the row's answer in f.
+func (lh *leafHasher) addLeaf(l audit.Leaf, fpWrong bool, f *answerFacts) error {
+	h, err := lh.leaves.Hash(l)
+	if err != nil {
+		return fmt.Errorf("leaf %d: %w", lh.h.n, err)
+	}
+	if lh.h.badFP < 0 && fpWrong {
 		lh.h.badFP = lh.h.n
 	}
 	if lh.def != nil && lh.h.badDef < 0 {

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"tally/audit"
+	"tally/vote"
 )
 
 // This file owns the rebuild's one pass over the ledger: every row read
@@ -53,8 +54,11 @@ const passBatch = 1 << 12
 
 // passRow is a ledger row as the pass hands it to its poll's hasher: its
 // answer by number (the poll's answers, passPoll.answers), or, past
-// maxFingerprintsHeld of them, in its batch's text; its principal, key
-// and fingerprint in its batch's text, one after the other from start.
+// maxFingerprintsHeld of them, in its batch's text; its principal and
+// key in its batch's text, one after the other from start; and whether
+// its fingerprint is wrong, which the reader checks as the row comes (a
+// fingerprint is of the poll and the answer alone: each numbered answer's
+// is computed once).
 // The rows of a batch share that one string, rather than a string each:
 // most of what the pass costs the client is reading its rows.
 //
@@ -66,8 +70,9 @@ type passRow struct {
 	received int64 // microseconds since the Unix epoch
 	answer   int32 // -1: text[start:a]
 	start    int32
-	a, p, k  int32 // the ends of the answer, the principal and the key; the fingerprint ends at end
+	a, p     int32 // the ends of the answer and the principal; the key ends at end
 	end      int32 // in text
+	fpWrong  bool  // the row's fingerprint is not vote.Fingerprint of its poll and answer
 }
 
 // heldRow is a row held until its leaf is next, with its own text.
@@ -90,7 +95,7 @@ const passSpares = 3
 
 // passText is the room a batch's text is made with: about the text of
 // passBatch rows.
-const passText = passBatch * 64
+const passText = passBatch * 32
 
 // hashed is a poll's rows hashed in leaf order, as hashRows gives them,
 // and the count of the poll's rows.
@@ -136,6 +141,7 @@ type passPoll struct {
 	number  map[string]int32
 	answers []string
 	counts  []int64
+	fps     [][32]byte       // vote.Fingerprint of the poll and each answer
 	others  map[string]int64 // the answers past maxFingerprintsHeld
 
 	batch  []passRow
@@ -239,7 +245,7 @@ func (pr *passReader) row(poll []byte, r *rawRow) error {
 	answer := pp.count(r.answer)
 	if !pp.failed { // else left to the per-poll check
 		pr.held++
-		pp.take(r, answer)
+		pp.take(r, answer, !pp.fingerprintRight(answer, r))
 	}
 	return nil
 }
@@ -311,7 +317,18 @@ func (pp *passPoll) count(answer []byte) int32 {
 	i, a := int32(len(pp.answers)), string(answer)
 	pp.number[a] = i
 	pp.answers, pp.counts = append(pp.answers, a), append(pp.counts, 1)
+	pp.fps = append(pp.fps, vote.Fingerprint(pp.id, a))
 	return i
+}
+
+// fingerprintRight reports whether r's fingerprint is that of the poll
+// and its answer, whose number is answer.
+func (pp *passPoll) fingerprintRight(answer int32, r *rawRow) bool {
+	if answer >= 0 {
+		return string(r.fp) == string(pp.fps[answer][:])
+	}
+	want := vote.Fingerprint(pp.id, string(r.answer))
+	return string(r.fp) == string(want[:])
 }
 
 // rawRow is a row of passRowsSQL as passRows reads it: its slices are

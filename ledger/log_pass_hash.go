@@ -86,13 +86,13 @@ func (pp *passPoll) hashRow(lh *leafHasher, text string, answers []string, r *pa
 			f.choice = formChoice
 		}
 	}
-	l := audit.Leaf{PollID: pp.id, PrincipalID: text[r.a:r.p], ClientEventID: text[r.p:r.k], ReceivedAt: time.UnixMicro(r.received).UTC()}
+	l := audit.Leaf{PollID: pp.id, PrincipalID: text[r.a:r.p], ClientEventID: text[r.p:r.end], ReceivedAt: time.UnixMicro(r.received).UTC()}
 	if f.choice == formChoice {
 		l.CandidateID = answer
 	} else {
 		l.Ballot = answer
 	}
-	return lh.addLeaf(l, answer, text[r.k:r.end], f)
+	return lh.addLeaf(l, r.fpWrong, f)
 }
 
 // passRowsSQL reads the ledger's rows in the table's order, as the pass

@@ -10,7 +10,7 @@ package ledger
 // number is answer: hashed when its leaf is next, else held until it is:
 // in ahead when it comes after the rows held there in seq order (as
 // nearly all do), else in pending.
-func (pp *passPoll) take(r *rawRow, answer int32) {
+func (pp *passPoll) take(r *rawRow, answer int32, fpWrong bool) {
 	pp.rows++
 	if pp.next >= len(pp.seqs) || pp.seqs[pp.next] != r.seq {
 		if len(pp.pending)+pp.ahead.len() >= passPending {
@@ -19,16 +19,16 @@ func (pp *passPoll) take(r *rawRow, answer int32) {
 		}
 		if last, ok := pp.ahead.last(); !ok || r.seq > last {
 			var row passRow
-			row, pp.ahead.text = layRow(pp.ahead.text, r, answer)
+			row, pp.ahead.text = layRow(pp.ahead.text, r, answer, fpWrong)
 			pp.ahead.rows = append(pp.ahead.rows, row)
 			return
 		}
-		row, text := layRow(make([]byte, 0, len(r.answer)+len(r.principal)+len(r.key)+len(r.fp)), r, answer)
+		row, text := layRow(make([]byte, 0, len(r.answer)+len(r.principal)+len(r.key)), r, answer, fpWrong)
 		pp.pending[r.seq] = heldRow{row: row, text: text}
 		return
 	}
 	var row passRow
-	row, pp.text = layRow(pp.textRoom(), r, answer)
+	row, pp.text = layRow(pp.textRoom(), r, answer, fpWrong)
 	pp.emit(row)
 	pp.catchUp()
 }
@@ -48,8 +48,8 @@ func (pp *passPoll) textRoom() []byte {
 func (pp *passPoll) batchRoom() int { return max(1, min(passBatch, len(pp.seqs)-pp.next)) }
 
 // layRow appends r's text to text and returns r as a passRow of it.
-func layRow(text []byte, r *rawRow, answer int32) (passRow, []byte) {
-	row := passRow{seq: r.seq, received: r.received, answer: answer, start: int32(len(text))}
+func layRow(text []byte, r *rawRow, answer int32, fpWrong bool) (passRow, []byte) {
+	row := passRow{seq: r.seq, received: r.received, answer: answer, start: int32(len(text)), fpWrong: fpWrong}
 	if answer < 0 {
 		text = append(text, r.answer...)
 	}
@@ -57,8 +57,6 @@ func layRow(text []byte, r *rawRow, answer int32) (passRow, []byte) {
 	text = append(text, r.principal...)
 	row.p = int32(len(text))
 	text = append(text, r.key...)
-	row.k = int32(len(text))
-	text = append(text, r.fp...)
 	row.end = int32(len(text))
 	return row, text
 }
@@ -106,7 +104,7 @@ func (pp *passPoll) emitHeld(row passRow, text []byte) {
 
 // rebased is r with its text moved by d bytes.
 func rebased(r passRow, d int32) passRow {
-	r.start, r.a, r.p, r.k, r.end = r.start+d, r.a+d, r.p+d, r.k+d, r.end+d
+	r.start, r.a, r.p, r.end = r.start+d, r.a+d, r.p+d, r.end+d
 	return r
 }
 

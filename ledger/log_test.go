@@ -306,10 +306,24 @@ func sha256Empty() [32]byte {
 }
 
 // A fingerprint changed alone leaves the tree intact (the leaf does not
-// cover it) and is found by its own check, which names the leaf.
+// cover it) and is found by its own check, which names the leaf: the pass
+// checks a row's fingerprint as it comes, whether the row goes to its
+// hasher at once or waits for its leaf (leaves late: every row waits).
 func TestRebuildFindsATamperedFingerprint(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	for _, late := range []bool{false, true} {
+		t.Run(fmt.Sprintf("leaves late %v", late), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			if late {
+				ledger.LeavesAfterRows(b.store)
+			}
+			rebuildFindsATamperedFingerprint(t, b)
+		})
+	}
+}
+
+func rebuildFindsATamperedFingerprint(t *testing.T, b bundle) {
 	b.poll(t, "p", "a", "b")
 	b.poll(t, "q", "a", "b")
 	batch := make([]ledger.Event, 300)
