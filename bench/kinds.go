@@ -49,8 +49,9 @@ var kindLoads = []load{
 		ballots: benchChoices, changes: true},
 }
 
-// rankedLoad is the ranked rebuild's (RK).
-var rankedLoad = kindLoads[2]
+// rankedLoad is the ranked rebuild's (RK), latestLoad the rebuild's of
+// answers latest (RL).
+var rankedLoad, latestLoad = kindLoads[2], kindLoads[3]
 
 func mustRules(spec vote.Spec) vote.Rules {
 	r, err := vote.NewRules(spec, len(benchChoices))
@@ -126,6 +127,21 @@ func (l load) principalOf(i int) (principal, nth int) {
 		return changeOf(i)
 	}
 	return i, 1
+}
+
+// principals is how many principals events 0..n-1 of l come from: the
+// ballots that count, one a principal.
+func (l load) principals(n int) int {
+	if !l.changes {
+		return n
+	}
+	seen, k := make([]bool, n), 0 // every principal id is below n
+	for i := range n {
+		if p, _ := changeOf(i); !seen[p] {
+			seen[p], k = true, k+1
+		}
+	}
+	return k
 }
 
 // event is event i of l over polls: principal u<p>'s nth ballot, key

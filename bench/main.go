@@ -16,7 +16,7 @@
 //
 // -only runs some measurements: projector, kinds, batch1, naive, copy,
 // floor, tuned, intake, burst, e2e, cluster, scaling, import, rebuild,
-// rebuildranked, log, live, catalog, growth. A full run without -only
+// rebuildranked, rebuildlatest, log, live, catalog, growth. A full run without -only
 // leaves growth out (the 5M-event ledger takes about 17 minutes here); a
 // short run runs every measurement.
 //
@@ -61,7 +61,7 @@
 //     and audit, inclusion proofs and bytes per event (G-start, G-end,
 //     G-rebuild, G-export, G-audit, G-proof, G-disk);
 //   - ledger.go: tally import (IM) and rebuild next to a plain GROUP BY
-//     (R, RG; of ranked ballots RK, RKG);
+//     (R, RG; of ranked ballots RK, RKG; of answers latest RL, RLG);
 //   - env.go: the run's servers, its databases and Redis prefixes, and the
 //     synthetic events every measurement shares;
 //   - proc.go: the child processes (start, health, stop, peak memory);
@@ -114,7 +114,7 @@ type sizes struct {
 	rebuildRounds  int
 	projectorLimit time.Duration
 	// kinds: the backlog of each of P-multiple, P-score, P-ranked and
-	// P-latest (P's in a full run); rankedRebuild: RK's ledger.
+	// P-latest (P's in a full run); rankedRebuild: RK's and RL's ledgers.
 	kinds         int
 	rankedRebuild int
 	logLeaves     int // PR and AV: the leaves of one poll's log
@@ -231,7 +231,7 @@ func parseFlags() options {
 	flag.StringVar(&o.wrk, "wrk", "wrk", "the wrk binary; empty skips the intake measurement")
 	flag.StringVar(&o.lua, "lua", "bench/testdata/post_vote.lua", "wrk's vote script")
 	flag.StringVar(&o.out, "out", "", "markdown `FILE` to write the table into (between its bench markers)")
-	only := flag.String("only", "", "comma-separated measurements to run (default all): projector, kinds, naive, batch1, copy, floor, tuned, intake, burst, e2e, cluster, scaling, import, rebuild, rebuildranked, log, live, catalog, growth (a full run runs growth only when named)")
+	only := flag.String("only", "", "comma-separated measurements to run (default all): projector, kinds, naive, batch1, copy, floor, tuned, intake, burst, e2e, cluster, scaling, import, rebuild, rebuildranked, rebuildlatest, log, live, catalog, growth (a full run runs growth only when named)")
 	flag.BoolVar(&o.short, "short", false, "small sizes: a check that every measurement runs")
 	catalogPolls := flag.String("catalog-polls", "", "comma-separated `SIZES` of row C, in polls, smallest first (default 100,10000,100000; -short 20,200)")
 	flag.DurationVar(&o.timeout, "timeout", 30*time.Minute, "bound on the whole run")

@@ -37,6 +37,7 @@ var measurements = []measurement{
 	{"import", measureImport},
 	{"rebuild", measureRebuild},
 	{"rebuildranked", measureRebuildRanked},
+	{"rebuildlatest", measureRebuildLatest},
 	{"log", measureLog},
 	{"live", measureLive},
 	{"catalog", measureCatalog},
@@ -227,5 +228,22 @@ func measureRebuildRanked(ctx context.Context, e *env, sz sizes, t *table) error
 		command: fmt.Sprintf("bench -only rebuildranked  (ledger built with COPY in %s, unique indexes left off, projection by Store.Repair)", r.build.Round(time.Second))})
 	t.add(fig{id: "RKG", what: "plain `" + plainBallotsSQL + "` over the same table (each distinct ranking counted)", value: r.plain.Seconds(), unit: "s",
 		extra: "runs " + secs(r.plains), load: load, command: "bench -only rebuildranked"})
+	return nil
+}
+
+// measureRebuildLatest: RL and RLG, R and RG of single choices of answers
+// latest, 30% of the ballots changes: the rebuild counts each principal's
+// last ballot in its poll's log, the plain aggregate its last by seq.
+func measureRebuildLatest(ctx context.Context, e *env, sz sizes, t *table) error {
+	load := loadAvg()
+	r, err := e.rebuildVsCount(ctx, "rebuildlatest", latestLoad, plainLatestSQL, sz.rankedRebuild, sz.rebuildRounds)
+	if err != nil {
+		return err
+	}
+	t.add(fig{id: "RL", what: fmt.Sprintf("rebuild as R of a %s-ballot ledger of polls of answers latest (10 polls of 4 choices, single choice, 30%% of the ballots a principal's second or third): each principal's last ballot in its poll's log counted, and the logs (median of %d warm runs)", count(sz.rankedRebuild), sz.rebuildRounds),
+		value: r.rebuild.Seconds(), unit: "s", extra: "runs " + secs(r.rebuilds), load: load,
+		command: fmt.Sprintf("bench -only rebuildlatest  (ledger built with COPY in %s, unique indexes left off, projection by Store.Repair)", r.build.Round(time.Second))})
+	t.add(fig{id: "RLG", what: "plain `" + plainLatestSQL + "` over the same table (each principal's last ballot by seq counted)", value: r.plain.Seconds(), unit: "s",
+		extra: "runs " + secs(r.plains), load: load, command: "bench -only rebuildlatest"})
 	return nil
 }

@@ -74,6 +74,7 @@ var ratios = []ratio{
 	{of: "MSSE", to: "MSSE0", target: "(intake's peak RSS with the live viewers against none)"},
 	{of: "R", to: "RG", target: "≤ 5×", atMost: 5},
 	{of: "RK", to: "RKG", target: "≤ 5× (ranked ballots)", atMost: 5},
+	{of: "RL", to: "RLG", target: "≤ 5× (answers latest)", atMost: 5},
 	{of: "PR", limit: 5, target: "< 5 ms", atMost: 1, asPercent: true},
 	{of: "AV", limit: 10, target: "< 10 s", atMost: 1, asPercent: true},
 	{of: "MB", limit: 150, target: "< 150 MB", atMost: 1, asPercent: true},

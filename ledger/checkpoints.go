@@ -157,10 +157,7 @@ func (s *Store) LatestCheckpoint(ctx context.Context, pollID string) (Checkpoint
 // checkpoints all fall within the exported rows, since a checkpoint is
 // stored only for a size its poll's rows had reached.
 func (s *Store) Checkpoints(ctx context.Context, pollID string, fn func(Checkpoint) error) error {
-	var p *string
-	if pollID != "" {
-		p = &pollID
-	}
+	p := optional(pollID)
 	rows, err := s.pool.Query(ctx, checkpointsSQL, p)
 	if err != nil {
 		return interpretError("read checkpoints", err)

@@ -93,7 +93,10 @@
 //     definitions in leaf order (rebuild's check), and BuildLogs for logs
 //     with no root yet.
 //   - log_pass.go: the rebuild's one pass over the ledger: the recount and
-//     every poll's log hashed from one read of the rows.
+//     every poll's log hashed from one read of the rows; log_pass_order.go
+//     puts each poll's rows in leaf order, log_pass_hash.go hashes them,
+//     log_pass_leaves.go reads the leaves they wait for, and
+//     log_pass_latest.go keeps a poll of answers latest's last ballots.
 //   - log_verify.go: the rebuild's check of every log against its rows.
 //   - log_read.go: inclusion and consistency proofs from the stored tiles.
 //   - checkpoints.go: the signed checkpoints of each poll's log.

@@ -17,6 +17,11 @@ func FullPathOnly(s *Store) { s.fullPathOnly = true }
 // leaf, as the rows that come before the leaves do.
 func LeavesAfterRows(s *Store) { s.leavesAfterRows = true }
 
+// LatestInSQL makes the rebuild read the last ballots of every poll of
+// answers latest with latestSQL, as Repair does, rather than keep them
+// in its pass.
+func LatestInSQL(s *Store) { s.latestInSQL = true }
+
 // OnePassPolls are the polls the rebuild's one pass over the ledger hashes
 // (log_pass.go), in a snapshot of their own, with the reader beside it as
 // Rebuild has it; the others go to the per-poll check.
@@ -34,7 +39,7 @@ func OnePassPolls(ctx context.Context, s *Store) ([]string, error) {
 		if err != nil {
 			return err
 		}
-		polls := newPassPolls(heads)
+		polls := newPassPolls(heads, nil)
 		side, err := s.tilesBeside(ctx, tx, nil, polls)
 		if err != nil {
 			return err

@@ -86,8 +86,11 @@ type Store struct {
 	// has taken every row, so tests hold the rows that come before their
 	// leaves to the same outcomes.
 	leavesAfterRows bool
-	rules           rulesCache // ballots.go
-	voters          voterBook  // voters.go
+	// latestInSQL makes the rebuild read every poll's last ballots with
+	// latestSQL rather than keep them in its pass (log_pass_latest.go).
+	latestInSQL bool
+	rules       rulesCache // ballots.go
+	voters      voterBook  // voters.go
 }
 
 // New returns a Store on pool. The schema must be migrated (package

@@ -114,6 +114,9 @@ type hashed struct {
 	// hasher made it (tilesCompared).
 	tilesCompared bool
 	tiles         tileVerdict
+	// last, of a poll of answers latest, are its principals' last answers
+	// in leaf order counted by answer (nil: not kept, log_pass_latest.go).
+	last map[string]int64
 }
 
 // tileVerdict is firstTileDifference's answer: the first leaf under the
@@ -133,6 +136,7 @@ type passPoll struct {
 	ahead   aheadRows
 	defs    map[int64]*audit.Definition // every poll's, by id
 	tiles   *sideReader                 // the stored tiles, when read beside the pass
+	last    *lastAnswers                // of a poll of answers latest, for its hasher
 	rows    int64
 	failed  bool // left to the per-poll check
 
@@ -167,10 +171,7 @@ type tallyKey struct{ poll, cand string }
 // stored tiles, each poll's hasher compares its poll's tiles once it has
 // hashed its last row, while the others still hash.
 func hashInOnePass(ctx context.Context, tx pgx.Tx, polls map[string]*passPoll, pollID string, side *sideReader) (map[string]*hashed, map[tallyKey]int64, error) {
-	var p *string
-	if pollID != "" {
-		p = &pollID
-	}
+	p := optional(pollID)
 	for _, pp := range polls {
 		pp.tiles = side
 	}
@@ -290,15 +291,20 @@ func passResults(polls map[string]*passPoll) map[string]*hashed {
 }
 
 // newPassPolls are the polls of heads the pass is to hash: those whose
-// log is built.
-func newPassPolls(heads []logHeadRow) map[string]*passPoll {
+// log is built. The hashers of the polls in latest (of answers latest)
+// keep their principals' last answers.
+func newPassPolls(heads []logHeadRow, latest map[string]bool) map[string]*passPoll {
 	polls := make(map[string]*passPoll, len(heads))
 	for _, h := range heads {
 		if h.root == nil {
 			continue // still to build: the per-poll check says so
 		}
-		polls[h.poll] = &passPoll{id: h.poll, size: max(h.size, 0), pending: map[int64]heldRow{}, number: map[string]int32{}, others: map[string]int64{},
+		pp := &passPoll{id: h.poll, size: max(h.size, 0), pending: map[int64]heldRow{}, number: map[string]int32{}, others: map[string]int64{},
 			out: hashed{state: emptyLog(), badFP: -1}}
+		if latest[h.poll] {
+			pp.last = newLastAnswers(maxLastHeld)
+		}
+		polls[h.poll] = pp
 	}
 	return polls
 }

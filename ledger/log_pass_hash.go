@@ -18,8 +18,12 @@ import (
 func (pp *passPoll) hash() {
 	defer close(pp.done)
 	lh := newLeafHasher(pp.id, int(max(1, min(passBatch, pp.size))))
-	var facts []answerFacts
+	var (
+		facts   []answerFacts
+		answers []string // the poll's, by number, as of the last batch
+	)
 	for w := range pp.work {
+		answers = w.answers
 		for len(facts) < len(w.answers) {
 			facts = append(facts, answerFacts{})
 		}
@@ -41,6 +45,9 @@ func (pp *passPoll) hash() {
 		pp.err = lh.flush()
 	}
 	pp.out = lh.h
+	if pp.last != nil {
+		pp.out.last = pp.last.counts(answers)
+	}
 	if pp.err == nil {
 		pp.compareTiles()
 	}
@@ -87,6 +94,9 @@ func (pp *passPoll) hashRow(lh *leafHasher, text string, answers []string, r *pa
 		}
 	}
 	l := audit.Leaf{PollID: pp.id, PrincipalID: text[r.a:r.p], ClientEventID: text[r.p:r.end], ReceivedAt: time.UnixMicro(r.received).UTC()}
+	if pp.last != nil {
+		pp.last.note(l.PrincipalID, r.answer, answer)
+	}
 	if f.choice == formChoice {
 		l.CandidateID = answer
 	} else {

@@ -36,7 +36,10 @@ SELECT poll_id, size, root, partial FROM poll_log_heads
 WHERE $1::text IS NULL OR poll_id = $1 ORDER BY poll_id`
 
 // verifyLogs checks the log of every poll (one when pollID is set) in tx's
-// snapshot, and returns the recount its pass made beside the checks: the
+// snapshot, and returns the recount its pass made beside the checks, and
+// of each poll in latest (of answers latest) it hashed whole, its
+// principals' last answers in leaf order by answer (not of a poll of more
+// principals than maxLastHeld). The checks: the
 // leaves are dense and each is a row of the poll, every row of the poll
 // is a leaf, the rows hash to the stored root, the stored tiles are the
 // rows' (the first differing hash names the leaf), and each row's
@@ -55,52 +58,53 @@ WHERE $1::text IS NULL OR poll_id = $1 ORDER BY poll_id`
 // poll is checked in the same state of the ledger as the recount: as many
 // at once as the process has cores, leaving one of the pool's connections
 // to tx.
-func (s *Store) verifyLogs(ctx context.Context, tx pgx.Tx, pollID string) ([]LogCheck, map[tallyKey]int64, error) {
-	var p *string
-	if pollID != "" {
-		p = &pollID
-	}
+func (s *Store) verifyLogs(ctx context.Context, tx pgx.Tx, pollID string, latest map[string]bool) ([]LogCheck, map[tallyKey]int64, map[string]map[string]int64, error) {
+	p := optional(pollID)
 	rows, err := tx.Query(ctx, logHeadsSQL, p)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	heads, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (logHeadRow, error) {
 		var h logHeadRow
 		return h, r.Scan(&h.poll, &h.size, &h.root, &h.partial)
 	})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	out := make([]LogCheck, len(heads))
-	polls := newPassPolls(heads)
+	polls := newPassPolls(heads, latest)
 	ahead, err := s.tilesBeside(ctx, tx, p, polls)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	defer ahead.stop()
 	passed, counts, err := hashInOnePass(ctx, tx, polls, pollID, ahead)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	tiles, err := ahead.wait(tx)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	var rest []int // the heads left to the per-poll check
+	last := map[string]map[string]int64{}
 	for i, h := range heads {
 		hh := passed[h.poll]
 		if hh == nil {
 			rest = append(rest, i)
 			continue
 		}
+		if hh.last != nil {
+			last[h.poll] = hh.last
+		}
 		if out[i], err = checkLog(ctx, tx, tiles, LogCheck{PollID: h.poll, Size: h.size, Leaf: -1}, *hh, h.root, h.partial); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 	}
 	if err := s.verifyEach(ctx, tx, heads, rest, out); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return out, counts, nil
+	return out, counts, last, nil
 }
 
 // verifyEach checks the logs of heads[i] for each i in rest the per-poll

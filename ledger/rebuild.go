@@ -75,11 +75,19 @@ const pollRowsOf = `e.poll_id = $1 AND (e.latest OR NOT e.latest)`
 func (s *Store) Rebuild(ctx context.Context, pollID string) (Report, error) {
 	var rep Report
 	err := s.runTx(ctx, "rebuild", pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		logs, counts, err := s.verifyLogs(ctx, tx, pollID)
+		rules, err := ballotPolls(ctx, tx, optional(pollID))
 		if err != nil {
 			return err
 		}
-		if rep, err = besideProjection(ctx, tx, pollID, counts); err != nil {
+		latest := latestPolls(rules)
+		if s.latestInSQL {
+			latest = nil
+		}
+		logs, counts, last, err := s.verifyLogs(ctx, tx, pollID, latest)
+		if err != nil {
+			return err
+		}
+		if rep, err = besideProjection(ctx, tx, pollID, counts, rules, last); err != nil {
 			return err
 		}
 		rep.Logs = logs
@@ -98,21 +106,17 @@ func (s *Store) Rebuild(ctx context.Context, pollID string) (Report, error) {
 //
 // counts are the ledger's rows by (poll, canonical ballot): for a poll of
 // kind single that is by candidate, and the count is its votes; the polls
-// of other kinds are folded into their figures (rebuild_figures.go).
-func besideProjection(ctx context.Context, tx pgx.Tx, pollID string, counts map[tallyKey]int64) (Report, error) {
-	var p *string
-	if pollID != "" {
-		p = &pollID
-	}
-	rules, err := ballotPolls(ctx, tx, p)
-	if err != nil {
-		return Report{}, err
-	}
+// of other kinds, whose rules are rules (ballotPolls), are folded into
+// their figures (rebuild_figures.go), a poll of answers latest counting
+// its principals' last ballots: last's, by answer, where the pass kept
+// them (else read with latestSQL).
+func besideProjection(ctx context.Context, tx pgx.Tx, pollID string, counts map[tallyKey]int64, rules map[string]*pollRules, last map[string]map[string]int64) (Report, error) {
+	p := optional(pollID)
 	rep := Report{}
 	for _, n := range counts {
 		rep.LedgerEvents += n
 	}
-	if err := countLatest(ctx, tx, counts, rules); err != nil {
+	if err := countLatest(ctx, tx, counts, rules, last); err != nil {
 		return Report{}, err
 	}
 	rows, err := tx.Query(ctx, `SELECT poll_id, candidate_id, vote_count FROM poll_results WHERE $1::text IS NULL OR poll_id = $1`, p)
@@ -184,16 +188,21 @@ func recount(ctx context.Context, tx pgx.Tx, pollID string) (Report, map[tallyKe
 	if _, err := pgx.ForEachRow(rows, []any{&k.poll, &k.cand, &n}, func() error { counts[k] = n; return nil }); err != nil {
 		return Report{}, nil, nil, err
 	}
-	rep, err := besideProjection(ctx, tx, pollID, counts)
+	rules, err := ballotPolls(ctx, tx, optional(pollID))
 	if err != nil {
 		return Report{}, nil, nil, err
 	}
-	var p *string
-	if pollID != "" {
-		p = &pollID
-	}
-	rules, err := ballotPolls(ctx, tx, p)
+	rep, err := besideProjection(ctx, tx, pollID, counts, rules, nil)
 	return rep, counts, rules, err
+}
+
+// optional is pollID as a parameter of "$1::text IS NULL OR poll_id = $1":
+// nil for every poll.
+func optional(pollID string) *string {
+	if pollID == "" {
+		return nil
+	}
+	return &pollID
 }
 
 // Repair rewrites the projection from the ledger (one poll when pollID is

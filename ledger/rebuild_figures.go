@@ -3,7 +3,6 @@ package ledger
 import (
 	"context"
 	"fmt"
-	"slices"
 
 	"github.com/jackc/pgx/v5"
 
@@ -56,26 +55,44 @@ SELECT poll_id, answer, count(*) FROM (
     FROM poll_log_leaves l
     CROSS JOIN LATERAL unnest(l.seqs) WITH ORDINALITY AS s(seq, ord)
     JOIN poll_events e ON s.seq > 0 AND e.seq = s.seq AND e.poll_id = l.poll_id
-    WHERE l.poll_id = ANY($1) AND e.latest
+    WHERE l.poll_id = ANY($1)
     ORDER BY e.poll_id, e.principal_id, l.first_leaf + s.ord DESC
 ) last GROUP BY 1, 2`
 
-// countLatest replaces, in counts, the rows of each poll of answers latest
-// in rules by the principals' last ballots.
-func countLatest(ctx context.Context, tx pgx.Tx, counts map[tallyKey]int64, rules map[string]*pollRules) error {
-	var polls []string
+// latestPolls are the polls of answers latest among rules.
+func latestPolls(rules map[string]*pollRules) map[string]bool {
+	out := map[string]bool{}
 	for p, pr := range rules {
 		if pr.rules.Answers == vote.AnswersLatest {
+			out[p] = true
+		}
+	}
+	return out
+}
+
+// countLatest replaces, in counts, the rows of each poll of answers latest
+// in rules by the principals' last ballots: last's for the polls it has
+// (the rebuild's pass kept them), read with latestSQL for the others.
+func countLatest(ctx context.Context, tx pgx.Tx, counts map[tallyKey]int64, rules map[string]*pollRules, last map[string]map[string]int64) error {
+	latest := latestPolls(rules)
+	for k := range counts {
+		if latest[k.poll] {
+			delete(counts, k)
+		}
+	}
+	var polls []string // to read
+	for p := range latest {
+		kept, ok := last[p]
+		if !ok {
 			polls = append(polls, p)
+			continue
+		}
+		for answer, n := range kept {
+			counts[tallyKey{p, answer}] = n
 		}
 	}
 	if len(polls) == 0 {
 		return nil
-	}
-	for k := range counts {
-		if slices.Contains(polls, k.poll) {
-			delete(counts, k)
-		}
 	}
 	rows, err := tx.Query(ctx, latestSQL, polls)
 	if err != nil {

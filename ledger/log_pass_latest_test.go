@@ -1,0 +1,34 @@
+package ledger
+
+import (
+	"maps"
+	"testing"
+	"unsafe"
+)
+
+// TestLastAnswers: a principal's later answer replaces its earlier, the
+// principal is copied from the text it is a view of (and a later view of
+// it does not replace the copy), an answer not
+// numbered counts by itself, and past its bound it keeps nothing.
+func TestLastAnswers(t *testing.T) {
+	answers := []string{"a", "b"}
+	la := newLastAnswers(3)
+	text := []byte("u1u2")
+	view := func(i int) string { return unsafe.String(&text[2*i], 2) } // of the batch's text
+	la.note(view(0), 0, "")                                            // u1: a
+	la.note("u2", 1, "")                                               // u2: b
+	la.note(view(1), 1, "")                                            // u2: b again
+	copy(text, "zzzz")                                                 // the batch's text, reused
+	la.note("u1", -1, `["x"]`)                                         // u1: ["x"], not numbered
+	la.note("u3", 0, "")                                               // u3: a
+	la.note("u2", -1, `["y"]`)                                         // u2: ["y"]
+	got := la.counts(answers)
+	want := map[string]int64{"a": 1, `["x"]`: 1, `["y"]`: 1}
+	if !maps.Equal(got, want) {
+		t.Fatalf("counts %v, want %v", got, want)
+	}
+	la.note("u4", 1, "") // a fourth principal: past the bound
+	if got := la.counts(answers); got != nil {
+		t.Fatalf("past the bound: counts %v, want nil (left to latestSQL)", got)
+	}
+}
