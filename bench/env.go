@@ -166,6 +166,7 @@ func (e *env) database(ctx context.Context, what string) (string, *pgxpool.Pool,
 		return "", nil, err
 	}
 	cfg.MaxConns = 16
+	ledger.BufferedReads(&cfg.ConnConfig.Config) // as tally's commands open theirs
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return "", nil, err

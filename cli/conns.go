@@ -128,6 +128,7 @@ func openPoolWaiting(c *ucli.Context, wait time.Duration, log *slog.Logger) (*pg
 	if w := int32(c.Int("workers")); w+1 > cfg.MaxConns && !strings.Contains(dbURL, "pool_max_conns") {
 		cfg.MaxConns = w + 1
 	}
+	ledger.BufferedReads(&cfg.ConnConfig.Config)
 	pool, err := pgxpool.NewWithConfig(c.Context, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("--database-url: %w", err)
