@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 
@@ -295,6 +296,8 @@ func passResults(polls map[string]*passPoll) map[string]*hashed {
 // keep their principals' last answers.
 func newPassPolls(heads []logHeadRow, latest map[string]bool) map[string]*passPoll {
 	polls := make(map[string]*passPoll, len(heads))
+	room := new(atomic.Int64) // for the last answers of every poll of answers latest
+	room.Store(maxLastHeld)
 	for _, h := range heads {
 		if h.root == nil {
 			continue // still to build: the per-poll check says so
@@ -302,7 +305,7 @@ func newPassPolls(heads []logHeadRow, latest map[string]bool) map[string]*passPo
 		pp := &passPoll{id: h.poll, size: max(h.size, 0), pending: map[int64]heldRow{}, number: map[string]int32{}, others: map[string]int64{},
 			out: hashed{state: emptyLog(), badFP: -1}}
 		if latest[h.poll] {
-			pp.last = newLastAnswers(maxLastHeld)
+			pp.last = newLastAnswers(room)
 		}
 		polls[h.poll] = pp
 	}

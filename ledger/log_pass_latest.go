@@ -1,6 +1,9 @@
 package ledger
 
-import "strings"
+import (
+	"strings"
+	"sync/atomic"
+)
 
 // This file owns what the pass's hasher (log_pass_hash.go) learns of a
 // poll of answers latest as it hashes the poll's rows in leaf order: each
@@ -8,10 +11,12 @@ import "strings"
 // "Which votes count"). The rebuild then needs no second read of the
 // poll's rows to find them (latestSQL, which Repair still uses, joins
 // every leaf with its row and sorts them); a poll the pass does not hash
-// whole, or one of more principals than maxLastHeld, is left to it.
+// whole, or one whose principals do not fit in maxLastHeld, is left to it.
 
-// maxLastHeld bounds the principals whose last answer a hasher keeps for
-// its poll: past it, the poll's last ballots are read with latestSQL.
+// maxLastHeld bounds the principals whose last answers the hashers of one
+// pass keep, all their polls together (36 bytes a principal of a
+// 7-character id): a poll whose next principal finds it spent is read
+// with latestSQL.
 const maxLastHeld = 1 << 21
 
 // lastAnswers are the principals' last answers in a poll's log so far.
@@ -24,13 +29,14 @@ type lastAnswers struct {
 	of     map[string]int32
 	last   []int32
 	others []string
-	most   int  // principals kept at most
-	over   bool // more principals than most: of is dropped
+	room   *atomic.Int64 // principals the pass's polls may still keep, shared
+	over   bool          // room ran out: of is dropped, its principals given back
 }
 
-// newLastAnswers keeps the last answers of at most most principals.
-func newLastAnswers(most int) *lastAnswers {
-	return &lastAnswers{of: map[string]int32{}, most: most}
+// newLastAnswers keeps last answers while room, which the hashers of
+// other polls may share, has room for their principals.
+func newLastAnswers(room *atomic.Int64) *lastAnswers {
+	return &lastAnswers{of: map[string]int32{}, room: room}
 }
 
 // note records that principal's answer is the next leaf's: its number,
@@ -48,7 +54,8 @@ func (la *lastAnswers) note(principal string, number int32, answer string) {
 		la.last[i] = number
 		return
 	}
-	if len(la.last) >= la.most {
+	if la.room.Add(-1) < 0 {
+		la.room.Add(int64(len(la.last)) + 1)
 		la.over, la.of, la.last, la.others = true, nil, nil, nil
 		return
 	}
