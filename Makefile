@@ -78,7 +78,7 @@ mutate: ## mutation testing (gremlins, pinned) of audit, vote and stream: each o
 		fi; \
 	done
 
-bench: ## every throughput, latency and memory figure next to its baseline (about 11 minutes on 2 quiet cores); writes BENCHMARKS.md
+bench: ## every throughput, latency and memory figure next to its baseline (about 15 minutes on 2 quiet cores); writes BENCHMARKS.md
 	@scripts/bench.sh
 
 bench-short: ## every Go benchmark once (without -race, at full size) and every bench measurement at small sizes; output only on failure

@@ -35,9 +35,9 @@ var measurements = []measurement{
 	{"cluster", measureCluster},
 	{"scaling", measureScaling},
 	{"import", measureImport},
-	{"rebuild", measureRebuild},
-	{"rebuildranked", measureRebuildRanked},
-	{"rebuildlatest", measureRebuildLatest},
+	{"rebuild", rebuildSingle.measure},
+	{"rebuildranked", rebuildRanked.measure},
+	{"rebuildlatest", rebuildLatest.measure},
 	{"log", measureLog},
 	{"live", measureLive},
 	{"catalog", measureCatalog},
@@ -201,49 +201,51 @@ func medianFloat(vs []float64) float64 {
 	return s[len(s)/2]
 }
 
-// measureRebuild: R and RG, Store.Rebuild next to a plain GROUP BY.
-func measureRebuild(ctx context.Context, e *env, sz sizes, t *table) error {
-	load := loadAvg()
-	r, err := e.rebuildVsCount(ctx, "rebuild", singleLoad, plainCountSQL, sz.rebuildEvents, sz.rebuildRounds)
-	if err != nil {
-		return err
-	}
-	t.add(fig{id: "R", what: fmt.Sprintf("rebuild: verify a %s-event ledger: recount and every poll's Merkle log hashed again (ledger.Store.Rebuild, as tally rebuild; median of %d warm runs)", count(sz.rebuildEvents), sz.rebuildRounds),
-		value: r.rebuild.Seconds(), unit: "s", extra: "runs " + secs(r.rebuilds), load: load,
-		command: fmt.Sprintf("bench -only rebuild  (ledger built with COPY in %s, unique indexes left off)", r.build.Round(time.Second))})
-	t.add(fig{id: "RG", what: "plain `" + plainCountSQL + "` over the same table", value: r.plain.Seconds(), unit: "s",
-		extra: "runs " + secs(r.plains), load: load, command: "bench -only rebuild"})
-	return nil
+// rebuildRow is a rebuild measured next to its plain aggregate
+// (rebuildVsCount): rows id and id+"G".
+type rebuildRow struct {
+	only   string // its -only name
+	id     string
+	l      load
+	plain  string
+	events func(sizes) int
+	// what is the rebuild's row, given its ledger's size and its runs;
+	// plainWhat follows the aggregate's SQL; built how the ledger's
+	// projection is made.
+	what, plainWhat, built string
 }
 
-// measureRebuildRanked: RK and RKG, R and RG of ranked ballots.
-func measureRebuildRanked(ctx context.Context, e *env, sz sizes, t *table) error {
-	load := loadAvg()
-	r, err := e.rebuildVsCount(ctx, "rebuildranked", rankedLoad, plainBallotsSQL, sz.rankedRebuild, sz.rebuildRounds)
-	if err != nil {
-		return err
-	}
-	t.add(fig{id: "RK", what: fmt.Sprintf("rebuild as R of a %s-ballot ledger of ranked polls (10 polls of 4 choices, each ballot ranking the 4): recount folded into Borda sums and pairwise cells, and the logs (median of %d warm runs)", count(sz.rankedRebuild), sz.rebuildRounds),
-		value: r.rebuild.Seconds(), unit: "s", extra: "runs " + secs(r.rebuilds), load: load,
-		command: fmt.Sprintf("bench -only rebuildranked  (ledger built with COPY in %s, unique indexes left off, projection by Store.Repair)", r.build.Round(time.Second))})
-	t.add(fig{id: "RKG", what: "plain `" + plainBallotsSQL + "` over the same table (each distinct ranking counted)", value: r.plain.Seconds(), unit: "s",
-		extra: "runs " + secs(r.plains), load: load, command: "bench -only rebuildranked"})
-	return nil
-}
+// The rebuild rows: R and RG (Store.Rebuild next to a plain GROUP BY), RK
+// and RKG of ranked ballots, RL and RLG of single choices of answers
+// latest, 30% of the ballots changes (the rebuild counts each
+// principal's last ballot in its poll's log, the aggregate its last by
+// seq).
+var (
+	rebuildSingle = rebuildRow{only: "rebuild", id: "R", l: singleLoad, plain: plainCountSQL,
+		events: func(sz sizes) int { return sz.rebuildEvents },
+		what:   "rebuild: verify a %s-event ledger: recount and every poll's Merkle log hashed again (ledger.Store.Rebuild, as tally rebuild; median of %d warm runs)",
+		built:  "unique indexes left off"}
+	rebuildRanked = rebuildRow{only: "rebuildranked", id: "RK", l: rankedLoad, plain: plainBallotsSQL,
+		events:    func(sz sizes) int { return sz.rankedRebuild },
+		what:      "rebuild as R of a %s-ballot ledger of ranked polls (10 polls of 4 choices, each ballot ranking the 4): recount folded into Borda sums and pairwise cells, and the logs (median of %d warm runs)",
+		plainWhat: " (each distinct ranking counted)", built: "unique indexes left off, projection by Store.Repair"}
+	rebuildLatest = rebuildRow{only: "rebuildlatest", id: "RL", l: latestLoad, plain: plainLatestSQL,
+		events:    func(sz sizes) int { return sz.rankedRebuild },
+		what:      "rebuild as R of a %s-ballot ledger of polls of answers latest (10 polls of 4 choices, single choice, 30%% of the ballots a principal's second or third): each principal's last ballot in its poll's log counted, and the logs (median of %d warm runs)",
+		plainWhat: " (each principal's last ballot by seq counted)", built: "unique indexes left off, projection by Store.Repair"}
+)
 
-// measureRebuildLatest: RL and RLG, R and RG of single choices of answers
-// latest, 30% of the ballots changes: the rebuild counts each principal's
-// last ballot in its poll's log, the plain aggregate its last by seq.
-func measureRebuildLatest(ctx context.Context, e *env, sz sizes, t *table) error {
+func (row rebuildRow) measure(ctx context.Context, e *env, sz sizes, t *table) error {
 	load := loadAvg()
-	r, err := e.rebuildVsCount(ctx, "rebuildlatest", latestLoad, plainLatestSQL, sz.rankedRebuild, sz.rebuildRounds)
+	n := row.events(sz)
+	r, err := e.rebuildVsCount(ctx, row.only, row.l, row.plain, n, sz.rebuildRounds)
 	if err != nil {
 		return err
 	}
-	t.add(fig{id: "RL", what: fmt.Sprintf("rebuild as R of a %s-ballot ledger of polls of answers latest (10 polls of 4 choices, single choice, 30%% of the ballots a principal's second or third): each principal's last ballot in its poll's log counted, and the logs (median of %d warm runs)", count(sz.rankedRebuild), sz.rebuildRounds),
+	t.add(fig{id: row.id, what: fmt.Sprintf(row.what, count(n), sz.rebuildRounds),
 		value: r.rebuild.Seconds(), unit: "s", extra: "runs " + secs(r.rebuilds), load: load,
-		command: fmt.Sprintf("bench -only rebuildlatest  (ledger built with COPY in %s, unique indexes left off, projection by Store.Repair)", r.build.Round(time.Second))})
-	t.add(fig{id: "RLG", what: "plain `" + plainLatestSQL + "` over the same table (each principal's last ballot by seq counted)", value: r.plain.Seconds(), unit: "s",
-		extra: "runs " + secs(r.plains), load: load, command: "bench -only rebuildlatest"})
+		command: fmt.Sprintf("bench -only %s  (ledger built with COPY in %s, %s)", row.only, r.build.Round(time.Second), row.built)})
+	t.add(fig{id: row.id + "G", what: "plain `" + row.plain + "` over the same table" + row.plainWhat, value: r.plain.Seconds(), unit: "s",
+		extra: "runs " + secs(r.plains), load: load, command: "bench -only " + row.only})
 	return nil
 }

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"tally/internal/testenv"
 	"tally/ledger"
@@ -101,14 +100,6 @@ func TestAdminLogin(t *testing.T) {
 // testenv), whose pool closes before the login is dropped.
 func storeAs(t *testing.T, owner bundle, url string) bundle {
 	t.Helper()
-	pool, err := pgxpool.New(owner.ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	store, err := ledger.New(pool, ledger.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	store, pool := storeOn(t, url, nil)
 	return bundle{db: testenv.DB{Name: owner.db.Name, URL: url, Pool: pool}, store: store, ctx: owner.ctx}
 }

@@ -178,20 +178,7 @@ func TestAdminActionsRecordEachChange(t *testing.T) {
 func TestActingAsEndsWithItsTransaction(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	cfg, err := pgxpool.ParseConfig(b.db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = 1
-	pool, err := pgxpool.NewWithConfig(b.ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	one, err := ledger.New(pool, ledger.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	one, _ := b.ownStore(t, func(cfg *pgxpool.Config) { cfg.MaxConns = 1 })
 	if _, err := one.AddPrincipals(ledger.ActingAs(b.ctx, "p-first"), []string{"a"}, ""); err != nil {
 		t.Fatal(err)
 	}

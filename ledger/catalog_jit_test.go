@@ -69,29 +69,17 @@ func TestCatalogPageNotJITCompiled(t *testing.T) {
 // those reports.
 func jitReportingStore(t *testing.T, db testenv.DB) (*ledger.Store, *atomic.Int64) {
 	t.Helper()
-	ctx := context.Background()
-	cfg, err := pgxpool.ParseConfig(db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, v := range map[string]string{"jit": "on", "jit_above_cost": "0", "jit_inline_above_cost": "0",
-		"jit_optimize_above_cost": "0", "client_min_messages": "debug1"} {
-		cfg.ConnConfig.RuntimeParams[name] = v
-	}
 	compiled := new(atomic.Int64)
-	cfg.ConnConfig.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
-		if strings.HasPrefix(n.Message, "time to inline:") {
-			compiled.Add(1)
+	store, _ := storeOn(t, db.URL, func(cfg *pgxpool.Config) {
+		for name, v := range map[string]string{"jit": "on", "jit_above_cost": "0", "jit_inline_above_cost": "0",
+			"jit_optimize_above_cost": "0", "client_min_messages": "debug1"} {
+			cfg.ConnConfig.RuntimeParams[name] = v
 		}
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	store, err := ledger.New(pool, ledger.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+		cfg.ConnConfig.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
+			if strings.HasPrefix(n.Message, "time to inline:") {
+				compiled.Add(1)
+			}
+		}
+	})
 	return store, compiled
 }

@@ -18,17 +18,10 @@ import (
 func TestBufferedReads(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	cfg, err := pgxpool.ParseConfig(b.db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ledger.BufferedReads(&cfg.ConnConfig.Config)
-	cfg.MaxConns = 2
-	pool, err := pgxpool.NewWithConfig(b.ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	store, pool := b.ownStore(t, func(cfg *pgxpool.Config) {
+		ledger.BufferedReads(&cfg.ConnConfig.Config)
+		cfg.MaxConns = 2
+	})
 
 	var sum, n int64
 	if err := pool.QueryRow(b.ctx, `SELECT sum(length(s)), count(*) FROM (SELECT repeat('x', i % 50) AS s FROM generate_series(1, 100000) i) t`).Scan(&sum, &n); err != nil {
@@ -60,10 +53,6 @@ func TestBufferedReads(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := checkInvariants(t, b)
-	store, err := ledger.New(pool, ledger.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	rep, err := store.Rebuild(context.Background(), "")
 	if err != nil || rep.Differing != 0 || rep.LogProblems != 0 || rep.LedgerEvents != want.LedgerEvents {
 		t.Fatalf("rebuild through the buffer: %+v, %v; want %d events, nothing differing", rep, err, want.LedgerEvents)

@@ -3,6 +3,7 @@ package ledger_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -26,6 +27,52 @@ func setup(t *testing.T) bundle {
 		t.Fatal(err)
 	}
 	return bundle{db: db, store: store, ctx: context.Background()}
+}
+
+// ownStore is a store on a pool of its own on b's database (storeOn).
+func (b bundle) ownStore(t *testing.T, set func(*pgxpool.Config)) (*ledger.Store, *pgxpool.Pool) {
+	t.Helper()
+	return storeOn(t, b.db.URL, set)
+}
+
+// storeOn is a store on a pool of its own at url, the pool's config set
+// by set when not nil (its connections, how they read, its session's
+// settings), closed when t ends.
+func storeOn(t *testing.T, url string, set func(*pgxpool.Config)) (*ledger.Store, *pgxpool.Pool) {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if set != nil {
+		set(cfg)
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	store, err := ledger.New(pool, ledger.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return store, pool
+}
+
+// bothWays runs fn in two parallel subtests, each on a bundle of its own:
+// as the store is, and with hook (a test hook of package ledger) set on
+// it. name names the hook.
+func bothWays(t *testing.T, name string, hook func(*ledger.Store), fn func(*testing.T, bundle)) {
+	for _, set := range []bool{false, true} {
+		t.Run(fmt.Sprintf("%s %v", name, set), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			if set {
+				hook(b.store)
+			}
+			fn(t, b)
+		})
+	}
 }
 
 func (b bundle) poll(t *testing.T, id string, choices ...string) {

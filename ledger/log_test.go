@@ -313,16 +313,7 @@ func sha256Empty() [32]byte {
 // hasher at once or waits for its leaf (leaves late: every row waits).
 func TestRebuildFindsATamperedFingerprint(t *testing.T) {
 	t.Parallel()
-	for _, late := range []bool{false, true} {
-		t.Run(fmt.Sprintf("leaves late %v", late), func(t *testing.T) {
-			t.Parallel()
-			b := setup(t)
-			if late {
-				ledger.LeavesAfterRows(b.store)
-			}
-			rebuildFindsATamperedFingerprint(t, b)
-		})
-	}
+	bothWays(t, "leaves late", ledger.LeavesAfterRows, rebuildFindsATamperedFingerprint)
 }
 
 func rebuildFindsATamperedFingerprint(t *testing.T, b bundle) {
@@ -525,44 +516,37 @@ func TestRebuildPastTheNumberedAnswers(t *testing.T) {
 // whether its pass keeps the last ballots or latestSQL reads them.
 func TestRebuildCountsLatestInLeafOrder(t *testing.T) {
 	t.Parallel()
-	for _, inSQL := range []bool{false, true} {
-		t.Run(fmt.Sprintf("in SQL %v", inSQL), func(t *testing.T) {
-			t.Parallel()
-			b := setup(t)
-			if inSQL {
-				ledger.LatestInSQL(b.store)
+	bothWays(t, "in SQL", ledger.LatestInSQL, func(t *testing.T, b bundle) {
+		p := b.ballotPoll(t, "l", vote.Spec{Answers: "latest"}, 2)
+		batch := []ledger.Event{
+			ledger.EventOf("u0", "k1", p.ID, "c0", time.Now()),
+			ledger.EventOf("u0", "k2", p.ID, "c1", time.Now()),
+			ledger.EventOf("u1", "k1", p.ID, "c1", time.Now()),
+		}
+		if _, err := b.store.Append(b.ctx, batch); err != nil {
+			t.Fatal(err)
+		}
+		checkInvariants(t, b) // u0's last is c1, in the log and by seq
+		var first string
+		if err := b.db.Pool.QueryRow(b.ctx, `SELECT candidate_id FROM poll_events WHERE seq = `+leafSeq("l", 1)).Scan(&first); err != nil || first != "c0" {
+			t.Fatalf("leaf 1 is %q (%v), want u0's c0", first, err)
+		}
+		tamper(t, b, `UPDATE poll_log_leaves SET seqs = seqs[2:2] || seqs[1:1] || seqs[3:] WHERE poll_id = 'l' AND first_leaf = 1`)
+		rep, err := b.store.Rebuild(b.ctx, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]int64{}
+		for _, r := range rep.Rows {
+			if r.PollID == "l" && r.Figure == ledger.FigureVotes {
+				got[r.CandidateID] = r.Ledger
 			}
-			p := b.ballotPoll(t, "l", vote.Spec{Answers: "latest"}, 2)
-			batch := []ledger.Event{
-				ledger.EventOf("u0", "k1", p.ID, "c0", time.Now()),
-				ledger.EventOf("u0", "k2", p.ID, "c1", time.Now()),
-				ledger.EventOf("u1", "k1", p.ID, "c1", time.Now()),
-			}
-			if _, err := b.store.Append(b.ctx, batch); err != nil {
-				t.Fatal(err)
-			}
-			checkInvariants(t, b) // u0's last is c1, in the log and by seq
-			var first string
-			if err := b.db.Pool.QueryRow(b.ctx, `SELECT candidate_id FROM poll_events WHERE seq = `+leafSeq("l", 1)).Scan(&first); err != nil || first != "c0" {
-				t.Fatalf("leaf 1 is %q (%v), want u0's c0", first, err)
-			}
-			tamper(t, b, `UPDATE poll_log_leaves SET seqs = seqs[2:2] || seqs[1:1] || seqs[3:] WHERE poll_id = 'l' AND first_leaf = 1`)
-			rep, err := b.store.Rebuild(b.ctx, "")
-			if err != nil {
-				t.Fatal(err)
-			}
-			got := map[string]int64{}
-			for _, r := range rep.Rows {
-				if r.PollID == "l" && r.Figure == ledger.FigureVotes {
-					got[r.CandidateID] = r.Ledger
-				}
-			}
-			if want := map[string]int64{"c0": 1, "c1": 1}; !maps.Equal(got, want) {
-				t.Fatalf("the ledger's votes %v, want %v (u0's last in leaf order is now c0)", got, want)
-			}
-			if rep.LogProblems != 1 {
-				t.Fatalf("log problems %d, want 1 (the swap changes the root): %+v", rep.LogProblems, rep.Logs)
-			}
-		})
-	}
+		}
+		if want := map[string]int64{"c0": 1, "c1": 1}; !maps.Equal(got, want) {
+			t.Fatalf("the ledger's votes %v, want %v (u0's last in leaf order is now c0)", got, want)
+		}
+		if rep.LogProblems != 1 {
+			t.Fatalf("log problems %d, want 1 (the swap changes the root): %+v", rep.LogProblems, rep.Logs)
+		}
+	})
 }

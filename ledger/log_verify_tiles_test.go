@@ -54,20 +54,7 @@ func TestRebuildComparesTilesReadEitherWay(t *testing.T) {
 					}
 				}
 				tamper(t, b, tc.sql)
-				cfg, err := pgxpool.ParseConfig(b.db.URL)
-				if err != nil {
-					t.Fatal(err)
-				}
-				cfg.MaxConns = c.conns
-				pool, err := pgxpool.NewWithConfig(b.ctx, cfg)
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(pool.Close)
-				store, err := ledger.New(pool, ledger.Config{})
-				if err != nil {
-					t.Fatal(err)
-				}
+				store, _ := b.ownStore(t, func(cfg *pgxpool.Config) { cfg.MaxConns = c.conns })
 				if c.late {
 					// Every row waits for its leaf, and p's still go
 					// through the pass unless one of them is gone.

@@ -3,7 +3,7 @@
 # bench/, a module of its own). Prints the table and writes it into
 # BENCHMARKS.md.
 #
-#   scripts/bench.sh           the full run (about 16 minutes on 2 quiet cores)
+#   scripts/bench.sh           the full run (about 15 minutes on 2 quiet cores)
 #   scripts/bench.sh --short   small sizes, under two minutes: a check that
 #                              every measurement runs; writes nothing
 #
